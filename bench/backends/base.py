@@ -1,0 +1,122 @@
+"""The backend protocol: what the matrix validates against and what a worker drives.
+
+A backend declares, as class attributes, the precisions and options it supports, so that the
+matrix can reject a cell before anything runs. In the worker it then does three steps:
+`build(key, engines_dir) -> artifact`, `load(artifact) -> Loaded`, `Loaded.run(requests,
+max_batch_size, options) -> RunOutput`, and finally `Loaded.close()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from bench.errors import BenchInputError, choices
+
+
+@dataclass(frozen=True)
+class Option:
+    """One backend option: its default and the values allowed (None: any value of `kind`)."""
+
+    default: Any
+    allowed: tuple | None = None
+    kind: type | tuple = object
+    in_build_key: bool = True  # does it change the built artifact (engine, compiled graph)?
+    help: str = ""
+
+    def check(self, name: str, value: Any, backend: str) -> None:
+        if self.allowed is not None and value not in self.allowed:
+            raise BenchInputError(
+                f"option {name}={value!r} is not valid for backend {backend!r}: valid values are "
+                f"{choices(self.allowed)}"
+            )
+        if self.allowed is None and not isinstance(value, self.kind):
+            raise BenchInputError(f"option {name}={value!r} for backend {backend!r} must be {self.kind}")
+
+
+@dataclass
+class RequestTiming:
+    """What a backend measured for one request, in seconds on one monotonic clock.
+
+    `start` is when the request was handed to the engine (for offline batches: its batch's
+    start), `token_times` the absolute time each output token became available (first = TTFT
+    point, last = end). `output_len` is the number of tokens the engine actually produced; the
+    harness compares it to `expected_output_len`.
+    """
+
+    request_id: str
+    input_len: int
+    expected_output_len: int
+    output_len: int
+    start: float
+    token_times: list[float] = field(default_factory=list)
+    end: float = 0.0
+    arrival: float = 0.0  # when the request became due (0 for offline: all at once)
+    error: str | None = None
+
+
+@dataclass
+class RunOutput:
+    """One measured pass over a workload: per-request timings plus what the backend saw."""
+
+    timings: list[RequestTiming]
+    started: float
+    ended: float
+    extra: dict = field(default_factory=dict)  # backend-specific figures (peak memory, ...)
+
+
+class Loaded:
+    """A built-and-loaded model, ready to replay requests."""
+
+    def run(self, requests, max_batch_size: int, options: dict) -> RunOutput:  # pragma: no cover
+        """Replay requests in batches of at most max_batch_size; options = the cell's options."""
+        raise NotImplementedError
+
+    def recover(self) -> None:
+        """Free what a failed run (for example an out-of-memory) left behind."""
+
+    def close(self) -> None:
+        """Release the model and its device memory."""
+
+
+class Backend:
+    """Declarations and the build/load steps of one backend."""
+
+    name: ClassVar[str]
+    precisions: ClassVar[tuple[str, ...]]
+    options: ClassVar[dict[str, Option]] = {}
+    # Engines that bake max_batch_size into the artifact (TensorRT-LLM) put it in the build key.
+    batch_size_in_build_key: ClassVar[bool] = False
+
+    @classmethod
+    def normalize_options(cls, given: dict[str, Any]) -> dict[str, Any]:
+        """Return the full option dict (defaults filled in); BenchInputError on unknown keys."""
+        unknown = set(given) - set(cls.options)
+        if unknown:
+            name = sorted(unknown)[0]
+            raise BenchInputError(
+                f"unknown option {name!r} for backend {cls.name!r}: valid options are "
+                f"{choices(cls.options) if cls.options else 'none'}"
+            )
+        full = {k: opt.default for k, opt in cls.options.items()}
+        full.update(given)
+        for k, v in full.items():
+            cls.options[k].check(k, v, cls.name)
+        return full
+
+    @classmethod
+    def validate(cls, cell) -> None:
+        """Raise BenchInputError if this backend cannot run `cell` (checked before any run)."""
+        if cell.precision not in cls.precisions:
+            raise BenchInputError(
+                f"precision {cell.precision!r} is not supported by backend {cls.name!r}: valid "
+                f"precisions are {choices(cls.precisions)}"
+            )
+
+    def build(self, key, engines_dir: Path):  # pragma: no cover - protocol
+        """Build (or find already built) the artifact for `key`; return it."""
+        raise NotImplementedError
+
+    def load(self, artifact) -> Loaded:  # pragma: no cover - protocol
+        raise NotImplementedError

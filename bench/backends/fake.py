@@ -1,0 +1,90 @@
+"""Deterministic fake backend with a virtual clock, for tests of the runner, store and reports.
+
+Time is computed, not slept: a batch costs prefill_ms_per_token x its prompt tokens, then each
+decode step costs step_ms + step_ms_per_seq x batch size (so throughput grows with batch size
+and saturates, as on a real device). A memory model (weights + KV bytes per token) raises an
+out-of-memory when a batch's KV cache exceeds memory_gb. `fail` injects worker failures.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+
+from bench.backends.base import Backend, Loaded, Option, RequestTiming, RunOutput
+
+
+class FakeBackend(Backend):
+    name = "fake"
+    precisions = ("fp32", "fp16", "bf16", "int8", "int4")
+    options = {
+        "step_ms": Option(10.0, kind=(int, float), help="fixed cost of one decode step"),
+        "step_ms_per_seq": Option(0.5, kind=(int, float), help="extra decode-step cost per sequence in the batch"),
+        "prefill_ms_per_token": Option(0.05, kind=(int, float)),
+        "noise": Option(0.0, kind=(int, float), in_build_key=False, help="relative std of per-step time"),
+        "slowdown": Option(1.0, kind=(int, float), in_build_key=False, help="multiplies every duration"),
+        "memory_gb": Option(0.0, kind=(int, float), help="device memory; 0 = unlimited"),
+        "weights_gb": Option(1.0, kind=(int, float)),
+        "kv_bytes_per_token": Option(524288, kind=int, help="KV cache bytes per token (Qwen-7B bf16: 512 KiB)"),
+        "fail": Option("none", ("none", "crash", "hang", "error", "oom", "build-oom", "build-hang", "sigkill")),
+        "seed": Option(0, kind=int, in_build_key=False),
+    }
+
+    def build(self, key, engines_dir: Path) -> dict:
+        fail = dict(key.options).get("fail")
+        if fail == "build-oom":
+            raise MemoryError("fake backend: out of memory while building")
+        if fail == "build-hang":
+            time.sleep(3600)
+        folder = engines_dir / key.key_hash
+        folder.mkdir(parents=True, exist_ok=True)
+        return {"key": key.to_dict(), "folder": str(folder), "build_info": {"cold": True}}
+
+    def load(self, artifact: dict) -> FakeLoaded:
+        return FakeLoaded(artifact["key"])
+
+
+class FakeLoaded(Loaded):
+    def __init__(self, key: dict):
+        self.key = key
+        self.runs = 0
+
+    def run(self, requests, max_batch_size: int, options: dict) -> RunOutput:
+        from bench.workload import batches
+
+        opts = FakeBackend.normalize_options(options)
+        fail = opts["fail"]
+        if fail == "crash":
+            os._exit(3)
+        if fail == "sigkill":
+            os.kill(os.getpid(), 9)
+        if fail == "hang":
+            time.sleep(3600)
+        if fail == "error":
+            raise RuntimeError("fake backend: injected error")
+        rng = random.Random(opts["seed"] * 1_000_003 + self.runs)
+        self.runs += 1
+        k = opts["slowdown"]
+        clock = 0.0
+        timings = []
+        peak = opts["weights_gb"] * 1e9
+        for batch in batches(list(requests), max_batch_size):
+            total_len = max(r.input_len for r in batch) + max(r.output_len for r in batch)
+            need = opts["weights_gb"] * 1e9 + len(batch) * total_len * opts["kv_bytes_per_token"]
+            peak = max(peak, need)
+            if fail == "oom" or (opts["memory_gb"] and need > opts["memory_gb"] * 1e9):
+                raise MemoryError(f"fake backend: out of memory (needs {need / 1e9:.2f} GB)")
+            start = clock
+            clock += k * opts["prefill_ms_per_token"] * sum(r.input_len for r in batch) / 1000
+            steps = []
+            for _ in range(max(r.output_len for r in batch)):
+                step = opts["step_ms"] + opts["step_ms_per_seq"] * len(batch)
+                step *= k * max(0.05, 1 + rng.gauss(0, opts["noise"])) if opts["noise"] else k
+                clock += step / 1000
+                steps.append(clock)
+            for r in batch:
+                times = steps[: r.output_len]
+                timings.append(RequestTiming(r.id, r.input_len, r.output_len, r.output_len, start, times, times[-1]))
+        return RunOutput(timings, 0.0, clock, {"peak_memory_bytes": int(peak), "virtual_clock": True})

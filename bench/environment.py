@@ -1,0 +1,108 @@
+"""Environment fingerprint stored with every result: what makes two results comparable."""
+
+from __future__ import annotations
+
+import platform
+import socket
+import subprocess
+import sys
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# Differences in these keys make results incomparable (compare/report warn about them).
+COMPARABILITY_KEYS = ("gpu_name", "gpu_count", "driver", "cuda", "torch", "transformers", "tensorrt_llm", "cpu")
+
+
+@lru_cache(maxsize=1)
+def project_commit() -> dict:
+    """Return {'commit': sha or None, 'dirty': bool or None} of the harness's own checkout."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10)
+        if sha.returncode != 0:
+            return {"commit": None, "dirty": None}
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10
+        )
+        return {"commit": sha.stdout.strip(), "dirty": bool(status.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpu_info(device_index: int = 0) -> dict:
+    """Return GPU name, count, driver, memory and compute capability through NVML (no CUDA context)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no NVML library or no driver: a CPU machine
+        return {"gpu_name": None, "gpu_count": 0, "driver": None}
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        h = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+        name = pynvml.nvmlDeviceGetName(h)
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        mem = pynvml.nvmlDeviceGetMemoryInfo(h).total
+        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
+        return {
+            "gpu_name": name.decode() if isinstance(name, bytes) else name,
+            "gpu_count": count,
+            "driver": driver.decode() if isinstance(driver, bytes) else driver,
+            "gpu_memory_bytes": int(mem),
+            "compute_capability": f"{major}.{minor}",
+        }
+    except Exception:
+        return {"gpu_name": None, "gpu_count": 0, "driver": None}
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def fingerprint(device: str = "cpu") -> dict:
+    """Return the environment of this process (call it in the worker, where torch is loaded)."""
+    env = {
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu": _cpu_name(),
+        "bench": _version("bench"),
+        "torch": None,
+        "cuda": None,
+        "transformers": _version("transformers"),
+        "tensorrt_llm": _version("tensorrt_llm") or _version("tensorrt-llm"),
+        "torchao": _version("torchao"),
+        **project_commit(),
+    }
+    if "torch" in sys.modules or device.startswith("cuda"):
+        import torch
+
+        env["torch"] = torch.__version__
+        env["cuda"] = torch.version.cuda
+    else:
+        env["torch"] = _version("torch")
+    if device.startswith("cuda"):
+        index = int(device.split(":")[1]) if ":" in device else 0
+        env.update(gpu_info(index))
+    else:
+        env.update({"gpu_name": None, "gpu_count": 0, "driver": None})
+    return env

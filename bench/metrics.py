@@ -1,0 +1,90 @@
+"""Per-request timings -> the metrics of one measured run. The one place each metric is defined.
+
+Names and definitions follow vLLM's benchmark results: request_throughput (req/s),
+output_throughput (tok/s), total_token_throughput, and mean/median/std/p90/p99 in ms of TTFT,
+TPOT = (E2E - TTFT) / (output_len - 1), ITL (every gap between consecutive tokens) and E2E
+latency. Duration is the wall time of the measured window (first request handed in to last
+token out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+PERCENTILES = (90, 99)
+LATENCIES = ("ttft", "tpot", "itl", "e2el")
+# Direction of each headline metric: +1 higher is better, -1 lower is better (used by compare).
+DIRECTION = {
+    "request_throughput": +1,
+    "output_throughput": +1,
+    "total_token_throughput": +1,
+    "tokens_per_joule": +1,
+    **{f"{m}_{s}_ms": -1 for m in LATENCIES for s in ("mean", "median", "p90", "p99")},
+    "peak_memory_gb": -1,
+}
+
+
+def _stats(name: str, values_s: Sequence[float]) -> dict[str, float | None]:
+    if len(values_s) == 0:
+        return {f"{name}_{k}_ms": None for k in ("mean", "median", "std", *(f"p{p}" for p in PERCENTILES))}
+    ms = np.asarray(values_s, dtype=float) * 1000.0
+    out = {
+        f"{name}_mean_ms": float(ms.mean()),
+        f"{name}_median_ms": float(np.median(ms)),
+        f"{name}_std_ms": float(ms.std()),
+    }
+    for p in PERCENTILES:
+        out[f"{name}_p{p}_ms"] = float(np.percentile(ms, p))
+    return out
+
+
+def summarize(timings, started: float, ended: float) -> dict:
+    """Return the metrics dict of one run from its RequestTimings and its window (seconds)."""
+    ok = [t for t in timings if t.error is None]
+    duration = ended - started
+    if duration <= 0:
+        raise ValueError(f"measured window must be positive, got {duration} s")
+    ttft, tpot, itl, e2el = [], [], [], []
+    for t in ok:
+        if t.token_times:
+            ttft.append(t.token_times[0] - t.start)
+            itl.extend(np.diff(t.token_times).tolist())
+        e2e = t.end - t.start
+        e2el.append(e2e)
+        if t.output_len > 1 and t.token_times:
+            tpot.append((e2e - (t.token_times[0] - t.start)) / (t.output_len - 1))
+    total_input = sum(t.input_len for t in ok)
+    total_output = sum(t.output_len for t in ok)
+    metrics = {
+        "completed": len(ok),
+        "failed": len(timings) - len(ok),
+        "total_input_tokens": total_input,
+        "total_output_tokens": total_output,
+        "expected_output_tokens": sum(t.expected_output_len for t in timings),
+        "output_len_mismatches": sum(1 for t in ok if t.output_len != t.expected_output_len),
+        "duration_s": duration,
+        "request_throughput": len(ok) / duration,
+        "output_throughput": total_output / duration,
+        "total_token_throughput": (total_input + total_output) / duration,
+    }
+    for name, values in zip(LATENCIES, (ttft, tpot, itl, e2el), strict=True):
+        metrics.update(_stats(name, values))
+    return metrics
+
+
+def request_samples(timings) -> list[dict]:
+    """Return compact per-request records (ms) stored with a result for latency distributions."""
+    out = []
+    for t in timings:
+        ttft = (t.token_times[0] - t.start) * 1000 if t.token_times else None
+        out.append({
+            "id": t.request_id,
+            "in": t.input_len,
+            "out": t.output_len,
+            "ttft_ms": ttft,
+            "e2el_ms": (t.end - t.start) * 1000,
+            "error": t.error,
+        })
+    return out

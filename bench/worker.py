@@ -1,0 +1,135 @@
+"""Worker process: builds (or loads) one build group once and measures its cells.
+
+`run_group(job, emit)` is a plain function of (build group, cells) -> events, so an executor
+can place it anywhere (a local subprocess per GPU today; Ray or another launcher later).
+`python -m bench.worker` reads the job as JSON on stdin and writes one JSON event per line on
+its original stdout; everything libraries print goes to stderr instead.
+
+Events: {"event": "env"}, {"event": "built"}, {"event": "start", cell_id, trial},
+{"event": "result", cell_id, trial, status, ...}, {"event": "skipped", cell_id, trials}
+(trials not run after a failed one), {"event": "fatal", ...}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.failures import classify_exception
+
+
+def _host_peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def run_group(job: dict, emit: Callable[[dict], None]) -> None:
+    """Build the job's artifact once, then warm up and measure each cell's trials, emitting events."""
+    from bench.backends import backend_class
+    from bench.environment import fingerprint
+    from bench.metrics import request_samples, summarize
+    from bench.spec import BuildKey, Cell
+    from bench.workload import Workload
+
+    key = BuildKey.from_dict(job["build_key"])
+    emit({"event": "env", "environment": fingerprint(key.device)})
+    backend = backend_class(key.backend)()
+    t0 = time.perf_counter()
+    try:
+        artifact = backend.build(key, Path(job["engines_dir"]))
+        t1 = time.perf_counter()
+        loaded = backend.load(artifact)
+    except Exception as exc:
+        emit({"event": "fatal", "status": classify_exception(exc), "error": _describe(exc), "phase": "build"})
+        return
+    t2 = time.perf_counter()
+    build_info = artifact.get("build_info", {}) if isinstance(artifact, dict) else {}
+    emit({"event": "built", "build_s": t1 - t0, "load_s": t2 - t1, **build_info})
+
+    workloads: dict[str, Workload] = {}
+    for item in job["cells"]:
+        cell = Cell.from_dict(item["cell"])
+        wl_file = item["workload_file"]
+        if wl_file not in workloads:
+            workloads[wl_file] = Workload.from_json(Path(wl_file).read_text())
+        requests = workloads[wl_file].requests
+        settings = job["settings"]
+        failed = False
+        try:
+            # Warm-up on the first batch: module load, allocator growth, kernel selection.
+            for _ in range(settings["warmup"]):
+                loaded.run(requests[: cell.max_batch_size], cell.max_batch_size, cell.options_dict)
+        except Exception as exc:
+            # One record for the failure; the cell's other trials are not run.
+            first, rest = item["trials"][0], item["trials"][1:]
+            emit({"event": "result", "cell_id": cell.cell_id, "trial": first, "status": classify_exception(exc),
+                  "error": "warm-up: " + _describe(exc), "ended_at": time.time()})
+            if rest:
+                emit({"event": "skipped", "cell_id": cell.cell_id, "trials": rest})
+            loaded.recover()
+            continue
+        for i, trial in enumerate(item["trials"]):
+            if failed:
+                # An OOM or error repeats: the cell's remaining trials are not run.
+                emit({"event": "skipped", "cell_id": cell.cell_id, "trials": item["trials"][i:]})
+                break
+            emit({"event": "start", "cell_id": cell.cell_id, "trial": trial})
+            started_at = time.time()
+            try:
+                out = loaded.run(requests, cell.max_batch_size, cell.options_dict)
+                metrics = summarize(out.timings, out.started, out.ended)
+                extra = dict(out.extra)
+                if "peak_memory_bytes" in extra:
+                    metrics["peak_memory_gb"] = extra["peak_memory_bytes"] / 1e9
+                metrics["peak_host_rss_gb"] = _host_peak_rss_bytes() / 1e9
+                status, error = "ok", None
+                if metrics["output_len_mismatches"] or metrics["failed"]:
+                    # The harness checks the token count: a short or long output is not a result.
+                    status = "error"
+                    error = (
+                        f"{metrics['output_len_mismatches']} request(s) produced a different number of tokens "
+                        f"than asked ({metrics['total_output_tokens']} of {metrics['expected_output_tokens']}), "
+                        f"{metrics['failed']} failed"
+                    )
+                emit({"event": "result", "cell_id": cell.cell_id, "trial": trial, "status": status,
+                      "error": error, "metrics": metrics, "extra": extra,
+                      "samples": request_samples(out.timings), "started_at": started_at, "ended_at": time.time()})
+            except Exception as exc:
+                status = classify_exception(exc)
+                emit({"event": "result", "cell_id": cell.cell_id, "trial": trial, "status": status,
+                      "error": _describe(exc), "started_at": started_at, "ended_at": time.time()})
+                loaded.recover()
+                failed = True
+    loaded.close()
+
+
+def _describe(exc: BaseException) -> str:
+    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return f"{type(exc).__name__}: {exc}\n" + "".join(tb[-6:])[-4000:]
+
+
+def main() -> int:
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # library prints go to stderr, never into the event stream
+    sys.stdout = sys.stderr
+
+    def emit(event: dict) -> None:
+        proto.write(json.dumps(event, allow_nan=False, default=str) + "\n")
+        proto.flush()
+
+    job = json.loads(sys.stdin.read())
+    try:
+        run_group(job, emit)
+    except Exception as exc:  # anything run_group did not classify itself
+        emit({"event": "fatal", "status": classify_exception(exc), "error": _describe(exc), "phase": "run"})
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,75 @@
+"""nox sessions: tests, lint, bench-matrix, dashboard.
+
+On a machine without a CUDA GPU the sessions install torch's CPU build first (torch==2.13.0),
+so nothing pulls a multi-GB CUDA wheel. On a machine whose Python already has torch with CUDA
+(a GPU box, NVIDIA's containers), `bench-matrix` runs in that existing environment instead of
+building a new one; force either way with BENCH_NOX_REUSE_ENV=1 / 0.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import nox
+
+nox.options.sessions = ["tests"]
+nox.options.error_on_missing_interpreters = False
+
+CPU_TORCH = "torch==2.13.0"
+
+
+def _system_has_cuda_torch() -> bool:
+    forced = os.environ.get("BENCH_NOX_REUSE_ENV")
+    if forced is not None:
+        return forced == "1"
+    try:
+        probe = subprocess.run(
+            [sys.executable, "-c", "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)"],
+            capture_output=True, timeout=120,
+        )
+        return probe.returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+REUSE = _system_has_cuda_torch()
+
+
+def _install(session: nox.Session, *extras: str) -> None:
+    session.install(CPU_TORCH)  # the CPU build: first, so the project's `torch` is satisfied
+    target = ".[" + ",".join(extras) + "]" if extras else "."
+    session.install("-e", target)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run the test suite (GPU tests are skipped without a GPU)."""
+    _install(session, "test")
+    session.run("python", "-m", "pytest", *(session.posargs or ["-q"]))
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff")
+    session.run("ruff", "check", "bench", "tests", "noxfile.py")
+
+
+@nox.session(name="bench-matrix", venv_backend="none" if REUSE else None)
+def bench_matrix(session: nox.Session) -> None:
+    """Run a matrix (default: the CPU preset) and build its tables and dashboard.
+
+    Arguments pass through: `nox -s bench-matrix -- --preset h200-qwen7b`.
+    """
+    if not REUSE:
+        _install(session)
+    session.run("python", "-m", "bench", "run", *session.posargs)
+
+
+@nox.session(venv_backend="none" if REUSE else None)
+def dashboard(session: nox.Session) -> None:
+    """Rebuild tables and dashboards from every store in results/."""
+    if not REUSE:
+        _install(session)
+    session.run("python", "-m", "bench", "report", *session.posargs)

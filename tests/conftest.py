@@ -1,0 +1,54 @@
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+SHARED = ROOT.parent / "shared"
+
+
+def pytest_collection_modifyitems(config, items):
+    try:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    except Exception:
+        has_gpu = False
+    if not has_gpu:
+        skip = pytest.mark.skip(reason="needs a CUDA GPU")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture
+def tiny_sharegpt(tmp_path) -> Path:
+    """A small ShareGPT-format file (complete, valid)."""
+    records = []
+    for i in range(40):
+        records.append({
+            "id": f"r{i}",
+            "conversations": [
+                {"from": "human", "value": f"Question number {i}: " + "tell me about the weather " * (1 + i % 7)},
+                {"from": "gpt", "value": "Here is a long answer about it. " * (2 + i % 5)},
+            ],
+        })
+    path = tmp_path / "sharegpt.json"
+    path.write_text(json.dumps(records, indent=2))
+    return path
+
+
+def write_matrix(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "matrix.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _isolate_cwd(tmp_path, monkeypatch):
+    """Every test runs in its own folder: results/, engines/, dashboards/ never touch the repo."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))

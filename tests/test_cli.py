@@ -1,0 +1,89 @@
+"""The command line end to end: bad input exits 2 before any cell runs; a fake matrix runs."""
+
+import subprocess
+import sys
+
+import pytest
+
+from bench.store import ResultStore
+
+
+def bench(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "bench", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("toml, needle", [
+    ('backends=["trt"]\nmodel="qwen-tiny"\nprecisions=["bf16"]\nmax_batch_sizes=[1]\nworkloads=["w"]\ndevice="cpu"\n[workload.w]\n',
+     "unknown backend 'trt'"),
+    ('backends=["hf"]\nmodel="qwen-tiny"\nprecisions=["int3"]\nmax_batch_sizes=[1]\nworkloads=["w"]\ndevice="cpu"\n[workload.w]\n',
+     "precision 'int3'"),
+    ('backends=["hf"]\nmodel="gpt-17"\nprecisions=["bf16"]\nmax_batch_sizes=[1]\nworkloads=["w"]\ndevice="cpu"\n[workload.w]\n',
+     "unknown model 'gpt-17'"),
+    ('backends=["hf"]\nmodel="qwen-tiny"\nprecisions=["bf16"]\nmax_batch_sizes=[0]\nworkloads=["w"]\ndevice="cpu"\n[workload.w]\n',
+     "positive integers"),
+    ('backends=["hf"]\nmodel="qwen-tiny"\nprecisions=["bf16"]\nmax_batch_sizes=[1]\nworkloads=["w"]\ndevice="cpu"\n[options]\nturbo=1\n[workload.w]\n',
+     "unknown option 'turbo'"),
+    ('backends=["hf"]\nmodel="qwen-tiny"\nprecisions=["bf16"]\nmax_batch_sizes=[1]\nworkloads=["w"]\ndevice="cpu"\n[workload.w]\npath="/nope.json"\n',
+     "does not exist"),
+    ('this is = not toml [', "not valid TOML"),
+])
+def test_bad_matrix_exits_2_before_running(tmp_path, toml, needle):
+    path = tmp_path / "m.toml"
+    path.write_text(toml)
+    out = bench("run", "--matrix", str(path), "--store", str(tmp_path / "s.jsonl"))
+    assert out.returncode == 2, out.stderr
+    assert needle in out.stderr
+    assert out.stderr.count("\n") <= 3  # one clear message, no traceback
+    assert not (tmp_path / "s.jsonl").exists()
+
+
+def test_unreadable_dataset_exits_2(tmp_path):
+    data = tmp_path / "d.json"
+    data.write_text("[]")
+    data.chmod(0)
+    path = tmp_path / "m.toml"
+    path.write_text(f'backends=["hf"]\nmodel="qwen-tiny"\nprecisions=["bf16"]\nmax_batch_sizes=[1]\nworkloads=["w"]\n'
+                    f'device="cpu"\n[workload.w]\npath="{data}"\n')
+    out = bench("run", "--matrix", str(path))
+    import os
+
+    if os.geteuid() == 0:  # root reads anything: the file is readable, the empty set is the error
+        assert out.returncode == 2 and "zero requests" in out.stderr
+    else:
+        assert out.returncode == 2 and "not readable" in out.stderr
+
+
+def test_fake_matrix_runs_reports_and_keeps_store(tmp_path, tiny_sharegpt):
+    path = tmp_path / "m.toml"
+    path.write_text(f'''name = "fakes"
+backends = ["fake"]
+model = "qwen-tiny"
+precisions = ["bf16", "int4"]
+max_batch_sizes = [1, 2]
+workloads = ["w"]
+device = "cpu"
+trials = 2
+baseline = {{ backend = "fake", precision = "bf16", max_batch_size = 1 }}
+[workload.w]
+path = "{tiny_sharegpt}"
+num_requests = 6
+''')
+    out = bench("run", "--matrix", str(path), "--no-progress")
+    assert out.returncode == 0, out.stderr
+    assert "| fake | int4 | 2 |" in out.stdout and "generation speedup" in out.stdout
+    assert len(list(ResultStore("results/fakes.jsonl").records())) == 8
+    rep = bench("report", "results/fakes.jsonl", "--baseline", "backend=fake,precision=int4,max_batch_size=1")
+    assert rep.returncode == 0 and "baseline: fake/int4/bs1" in rep.stdout
+    html = (tmp_path / "dashboards/fakes/dashboard.html").read_text()
+    assert "plotly" in html and "<script" in html
+    bad = bench("report", "results/fakes.jsonl", "--baseline", "backend=hf,precision=bf16,max_batch_size=1")
+    assert bad.returncode == 2 and "fake/int4/bs2 (ok)" in bad.stderr
+
+
+def test_help_is_fast_and_lists_commands():
+    out = bench("--help")
+    assert out.returncode == 0 and "run" in out.stdout and "report" in out.stdout
+    probe = subprocess.run([sys.executable, "-c", "import bench.cli, bench.spec, bench.store, sys; "
+                            "print(any(m in sys.modules for m in ('torch', 'transformers', 'plotly')))"],
+                           capture_output=True, text=True)
+    assert probe.stdout.strip() == "False"

@@ -1,0 +1,88 @@
+"""Runner and matrix logic with the fake backend in real worker subprocesses."""
+
+import json
+
+from bench.matrix import run_matrix
+from bench.spec import parse_matrix
+from bench.store import ResultStore
+
+
+def matrix(tiny_sharegpt, **over):
+    data = {
+        "backends": ["fake"], "model": "qwen-tiny", "precisions": ["bf16"], "max_batch_sizes": [1, 4],
+        "workloads": ["w"], "device": "cpu", "trials": 2, "warmup": 1, "timeout_s": 20, "build_timeout_s": 20,
+        "workload": {"w": {"num_requests": 8, "path": str(tiny_sharegpt), "max_output_len": 16}},
+    }
+    data.update(over)
+    return parse_matrix(data)
+
+
+def statuses(path):
+    return [(r["cell"]["max_batch_size"], r["trial"], r["status"]) for r in ResultStore(path).records()]
+
+
+def test_ok_run_stores_every_trial_and_resumes(tiny_sharegpt, tmp_path):
+    m = matrix(tiny_sharegpt)
+    store = tmp_path / "s.jsonl"
+    summary = run_matrix(m, store, show_progress=False)
+    assert summary.statuses == {"ok": 4}
+    recs = list(ResultStore(store).records())
+    r = recs[0]
+    assert r["workload"]["num_requests"] == 8 and len(r["workload"]["content_hash"]) == 16
+    assert r["metrics"]["output_len_mismatches"] == 0
+    assert r["environment"]["python"] and "commit" in r["environment"]
+    # fake timing model: bs 4 amortises the per-step cost, so throughput is higher
+    by_bs = {x["cell"]["max_batch_size"]: x["metrics"]["output_throughput"] for x in recs}
+    assert by_bs[4] > by_bs[1]
+    again = run_matrix(m, store, show_progress=False)
+    assert again.statuses == {} and again.skipped == 4
+    redo = run_matrix(m, store, redo=True, show_progress=False)
+    assert redo.statuses == {"ok": 4} and len(list(ResultStore(store).records())) == 8
+
+
+def test_oom_cell_recorded_and_matrix_goes_on(tiny_sharegpt, tmp_path):
+    # memory model: 1 GB weights + bs * (longest prompt + output <= 60) * 512 KiB:
+    # bs 1 needs <= 1.032 GB, bs 4 about 1.1 GB; 1.06 GB fits bs 1 only.
+    m = matrix(tiny_sharegpt, options={"memory_gb": 1.06})
+    store = tmp_path / "s.jsonl"
+    run_matrix(m, store, show_progress=False)
+    assert statuses(store) == [(1, 0, "ok"), (1, 1, "ok"), (4, 0, "oom")]
+    assert run_matrix(m, store, show_progress=False).statuses == {}  # OOM is final
+
+
+def test_crash_is_error_and_next_group_runs(tiny_sharegpt, tmp_path):
+    m = matrix(tiny_sharegpt, max_batch_sizes=[1], options={"fail": ["crash", "none"]})
+    store = tmp_path / "s.jsonl"
+    run_matrix(m, store, show_progress=False)
+    recs = list(ResultStore(store).records())
+    by_fail = {(r["cell"]["options"]["fail"], r["trial"]): r["status"] for r in recs}
+    assert by_fail[("crash", 0)] == "error" and "status 3" in recs[0]["error"]
+    assert by_fail[("none", 0)] == "ok" and by_fail[("none", 1)] == "ok"
+
+
+def test_hang_times_out_and_worker_is_replaced(tiny_sharegpt, tmp_path):
+    m = matrix(tiny_sharegpt, max_batch_sizes=[1], timeout_s=3, warmup=0, options={"fail": ["hang"]})
+    store = tmp_path / "s.jsonl"
+    run_matrix(m, store, show_progress=False)
+    st = statuses(store)
+    assert st[0][2] == "timeout" and len(st) == 2 and all(s == "timeout" for *_, s in st)
+
+
+def test_build_oom_and_sigkill(tiny_sharegpt, tmp_path):
+    m = matrix(tiny_sharegpt, max_batch_sizes=[1], options={"fail": ["build-oom", "sigkill"]})
+    store = tmp_path / "s.jsonl"
+    run_matrix(m, store, show_progress=False)
+    recs = list(ResultStore(store).records())
+    by_fail = {r["cell"]["options"]["fail"]: r for r in recs}
+    assert by_fail["build-oom"]["status"] == "oom" and "build" in by_fail["build-oom"]["error"]
+    assert by_fail["sigkill"]["status"] == "oom" and "OOM killer" in by_fail["sigkill"]["error"]
+
+
+def test_injected_error_is_error(tiny_sharegpt, tmp_path):
+    m = matrix(tiny_sharegpt, max_batch_sizes=[1], warmup=0, options={"fail": "error"})
+    store = tmp_path / "s.jsonl"
+    summary = run_matrix(m, store, show_progress=False)
+    assert summary.statuses == {"error": 1}
+    rec = next(ResultStore(store).records())
+    assert "injected error" in rec["error"]
+    assert json.dumps(rec)  # serialisable
