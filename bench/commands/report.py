@@ -1,0 +1,30 @@
+"""`bench report`: rebuild tables and the dashboard from result stores (runs nothing)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from bench.cli import parse_pairs
+from bench.errors import BenchInputError
+
+
+def register(sub) -> None:
+    rep = sub.add_parser("report", help="rebuild tables and dashboard from result stores (runs nothing)")
+    rep.add_argument("stores", nargs="*", help="result stores (default: every results/*.jsonl)")
+    rep.add_argument("--out", help="output folder (default dashboards/<store>)")
+    rep.add_argument("--baseline", help="speedup baseline, e.g. backend=hf,precision=bf16,max_batch_size=1")
+    rep.set_defaults(func=cmd_report)
+
+
+def cmd_report(args) -> int:
+    from bench.report.build import build_report
+
+    stores = args.stores or sorted(str(p) for p in Path("results").glob("*.jsonl"))
+    if not stores:
+        raise BenchInputError("no result stores given and none found in results/: run `bench run` first")
+    out = Path(args.out or ("dashboards/" + (Path(stores[0]).stem if len(stores) == 1 else "combined")))
+    paths = build_report(stores, out, parse_pairs(args.baseline))
+    print(paths["markdown"].read_text())
+    print(f"tables: {paths['markdown']}, {paths['csv']}; dashboard: {paths['dashboard']}", file=sys.stderr)
+    return 0
