@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import socket
 import subprocess
@@ -17,7 +18,13 @@ COMPARABILITY_KEYS = ("gpu_name", "gpu_count", "driver", "cuda", "torch", "trans
 
 @lru_cache(maxsize=1)
 def project_commit() -> dict:
-    """Return {'commit': sha or None, 'dirty': bool or None} of the harness's own checkout."""
+    """Return {'commit': sha or None, 'dirty': bool or None} of the harness's own checkout.
+
+    Where the tree was copied without .git (a remote GPU box), BENCH_COMMIT / BENCH_DIRTY
+    given by whoever copied it are used instead.
+    """
+    if os.environ.get("BENCH_COMMIT"):
+        return {"commit": os.environ["BENCH_COMMIT"], "dirty": os.environ.get("BENCH_DIRTY", "") == "1"}
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10)
         if sha.returncode != 0:

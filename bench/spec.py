@@ -402,7 +402,8 @@ def narrow(matrix: Matrix, only: dict | None = None, requests: int | None = None
     """Return the matrix restricted to cells matching `only`, with optional overrides."""
     cells = list(matrix.cells)
     if only:
-        rule = {k: _coerce(v) for k, v in only.items()}
+        # "max_batch_size=1|8" selects either value
+        rule = {k: [_coerce(x) for x in v.split("|")] if isinstance(v, str) else v for k, v in only.items()}
         cells = [c for c in cells if _matches(c, rule)]
         if not cells:
             raise BenchInputError(f"--only {only} matches none of the matrix's {len(matrix.cells)} cells")

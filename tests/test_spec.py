@@ -85,6 +85,7 @@ def test_narrow_filters_and_overrides():
     m = narrow(parse_matrix(dict(BASE)), only={"max_batch_size": "1"}, requests=2, trials=1)
     assert len(m.cells) == 2 and m.settings.trials == 1
     assert all(c.workload.num_requests == 2 for c in m.cells)
+    assert len(narrow(parse_matrix(dict(BASE)), only={"max_batch_size": "1|4", "precision": "bf16"}).cells) == 2
     with pytest.raises(BenchInputError, match="matches none"):
         narrow(parse_matrix(dict(BASE)), only={"max_batch_size": "3"})
 

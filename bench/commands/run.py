@@ -13,7 +13,7 @@ def register(sub) -> None:
     r.add_argument("--preset", help="built-in matrix (see `bench presets`)")
     r.add_argument("--matrix", help="matrix TOML file")
     r.add_argument("--store", help="result store (default results/<matrix>.jsonl)")
-    r.add_argument("--only", help="run only matching cells, e.g. precision=bf16,max_batch_size=1")
+    r.add_argument("--only", help="run only matching cells, e.g. precision=bf16,max_batch_size=1|8")
     r.add_argument("--requests", type=int, help="override every workload's num_requests (a quick slice)")
     r.add_argument("--trials", type=int, help="override the matrix's trials per cell")
     r.add_argument("--redo", action="store_true", help="re-run cells already in the store (appends new records)")
