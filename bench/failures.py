@@ -9,6 +9,7 @@ markers of TensorRT (build) and TensorRT-LLM (runtime).
 from __future__ import annotations
 
 import signal
+import sys
 
 OOM_MARKERS = (
     "CUDA out of memory",
@@ -24,14 +25,13 @@ OOM_MARKERS = (
 
 def classify_exception(exc: BaseException) -> str:
     """Return 'oom' if exc is an out-of-memory of the device or the host, else 'error'."""
-    try:
-        import torch
-
-        if isinstance(exc, torch.OutOfMemoryError):
-            return "oom"
-    except ImportError:  # pragma: no cover - torch is a dependency, but keep this importable
-        pass
     if isinstance(exc, MemoryError):
+        return "oom"
+    # Only a process that imported torch can hold a torch OOM; importing torch here could itself
+    # fail under an address-space cap (bench.memcap), so it is never imported just to check.
+    torch = sys.modules.get("torch")
+    oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
+    if oom_type is not None and isinstance(exc, oom_type):
         return "oom"
     return classify_text(f"{type(exc).__name__}: {exc}")
 

@@ -34,6 +34,8 @@ def plan(matrix: Matrix, store: ResultStore, redo: bool = False) -> list[tuple[o
     done: dict[str, set] = {}
     final_cells: set[str] = set()
     for rec in store.records():
+        if (rec.get("settings") or {}).get("gpu_memory_gb") != matrix.settings.gpu_memory_gb:
+            continue  # measured under another memory cap: a different measurement
         if rec.get("status") == "ok":
             done.setdefault(rec["cell_id"], set()).add(rec.get("trial", 0))
         elif rec.get("status") in ("oom", "unsupported"):
@@ -59,9 +61,11 @@ def run_matrix(
     console=None,
 ) -> RunSummary:
     """Run every cell of the matrix not yet stored; return what happened."""
+    from bench.memcap import check_cap, env_for
     from bench.workload import cached_workload
 
     started = time.monotonic()
+    check_cap(matrix.settings.gpu_memory_gb, [c.device for c in matrix.cells])  # before any work
     store = ResultStore(store_path)
     todo = plan(matrix, store, redo)
     summary = RunSummary(planned=len(matrix.cells) * matrix.settings.trials)
@@ -113,6 +117,7 @@ def run_matrix(
                 build_timeout_s=matrix.settings.build_timeout_s,
                 cell_timeout_s=matrix.settings.timeout_s,
                 log_path=Path(store_path).parent / "logs" / f"{Path(store_path).stem}-{key.key_hash}.log",
+                env=env_for(matrix.settings.gpu_memory_gb),
             )
             progress.current(f"building {key.backend}/{key.precision} ({key.key_hash[:8]})", None)
             run_group(job, on_event)
@@ -135,7 +140,8 @@ def make_record(cell, event: dict, workload, state: dict, matrix: Matrix) -> dic
         "workload": workload.summary(),
         "build": state["build"],
         "environment": state["env"],
-        "settings": {"trials": matrix.settings.trials, "warmup": matrix.settings.warmup, "matrix": matrix.name},
+        "settings": {"trials": matrix.settings.trials, "warmup": matrix.settings.warmup, "matrix": matrix.name,
+                     "gpu_memory_gb": matrix.settings.gpu_memory_gb},
         "started_at": event.get("started_at"),
         "ended_at": event.get("ended_at", time.time()),
     }

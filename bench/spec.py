@@ -196,6 +196,9 @@ class RunSettings:
     warmup: int = 1  # warm-up passes before the measured trials (excluded from results)
     timeout_s: float = 1800.0  # per cell (all its trials), after the build
     build_timeout_s: float = 3600.0
+    # Emulate a smaller device: cap the memory a cell may use, in GB (1e9 bytes); None = the
+    # whole device. Read by workers through bench.memcap.cap_bytes(); see docs/oom.md.
+    gpu_memory_gb: float | None = None
 
 
 @dataclass(frozen=True)
@@ -210,7 +213,7 @@ class Matrix:
 AXES = ("backends", "models", "precisions", "max_batch_sizes", "workloads", "devices")
 TOP_KEYS = set(AXES) | {
     "name", "description", "model", "device", "options", "include", "exclude", "workload",
-    "trials", "warmup", "timeout_s", "build_timeout_s", "baseline",
+    "trials", "warmup", "timeout_s", "build_timeout_s", "baseline", "gpu_memory_gb",
 }
 RULE_KEYS = {"backend", "model", "precision", "max_batch_size", "workload", "device"}
 
@@ -347,7 +350,11 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
         warmup=data.get("warmup", RunSettings.warmup),
         timeout_s=data.get("timeout_s", RunSettings.timeout_s),
         build_timeout_s=data.get("build_timeout_s", RunSettings.build_timeout_s),
+        gpu_memory_gb=data.get("gpu_memory_gb"),
     )
+    cap = settings.gpu_memory_gb
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or cap <= 0):
+        raise BenchInputError(f"gpu_memory_gb must be a positive number of GB (1 GB = 1e9 bytes), got {cap!r}")
     if not isinstance(settings.trials, int) or settings.trials <= 0:
         raise BenchInputError(f"trials must be a positive integer, got {settings.trials!r}")
     if not isinstance(settings.warmup, int) or settings.warmup < 0:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.failures import classify_exception
+from bench.memcap import apply_cap, device_peak_bytes
 
 
 def _host_peak_rss_bytes() -> int:
@@ -41,6 +42,8 @@ def run_group(job: dict, emit: Callable[[dict], None]) -> None:
     backend = backend_class(key.backend)()
     t0 = time.perf_counter()
     try:
+        # Emulating a smaller device (gpu_memory_gb) must precede the first allocation.
+        memory_cap = apply_cap(key.device)
         artifact = backend.build(key, Path(job["engines_dir"]))
         t1 = time.perf_counter()
         loaded = backend.load(artifact)
@@ -49,7 +52,7 @@ def run_group(job: dict, emit: Callable[[dict], None]) -> None:
         return
     t2 = time.perf_counter()
     build_info = artifact.get("build_info", {}) if isinstance(artifact, dict) else {}
-    emit({"event": "built", "build_s": t1 - t0, "load_s": t2 - t1, **build_info})
+    emit({"event": "built", "build_s": t1 - t0, "load_s": t2 - t1, **build_info, **memory_cap})
 
     workloads: dict[str, Workload] = {}
     for item in job["cells"]:
@@ -101,8 +104,10 @@ def run_group(job: dict, emit: Callable[[dict], None]) -> None:
                       "samples": request_samples(out.timings), "started_at": started_at, "ended_at": time.time()})
             except Exception as exc:
                 status = classify_exception(exc)
+                peak = device_peak_bytes()  # how far the failed pass got (an OOM's "peak memory seen")
                 emit({"event": "result", "cell_id": cell.cell_id, "trial": trial, "status": status,
-                      "error": _describe(exc), "started_at": started_at, "ended_at": time.time()})
+                      "error": _describe(exc), "started_at": started_at, "ended_at": time.time(),
+                      "extra": {} if peak is None else {"peak_memory_bytes_at_failure": peak}})
                 loaded.recover()
                 failed = True
     loaded.close()

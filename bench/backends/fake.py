@@ -3,7 +3,9 @@
 Time is computed, not slept: a batch costs prefill_ms_per_token x its prompt tokens, then each
 decode step costs step_ms + step_ms_per_seq x batch size (so throughput grows with batch size
 and saturates, as on a real device). A memory model (weights + KV bytes per token) raises an
-out-of-memory when a batch's KV cache exceeds memory_gb. `fail` injects worker failures.
+out-of-memory when a batch's KV cache exceeds memory_gb (or the gpu_memory_gb cap, if lower);
+`oom_flaky_band` makes sizes just under the limit fail on alternate runs. `fail` injects worker
+failures.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import time
 from pathlib import Path
 
 from bench.backends.base import Backend, Loaded, Option, RequestTiming, RunOutput
+from bench.memcap import cap_bytes
 
 
 class FakeBackend(Backend):
@@ -28,6 +31,10 @@ class FakeBackend(Backend):
         "memory_gb": Option(0.0, kind=(int, float), help="device memory; 0 = unlimited"),
         "weights_gb": Option(1.0, kind=(int, float)),
         "kv_bytes_per_token": Option(524288, kind=int, help="KV cache bytes per token (Qwen-7B bf16: 512 KiB)"),
+        "oom_flaky_band": Option(
+            0.0, kind=(int, float), in_build_key=False,
+            help="fraction of memory below the limit where a batch OOMs on alternate runs (non-monotonic noise)",
+        ),
         "fail": Option("none", ("none", "crash", "hang", "error", "oom", "build-oom", "build-hang", "sigkill")),
         "seed": Option(0, kind=int, in_build_key=False),
     }
@@ -43,13 +50,23 @@ class FakeBackend(Backend):
         return {"key": key.to_dict(), "folder": str(folder), "build_info": {"cold": True}}
 
     def load(self, artifact: dict) -> FakeLoaded:
-        return FakeLoaded(artifact["key"])
+        return FakeLoaded(artifact["key"], Path(artifact["folder"]))
 
 
 class FakeLoaded(Loaded):
-    def __init__(self, key: dict):
+    def __init__(self, key: dict, folder: Path | None = None):
         self.key = key
+        self.folder = folder
         self.runs = 0
+
+    def _flaky_count(self, batch_size: int) -> int:
+        """Return how many earlier runs of this batch size hit the flaky band, and count this one.
+
+        Kept in the build folder, so the alternation holds across worker processes."""
+        path = (self.folder or Path(".")) / f"flaky-bs{batch_size}.count"
+        seen = int(path.read_text()) if path.is_file() else 0
+        path.write_text(str(seen + 1))
+        return seen
 
     def run(self, requests, max_batch_size: int, options: dict) -> RunOutput:
         from bench.workload import batches
@@ -70,11 +87,22 @@ class FakeLoaded(Loaded):
         clock = 0.0
         timings = []
         peak = opts["weights_gb"] * 1e9
+        # The device is memory_gb, or the emulated smaller device (gpu_memory_gb) if that is less.
+        limit = opts["memory_gb"] * 1e9 or None
+        cap = cap_bytes()
+        if cap is not None:
+            limit = cap if limit is None else min(limit, cap)
+        flaky_from = limit * (1 - opts["oom_flaky_band"]) if limit else None
         for batch in batches(list(requests), max_batch_size):
             total_len = max(r.input_len for r in batch) + max(r.output_len for r in batch)
             need = opts["weights_gb"] * 1e9 + len(batch) * total_len * opts["kv_bytes_per_token"]
             peak = max(peak, need)
-            if fail == "oom" or (opts["memory_gb"] and need > opts["memory_gb"] * 1e9):
+            # Flaky band: a batch just under the limit fails on every other run of this size
+            # (parity of a per-size counter: reproducible, and both outcomes occur).
+            flaky = False
+            if flaky_from is not None and opts["oom_flaky_band"] and flaky_from < need <= limit:
+                flaky = self._flaky_count(len(batch)) % 2 == 1
+            if fail == "oom" or (limit and need > limit) or flaky:
                 raise MemoryError(f"fake backend: out of memory (needs {need / 1e9:.2f} GB)")
             start = clock
             clock += k * opts["prefill_ms_per_token"] * sum(r.input_len for r in batch) / 1000

@@ -1,0 +1,119 @@
+"""`bench oom`: find the largest max_batch_size that fits for each configuration of a matrix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.cli import parse_pairs
+from bench.errors import BenchInputError
+
+
+def register(sub) -> None:
+    r = sub.add_parser(
+        "oom",
+        help="search the OOM boundary (largest max_batch_size that fits) per backend x precision x options x lengths",
+        description="Probes each configuration of the matrix with one full batch of worst-case requests "
+        "(see docs/oom.md); the matrix's max_batch_sizes are ignored except as default bounds.",
+    )
+    r.add_argument("--preset", help="built-in matrix (see `bench presets`)")
+    r.add_argument("--matrix", help="matrix TOML file")
+    r.add_argument("--only", help="search only matching cells, e.g. precision=bf16")
+    r.add_argument("--lengths", help="input x output lengths to search, e.g. 1024x1024,2048x2048 "
+                   "(default: each workload's max_input_len x its longest output)")
+    r.add_argument("--lower", type=int, help="smallest batch size to probe (default: the matrix's smallest)")
+    r.add_argument("--upper", type=int, help="largest batch size to probe (default: the matrix's largest)")
+    r.add_argument("--strategy", default="grow", help="grow (exponential growth, then bisection; default) or bisect")
+    r.add_argument("--decode-steps", type=int, default=4, help="decode steps a probe runs at the final length")
+    r.add_argument("--gpu-memory-gb", type=float, help="emulate a smaller device: cap the memory a cell may use (GB)")
+    r.add_argument("--no-confirm", action="store_true", help="skip re-probing the largest fitting size")
+    r.add_argument("--store", help="result store (default results/<matrix>-oom.jsonl)")
+    r.add_argument("--report-dir", help="where oom-frontier.md goes (default dashboards/<matrix>)")
+    r.add_argument("--redo", action="store_true", help="probe again even where a probe is stored")
+    r.set_defaults(func=cmd_oom)
+
+
+def parse_lengths(text: str) -> list[tuple[int, int]]:
+    """Return [(input, output)] from '1024x1024,2048x2048'; BenchInputError otherwise."""
+    out = []
+    for part in text.split(","):
+        try:
+            a, b = part.lower().split("x")
+            pair = (int(a), int(b))
+        except ValueError:
+            raise BenchInputError(f"--lengths wants INPUTxOUTPUT pairs such as 1024x1024,2048x2048; got {part!r}") from None
+        if min(pair) <= 0:
+            raise BenchInputError(f"--lengths: lengths must be positive, got {part!r}")
+        out.append(pair)
+    return out
+
+
+def workload_lengths(spec) -> tuple[int, int]:
+    """Return the worst case (input, output) a workload spec allows: its KV cache reaches max_total_len."""
+    if spec.source == "synthetic":
+        return spec.input_len, spec.output_len
+    if spec.output_len:
+        return spec.max_input_len, spec.output_len
+    room = spec.max_total_len - spec.max_input_len
+    return spec.max_input_len, min(room, spec.max_output_len) if spec.max_output_len else room
+
+
+def cmd_oom(args) -> int:
+    from rich.console import Console
+
+    from bench.memcap import check_cap
+    from bench.oom import ProbeFailed, check_bounds, frontier_markdown, frontier_rows, probe_lengths
+    from bench.oom_run import ProbeRunner, find_boundary
+    from bench.spec import load_matrix, narrow
+    from bench.store import load_records
+
+    if args.matrix and args.preset:
+        raise BenchInputError("give either --matrix FILE or --preset NAME, not both")
+    matrix = load_matrix(args.matrix) if args.matrix else load_matrix(args.preset or "default", preset=True)
+    matrix = narrow(matrix, only=parse_pairs(args.only, "--only"))
+    sizes = sorted({c.max_batch_size for c in matrix.cells})
+    lower = args.lower if args.lower is not None else sizes[0]
+    upper = args.upper if args.upper is not None else sizes[-1]
+    check_bounds(lower, upper, args.strategy)
+    cap = args.gpu_memory_gb if args.gpu_memory_gb is not None else matrix.settings.gpu_memory_gb
+    check_cap(cap, [c.device for c in matrix.cells])
+    given = parse_lengths(args.lengths) if args.lengths else None
+
+    # One search per configuration (batch size and workload set aside) and per length pair.
+    searches: dict = {}
+    for cell in matrix.cells:
+        pairs = given or [workload_lengths(cell.workload)]
+        for in_len, out_len in pairs:
+            probe_lengths(in_len, out_len, args.decode_steps)  # validates before any run
+            key = (cell.backend, cell.model, cell.precision, cell.device, cell.options, in_len, out_len)
+            searches.setdefault(key, (cell, in_len, out_len))
+
+    store = Path(args.store or f"results/{matrix.name}-oom.jsonl")
+    console = Console(stderr=True)
+    console.print(f"OOM search: {len(searches)} configuration(s), batch sizes {lower}..{upper} ({args.strategy}), "
+                  f"memory cap {'none' if cap is None else f'{cap:g} GB'} -> {store}")
+    failed = 0
+    for cell, in_len, out_len in searches.values():
+        runner = ProbeRunner(cell, in_len, out_len, store, decode_steps=args.decode_steps, gpu_memory_gb=cap,
+                             redo=args.redo, matrix_name=matrix.name, timeout_s=matrix.settings.timeout_s,
+                             build_timeout_s=matrix.settings.build_timeout_s)
+        label = f"{cell.backend}/{cell.precision} {in_len}/{out_len}"
+        try:
+            b = find_boundary(runner, lower, upper, args.strategy, confirm=not args.no_confirm)
+        except ProbeFailed as exc:
+            failed += 1
+            console.print(f"[red]{label}: {exc}")
+            continue
+        ran = [p for p in b.probes if not p.reused]
+        per_probe = sum(p.seconds for p in ran) / len(ran) if ran else 0.0
+        console.print(f"{label}: largest fit {b.largest_fit}, smallest OOM {b.smallest_oom}; {len(b.probes)} probes "
+                      f"({len(ran)} run, {per_probe:.1f} s each)" + (f"; FLAKY sizes {b.flaky_sizes}" if b.flaky_sizes else ""))
+    table = frontier_markdown(frontier_rows(load_records([store]))) if store.exists() else frontier_markdown([])
+    out_dir = Path(args.report_dir or f"dashboards/{matrix.name}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "oom-frontier.md"
+    tmp = path.with_suffix(".md.tmp")
+    tmp.write_text(table)
+    tmp.replace(path)
+    print(table)
+    console.print(f"frontier: {path}")
+    return 1 if failed else 0

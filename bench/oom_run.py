@@ -1,0 +1,107 @@
+"""Runs OOM probes through the worker machinery and stores each one as a result record.
+
+A probe is a cell (bench.oom.probe_cell) run by bench.runner like any other, with warmup 0 and
+one trial: an OOM is classified by bench.failures, a worker killed by the OOM killer is replaced,
+and each probe is stored with bench.matrix.make_record, marked settings.kind = 'oom-probe' and
+extra.probe = the worst case it stands for. Stored probes are reused (same cell, trial and cap)
+unless `redo`, so a re-run of `bench oom` costs nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.oom import PROBE_KIND, Boundary, ProbeOutcome, probe_cell, search_boundary
+
+
+@dataclass
+class ProbeRunner:
+    """A `probe(batch_size)` callable for one (cell, lengths, cap); stores every probe it runs."""
+
+    base_cell: object  # bench.spec.Cell: backend, model, precision, device, options
+    max_input_len: int
+    max_output_len: int
+    store_path: Path
+    decode_steps: int = 4
+    gpu_memory_gb: float | None = None
+    engines_dir: Path = Path("engines")
+    workload_cache: Path = Path("workloads/cache")
+    timeout_s: float = 600.0
+    build_timeout_s: float = 1800.0
+    redo: bool = False
+    matrix_name: str = "oom"
+
+    def __post_init__(self):
+        self._trials: dict[str, int] = {}  # cell_id -> probes of it in this search
+
+    def __call__(self, batch_size: int) -> ProbeOutcome:
+        from bench.store import ResultStore
+
+        cell = probe_cell(self.base_cell, batch_size, self.max_input_len, self.max_output_len, self.decode_steps)
+        trial = self._trials.get(cell.cell_id, 0)
+        self._trials[cell.cell_id] = trial + 1
+        store = ResultStore(self.store_path)
+        if not self.redo:
+            for rec in store.records():
+                if (rec["cell_id"] == cell.cell_id and rec.get("trial") == trial and rec.get("status") in ("ok", "oom")
+                        and (rec.get("settings") or {}).get("kind") == PROBE_KIND
+                        and rec["settings"].get("gpu_memory_gb") == self.gpu_memory_gb):
+                    return _outcome(batch_size, rec, 0.0, reused=True)
+        started = time.perf_counter()
+        record = self._run(cell, trial)
+        store.append(record)
+        return _outcome(batch_size, record, time.perf_counter() - started)
+
+    def _run(self, cell, trial: int) -> dict:
+        from bench.matrix import make_record
+        from bench.memcap import env_for
+        from bench.runner import GroupItem, GroupJob, run_group
+        from bench.spec import Matrix, RunSettings
+        from bench.workload import cached_workload
+
+        workload, wl_file = cached_workload(cell.workload, Path(self.workload_cache))
+        key = cell.build_key()
+        settings = RunSettings(trials=1, warmup=0, timeout_s=self.timeout_s, build_timeout_s=self.build_timeout_s,
+                               gpu_memory_gb=self.gpu_memory_gb)
+        matrix = Matrix(name=self.matrix_name, cells=(cell,), settings=settings)
+        job = GroupJob(
+            build_key=key, items=[GroupItem(cell, [trial], str(wl_file))], engines_dir=Path(self.engines_dir),
+            warmup=0, build_timeout_s=self.build_timeout_s, cell_timeout_s=self.timeout_s,
+            log_path=Path(self.store_path).parent / "logs" / f"{Path(self.store_path).stem}-oom-{key.key_hash}.log",
+            env=env_for(self.gpu_memory_gb),
+        )
+        state = {"env": {}, "build": {"key_hash": key.key_hash}}
+        results: list[dict] = []
+
+        def on_event(event):
+            kind = event.get("event")
+            if kind == "env":
+                state["env"] = event["environment"]
+            elif kind == "built":
+                state["build"] = {"key_hash": key.key_hash, **{k: v for k, v in event.items() if k != "event"}}
+            elif kind == "result":
+                results.append(event)
+
+        run_group(job, on_event)
+        record = make_record(cell, results[-1], workload, state, matrix)
+        record["settings"]["kind"] = PROBE_KIND
+        record["extra"] = {**(record.get("extra") or {}), "probe": {
+            "max_input_len": self.max_input_len, "max_output_len": self.max_output_len,
+            "decode_steps": min(self.decode_steps, self.max_output_len), "batch_size": cell.max_batch_size,
+        }}
+        return record
+
+
+def _outcome(batch_size: int, record: dict, seconds: float, reused: bool = False) -> ProbeOutcome:
+    metrics, extra = record.get("metrics") or {}, record.get("extra") or {}
+    peak = metrics.get("peak_memory_gb")
+    if peak is None and extra.get("peak_memory_bytes_at_failure") is not None:
+        peak = extra["peak_memory_bytes_at_failure"] / 1e9
+    return ProbeOutcome(batch_size, record["status"], peak, seconds, reused, record.get("error"))
+
+
+def find_boundary(runner: ProbeRunner, lower: int, upper: int, strategy: str = "grow", confirm: bool = True) -> Boundary:
+    """Return the boundary for the runner's (cell, lengths, cap), every probe stored as it ran."""
+    return search_boundary(runner, lower, upper, strategy=strategy, confirm=confirm)

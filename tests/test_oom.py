@@ -1,0 +1,212 @@
+"""OOM boundary search: the search logic with a pure fake probe, then bench oom end to end with
+the fake backend in real worker subprocesses."""
+
+import math
+import resource
+import subprocess
+import sys
+
+import pytest
+
+from bench.cli import main
+from bench.errors import BenchInputError
+from bench.memcap import check_cap
+from bench.oom import (
+    ProbeFailed,
+    ProbeOutcome,
+    frontier_markdown,
+    frontier_rows,
+    probe_budget,
+    probe_lengths,
+    search_boundary,
+)
+from bench.store import ResultStore
+
+
+def limit_probe(boundary, flaky=(), fail_status=None):
+    """A probe that fits up to `boundary`; sizes in `flaky` fail on their second probe."""
+    seen = {}
+
+    def probe(b):
+        seen[b] = seen.get(b, 0) + 1
+        if fail_status and b == fail_status[0]:
+            return ProbeOutcome(b, fail_status[1], error="boom")
+        ok = b <= boundary and not (b in flaky and seen[b] % 2 == 0)
+        return ProbeOutcome(b, "ok" if ok else "oom", peak_memory_gb=float(b))
+    return probe
+
+
+@pytest.mark.parametrize("strategy", ["grow", "bisect"])
+@pytest.mark.parametrize("lower,upper", [(1, 256), (1, 1000), (1, 7), (3, 50), (1, 1)])
+def test_search_finds_every_boundary_within_budget(strategy, lower, upper):
+    for boundary in range(lower - 1, upper + 2):
+        b = search_boundary(limit_probe(boundary), lower, upper, strategy)
+        if boundary < lower:
+            assert (b.largest_fit, b.smallest_oom) == (None, lower)
+        elif boundary >= upper:
+            assert (b.largest_fit, b.smallest_oom) == (upper, None) and b.fits_at_upper
+        else:
+            assert (b.largest_fit, b.smallest_oom) == (boundary, boundary + 1)
+        assert not b.flaky_sizes
+        assert len(b.probes) <= probe_budget(lower, upper, strategy)
+        if strategy == "bisect" and lower == 1:  # the issue's target, exactly
+            assert len(b.probes) <= math.ceil(math.log2(upper / lower)) + 2
+
+
+def test_grow_is_cheap_when_the_boundary_is_low():
+    # 7B on a 24 GB card at 2048/2048: the boundary is a handful of sequences.
+    grow = search_boundary(limit_probe(6), 1, 1024, "grow")
+    bisect = search_boundary(limit_probe(6), 1, 1024, "bisect")
+    assert [p.batch_size for p in grow.probes] == [1, 2, 4, 8, 6, 7, 6]
+    assert len(grow.probes) < len(bisect.probes) <= 12
+
+
+def test_flaky_size_is_reported_not_hidden():
+    b = search_boundary(limit_probe(10, flaky={10}), 1, 64, "grow")
+    assert b.flaky_sizes == [10]
+    assert [(p.batch_size, p.status) for p in b.probes if p.batch_size == 10] == [(10, "ok"), (10, "oom")]
+    assert (b.largest_fit, b.smallest_oom) == (9, 10)
+
+
+def test_flaky_lower_bound_leaves_nothing_that_fits():
+    b = search_boundary(limit_probe(1, flaky={1}), 1, 8, "grow")
+    assert b.flaky_sizes == [1] and b.largest_fit is None and b.smallest_oom == 1
+
+
+def test_search_never_probes_above_a_failure():
+    mixed = search_boundary(lambda s: ProbeOutcome(s, "oom" if s == 2 else ("ok" if s <= 5 else "oom")), 1, 8, "grow",
+                            confirm=False)
+    assert mixed.largest_fit == 1 and mixed.smallest_oom == 2 and [p.batch_size for p in mixed.probes] == [1, 2]
+
+
+def probe_record(size, status, trial=0):
+    return {"cell_id": f"c{size}", "trial": trial, "status": status,
+            "cell": {"backend": "hf", "model": "m", "precision": "bf16", "options": {}, "device": "cuda",
+                     "max_batch_size": size},
+            "metrics": {"peak_memory_gb": 10.0 + size} if status == "ok" else None,
+            "extra": {"probe": {"max_input_len": 8, "max_output_len": 8}},
+            "settings": {"kind": "oom-probe", "gpu_memory_gb": 24.0}}
+
+
+def test_frontier_reports_non_monotonic_records():
+    recs = [probe_record(4, "ok"), probe_record(8, "oom"), probe_record(6, "ok"), probe_record(7, "oom"),
+            probe_record(12, "ok"), probe_record(6, "oom", trial=1),
+            {**probe_record(5, "ok"), "settings": {"kind": None}}]  # a full run, not a probe: ignored
+    (row,) = frontier_rows(recs)
+    assert (row["largest_fit"], row["smallest_oom"], row["flaky_sizes"]) == (4, 6, [6, 12])
+    assert row["peak_memory_gb_at_fit"] == 14.0 and row["probes"] == 6
+    assert "| hf | bf16 | - | 8/8 | 24 | 4 | 6 (OOM) | 14.00 | 6 | 6, 12 |" in frontier_markdown([row])
+
+
+def test_an_error_probe_stops_the_search_with_the_evidence():
+    with pytest.raises(ProbeFailed) as info:
+        search_boundary(limit_probe(100, fail_status=(4, "error")), 1, 64, "grow")
+    assert info.value.outcome.status == "error" and [p.batch_size for p in info.value.boundary.probes] == [1, 2, 4]
+
+
+@pytest.mark.parametrize("lower,upper,strategy", [(0, 8, "grow"), (-1, 8, "grow"), (9, 8, "grow"), (1, 8.5, "grow"),
+                                                  (1, 8, "gallop"), (True, 8, "grow")])
+def test_bad_bounds_are_refused(lower, upper, strategy):
+    with pytest.raises(BenchInputError):
+        search_boundary(limit_probe(3), lower, upper, strategy)
+
+
+def test_probe_lengths_reach_the_final_length():
+    assert probe_lengths(1024, 1024, 4) == (2044, 4)
+    assert probe_lengths(16, 2, 4) == (16, 2)  # output shorter than the probe: the full run itself
+    with pytest.raises(BenchInputError):
+        probe_lengths(0, 16)
+
+
+def test_cap_checks_use_nvml_info():
+    check_cap(None, ["cuda"])
+    check_cap(8, ["cpu"])  # CPU: an address-space limit
+    h200 = lambda i: {"gpu_count": 1, "gpu_name": "H200", "gpu_memory_bytes": 150_000_000_000}  # noqa: E731
+    check_cap(24, ["cuda"], gpu_info=h200)
+    with pytest.raises(BenchInputError, match="larger than"):
+        check_cap(200, ["cuda:0"], gpu_info=h200)
+    with pytest.raises(BenchInputError, match="no GPU"):
+        check_cap(24, ["cuda"], gpu_info=lambda i: {"gpu_count": 0})
+    for bad in (0, -1, "24", True):
+        with pytest.raises(BenchInputError, match="positive"):
+            check_cap(bad, ["cpu"])
+
+
+def test_cpu_cap_is_an_address_space_limit():
+    code = ("import os, resource; os.environ['BENCH_GPU_MEMORY_GB'] = '3'; from bench.memcap import apply_cap; "
+            "print(apply_cap('cpu')['address_space_limit_bytes'], resource.getrlimit(resource.RLIMIT_AS)[0])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["3000000000", "3000000000"]
+    assert resource.getrlimit(resource.RLIMIT_AS)[0] != 3_000_000_000  # this process untouched
+
+
+MATRIX = """
+name = "fk"
+backends = ["fake"]
+model = "qwen-tiny"
+device = "cpu"
+precisions = ["bf16"]
+max_batch_sizes = [1, 64]
+workloads = ["w"]
+timeout_s = 30
+build_timeout_s = 30
+[options]
+memory_gb = 2.0
+{extra}
+[workload.w]
+source = "synthetic"
+input_len = 64
+output_len = 64
+num_requests = 4
+"""
+
+
+def run_cli(tmp_path, *args, extra=""):
+    (tmp_path / "m.toml").write_text(MATRIX.format(extra=extra))
+    return main(["oom", "--matrix", str(tmp_path / "m.toml"), "--store", str(tmp_path / "s.jsonl"), *args])
+
+
+def test_bench_oom_end_to_end_with_the_fake_backend(tmp_path, capsys):
+    # 1 GB weights + bs x 128 tokens x 512 KiB fits 2 GB up to bs 14.
+    assert run_cli(tmp_path, "--lengths", "64x64") == 0
+    recs = list(ResultStore(tmp_path / "s.jsonl").records())
+    assert all(r["settings"]["kind"] == "oom-probe" and r["extra"]["probe"]["max_input_len"] == 64 for r in recs)
+    by_size = {r["cell"]["max_batch_size"]: r for r in recs}
+    assert by_size[14]["status"] == "ok" and by_size[15]["status"] == "oom"
+    assert by_size[14]["cell"]["workload"]["input_len"] == 124 and by_size[14]["metrics"]["peak_memory_gb"] > 1.9
+    rows = frontier_rows(recs)
+    assert [(r["largest_fit"], r["smallest_oom"]) for r in rows] == [(14, 15)]
+    out = capsys.readouterr().out
+    assert "| fake | bf16 | memory_gb=2.0 | 64/64 | device | 14 | 15 (OOM) |" in out
+    assert (tmp_path / "dashboards" / "fk" / "oom-frontier.md").is_file()
+    # A re-run reuses every stored probe.
+    n = len(recs)
+    assert run_cli(tmp_path, "--lengths", "64x64") == 0
+    assert len(list(ResultStore(tmp_path / "s.jsonl").records())) == n
+
+
+def test_cap_emulates_a_smaller_device_and_is_recorded(tmp_path):
+    assert run_cli(tmp_path, "--lengths", "64x64", "--gpu-memory-gb", "1.5") == 0
+    rows = frontier_rows(ResultStore(tmp_path / "s.jsonl").records())
+    assert [(r["gpu_memory_gb"], r["largest_fit"]) for r in rows] == [(1.5, 7)]  # 1 + 7 x 64 MiB <= 1.5 GB
+    assert "| 1.5 |" in frontier_markdown(rows)
+
+
+def test_flaky_band_in_the_fake_backend_is_reported(tmp_path, capsys):
+    assert run_cli(tmp_path, "--lengths", "64x64", extra="oom_flaky_band = 0.05") == 0
+    rows = frontier_rows(ResultStore(tmp_path / "s.jsonl").records())
+    assert rows[0]["flaky_sizes"] and rows[0]["largest_fit"] < min(rows[0]["flaky_sizes"])
+    assert "FLAKY" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--lower", "8", "--upper", "2"], "inverted"),
+    (["--lower", "0"], "positive"),
+    (["--gpu-memory-gb", "-3"], "positive"),
+    (["--lengths", "64by64"], "INPUTxOUTPUT"),
+    (["--strategy", "random"], "strategy"),
+])
+def test_bad_input_exits_2_before_any_probe(tmp_path, capsys, args, message):
+    assert run_cli(tmp_path, *args) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "s.jsonl").exists()
