@@ -182,9 +182,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens-per-chunk", type=int, default=1)
     p.add_argument("--mode", choices=MODES, default="ok")
     p.add_argument("--uvloop", action="store_true", help="use uvloop if installed")
+    p.add_argument("--record-file", help="on exit, write each request's prompt, t_recv and chunk times here (JSON)")
     args = p.parse_args(argv)
     cfg = ServerConfig(ttft_s=args.ttft_ms / 1000, itl_s=args.itl_ms / 1000,
-                       tokens_per_chunk=args.tokens_per_chunk, mode=args.mode)
+                       tokens_per_chunk=args.tokens_per_chunk, mode=args.mode, record=bool(args.record_file))
+    log: list[ServedRequest] = []
     if args.uvloop:
         try:
             import uvloop
@@ -194,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             print("uvloop not installed; using asyncio's loop", file=sys.stderr)
 
     async def serve() -> None:
-        runner = web.AppRunner(make_app(cfg, []), access_log=None)
+        runner = web.AppRunner(make_app(cfg, log), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", args.port, backlog=4096)
         await site.start()
@@ -205,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
         await runner.cleanup()
 
     asyncio.run(serve())
+    if args.record_file:
+        with open(args.record_file, "w") as fh:
+            json.dump([{"prompt": e.body.get("prompt"), "t_recv": e.t_recv, "t_chunks": e.t_chunks} for e in log], fh)
     return 0
 
 
