@@ -23,6 +23,7 @@ DIRECTION = {
     "tokens_per_joule": +1,
     **{f"{m}_{s}_ms": -1 for m in LATENCIES for s in ("mean", "median", "p90", "p99")},
     "peak_memory_gb": -1,
+    "request_goodput": +1,
 }
 
 
@@ -72,6 +73,28 @@ def summarize(timings, started: float, ended: float) -> dict:
     for name, values in zip(LATENCIES, (ttft, tpot, itl, e2el), strict=True):
         metrics.update(_stats(name, values))
     return metrics
+
+
+def goodput(timings, duration_s: float, slo_ms: dict[str, float]) -> float | None:
+    """Return request goodput: completed requests meeting every SLO per second (vLLM's), None without SLOs.
+
+    slo_ms maps "ttft", "tpot" and/or "e2el" to a bound in ms; TPOT is 0 for a one-token output.
+    """
+    slo = {k: v / 1000.0 for k, v in slo_ms.items() if v}
+    if not slo:
+        return None
+    unknown = set(slo) - {"ttft", "tpot", "e2el"}
+    if unknown:
+        raise ValueError(f"unknown SLO {sorted(unknown)[0]!r}: valid SLOs are 'e2el', 'tpot', 'ttft'")
+    good = 0
+    for t in timings:
+        if t.error is not None or not t.token_times:
+            continue
+        ttft = t.token_times[0] - t.start
+        e2el = t.end - t.start
+        values = {"ttft": ttft, "e2el": e2el, "tpot": (e2el - ttft) / (t.output_len - 1) if t.output_len > 1 else 0.0}
+        good += all(values[k] <= bound for k, bound in slo.items())
+    return good / duration_s
 
 
 def request_samples(timings) -> list[dict]:

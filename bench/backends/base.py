@@ -88,6 +88,9 @@ class Backend:
     options: ClassVar[dict[str, Option]] = {}
     # Engines that bake max_batch_size into the artifact (TensorRT-LLM) put it in the build key.
     batch_size_in_build_key: ClassVar[bool] = False
+    # Serving backends count failed requests and length mismatches in the metrics and keep the
+    # pass `ok` while at least one request completed (a server under load drops some requests).
+    tolerate_request_errors: ClassVar[bool] = False
 
     @classmethod
     def normalize_options(cls, given: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,7 @@
+"""Online serving: an asyncio streaming client for OpenAI-compatible servers, and a test server.
+
+`sse.py` splits a server-sent-event byte stream into data payloads, `client.py` replays a
+workload against /v1/completions or /v1/chat/completions and times every chunk,
+`load.py` turns a request rate into arrival times, `testserver.py` is a paced streaming server
+for tests and benchmarks. The `openai` backend (bench/backends/openai.py) drives them.
+"""

@@ -1,0 +1,217 @@
+"""A paced OpenAI-compatible streaming server for tests and client benchmarks (loopback only).
+
+It answers GET /v1/models, POST /v1/completions and /v1/chat/completions with an SSE stream:
+wait `ttft_s`, then emit max_tokens (+ `extra_tokens`) tokens, `tokens_per_chunk` per chunk,
+`itl_s` apart, then a usage chunk (when asked for with stream_options.include_usage) and
+`data: [DONE]`. `mode` injects failures: http500, bad_json (200 with a non-OpenAI JSON body),
+cut (connection closed after `cut_after` chunks), hang (never answers), no_done (stream ends
+without [DONE]). With `record=True` it logs, per request, when its handler started and when each
+chunk was written (time.perf_counter: CLOCK_MONOTONIC on Linux, the same clock as the client in
+another process), so tests can compare the client's TTFT/ITL with what the server really did.
+
+`TestServer(...)` runs in a background thread of the calling process (tests);
+`python -m bench.serving.testserver --port 0` runs it as a process (benchmarks) and prints
+`LISTENING http://127.0.0.1:PORT` once it accepts connections.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+MODES = ("ok", "http500", "bad_json", "cut", "hang", "no_done")
+
+
+@dataclass
+class ServerConfig:
+    ttft_s: float = 0.0
+    itl_s: float = 0.0
+    tokens_per_chunk: int = 1
+    extra_tokens: int = 0  # emit max_tokens + this (negative: fewer; a server ignoring max_tokens)
+    mode: str = "ok"
+    cut_after: int = 2
+    models: tuple[str, ...] = ("test-model",)
+    models_status: int = 200  # 404: a server without /v1/models
+    usage: bool = True  # honour stream_options.include_usage
+    record: bool = False
+
+
+@dataclass
+class ServedRequest:
+    path: str
+    body: dict
+    t_recv: float
+    t_chunks: list[float] = field(default_factory=list)  # token chunks written
+
+
+def _chunk(chat: bool, text: str, finish: str | None, first: bool = False) -> bytes:
+    if chat:
+        delta = {"role": "assistant", "content": text} if first else {"content": text}
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        obj = "chat.completion.chunk"
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        obj = "text_completion"
+    event = {"id": "cmpl-test", "object": obj, "created": 0, "model": "test-model", "choices": [choice]}
+    return b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
+
+
+def make_app(cfg: ServerConfig, log: list[ServedRequest]):
+    """Return the aiohttp web.Application serving `cfg`, appending to `log` when recording."""
+    from aiohttp import web
+
+    cache: dict = {}
+
+    def chunk(chat: bool, k: int, finish: str | None, first: bool) -> bytes:
+        key = (chat, k, finish, first)
+        if key not in cache:
+            cache[key] = _chunk(chat, " tok" * k, finish, first)
+        return cache[key]
+
+    async def models(request):
+        if cfg.models_status != 200:
+            return web.json_response({"detail": "Not Found"}, status=cfg.models_status)
+        return web.json_response({"object": "list", "data": [{"id": m, "object": "model"} for m in cfg.models]})
+
+    async def generate(request):
+        t_recv = time.perf_counter()
+        body = await request.json()
+        chat = request.path.endswith("/chat/completions")
+        entry = ServedRequest(request.path, body, t_recv)
+        if cfg.record:
+            log.append(entry)
+        if cfg.mode == "http500":
+            return web.json_response({"object": "error", "message": "injected failure"}, status=500)
+        if cfg.mode == "bad_json":
+            return web.json_response({"result": "hello", "tokens": [1, 2, 3]})
+        if cfg.mode == "hang":
+            await asyncio.sleep(3600)
+        n = max(0, int(body.get("max_tokens", 16)) + cfg.extra_tokens)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        if cfg.ttft_s:
+            await asyncio.sleep(cfg.ttft_s)
+        k = max(1, cfg.tokens_per_chunk)
+        sent = chunks = 0
+        while sent < n:
+            if chunks and cfg.itl_s:
+                await asyncio.sleep(cfg.itl_s)
+            m = min(k, n - sent)
+            sent += m
+            await resp.write(chunk(chat, m, "length" if sent == n else None, chunks == 0))
+            if cfg.record:
+                entry.t_chunks.append(time.perf_counter())
+            chunks += 1
+            if cfg.mode == "cut" and chunks >= cfg.cut_after:
+                request.transport.close()  # mid-stream: no terminating chunk, no [DONE]
+                return resp
+        if cfg.usage and (body.get("stream_options") or {}).get("include_usage"):
+            prompt = body.get("prompt", "")
+            usage = {"prompt_tokens": len(prompt) if isinstance(prompt, list) else len(str(prompt).split()),
+                     "completion_tokens": n, "total_tokens": n}
+            await resp.write(b"data: " + json.dumps({"id": "cmpl-test", "choices": [], "usage": usage}).encode() + b"\n\n")
+        if cfg.mode != "no_done":
+            await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/completions", generate)
+    app.router.add_post("/v1/chat/completions", generate)
+    return app
+
+
+class TestServer:
+    """The server in a background thread with its own event loop; a context manager."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, cfg: ServerConfig | None = None, **kw):
+        self.cfg = cfg or ServerConfig(**kw)
+        self.log: list[ServedRequest] = []
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="bench-testserver")
+        self._runner = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def _start(self) -> None:
+        from aiohttp import web
+
+        self._runner = web.AppRunner(make_app(self.cfg, self.log), access_log=None, shutdown_timeout=0.2)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]
+
+    def start(self) -> TestServer:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
+        return self
+
+    def stop(self) -> None:
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> TestServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve on 127.0.0.1 until stdin closes (or the process is terminated)."""
+    from aiohttp import web
+
+    p = argparse.ArgumentParser(prog="python -m bench.serving.testserver", description=__doc__.splitlines()[0])
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--ttft-ms", type=float, default=0.0)
+    p.add_argument("--itl-ms", type=float, default=0.0)
+    p.add_argument("--tokens-per-chunk", type=int, default=1)
+    p.add_argument("--mode", choices=MODES, default="ok")
+    p.add_argument("--uvloop", action="store_true", help="use uvloop if installed")
+    p.add_argument("--record-file", help="on exit, write each request's prompt, t_recv and chunk times here (JSON)")
+    args = p.parse_args(argv)
+    cfg = ServerConfig(ttft_s=args.ttft_ms / 1000, itl_s=args.itl_ms / 1000,
+                       tokens_per_chunk=args.tokens_per_chunk, mode=args.mode, record=bool(args.record_file))
+    log: list[ServedRequest] = []
+    if args.uvloop:
+        try:
+            import uvloop
+
+            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+        except ImportError:
+            print("uvloop not installed; using asyncio's loop", file=sys.stderr)
+
+    async def serve() -> None:
+        runner = web.AppRunner(make_app(cfg, log), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", args.port, backlog=4096)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        print(f"LISTENING http://127.0.0.1:{port}", flush=True)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, sys.stdin.read)  # parent closes stdin to stop us
+        await runner.cleanup()
+
+    asyncio.run(serve())
+    if args.record_file:
+        with open(args.record_file, "w") as fh:
+            json.dump([{"prompt": e.body.get("prompt"), "t_recv": e.t_recv, "t_chunks": e.t_chunks} for e in log], fh)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
