@@ -15,6 +15,7 @@ from bench.errors import BenchInputError, choices
 BACKENDS = {
     "hf": "bench.backends.hf:HFBackend",
     "fake": "bench.backends.fake:FakeBackend",
+    "trtllm": "bench.backends.trtllm:TRTLLMBackend",
 }
 
 
