@@ -40,6 +40,8 @@ def run_group(job: dict, emit: Callable[[dict], None]) -> None:
     key = BuildKey.from_dict(job["build_key"])
     emit({"event": "env", "environment": fingerprint(key.device)})
     backend = backend_class(key.backend)()
+    # Backends that calibrate while building (trtllm) read the group's requests from these files.
+    backend.workload_files = sorted({item["workload_file"] for item in job["cells"]})
     t0 = time.perf_counter()
     try:
         # Emulating a smaller device (gpu_memory_gb) must precede the first allocation.

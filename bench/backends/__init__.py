@@ -16,6 +16,7 @@ BACKENDS = {
     "hf": "bench.backends.hf:HFBackend",
     "fake": "bench.backends.fake:FakeBackend",
     "openai": "bench.backends.openai:OpenAIBackend",
+    "trtllm": "bench.backends.trtllm:TRTLLMBackend",
 }
 
 
