@@ -36,7 +36,7 @@ def synthetic_records(
            "torch": "2.11.0", "transformers": "5.17.0", "tensorrt_llm": "1.0.0", "torchao": None,
            "python": "3.12.0", "cpu": "synthetic CPU", "commit": "0123456789abcdef0123", "dirty": False,
            "gpu_memory_bytes": 143_771_000_000}
-    speed = {"hf": 1.0, "trtllm": 3.0}
+    speed = {"hf": 1.0, "trtllm": 3.0, "vllm": 2.5, "sglang": 2.6}
     prec_speed = {"bf16": 1.0, "int8": 1.4, "int4": 1.9, "fp16": 1.0, "fp32": 0.6}
     out, t0 = [], 1_790_000_000.0
     for wl_name, in_len, out_len in workloads:
