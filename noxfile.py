@@ -9,6 +9,7 @@ building a new one; force either way with BENCH_NOX_REUSE_ENV=1 / 0.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -47,6 +48,10 @@ def _install(session: nox.Session, *extras: str) -> None:
 def tests(session: nox.Session) -> None:
     """Run the test suite (GPU tests are skipped without a GPU)."""
     _install(session, "test")
+    if not shutil.which("chromium") and os.geteuid() == 0:
+        # The dashboard test opens the page in headless Chromium (Debian's package); CI runs as root.
+        session.run("apt-get", "update", external=True, success_codes=[0, 100])
+        session.run("apt-get", "install", "-y", "--no-install-recommends", "chromium", external=True, success_codes=[0, 100])
     session.run("python", "-m", "pytest", *(session.posargs or ["-q"]))
 
 

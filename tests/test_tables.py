@@ -45,3 +45,70 @@ def test_missing_baseline_lists_cells():
 def test_empty_store():
     with pytest.raises(BenchInputError, match="empty"):
         speedup_table(pd.DataFrame())
+
+
+# --- golden files and bad input, from a fixed synthetic store ----------------------------------
+
+import os  # noqa: E402
+import warnings  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from bench.report.data import report_data  # noqa: E402
+from bench.report.synthetic import synthetic_records  # noqa: E402
+from bench.report.tables import environment_note, to_csv, to_html  # noqa: E402
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def golden_tables():
+    recs = synthetic_records(backends=("hf", "trtllm"), precisions=("bf16", "int4"), batch_sizes=(1, 8, 32), trials=3,
+                             requests=8, telemetry=False)
+    for r in recs:  # a GPU memory cap on one backend's results (settings.gpu_memory_gb)
+        if r["cell"]["backend"] == "trtllm":
+            r["settings"]["gpu_memory_gb"] = 80
+    data = report_data(recs)
+    return speedup_table(data.frame), environment_note(data.frame, data.environments)
+
+
+def check_golden(name: str, text: str):
+    path = GOLDEN / name
+    if os.environ.get("BENCH_UPDATE_GOLDEN"):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert text == path.read_text(), f"{name} differs from the golden file; rerun with BENCH_UPDATE_GOLDEN=1 if intended"
+
+
+def test_golden_markdown_and_csv():
+    tables, env = golden_tables()
+    check_golden("speedup.md", to_markdown(tables, env))
+    check_golden("speedup.csv", to_csv(tables))
+
+
+def test_html_table_escapes_text():
+    rows = [dict(r, backend="<script>alert(1)</script>") if r["cell_id"] == "b" else r for r in ROWS]
+    page = to_html(speedup_table(frame(rows)), "Environment:\n- gpu_name: <b>x</b>")
+    assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<b>x</b>" not in page and "<td>OOM</td>" in page
+
+
+def test_mixed_gpus_warn_and_show_environment_column():
+    recs = synthetic_records(backends=("hf",), precisions=("bf16",), batch_sizes=(1, 2), trials=1, requests=4, telemetry=False)
+    other = synthetic_records(backends=("hf",), precisions=("int4",), batch_sizes=(1,), trials=1, requests=4,
+                              telemetry=False, gpu_name="NVIDIA A100")
+    data = report_data(recs + other)
+    assert any("mixes environments" in w for w in data.warnings)
+    md = to_markdown(speedup_table(data.frame), environment_note(data.frame, data.environments))
+    assert "| environment |" in md and "NVIDIA A100" in md and "MIXED" in md
+
+
+def test_mixed_schema_versions_warn():
+    recs = synthetic_records(backends=("hf",), precisions=("bf16",), batch_sizes=(1,), trials=2, requests=4, telemetry=False)
+    recs[1]["schema_version"] = 0
+    with warnings.catch_warnings():
+        data = report_data(recs)
+    assert any("mix result schema versions 0, 1" in w for w in data.warnings)
+
+
+def test_empty_records():
+    with pytest.raises(BenchInputError, match="empty"):
+        report_data([])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 from bench.cli import parse_pairs
@@ -11,20 +12,27 @@ from bench.errors import BenchInputError
 
 def register(sub) -> None:
     rep = sub.add_parser("report", help="rebuild tables and dashboard from result stores (runs nothing)")
-    rep.add_argument("stores", nargs="*", help="result stores (default: every results/*.jsonl)")
+    rep.add_argument("stores", nargs="*", help="result stores (default: every results/*.jsonl); 2+ stores add a comparison view")
     rep.add_argument("--out", help="output folder (default dashboards/<store>)")
     rep.add_argument("--baseline", help="speedup baseline, e.g. backend=hf,precision=bf16,max_batch_size=1")
+    rep.add_argument("--kernels", action="append", default=[],
+                     help="kernel table CSV/JSON (backend, precision, range|category, kernels_per_instance, "
+                          "time_per_instance_us); repeatable")
     rep.set_defaults(func=cmd_report)
 
 
 def cmd_report(args) -> int:
-    from bench.report.build import build_report
+    from bench.report.build import build_report, load_kernels
 
     stores = args.stores or sorted(str(p) for p in Path("results").glob("*.jsonl"))
     if not stores:
         raise BenchInputError("no result stores given and none found in results/: run `bench run` first")
     out = Path(args.out or ("dashboards/" + (Path(stores[0]).stem if len(stores) == 1 else "combined")))
-    paths = build_report(stores, out, parse_pairs(args.baseline))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        paths = build_report(stores, out, parse_pairs(args.baseline), kernels=load_kernels(args.kernels))
     print(paths["markdown"].read_text())
-    print(f"tables: {paths['markdown']}, {paths['csv']}; dashboard: {paths['dashboard']}", file=sys.stderr)
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    print(f"tables: {paths['markdown']}, {paths['csv']}, {paths['html']}; dashboard: {paths['dashboard']}", file=sys.stderr)
     return 0

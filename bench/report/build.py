@@ -2,28 +2,107 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
-from bench.report.tables import aggregate, environment_note, speedup_table, to_csv, to_markdown
-from bench.store import load_frame, load_records
+import pandas as pd
+
+from bench.errors import BenchInputError
+from bench.report import figures as F
+from bench.report.data import report_data
+from bench.report.tables import (
+    aggregate,
+    comparisons,
+    environment_note,
+    speedup_table,
+    table_key,
+    to_csv,
+    to_html,
+    to_markdown,
+)
+from bench.store import load_records
+
+NO_KERNELS = ("no kernel profiles in this store: pass --kernels FILE.csv (columns backend, precision, "
+              "range or category, kernels_per_instance, time_per_instance_us)")
+NO_TELEMETRY = "no telemetry in these results (records' extra.telemetry: [{t_s, power_w, memory_gb}, ...])"
 
 
-def build_report(stores: list[str | Path], out_dir: str | Path, baseline: dict | None = None) -> dict[str, Path]:
-    """Write speedup.md, speedup.csv and dashboard.html for the stores; return their paths."""
-    from bench.report.dashboard import dashboard_html
+def load_kernels(paths: list[str | Path]) -> pd.DataFrame | None:
+    """Return the kernel tables (CSV or JSON records) concatenated, or None when none are given."""
+    frames = []
+    for p in paths:
+        p = Path(p)
+        if not p.exists():
+            raise BenchInputError(f"kernel table {str(p)!r} does not exist")
+        frames.append(pd.read_json(p) if p.suffix == ".json" else pd.read_csv(p))
+    return pd.concat(frames, ignore_index=True) if frames else None
 
-    frame = load_frame(stores)
-    tables = speedup_table(frame, baseline)
-    envs = [r.get("environment") or {} for r in load_records(stores)]
-    markdown = to_markdown(tables, environment_note(frame, envs))
+
+def build_report(stores: list[str | Path], out_dir: str | Path, baseline: dict | None = None,
+                 kernels: pd.DataFrame | None = None) -> dict[str, Path]:
+    """Write speedup.md, speedup.csv, speedup.html and dashboard.html for the stores; return their paths.
+
+    Warnings about the data (mixed schema versions or environments) are issued with
+    warnings.warn and shown at the top of the dashboard; the paths dict has them under "warnings".
+    """
+    data = report_data(load_records(stores))
+    frame = data.frame
+    cells = aggregate(frame)
+    tables = speedup_table(frame, baseline, cells=cells)  # raises on a missing baseline, before writing anything
+    env_note = environment_note(frame, data.environments)
+    markdown = to_markdown(tables, env_note)
+    title = "bench: " + ", ".join(Path(s).stem for s in stores)
+    page = _dashboard(data, cells, tables, kernels, title, env_note)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"markdown": out / "speedup.md", "csv": out / "speedup.csv", "dashboard": out / "dashboard.html"}
+    paths = {"markdown": out / "speedup.md", "csv": out / "speedup.csv", "html": out / "speedup.html",
+             "dashboard": out / "dashboard.html"}
     _write(paths["markdown"], markdown)
     _write(paths["csv"], to_csv(tables))
-    title = "bench: " + ", ".join(Path(s).stem for s in stores)
-    _write(paths["dashboard"], dashboard_html(aggregate(frame), markdown, title))
-    return paths
+    _write(paths["html"], "<!DOCTYPE html><html><head><meta charset='utf-8'><title>speedup tables</title></head><body>"
+           + to_html(tables, env_note) + "</body></html>\n")
+    _write(paths["dashboard"], page)
+    for w in data.warnings:
+        warnings.warn(w, stacklevel=2)
+    return {**paths, "warnings": list(data.warnings)}
+
+
+def _dashboard(data, cells: pd.DataFrame, tables: dict, kernels: pd.DataFrame | None, title: str, env_note: str) -> str:
+    from bench.report.dashboard import dashboard_html
+
+    ambiguous = cells.groupby("workload").length.nunique()
+    cells = cells.assign(_table=[table_key(w, n, ambiguous[w] > 1) for w, n in zip(cells.workload, cells.length, strict=True)])
+    comps = comparisons(data.frame)
+    samples = data.samples.merge(cells[["cell_id", "gpu_memory_gb", "_table"]], on=["cell_id", "gpu_memory_gb"])
+    tele = data.telemetry.merge(cells[["cell_id", "gpu_memory_gb", "_table"]], on=["cell_id", "gpu_memory_gb"])
+    sample_groups = dict(tuple(samples.groupby("_table", sort=False)))
+    tele_groups = dict(tuple(tele.groupby("_table", sort=False)))
+    sections = []
+    for key, table in tables.items():
+        c = cells[cells._table == key]
+        s = sample_groups.get(key)
+        t = tele_groups.get(key)
+        figs = [
+            ("Throughput vs max_batch_size", F.throughput_vs_batch(c, key), ""),
+            ("Speedup heatmap", F.speedup_heatmap(table, key), ""),
+            ("OOM frontier", F.oom_frontier(c, key), ""),
+        ]
+        if s is not None:
+            figs.append(("Latency distributions (TTFT, TPOT)", F.latency_boxes(c, s, key), ""))
+            figs.append(("Workload lengths", F.length_histograms(s, key), ""))
+        else:
+            figs.append(("Latency distributions and workload lengths", None, "no per-request samples in these results"))
+        figs.append(("Telemetry", F.telemetry_lines(c, t, key), "") if t is not None else ("Telemetry", None, NO_TELEMETRY))
+        for a, b, ratios in comps:
+            r = ratios[ratios.cell_id.isin(c.cell_id)]
+            if len(r):
+                figs.append((f"Comparison {a} → {b}", F.comparison_heatmap(r, key, a, b), ""))
+        sections.append({"key": key, "figures": figs, "table_html": to_html({key: table})})
+    kernel_figs = [("RMSNorm, attention and other kernels", F.kernel_bars(kernels), "")] if kernels is not None and len(kernels) \
+        else [("Kernel profiles", None, NO_KERNELS)]
+    env_html = to_html({}, env_note)
+    precisions = sorted(str(p) for p in cells.precision.dropna().unique())
+    return dashboard_html(sections, [{"heading": "Kernels", "figures": kernel_figs}], title, precisions, data.warnings, env_html)
 
 
 def _write(path: Path, text: str) -> None:

@@ -1,37 +1,251 @@
-"""Plotly figures from aggregated cells. Pure functions: frame in, figure out."""
+"""Dashboard figures as plain plotly figure dicts ({"data": [...], "layout": {...}}).
+
+Pure functions: frames in, dict out; plotly.js draws them in the page (no plotly.graph_objects,
+so building thousands of traces stays fast). Every string that came from data (model names,
+options, errors, workload names) goes through `esc` first: plotly.js renders trace names, hover
+text and titles as a small HTML subset, so an unescaped '<img onerror=...>' in a model name
+would be markup; escaped, plotly shows it literally. Traces that belong to one precision carry
+meta.precision, which the page's precision filter uses.
+"""
 
 from __future__ import annotations
 
+import html
+import json
+
+import numpy as np
 import pandas as pd
 
+OOM_COLOR = "crimson"
 
-def throughput_vs_batch(cells: pd.DataFrame, workload: str):
-    """Return output tok/s vs max_batch_size, one line per backend x precision, OOM marked with x."""
-    import plotly.graph_objects as go
 
-    fig = go.Figure()
-    g = cells[cells.workload == workload]
-    for (backend, precision, options), series in g.groupby(["backend", "precision", "options"], sort=True):
-        series = series.sort_values("max_batch_size")
-        ok = series[series.status == "ok"]
-        name = f"{backend} {precision}" + ("" if options in ("{}", "") else f" {options}")
-        hover = [
-            f"{r.backend} / {r.precision} / bs {r.max_batch_size}<br>{r.options}<br>"
-            f"{r.output_throughput:.1f} tok/s, {r.request_throughput:.3f} req/s<br>model {r.model}, {r.device}"
-            for r in ok.itertuples()
-        ]
-        fig.add_trace(go.Scatter(x=ok.max_batch_size, y=ok.output_throughput, mode="lines+markers", name=name,
-                                 hovertext=hover, hoverinfo="text"))
-        failed = series[series.status != "ok"]
+def esc(value) -> str:
+    """Return str(value) with HTML special characters escaped (plotly shows the entities as text)."""
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _options_text(options: str) -> str:
+    try:
+        return ", ".join(f"{k}={v}" for k, v in json.loads(options).items()) or "defaults"
+    except (TypeError, ValueError):
+        return str(options)
+
+
+def series_labels(cells: pd.DataFrame) -> pd.Series:
+    """Return one label per row: backend precision, plus options and memory cap where they vary."""
+    label = cells.backend.astype(str) + " " + cells.precision.astype(str)
+    if cells.options.nunique() > 1:
+        label = label + " [" + cells.options.map(_options_text) + "]"
+    if cells.gpu_memory_gb.notna().any():
+        label = label + cells.gpu_memory_gb.map(lambda v: "" if v is None or pd.isna(v) else f" cap {v:g} GB")
+    return label
+
+
+def _fmt(v, spec="{:.4g}") -> str:
+    return "n/a" if v is None or (isinstance(v, float) and np.isnan(v)) else spec.format(v)
+
+
+def cell_hover(r: dict) -> str:
+    """Return the hover text of a cell: its full configuration and headline figures (escaped)."""
+    lines = [
+        f"<b>{esc(r['backend'])} / {esc(r['precision'])} / max_batch_size {esc(r['max_batch_size'])}</b>",
+        f"model: {esc(r['model'])}",
+        f"workload: {esc(r['workload'])} ({esc(r.get('length'))})",
+        f"device: {esc(r['device'])}, GPU: {esc(r.get('gpu_name') or 'none')}",
+        f"options: {esc(_options_text(r['options']))}",
+    ]
+    if r.get("gpu_memory_gb") is not None and not pd.isna(r.get("gpu_memory_gb")):
+        lines.append(f"GPU memory cap: {r['gpu_memory_gb']:g} GB")
+    if r.get("environment"):
+        lines.append(f"environment: {esc(r['environment'])}")
+    lines.append(f"cell_id: {esc(r['cell_id'])}, trials: {r['trials']}, status: {esc(r['status'])}")
+    if r["status"] == "ok":
+        lines.append(f"{_fmt(r.get('output_throughput'))} tok/s, {_fmt(r.get('request_throughput'))} req/s")
+        for key, name in (("ttft_median_ms", "TTFT p50 ms"), ("tpot_median_ms", "TPOT p50 ms"), ("peak_memory_gb", "peak GB")):
+            if r.get(key) is not None and not pd.isna(r.get(key)):
+                lines.append(f"{name}: {_fmt(r[key])}")
+    elif r.get("error"):
+        lines.append("error: " + esc(str(r["error"])[:200]))
+    return "<br>".join(lines)
+
+
+def _layout(title: str, **kw) -> dict:
+    return {"title": {"text": esc(title)}, "margin": {"t": 60, "l": 60, "r": 20, "b": 50}, "height": 420, **kw}
+
+
+def throughput_vs_batch(cells: pd.DataFrame, title: str) -> dict:
+    """Return output tok/s vs max_batch_size, one line per backend x precision, failed cells marked x."""
+    cells = cells.assign(_label=series_labels(cells))
+    data = []
+    y_top = cells.output_throughput.max() if cells.output_throughput.notna().any() else 1.0
+    for (label, precision), s in cells.groupby(["_label", "precision"], sort=True):
+        s = s.sort_values("max_batch_size")
+        ok = s[s.status == "ok"]
+        rows = ok.to_dict("records")
+        data.append({"type": "scatter", "mode": "lines+markers", "name": esc(label), "legendgroup": esc(label),
+                     "x": ok.max_batch_size.tolist(), "y": ok.output_throughput.tolist(),
+                     "hovertext": [cell_hover(r) for r in rows], "hoverinfo": "text", "meta": {"precision": precision}})
+        failed = s[s.status != "ok"]
         if len(failed):
-            y_mark = ok.output_throughput.max() if len(ok) else 0
-            fig.add_trace(go.Scatter(
-                x=failed.max_batch_size, y=[y_mark] * len(failed), mode="markers", name=f"{name}: {', '.join(sorted(set(failed.status)))}",
-                marker={"symbol": "x", "size": 12, "color": "crimson"},
-                hovertext=[f"{r.backend} / {r.precision} / bs {r.max_batch_size}: {r.status.upper()}" for r in failed.itertuples()],
-                hoverinfo="text",
-            ))
-    fig.update_layout(title=f"Output throughput vs max_batch_size — {workload}", xaxis_title="max_batch_size",
-                      yaxis_title="output tokens/s", xaxis_type="log", template="plotly_white")
-    fig.update_xaxes(tickvals=sorted(g.max_batch_size.unique()))
-    return fig
+            y_mark = ok.output_throughput.max() if len(ok) else y_top
+            data.append({"type": "scatter", "mode": "markers+text", "name": esc(f"{label}: {', '.join(sorted(set(failed.status)))}"),
+                         "legendgroup": esc(label), "showlegend": False,
+                         "x": failed.max_batch_size.tolist(), "y": [y_mark] * len(failed),
+                         "text": [esc(str(st).upper()) for st in failed.status], "textposition": "top center",
+                         "marker": {"symbol": "x", "size": 12, "color": OOM_COLOR},
+                         "hovertext": [cell_hover(r) for r in failed.to_dict("records")], "hoverinfo": "text",
+                         "meta": {"precision": precision}})
+    ticks = sorted(cells.max_batch_size.unique().tolist())
+    return {"data": data, "layout": _layout(f"Output throughput vs max_batch_size — {title}", xaxis={
+        "title": {"text": "max_batch_size"}, "type": "log", "tickvals": ticks, "ticktext": [str(t) for t in ticks]},
+        yaxis={"title": {"text": "output tokens/s"}})}
+
+
+def speedup_heatmap(table: pd.DataFrame, title: str) -> dict:
+    """Return a heatmap of generation speedup (rows backend x precision, columns max_batch_size); failures labelled."""
+    t = table.copy()
+    if "gpu_memory_gb" not in t:
+        t["gpu_memory_gb"] = None
+    t["_label"] = series_labels(t)
+    cols = [str(b) for b in sorted(t.max_batch_size.unique())]
+    # One trace for all rows: plotly.js misplaces texttemplate labels of several heatmaps on one
+    # categorical axis, so the heatmap shows every precision (the precision filter leaves it alone).
+    t = t.sort_values(["precision", "_label"], kind="stable")
+    labels = list(dict.fromkeys(t._label))
+    z, text = [], []
+    for label in labels:
+        row = t[t._label == label].set_index(t[t._label == label].max_batch_size.astype(str))
+        z.append([None if c not in row.index or row.loc[c, "status"] != "ok" else float(row.loc[c, "generation_speedup"]) for c in cols])
+        text.append(["" if c not in row.index else (f"{row.loc[c, 'generation_speedup']:.2f}x" if row.loc[c, "status"] == "ok"
+                     else esc(str(row.loc[c, "status"]).upper())) for c in cols])
+    data = [{"type": "heatmap", "x": cols, "y": [esc(x) for x in labels], "z": z, "text": text, "texttemplate": "%{text}",
+             "coloraxis": "coloraxis", "hovertemplate": "%{y}, bs %{x}: %{text}<extra></extra>"}]
+    return {"data": data, "layout": _layout(
+        f"Generation speedup vs {table.attrs.get('baseline')} — {title}", xaxis={"title": {"text": "max_batch_size"}, "type": "category"},
+        yaxis={"type": "category", "automargin": True}, coloraxis={"colorscale": "Viridis", "colorbar": {"title": {"text": "x"}}})}
+
+
+def latency_boxes(cells: pd.DataFrame, samples: pd.DataFrame, title: str) -> dict:
+    """Return TTFT and TPOT distributions per cell as boxes (p25-p75, median, whiskers p5-p95) from per-request samples."""
+    cells = cells.assign(_label=series_labels(cells))
+    s = samples.merge(cells[["cell_id", "gpu_memory_gb", "_label", "precision", "max_batch_size"]], on=["cell_id", "gpu_memory_gb"])
+    data = []
+    qs = [0.05, 0.25, 0.5, 0.75, 0.95]
+    for axis, metric in (("", "ttft_ms"), ("2", "tpot_ms")):
+        vals = s.dropna(subset=[metric])
+        if vals.empty:
+            continue
+        q = vals.groupby(["_label", "precision", "max_batch_size"])[metric].quantile(qs).unstack()
+        for (label, precision), g in q.groupby(level=[0, 1], sort=True):
+            bs = [str(b) for b in g.index.get_level_values(2)]
+            data.append({"type": "box", "name": esc(label), "legendgroup": esc(label), "showlegend": axis == "",
+                         "x": bs, "q1": g[0.25].tolist(), "median": g[0.5].tolist(), "q3": g[0.75].tolist(),
+                         "lowerfence": g[0.05].tolist(), "upperfence": g[0.95].tolist(),
+                         "xaxis": "x" + axis, "yaxis": "y" + axis, "meta": {"precision": precision}})
+    return {"data": data, "layout": _layout(
+        f"Latency per request (box p25–p75, whiskers p5–p95) — {title}", boxmode="group", height=460,
+        xaxis={"domain": [0, 0.47], "title": {"text": "max_batch_size (TTFT)"}, "type": "category"},
+        xaxis2={"domain": [0.53, 1], "title": {"text": "max_batch_size (TPOT)"}, "type": "category"},
+        yaxis={"title": {"text": "TTFT (ms)"}, "type": "log"}, yaxis2={"title": {"text": "TPOT (ms)"}, "type": "log", "anchor": "x2"})}
+
+
+def oom_frontier(cells: pd.DataFrame, title: str) -> dict:
+    """Return the largest max_batch_size that ran per backend x precision (bars) and the smallest that failed (x)."""
+    cells = cells.assign(_label=series_labels(cells))
+    data = []
+    for (label, precision), g in cells.groupby(["_label", "precision"], sort=True):
+        ok = g[g.status == "ok"].max_batch_size
+        failed = g[g.status != "ok"]
+        best = int(ok.max()) if len(ok) else 0
+        first_fail = failed.sort_values("max_batch_size").iloc[0] if len(failed) else None
+        hover = f"{esc(label)}<br>largest ok max_batch_size: {best or 'none'}"
+        if first_fail is not None:
+            hover += f"<br>first failure: bs {int(first_fail.max_batch_size)} ({esc(first_fail.status)})"
+            if first_fail.error:
+                hover += "<br>" + esc(str(first_fail.error)[:200])
+        data.append({"type": "bar", "orientation": "h", "y": [esc(label)], "x": [best], "name": esc(label), "showlegend": False,
+                     "hovertext": [hover], "hoverinfo": "text", "meta": {"precision": precision}})
+        if first_fail is not None:
+            data.append({"type": "scatter", "mode": "markers", "y": [esc(label)], "x": [int(first_fail.max_batch_size)],
+                         "marker": {"symbol": "x", "size": 12, "color": OOM_COLOR}, "name": "first failure",
+                         "showlegend": False, "hovertext": [hover], "hoverinfo": "text", "meta": {"precision": precision}})
+    return {"data": data, "layout": _layout(f"OOM frontier: largest max_batch_size that ran (x: first failure) — {title}",
+                                            xaxis={"title": {"text": "max_batch_size"}, "rangemode": "tozero"},
+                                            yaxis={"type": "category", "automargin": True})}
+
+
+def length_histograms(samples: pd.DataFrame, title: str) -> dict:
+    """Return input and output token-length histograms of the workload's requests (one trial's samples)."""
+    first = samples.iloc[0]
+    one = samples[(samples.cell_id == first.cell_id) & (samples.trial == first.trial) & (samples.store == first.store)]
+    data = [
+        {"type": "histogram", "x": one["in"].tolist(), "name": "input tokens", "nbinsx": 40},
+        {"type": "histogram", "x": one["out"].tolist(), "name": "output tokens", "nbinsx": 40, "xaxis": "x2", "yaxis": "y2"},
+    ]
+    return {"data": data, "layout": _layout(
+        f"Request lengths ({len(one)} requests) — {title}", height=340,
+        xaxis={"domain": [0, 0.47], "title": {"text": "input tokens"}},
+        xaxis2={"domain": [0.53, 1], "title": {"text": "output tokens"}},
+        yaxis={"title": {"text": "requests"}}, yaxis2={"anchor": "x2"})}
+
+
+def telemetry_lines(cells: pd.DataFrame, telemetry: pd.DataFrame, title: str) -> dict:
+    """Return power and memory over a measured pass, one line per cell (its last trial with telemetry)."""
+    cells = cells.assign(_label=series_labels(cells))
+    t = telemetry.merge(cells[["cell_id", "gpu_memory_gb", "_label", "precision", "max_batch_size"]], on=["cell_id", "gpu_memory_gb"])
+    last = t.groupby(["cell_id", "gpu_memory_gb"], dropna=False).trial.transform("max")
+    t = t[t.trial == last]
+    data = []
+    for (label, precision, bs), g in t.groupby(["_label", "precision", "max_batch_size"], sort=True):
+        name = esc(f"{label} bs{bs}")
+        g = g.sort_values("t_s")
+        for axis, metric in (("", "power_w"), ("2", "memory_gb")):
+            data.append({"type": "scattergl", "mode": "lines", "name": name, "legendgroup": name, "showlegend": axis == "",
+                         "x": g.t_s.tolist(), "y": g[metric].tolist(), "xaxis": "x" + axis, "yaxis": "y" + axis,
+                         "meta": {"precision": precision}})
+    return {"data": data, "layout": _layout(
+        f"Telemetry over the measured pass — {title}", height=460,
+        xaxis={"domain": [0, 0.47], "title": {"text": "time (s)"}}, xaxis2={"domain": [0.53, 1], "title": {"text": "time (s)"}},
+        yaxis={"title": {"text": "power (W)"}}, yaxis2={"title": {"text": "memory (GB)"}, "anchor": "x2"})}
+
+
+KERNEL_COLUMNS = ("backend", "precision", "kernels_per_instance", "time_per_instance_us")
+
+
+def kernel_bars(kernels: pd.DataFrame) -> dict:
+    """Return kernel launches and time per instance of each range/category (e.g. RMSNorm, attention) per backend x precision."""
+    missing = [c for c in KERNEL_COLUMNS if c not in kernels]
+    cat = "range" if "range" in kernels else "category"
+    if missing or cat not in kernels:
+        raise ValueError(f"kernel table needs columns {', '.join(KERNEL_COLUMNS)} and range or category; missing "
+                         f"{', '.join(missing + ([] if cat in kernels else ['range/category']))}")
+    data = []
+    for (backend, precision), g in kernels.groupby(["backend", "precision"], sort=True):
+        name = esc(f"{backend} {precision}")
+        for axis, metric in (("", "kernels_per_instance"), ("2", "time_per_instance_us")):
+            data.append({"type": "bar", "name": name, "legendgroup": name, "showlegend": axis == "",
+                         "x": [esc(c) for c in g[cat]], "y": pd.to_numeric(g[metric], errors="coerce").tolist(),
+                         "xaxis": "x" + axis, "yaxis": "y" + axis, "meta": {"precision": precision}})
+    return {"data": data, "layout": _layout(
+        "Kernels per instance and time per instance", barmode="group", height=420,
+        xaxis={"domain": [0, 0.47], "type": "category"}, xaxis2={"domain": [0.53, 1], "type": "category"},
+        yaxis={"title": {"text": "kernels per instance"}}, yaxis2={"title": {"text": "time per instance (µs)"}, "anchor": "x2"})}
+
+
+def comparison_heatmap(ratios: pd.DataFrame, title: str, a: str, b: str) -> dict:
+    """Return a heatmap of output tok/s ratio b / a per matched cell (rows backend x precision, columns max_batch_size)."""
+    r = ratios.assign(_label=series_labels(ratios))
+    cols = [str(x) for x in sorted(r.max_batch_size.unique())]
+    r = r.sort_values(["precision", "_label"], kind="stable")
+    labels = list(dict.fromkeys(r._label))
+    z, text = [], []
+    for label in labels:
+        row = r[r._label == label].set_index(r[r._label == label].max_batch_size.astype(str))
+        z.append([None if c not in row.index or pd.isna(row.loc[c, "ratio"]) else float(row.loc[c, "ratio"]) for c in cols])
+        text.append(["" if c not in row.index else esc(row.loc[c, "text"]) for c in cols])
+    data = [{"type": "heatmap", "x": cols, "y": [esc(x) for x in labels], "z": z, "text": text, "texttemplate": "%{text}",
+             "coloraxis": "coloraxis", "hovertemplate": "%{y}, bs %{x}: %{text}<extra></extra>"}]
+    return {"data": data, "layout": _layout(
+        f"Output tok/s ratio {b} / {a} (matched by cell_id) — {title}", xaxis={"title": {"text": "max_batch_size"}, "type": "category"},
+        yaxis={"type": "category", "automargin": True},
+        coloraxis={"colorscale": "RdBu", "cmid": 1.0, "colorbar": {"title": {"text": "ratio"}}})}
