@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     rows = [rates(comparisons=args.comparisons, trials=args.trials, trial_cv=float(cv), confidence=args.confidence)
             for cv in args.cv.split(",")]
-    lines = [f"| trial CV | trials | comparisons | false alarms (identical) | detected 10% slowdown |",
+    lines = ["| trial CV | trials | comparisons | false alarms (identical) | detected 10% slowdown |",
              "|---|---|---|---|---|"]
     lines += [f"| {r['trial_cv']:.1%} | {r['trials']} | {r['comparisons']} | {r['false_alarm']:.2%} | {r['detection']:.2%} |"
               for r in rows]
