@@ -204,7 +204,9 @@ def ratio_test(base: Sequence[float], head: Sequence[float], confidence: float =
     pooled_var = (((lb - lb.mean()) ** 2).sum() + ((lh - lh.mean()) ** 2).sum()) / df
     se = math.sqrt(pooled_var * (1.0 / b.size + 1.0 / h.size))
     method = f"Student t on log values (pooled, df={df})"
-    if se == 0.0:
+    # compare raw values: the mean of equal logs can differ from each log by rounding
+    if se == 0.0 or (np.ptp(b) == 0 and np.ptp(h) == 0):
+        diff = math.log(h[0] / b[0]) if np.ptp(b) == 0 and np.ptp(h) == 0 else diff
         p = 1.0 if diff == 0.0 else 0.0
         r = math.exp(diff)
         return RatioTest(r, r, r, p, confidence, method + "; zero spread", int(b.size), int(h.size))
