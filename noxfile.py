@@ -1,4 +1,4 @@
-"""nox sessions: tests, lint, bench-matrix, dashboard.
+"""nox sessions: tests, lint, bench-matrix, dashboard, asv.
 
 On a machine without a CUDA GPU the sessions install torch's CPU build first (torch==2.13.0),
 so nothing pulls a multi-GB CUDA wheel. On a machine whose Python already has torch with CUDA
@@ -78,3 +78,21 @@ def dashboard(session: nox.Session) -> None:
     if not REUSE:
         _install(session)
     session.run("python", "-m", "bench", "report", *session.posargs)
+
+
+@nox.session
+def asv(session: nox.Session) -> None:
+    """`asv continuous` between two commits (default HEAD~1 HEAD); fails on a regression.
+
+    `nox -s asv -- BASE HEAD [more asv args]`. The factor is BENCH_ASV_FACTOR (default 1.10:
+    10% worse). asv builds each commit into its own virtualenv under .asv/env; the HTML goes to
+    dashboards/asv. GPU machines: see docs/regressions.md (existing environment, spawn).
+    """
+    session.install("asv>=0.6", "virtualenv")
+    base, head, *extra = session.posargs if len(session.posargs) >= 2 else ["HEAD~1", "HEAD"]
+    factor = os.environ.get("BENCH_ASV_FACTOR", "1.10")
+    session.run("asv", "machine", "--yes")
+    try:
+        session.run("asv", "continuous", "--factor", factor, "--launch-method", "spawn", *extra, base, head)
+    finally:
+        session.run("asv", "publish", success_codes=[0, 1])

@@ -1,0 +1,54 @@
+"""`bench compare BASE HEAD`: regression verdicts between two stores or two commits' results."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def register(sub) -> None:
+    c = sub.add_parser(
+        "compare",
+        help="compare two result stores (or two commits in one store); exit 1 if any cell regressed",
+        description="Match cells by cell_id and judge each metric: a regression needs statistical "
+        "significance AND a change of at least --factor in the metric's bad direction. "
+        "Exit status: 0 no regression, 1 a regression, 2 bad input.",
+    )
+    c.add_argument("base", help="base result store (JSONL)")
+    c.add_argument("head", help="head result store (JSONL); may be the same file with --base/--head-commit")
+    c.add_argument("--base-commit", help="use only base records measured at this commit (prefix of environment.commit)")
+    c.add_argument("--head-commit", help="use only head records measured at this commit")
+    c.add_argument("--metrics", help="comma-separated metrics (default: throughputs, TTFT/TPOT/E2E, peak memory)")
+    c.add_argument("--factor", type=float, default=0.05, help="minimum change to call a regression (default 0.05 = 5%%)")
+    c.add_argument("--confidence", type=float, default=0.99, help="confidence level of the interval (default 0.99)")
+    c.add_argument("--test", default="t", choices=("t", "mannwhitney"),
+                   help="t: Student t on log trial values (default); mannwhitney: exact rank test (needs >= 5 trials a side)")
+    c.add_argument("--ignore-option", action="append", default=[], metavar="KEY",
+                   help="match cells ignoring this option (repeatable), e.g. to compare slowdown=1.1 with 1.0")
+    c.add_argument("--allow-env-mismatch", action="store_true",
+                   help="compare even when GPU, driver or library versions differ (a warning instead of an error)")
+    c.add_argument("--markdown", metavar="FILE", help="also write the Markdown report (for a pull-request comment) here")
+    c.set_defaults(func=cmd_compare)
+
+
+def cmd_compare(args) -> int:
+    from bench.compare import compare_stores, to_markdown
+
+    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None
+    comparison = compare_stores(
+        args.base, args.head, base_commit=args.base_commit, head_commit=args.head_commit, metrics=metrics,
+        factor=args.factor, confidence=args.confidence, test=args.test,
+        ignore_options=[o for opt in args.ignore_option for o in opt.split(",") if o],
+        allow_env_mismatch=args.allow_env_mismatch,
+    )
+    markdown = to_markdown(comparison)
+    print(markdown)
+    if args.markdown:
+        path = Path(args.markdown)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(markdown, encoding="utf-8")
+    for w in comparison.warnings:
+        print(f"bench compare: warning: {w}", file=sys.stderr)
+    n = len(comparison.regressions)
+    print(f"bench compare: {n} regression(s)" if n else "bench compare: no regression", file=sys.stderr)
+    return comparison.exit_status

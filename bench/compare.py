@@ -1,0 +1,349 @@
+"""Regression verdicts between two result stores (or two commits in one store).
+
+Cells are matched by cell_id (optionally ignoring named options, e.g. to compare a fake
+backend's `slowdown=1.1` against `1.0`). For every matched cell and metric, the trials of each
+side give a ratio head/base with a confidence interval (bench.stats.ratio_test) or an exact
+Mann-Whitney p-value, and a verdict that needs both significance and a minimum factor. A cell
+that ran on the base side but failed (oom/error/timeout) on the head side is a regression too.
+
+Bad input is refused before any statistics: unknown metrics, a commit not in the store, no
+cells in common, environments that differ on a comparability key (GPU, driver, library
+versions) unless explicitly allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench import stats
+from bench.environment import COMPARABILITY_KEYS
+from bench.errors import BenchInputError, choices
+from bench.metrics import DIRECTION
+from bench.spec import short_hash
+from bench.store import load_records
+
+DEFAULT_METRICS = (
+    "output_throughput", "request_throughput", "ttft_median_ms", "tpot_median_ms", "e2el_median_ms",
+    "e2el_p99_ms", "peak_memory_gb",
+)
+TESTS = ("t", "mannwhitney")
+
+
+@dataclass
+class Side:
+    """The records of one side, grouped by match key."""
+
+    name: str  # store path plus commit filter, for messages
+    cells: dict[str, dict] = field(default_factory=dict)  # key -> {"label", "ok": [rec], "failed": [rec]}
+    environments: list[dict] = field(default_factory=list)
+    commits: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Row:
+    """One (cell, metric) comparison."""
+
+    label: str
+    metric: str
+    verdict: str
+    base: stats.Summary | None = None
+    head: stats.Summary | None = None
+    ratio: float | None = None  # head / base
+    low: float | None = None
+    high: float | None = None
+    p_value: float | None = None
+    note: str = ""
+
+
+@dataclass
+class Comparison:
+    rows: list[Row]
+    warnings: list[str]
+    base: Side
+    head: Side
+    factor: float
+    confidence: float
+    test: str
+    env_differences: dict[str, tuple[list[str], list[str]]]
+
+    @property
+    def regressions(self) -> list[Row]:
+        return [r for r in self.rows if r.verdict == stats.REGRESSED]
+
+    @property
+    def exit_status(self) -> int:
+        """Return 1 when any cell regressed, else 0 (the CLI's exit status)."""
+        return 1 if self.regressions else 0
+
+
+def match_key(cell: dict, ignore_options: Sequence[str] = ()) -> str:
+    """Return the key cells are matched on: the cell's hash without the ignored options."""
+    if not ignore_options:
+        return ""  # callers use the stored cell_id
+    options = {k: v for k, v in (cell.get("options") or {}).items() if k not in ignore_options}
+    return short_hash({**cell, "options": options})
+
+
+def _label(cell: dict) -> str:
+    wl = (cell.get("workload") or {}).get("name")
+    return f"{cell.get('backend')}/{cell.get('precision')}/bs{cell.get('max_batch_size')}/{wl}"
+
+
+def load_side(path: str | Path, commit: str | None = None, ignore_options: Sequence[str] = ()) -> Side:
+    """Return one side's records grouped by cell; BenchInputError if the commit is not there."""
+    records = load_records([path])  # refuses a missing store and a newer schema
+    if not records:
+        raise BenchInputError(f"result store {str(path)!r} holds no records: run `bench run --store {path}` first")
+    name = str(path)
+    if commit:
+        if len(commit) < 4:
+            raise BenchInputError(f"commit {commit!r} is too short: give at least 4 hex digits")
+        present = sorted({str((r.get("environment") or {}).get("commit")) for r in records})
+        records = [r for r in records if str((r.get("environment") or {}).get("commit") or "").startswith(commit)]
+        if not records:
+            raise BenchInputError(
+                f"no record in {name!r} was measured at commit {commit!r}; commits in that store: "
+                + ", ".join(c[:12] for c in present)
+            )
+        name += f"@{commit[:12]}"
+    side = Side(name)
+    for rec in records:
+        cell = rec.get("cell") or {}
+        key = match_key(cell, ignore_options) or rec["cell_id"]
+        entry = side.cells.setdefault(key, {"label": _label(cell), "cell_id": rec["cell_id"], "ok": [], "failed": []})
+        if entry["cell_id"] != rec["cell_id"]:
+            raise BenchInputError(
+                f"--ignore-option {','.join(ignore_options)} merges two different cells of {name!r} "
+                f"({entry['label']}): ignore only options that differ between the two sides, not within one"
+            )
+        entry["ok" if rec.get("status") == "ok" else "failed"].append(rec)
+        env = rec.get("environment") or {}
+        if rec.get("status") == "ok":
+            side.environments.append(env)
+        if env.get("commit"):
+            side.commits.add(env["commit"][:12] + ("+dirty" if env.get("dirty") else ""))
+    return side
+
+
+def environment_differences(base: Side, head: Side) -> dict[str, tuple[list[str], list[str]]]:
+    """Return {key: (base values, head values)} for comparability keys whose values differ."""
+    out = {}
+    for key in COMPARABILITY_KEYS:
+        b = sorted({str(e.get(key)) for e in base.environments})
+        h = sorted({str(e.get(key)) for e in head.environments})
+        if b != h:
+            out[key] = (b, h)
+    return out
+
+
+def _values(records: list[dict], metric: str) -> list[float]:
+    out = []
+    for r in records:
+        v = (r.get("metrics") or {}).get(metric)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out.append(float(v))
+    return out
+
+
+def compare_metric(label: str, metric: str, base_values: list[float], head_values: list[float], *,
+                   factor: float, confidence: float, test: str) -> Row:
+    """Return the Row comparing one metric of one cell (verdict inconclusive when it cannot judge)."""
+    direction = DIRECTION[metric]
+    if not base_values or not head_values:
+        missing = "base" if not base_values else "head"
+        return Row(label, metric, "missing", note=f"{metric} is missing on the {missing} side")
+    b, h = stats.summarize(base_values, metric), stats.summarize(head_values, metric)
+    row = Row(label, metric, stats.INCONCLUSIVE, base=b, head=h)
+    notes = []
+    if test == "t":
+        try:
+            rt = stats.ratio_test(base_values, head_values, confidence)
+        except ValueError as exc:
+            row.ratio = h.median / b.median if b.median else None
+            row.note = str(exc)
+            return row
+        row.ratio, row.low, row.high, row.p_value = rt.ratio, rt.low, rt.high, rt.p_value
+        significant = rt.significant
+    else:
+        row.ratio = h.median / b.median if b.median else None
+        mw = stats.mann_whitney_u(base_values, head_values)
+        row.p_value = mw.p_value
+        floor = stats.mann_whitney_min_p(len(base_values), len(head_values))
+        if floor >= 1.0 - confidence:
+            row.note = (f"Mann-Whitney with {b.n} vs {h.n} trials cannot reach p < {1 - confidence:g} "
+                        f"(smallest possible p is {floor:.3g}): use more trials or --test t")
+            return row
+        significant = mw.p_value < 1.0 - confidence
+        if row.ratio is None:
+            row.note = "base median is 0: no ratio"
+            return row
+    row.verdict = stats.verdict(significant, row.ratio, direction, factor)
+    unstable = [w for w in (*b.warnings, *h.warnings) if "trial(s)" not in w]
+    if unstable:
+        notes.append("unstable: " + "; ".join(unstable))
+    row.note = " ".join(notes)
+    return row
+
+
+def compare_stores(
+    base_path: str | Path,
+    head_path: str | Path,
+    *,
+    base_commit: str | None = None,
+    head_commit: str | None = None,
+    metrics: Sequence[str] | None = None,
+    factor: float = 0.05,
+    confidence: float = 0.99,
+    test: str = "t",
+    ignore_options: Sequence[str] = (),
+    allow_env_mismatch: bool = False,
+) -> Comparison:
+    """Return the Comparison of two stores' common cells; BenchInputError on bad input."""
+    explicit = metrics is not None
+    metrics = list(metrics) if explicit else list(DEFAULT_METRICS)
+    unknown = [m for m in metrics if m not in DIRECTION]
+    if unknown:
+        raise BenchInputError(f"unknown metric {unknown[0]!r}: metrics with a known direction are {choices(DIRECTION)}")
+    if not 0.0 < factor < 1.0:
+        raise BenchInputError(f"--factor must be between 0 and 1 (0.05 = 5%), got {factor}")
+    if not 0.5 <= confidence < 1.0:
+        raise BenchInputError(f"--confidence must be in [0.5, 1), e.g. 0.99, got {confidence}")
+    if test not in TESTS:
+        raise BenchInputError(f"unknown --test {test!r}; valid tests are {choices(TESTS)}")
+
+    base = load_side(base_path, base_commit, ignore_options)
+    head = load_side(head_path, head_commit, ignore_options)
+    warnings: list[str] = []
+    common = [k for k in base.cells if k in head.cells]
+    if not common:
+        raise BenchInputError(
+            f"no cells in common between {base.name} ({len(base.cells)} cells) and {head.name} "
+            f"({len(head.cells)} cells): cells match by cell_id, which hashes the whole cell (model, precision, "
+            "batch size, workload, every option); run the same matrix on both sides, or name options that "
+            "are meant to differ with --ignore-option"
+        )
+    for side, other, where in ((base, head, "base"), (head, base, "head")):
+        only = [side.cells[k]["label"] for k in side.cells if k not in other.cells]
+        if only:
+            warnings.append(f"{len(only)} cell(s) only on the {where} side, not compared: " + ", ".join(sorted(only)[:8])
+                            + (" ..." if len(only) > 8 else ""))
+
+    env_diff = environment_differences(base, head)
+    if env_diff:
+        text = "; ".join(f"{k}: {', '.join(b)} vs {', '.join(h)}" for k, (b, h) in env_diff.items())
+        if not allow_env_mismatch:
+            raise BenchInputError(
+                f"the two sides ran in different environments ({text}): their timings are not comparable. "
+                "Re-run both on one machine, or pass --allow-env-mismatch to compare anyway"
+            )
+        warnings.append(f"environments differ ({text}): differences may come from the environment, not the code")
+
+    if explicit:
+        for m in metrics:
+            for side in (base, head):
+                if not any(_values(side.cells[k]["ok"], m) for k in common):
+                    raise BenchInputError(f"metric {m!r} is not in any ok record of {side.name}: choose from the "
+                                          "metrics it has, e.g. output_throughput, e2el_median_ms")
+
+    rows: list[Row] = []
+    for key in common:
+        b, h = base.cells[key], head.cells[key]
+        label = b["label"]
+        if not b["ok"] or not h["ok"]:
+            rows.append(_status_row(label, b, h))
+            continue
+        for m in metrics:
+            bv, hv = _values(b["ok"], m), _values(h["ok"], m)
+            if not bv and not hv:
+                continue  # not measured on this device (e.g. GPU memory on a CPU run)
+            row = compare_metric(label, m, bv, hv, factor=factor, confidence=confidence, test=test)
+            if row.verdict == "missing":
+                warnings.append(f"{label}: {row.note}")
+            rows.append(row)
+    judged = [r for r in rows if r.verdict not in (stats.INCONCLUSIVE, "missing")]
+    if not judged:
+        reasons = sorted({r.note for r in rows if r.note})
+        raise BenchInputError("no metric could be judged, so there is no verdict: " + "; ".join(reasons[:3]))
+    inconclusive = [r for r in rows if r.verdict == stats.INCONCLUSIVE]
+    if inconclusive:
+        warnings.append(f"{len(inconclusive)} comparison(s) inconclusive (see notes): not judged, not passed")
+    return Comparison(rows, warnings, base, head, factor, confidence, test, env_diff)
+
+
+def _status_row(label: str, b: dict, h: dict) -> Row:
+    """Return the Row for a cell that failed on at least one side."""
+    def status(entry):
+        return "ok" if entry["ok"] else entry["failed"][-1].get("status", "error")
+
+    bs, hs = status(b), status(h)
+    if bs == "ok":
+        return Row(label, "status", stats.REGRESSED, note=f"ok on base, {hs} on head")
+    if hs == "ok":
+        return Row(label, "status", stats.IMPROVED, note=f"{bs} on base, ok on head")
+    return Row(label, "status", stats.UNCHANGED, note=f"{bs} on both sides")
+
+
+# ---- rendering -------------------------------------------------------------------------------
+
+_ORDER = {stats.REGRESSED: 0, "missing": 1, stats.INCONCLUSIVE: 2, stats.IMPROVED: 3, stats.NOT_SIGNIFICANT: 4,
+          stats.UNCHANGED: 5}
+_ICON = {stats.REGRESSED: ":red_circle:", stats.IMPROVED: ":green_circle:", "missing": ":warning:",
+         stats.INCONCLUSIVE: ":warning:"}
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return ""
+    a = abs(x)
+    return f"{x:.4g}" if a < 1000 else f"{x:.0f}"
+
+
+def _summary_cell(s: stats.Summary | None) -> str:
+    return "" if s is None else f"{_fmt(s.median)} ± {_fmt(s.mad)} (n={s.n})"
+
+
+def _change(r: Row) -> str:
+    if r.ratio is None:
+        return ""
+    return f"{(r.ratio - 1) * 100:+.1f}%"
+
+
+def to_markdown(c: Comparison) -> str:
+    """Return the comparison as Markdown for a pull-request comment: verdicts first, then details."""
+    n_reg = len(c.regressions)
+    n_imp = sum(r.verdict == stats.IMPROVED for r in c.rows)
+    head = f"## bench compare: {n_reg} regression(s), {n_imp} improvement(s)" if n_reg else \
+        f"## bench compare: no regression ({n_imp} improvement(s))"
+    method = ("Student t on log trial values" if c.test == "t" else "exact Mann-Whitney U")
+    lines = [
+        head, "",
+        f"base `{c.base.name}` ({', '.join(sorted(c.base.commits)) or 'commit unknown'}) → head `{c.head.name}` "
+        f"({', '.join(sorted(c.head.commits)) or 'commit unknown'}).",
+        f"A verdict needs significance ({c.confidence:.0%} confidence, {method}) **and** a change of at least "
+        f"{c.factor:.0%} in the metric's bad direction. Values: median ± MAD over trials.", "",
+    ]
+    ci = f"{c.confidence:.0%} CI"
+    header = ["", "verdict", "cell", "metric", "base", "head", "change", ci, "p", "note"]
+    notable = [r for r in c.rows if r.verdict not in (stats.NOT_SIGNIFICANT, stats.UNCHANGED)]
+    quiet = [r for r in c.rows if r.verdict in (stats.NOT_SIGNIFICANT, stats.UNCHANGED)]
+
+    def table(rows):
+        out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+        for r in sorted(rows, key=lambda r: (_ORDER.get(r.verdict, 9), r.label, r.metric)):
+            cells = [_ICON.get(r.verdict, ""), f"**{r.verdict}**" if r.verdict == stats.REGRESSED else r.verdict,
+                     r.label, r.metric, _summary_cell(r.base), _summary_cell(r.head), _change(r),
+                     f"{_fmt(r.low)} – {_fmt(r.high)}" if r.low is not None else "",
+                     f"{r.p_value:.2g}" if r.p_value is not None else "", r.note]
+            out.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
+        return out
+
+    if notable:
+        lines += table(notable) + [""]
+    if quiet:
+        lines += [f"<details><summary>{len(quiet)} comparison(s) without a verdict-worthy change</summary>", ""]
+        lines += table(quiet) + ["", "</details>", ""]
+    if c.warnings:
+        lines += ["**Warnings**", ""] + [f"- {w}" for w in c.warnings] + [""]
+    return "\n".join(lines)

@@ -1,0 +1,324 @@
+"""Statistics over repeated trials: summaries, stability warnings, ratio tests. Pure, numpy only.
+
+Two questions are answered here and nowhere else:
+
+- *Is one cell's set of trials trustworthy?* `summarize` gives median, MAD, IQR and pyperf's
+  stability warnings (spread over 10% of the mean, an extreme trial, too few trials).
+- *Did a metric change between two sets of trials?* `ratio_test` works on log values: the
+  ratio head/base is exp(mean difference of logs) and its confidence interval comes from
+  Student's t with pooled variance (noise on timings is multiplicative, so logs make the two
+  sides' spreads comparable). `mann_whitney_u` is the exact rank test, offered for larger
+  samples; with 3 vs 3 trials its smallest two-sided p-value is 0.1, so it can never reach
+  significance there (see docs/regressions.md for why the t-test on logs is the default).
+
+The t distribution is computed from the regularized incomplete beta function so that scipy
+is not a dependency; tests check it against known quantiles (and scipy where installed).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+# pyperf's rules: a spread above 10% of the mean, or a trial 50% away from the mean, means the
+# figure should not be trusted; fewer than 3 trials give no usable spread.
+MAX_CV = 0.10
+MAX_OUTLIER = 0.50
+MIN_TRIALS = 3
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Median and spread of one metric over a cell's trials, with stability warnings."""
+
+    n: int
+    median: float
+    mean: float
+    std: float  # sample standard deviation (ddof=1); 0 for one trial
+    mad: float  # median absolute deviation (unscaled)
+    iqr: float  # 75th - 25th percentile
+    minimum: float
+    maximum: float
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def cv(self) -> float:
+        """Return std / |mean| (the coefficient of variation; inf when the mean is 0)."""
+        return self.std / abs(self.mean) if self.mean else (0.0 if self.std == 0 else math.inf)
+
+    @property
+    def stable(self) -> bool:
+        return not self.warnings
+
+
+def summarize(values: Sequence[float], name: str = "value") -> Summary:
+    """Return the Summary of one metric's trial values (NaN/None dropped; ValueError if none)."""
+    x = _clean(values)
+    if x.size == 0:
+        raise ValueError(f"{name}: no values to summarize")
+    med = float(np.median(x))
+    q75, q25 = np.percentile(x, [75, 25])
+    std = float(x.std(ddof=1)) if x.size > 1 else 0.0
+    summary = Summary(
+        n=int(x.size), median=med, mean=float(x.mean()), std=std,
+        mad=float(np.median(np.abs(x - med))), iqr=float(q75 - q25),
+        minimum=float(x.min()), maximum=float(x.max()),
+    )
+    return Summary(**{**summary.__dict__, "warnings": tuple(stability_warnings(summary, name))})
+
+
+def stability_warnings(s: Summary, name: str = "value") -> list[str]:
+    """Return pyperf-style reasons not to trust a summary (empty list: looks stable)."""
+    out = []
+    if s.n < MIN_TRIALS:
+        out.append(f"{name}: only {s.n} trial(s); at least {MIN_TRIALS} are needed to judge the spread")
+    if s.n > 1 and s.cv > MAX_CV:
+        out.append(f"{name}: the standard deviation is {s.cv:.0%} of the mean (over {MAX_CV:.0%}): unstable")
+    if s.mean and s.n > 1:
+        hi = (s.maximum - s.mean) / abs(s.mean)
+        lo = (s.mean - s.minimum) / abs(s.mean)
+        if hi > MAX_OUTLIER:
+            out.append(f"{name}: the maximum is {hi:.0%} above the mean: an outlier trial")
+        if lo > MAX_OUTLIER:
+            out.append(f"{name}: the minimum is {lo:.0%} below the mean: an outlier trial")
+    return out
+
+
+def _clean(values: Sequence[float]) -> np.ndarray:
+    x = np.asarray([v for v in values if v is not None], dtype=float)
+    return x[np.isfinite(x)]
+
+
+# ---- Student's t distribution without scipy -------------------------------------------------
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Return the continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return h
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """Return the regularized incomplete beta function I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    ln_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(ln_front) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(ln_front) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_sf(t: float, df: float) -> float:
+    """Return P(T > t) for Student's t with df degrees of freedom."""
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))
+    return tail if t >= 0 else 1.0 - tail
+
+
+@lru_cache(maxsize=1024)
+def t_ppf(q: float, df: float) -> float:
+    """Return the q-quantile of Student's t (bisection on t_sf; 1e-12 absolute accuracy)."""
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"quantile must be in (0, 1), got {q}")
+    if q < 0.5:
+        return -t_ppf(1.0 - q, df)
+    lo, hi = 0.0, 1.0
+    while t_sf(hi, df) > 1.0 - q:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_sf(mid, df) > 1.0 - q:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12:
+            break
+    return 0.5 * (lo + hi)
+
+
+# ---- comparing two samples ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RatioTest:
+    """head/base ratio of one metric, its confidence interval and two-sided p-value."""
+
+    ratio: float  # exp(mean(log head) - mean(log base)); the geometric-mean ratio
+    low: float  # confidence interval of the ratio
+    high: float
+    p_value: float  # two-sided, H0: ratio == 1
+    confidence: float
+    method: str
+    n_base: int
+    n_head: int
+
+    @property
+    def significant(self) -> bool:
+        """Return True when the confidence interval excludes 1 (equivalently p < 1 - confidence)."""
+        return self.low > 1.0 or self.high < 1.0
+
+
+def ratio_test(base: Sequence[float], head: Sequence[float], confidence: float = 0.99) -> RatioTest:
+    """Return the head/base RatioTest by Student's pooled t-test on log values.
+
+    Needs at least 2 positive values on each side (ValueError otherwise). When both sides have
+    zero spread (a deterministic metric such as a virtual-clock time or a memory figure) any
+    difference is exact, so it is significant with p = 0.
+    """
+    b, h = _clean(base), _clean(head)
+    if b.size < 2 or h.size < 2:
+        raise ValueError(f"need at least 2 trials on each side for a confidence interval, got {b.size} and {h.size}")
+    if (b <= 0).any() or (h <= 0).any():
+        raise ValueError("ratio test needs positive values (times, throughputs, memory)")
+    lb, lh = np.log(b), np.log(h)
+    diff = float(lh.mean() - lb.mean())
+    df = b.size + h.size - 2
+    pooled_var = (((lb - lb.mean()) ** 2).sum() + ((lh - lh.mean()) ** 2).sum()) / df
+    se = math.sqrt(pooled_var * (1.0 / b.size + 1.0 / h.size))
+    method = f"Student t on log values (pooled, df={df})"
+    # compare raw values: the mean of equal logs can differ from each log by rounding
+    if se == 0.0 or (np.ptp(b) == 0 and np.ptp(h) == 0):
+        diff = math.log(h[0] / b[0]) if np.ptp(b) == 0 and np.ptp(h) == 0 else diff
+        p = 1.0 if diff == 0.0 else 0.0
+        r = math.exp(diff)
+        return RatioTest(r, r, r, p, confidence, method + "; zero spread", int(b.size), int(h.size))
+    t = diff / se
+    half = t_ppf(0.5 + confidence / 2.0, df) * se
+    p = min(1.0, 2.0 * t_sf(abs(t), df))
+    return RatioTest(math.exp(diff), math.exp(diff - half), math.exp(diff + half), p, confidence, method,
+                     int(b.size), int(h.size))
+
+
+@lru_cache(maxsize=256)
+def _u_counts(n1: int, n2: int) -> tuple[int, ...]:
+    """Return the number of rank arrangements giving U = 0 .. n1*n2 (no ties)."""
+    # f(m, n) as a polynomial in u: f(m, n) = u^n f(m-1, n) + f(m, n-1)  (who holds the top rank)
+    if n1 == 0 or n2 == 0:
+        return (1,)
+    a = _u_counts(n1 - 1, n2)
+    b = _u_counts(n1, n2 - 1)
+    out = [0] * (n1 * n2 + 1)
+    for u, c in enumerate(a):
+        out[u + n2] += c
+    for u, c in enumerate(b):
+        out[u] += c
+    return tuple(out)
+
+
+def mann_whitney_min_p(n1: int, n2: int) -> float:
+    """Return the smallest two-sided p-value the exact Mann-Whitney test can give for n1 vs n2."""
+    return min(1.0, 2.0 / math.comb(n1 + n2, n1))
+
+
+@dataclass(frozen=True)
+class MannWhitney:
+    u: float  # U statistic of the first sample (count of pairs where x > y, ties 1/2)
+    p_value: float  # two-sided
+    exact: bool
+
+
+def mann_whitney_u(x: Sequence[float], y: Sequence[float]) -> MannWhitney:
+    """Return the two-sided Mann-Whitney U test of x vs y: exact without ties when n1*n2 <= 2500.
+
+    With ties or larger samples it uses the normal approximation with tie correction and
+    continuity correction (as scipy's method='asymptotic').
+    """
+    a, b = _clean(x), _clean(y)
+    n1, n2 = a.size, b.size
+    if n1 == 0 or n2 == 0:
+        raise ValueError("Mann-Whitney needs at least one value on each side")
+    both = np.concatenate([a, b])
+    ranks = _rankdata(both)
+    u = float(ranks[:n1].sum() - n1 * (n1 + 1) / 2.0)
+    ties = len(np.unique(both)) < both.size
+    if not ties and n1 * n2 <= 2500:
+        counts = _u_counts(n1, n2)
+        total = math.comb(n1 + n2, n1)
+        k = int(round(u))
+        lower = sum(counts[: k + 1]) / total
+        upper = sum(counts[k:]) / total
+        return MannWhitney(u, min(1.0, 2.0 * min(lower, upper)), True)
+    mu = n1 * n2 / 2.0
+    _, tie_counts = np.unique(both, return_counts=True)
+    n = n1 + n2
+    sigma = math.sqrt(n1 * n2 / 12.0 * ((n + 1) - float((tie_counts**3 - tie_counts).sum()) / (n * (n - 1))))
+    if sigma == 0:
+        return MannWhitney(u, 1.0, False)
+    z = (abs(u - mu) - 0.5) / sigma
+    p = math.erfc(max(z, 0.0) / math.sqrt(2.0))
+    return MannWhitney(u, min(1.0, p), False)
+
+
+def _rankdata(x: np.ndarray) -> np.ndarray:
+    """Return 1-based ranks with ties given their average rank."""
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(x.size, dtype=float)
+    sorted_x = x[order]
+    i = 0
+    while i < x.size:
+        j = i
+        while j + 1 < x.size and sorted_x[j + 1] == sorted_x[i]:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2.0 + 1.0
+        i = j + 1
+    return ranks
+
+
+# ---- verdicts --------------------------------------------------------------------------------
+
+REGRESSED, IMPROVED, UNCHANGED, NOT_SIGNIFICANT, INCONCLUSIVE = (
+    "regressed", "improved", "unchanged", "not significant", "inconclusive",
+)
+
+
+def worse_factor(ratio: float, direction: int) -> float:
+    """Return how many times worse head is than base (>1 worse, <1 better) for a metric direction.
+
+    direction +1: higher is better (tokens/s), so worse = base/head; -1: lower is better.
+    """
+    if direction not in (1, -1):
+        raise ValueError(f"direction must be +1 or -1, got {direction}")
+    return 1.0 / ratio if direction == 1 else ratio
+
+
+def verdict(significant: bool, ratio: float, direction: int, factor: float) -> str:
+    """Return regressed / improved only when the change is significant AND at least `factor`.
+
+    factor 0.05 means a 5% change: regressed when head is >= 1.05 times worse.
+    """
+    worse = worse_factor(ratio, direction)
+    if not significant:
+        return NOT_SIGNIFICANT
+    if worse >= 1.0 + factor:
+        return REGRESSED
+    if worse <= 1.0 / (1.0 + factor):
+        return IMPROVED
+    return UNCHANGED

@@ -1,0 +1,147 @@
+"""asv suite: the harness's key cells, tracked as lower-is-better values across commits.
+
+asv treats every value as "bigger is worse", so nothing here returns tokens/s: each cell gives
+milliseconds per output token (the inverse of output throughput), the median E2E time per
+request, and peak memory (the device's on a GPU, the worker's RSS on the CPU). Values are the
+median over the matrix's trials (warm-up excluded), measured once per asv run in setup_cache
+by the real harness (bench.matrix.run_matrix: worker subprocesses, the result store).
+
+Which cells: BENCH_ASV_MATRIX=cpu (default) runs the CPU default model (hf backend, qwen-tiny)
+on a tiny ShareGPT slice; BENCH_ASV_MATRIX=gpu runs the h200-qwen7b preset's cells at batch 1
+and 8 on 16 prompts (use an existing environment on the GPU machine: docs/regressions.md).
+`FakeCell` is the harness's own canary on the fake backend's virtual clock (deterministic: a
+change means the timing accounting changed); BENCH_ASV_FAKE_SLOWDOWN / BENCH_ASV_FAKE_NOISE
+plant a regression in it (the planted-regression test uses them).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+try:
+    import bench  # noqa: F401  (in an asv-built environment: the commit under test, installed)
+except ImportError:  # `asv run -E existing` from a checkout that is not pip-installed
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+CPU_MATRIX = {
+    "name": "asv-cpu", "backends": ["hf"], "model": "qwen-tiny", "device": "cpu", "precisions": ["bf16"],
+    "max_batch_sizes": [1, 4], "workloads": ["asv-tiny"], "trials": 3, "warmup": 1, "timeout_s": 600,
+    "workload": {"asv-tiny": {"source": "sharegpt", "num_requests": 8, "seed": 0, "max_input_len": 128,
+                              "max_total_len": 256, "max_output_len": 16}},
+}
+FAKE_MATRIX = {
+    "name": "asv-fake", "backends": ["fake"], "model": "qwen-tiny", "device": "cpu", "precisions": ["bf16"],
+    "max_batch_sizes": [1, 4], "workloads": ["asv-syn"], "trials": 3, "warmup": 1, "timeout_s": 120,
+    "workload": {"asv-syn": {"source": "synthetic", "num_requests": 16, "input_len": 32, "output_len": 16}},
+}
+
+
+def _cpu_or_gpu_matrix():
+    from bench.spec import load_matrix, narrow, parse_matrix
+
+    which = os.environ.get("BENCH_ASV_MATRIX", "cpu")
+    if which == "gpu":
+        m = narrow(load_matrix("h200-qwen7b", preset=True), requests=16, trials=3)
+        from dataclasses import replace
+
+        return replace(m, cells=tuple(c for c in m.cells if c.max_batch_size in (1, 8)))
+    if which != "cpu":
+        raise ValueError(f"BENCH_ASV_MATRIX must be 'cpu' or 'gpu', got {which!r}")
+    return parse_matrix(CPU_MATRIX)
+
+
+def _fake_matrix():
+    from bench.spec import parse_matrix
+
+    data = dict(FAKE_MATRIX)
+    data["options"] = {
+        "slowdown": float(os.environ.get("BENCH_ASV_FAKE_SLOWDOWN", "1.0")),
+        "noise": float(os.environ.get("BENCH_ASV_FAKE_NOISE", "0.0")),
+    }
+    return parse_matrix(data)
+
+
+def measure(matrix) -> dict[str, dict[str, float]]:
+    """Return {cell label without options: {ms_per_output_token, e2el_median_ms, peak_memory_gb}}."""
+    from bench.matrix import run_matrix
+    from bench.stats import summarize
+    from bench.store import ResultStore
+
+    with tempfile.TemporaryDirectory(prefix="bench-asv-") as tmp:
+        store = Path(tmp) / "results.jsonl"
+        run_matrix(matrix, store, engines_dir=Path(tmp) / "engines", workload_cache=Path(tmp) / "wl",
+                   show_progress=False)
+        by_cell: dict[str, list[dict]] = {}
+        for rec in ResultStore(store).records():
+            if rec["status"] == "ok":
+                c = rec["cell"]
+                by_cell.setdefault(f"{c['precision']}/bs{c['max_batch_size']}", []).append(rec["metrics"])
+    out = {}
+    for label, ms in by_cell.items():
+        # device memory where the backend reports it (GPU, fake), else the worker's peak RSS
+        memory = [m.get("peak_memory_gb") or m["peak_host_rss_gb"] for m in ms]
+        out[label] = {
+            "ms_per_output_token": summarize([1000.0 * m["duration_s"] / m["total_output_tokens"] for m in ms]).median,
+            "e2el_median_ms": summarize([m["e2el_median_ms"] for m in ms]).median,
+            "peak_memory_gb": summarize(memory).median,
+        }
+    return out
+
+
+def _labels(matrix) -> list[str]:
+    return [f"{c.precision}/bs{c.max_batch_size}" for c in matrix.cells]
+
+
+def _value(cache: dict, cell: str, key: str) -> float:
+    # A cell that did not produce an ok result (OOM on a GPU) has no value: asv records n/a.
+    return cache[cell][key] if cell in cache else float("nan")
+
+
+class ModelCell:
+    """The CPU default model's (or the GPU preset's) cells through the whole harness."""
+
+    timeout = 1800
+    params = _labels(_cpu_or_gpu_matrix())
+    param_names = ["cell"]
+
+    def setup_cache(self):
+        return measure(_cpu_or_gpu_matrix())
+
+    def track_ms_per_output_token(self, cache, cell):
+        return _value(cache, cell, "ms_per_output_token")
+
+    track_ms_per_output_token.unit = "ms/token"
+
+    def track_e2el_median_ms(self, cache, cell):
+        return _value(cache, cell, "e2el_median_ms")
+
+    track_e2el_median_ms.unit = "ms"
+
+    def track_peak_memory_gb(self, cache, cell):
+        return _value(cache, cell, "peak_memory_gb")
+
+    track_peak_memory_gb.unit = "GB"
+
+
+class FakeCell:
+    """The fake backend (virtual clock): a deterministic canary and the planted-regression target."""
+
+    timeout = 300
+    params = _labels(_fake_matrix())
+    param_names = ["cell"]
+
+    def setup_cache(self):
+        return measure(_fake_matrix())
+
+    def track_ms_per_output_token(self, cache, cell):
+        return _value(cache, cell, "ms_per_output_token")
+
+    track_ms_per_output_token.unit = "ms/token"
+
+    def track_e2el_median_ms(self, cache, cell):
+        return _value(cache, cell, "e2el_median_ms")
+
+    track_e2el_median_ms.unit = "ms"

@@ -1,0 +1,111 @@
+"""asv suite: the harness's own hot paths (workload building, result loading, reports, compare).
+
+These run on any machine in milliseconds to seconds and catch the harness itself getting
+slower: tokenizing a ShareGPT slice, loading a store of a few hundred records into a frame,
+building the speedup table and the full report (tables + dashboard), comparing two stores.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import tempfile
+from pathlib import Path
+
+try:
+    import bench  # noqa: F401
+except ImportError:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def write_store(path: Path, cells: int = 32, trials: int = 3, slowdown: float = 1.0) -> Path:
+    """Write a store of cells x trials fake-backend records (real metrics from the virtual clock)."""
+    from bench import SCHEMA_VERSION
+    from bench.backends.fake import FakeLoaded
+    from bench.metrics import request_samples, summarize
+    from bench.spec import WorkloadSpec
+    from bench.store import ResultStore
+    from bench.workload import Request
+
+    store = ResultStore(path)
+    requests = [Request(f"r{i}", tuple(range(16 + i % 8)), 8 + i % 5) for i in range(32)]
+    wl = WorkloadSpec(name="syn", source="synthetic", input_len=16, output_len=8).to_dict()
+    env = {"cpu": "asv", "torch": "x", "transformers": "y", "gpu_name": None, "gpu_count": 0, "driver": None,
+           "commit": "0" * 40, "dirty": False}
+    loaded = FakeLoaded({})
+    for c in range(cells):
+        precision = ("bf16", "fp16", "fp32", "int8")[c % 4]
+        bs = 2 ** (c // 4)
+        cell = {"backend": "fake" if c else "hf", "model": "qwen-tiny", "precision": "bf16" if c == 0 else precision,
+                "max_batch_size": bs, "device": "cpu", "workload": wl, "options": {"noise": 0.02}}
+        for t in range(trials):
+            out = loaded.run(requests, bs, {"noise": 0.02, "slowdown": slowdown, "seed": c})
+            store.append({
+                "schema_version": SCHEMA_VERSION, "cell_id": f"{c:016x}", "cell": copy.deepcopy(cell), "trial": t,
+                "status": "ok", "metrics": summarize(out.timings, out.started, out.ended),
+                "samples": request_samples(out.timings), "extra": out.extra, "environment": env,
+                "started_at": float(t), "ended_at": float(t) + 1,
+            })
+    return path
+
+
+class Workload:
+    """Tokenize and sample a ShareGPT slice (the dataset itself is loaded once in setup)."""
+
+    timeout = 600
+
+    def setup(self):
+        from bench.spec import WorkloadSpec
+        from bench.workload import build_workload
+
+        self.spec = WorkloadSpec(name="asv", num_requests=32, max_input_len=256, max_total_len=512, max_output_len=32)
+        build_workload(self.spec)  # warm: package data, tokenizer ranks
+
+    def time_build_workload(self):
+        from bench.workload import build_workload
+
+        build_workload(self.spec)
+
+
+class Store:
+    """Load a 96-record store; build the speedup table and the whole report; compare two stores."""
+
+    timeout = 600
+
+    def setup(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="bench-asv-")
+        root = Path(self.tmp.name)
+        self.base = write_store(root / "base.jsonl")
+        self.head = write_store(root / "head.jsonl", slowdown=1.02)
+        self.out = root / "report"
+        from bench.store import load_frame
+
+        self.frame = load_frame([self.base])
+
+    def teardown(self):
+        self.tmp.cleanup()
+
+    def time_load_frame(self):
+        from bench.store import load_frame
+
+        load_frame([self.base])
+
+    def peakmem_load_frame(self):
+        from bench.store import load_frame
+
+        load_frame([self.base])
+
+    def time_speedup_table(self):
+        from bench.report.tables import speedup_table, to_markdown
+
+        to_markdown(speedup_table(self.frame))
+
+    def time_build_report(self):
+        from bench.report.build import build_report
+
+        build_report([self.base], self.out)
+
+    def time_compare(self):
+        from bench.compare import compare_stores
+
+        compare_stores(self.base, self.head)
