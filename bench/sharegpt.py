@@ -27,8 +27,9 @@ CHUNK_BYTES = 1 << 20
 # An unterminated record that has grown past this many characters is a syntax error, not a
 # record still being read: resynchronise instead of buffering the rest of the file.
 MAX_RECORD_CHARS = 16 << 20
-# Where a ShareGPT record starts; used to resynchronise after a syntax error mid-file.
-RECORD_START = re.compile(r'\{\s*"id"\s*:')
+# Where a ShareGPT record starts (its first key is "id", or "conversations" in some copies);
+# used to resynchronise after a syntax error mid-file.
+RECORD_START = re.compile(r'\{\s*"(?:id|conversations)"\s*:')
 # Bytes that are not UTF-8 decode (errors="surrogateescape") to these lone surrogates.
 NON_UTF8 = re.compile("[\udc80-\udcff]")
 MAX_NOTES = 20  # keep the report small when a file is badly damaged
@@ -147,24 +148,33 @@ def iter_records(fh: BinaryIO, report: ParseReport, chunk_bytes: int = CHUNK_BYT
             try:
                 obj, end = decoder.raw_decode(buf, pos)
             except json.JSONDecodeError as exc:
-                needs_more = exc.msg.startswith("Unterminated string") or exc.pos >= len(buf) - 8
-                if needs_more and len(buf) - pos < MAX_RECORD_CHARS and read_more():
-                    continue
-                if needs_more and eof:
+                near_end = exc.msg.startswith("Unterminated string") or exc.pos >= len(buf) - 8
+                if not eof and near_end and len(buf) - pos < MAX_RECORD_CHARS and read_more():
+                    continue  # the record goes on in the next chunk
+                if eof and _runs_out(buf, exc):
                     report.truncated = True
                     report.stopped_at_byte = byte_offset(pos)
                     break
                 # A real syntax error: skip to the next record start after the error.
                 report.skipped_invalid_json += 1
                 report.note(f"invalid JSON at byte {byte_offset(exc.pos)}: {exc.msg}")
+                pos = max(exc.pos, pos + 1)
                 while True:
-                    match = RECORD_START.search(buf, max(exc.pos, pos + 1))
+                    match = RECORD_START.search(buf, pos)
                     if match:
                         pos = match.start()
                         break
-                    pos = len(buf)
+                    # Keep a tail: a record start may straddle two chunks. read_more() may trim
+                    # buf and shift pos with it, so pos is the only coordinate kept across it.
+                    pos = max(pos, len(buf) - 32)
                     if not read_more():
+                        pos = len(buf)
                         break
+                if pos == len(buf):  # no record after the bad one: did the array close?
+                    if not buf.rstrip().endswith("]"):
+                        report.truncated = True
+                        report.stopped_at_byte = byte_offset(pos)
+                    break
                 continue
             start, pos = pos, end
             if has_bad and NON_UTF8.search(buf, start, end):
@@ -177,6 +187,17 @@ def iter_records(fh: BinaryIO, report: ParseReport, chunk_bytes: int = CHUNK_BYT
         while read_more():  # finish the hash so it covers the whole file
             pos = len(buf)
         report.sha256 = digest.hexdigest()
+
+
+def _runs_out(buf: str, exc: json.JSONDecodeError) -> bool:
+    """Return whether a decode error at the end of the file means the text stops mid-record."""
+    if exc.msg.startswith("Unterminated string"):
+        return True
+    rest = buf[exc.pos :].rstrip()
+    # Nothing left, or a literal or number cut short ("tr", "nu", "-1.").
+    return rest == "" or any(lit.startswith(rest) for lit in ("true", "false", "null")) or bool(
+        re.fullmatch(r"-?[0-9.eE+-]*", rest)
+    )
 
 
 def first_turns(rec: object) -> tuple[str, str] | str:
