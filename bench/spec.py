@@ -53,10 +53,23 @@ class WorkloadSpec:
     max_total_len: int = 2048  # drop requests whose prompt + output is longer than this
     output_len: int | None = None  # fixed output length for every request (None: the dataset's)
     max_output_len: int | None = None  # cap on the dataset's output length
-    input_len: int | None = None  # synthetic: prompt length
+    input_len: int | None = None  # synthetic: prompt length (the mean for length_dist = "normal")
+    # Fields below were added with defaults that keep earlier meaning (docs/workloads.md).
+    oversample: bool = False  # sample with replacement when fewer records pass than num_requests
+    length_dist: str = "fixed"  # synthetic: fixed | uniform | normal (as trtllm token-unif/norm-dist)
+    input_stdev: float = 0  # synthetic normal: stdev of the prompt length
+    output_stdev: float = 0  # synthetic normal: stdev of the output length
+    input_min: int | None = None  # synthetic uniform: prompt length range, both ends included
+    input_max: int | None = None
+    output_min: int | None = None  # synthetic uniform: output length range, both ends included
+    output_max: int | None = None
+    request_rate: float | None = None  # requests/s for online replay; None = inf (all at once)
+    burstiness: float = 1.0  # gamma shape of inter-arrival times; 1 = Poisson (vLLM --burstiness)
+    max_concurrency: int | None = None  # most requests in flight for online replay (None: no limit)
 
-    SOURCES = ("sharegpt", "synthetic")
+    SOURCES = ("sharegpt", "synthetic", "file")
     PROMPT_FORMATS = ("raw", "chat")
+    LENGTH_DISTS = ("fixed", "uniform", "normal")
 
     @classmethod
     def from_dict(cls, name: str, data: dict) -> WorkloadSpec:
@@ -66,6 +79,8 @@ class WorkloadSpec:
             raise BenchInputError(
                 f"workload {name!r}: unknown key {sorted(unknown)[0]!r}; valid keys are {choices(known)}"
             )
+        if data.get("request_rate") in ("inf", float("inf")):
+            data["request_rate"] = None  # one spelling of "all at once", so cell ids agree
         spec = cls(name=name, **data)
         spec.check()
         return spec
@@ -78,12 +93,37 @@ class WorkloadSpec:
             raise BenchInputError(
                 f"{where}: unknown prompt_format {self.prompt_format!r}; valid values are {choices(self.PROMPT_FORMATS)}"
             )
-        for key in ("num_requests", "min_len", "max_input_len", "max_total_len", "output_len", "max_output_len", "input_len"):
+        if self.length_dist not in self.LENGTH_DISTS:
+            raise BenchInputError(
+                f"{where}: unknown length_dist {self.length_dist!r}; valid values are {choices(self.LENGTH_DISTS)}"
+            )
+        for key in (
+            "num_requests", "min_len", "max_input_len", "max_total_len", "output_len", "max_output_len", "input_len",
+            "input_min", "input_max", "output_min", "output_max", "max_concurrency",
+        ):
             value = getattr(self, key)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
                 raise BenchInputError(f"{where}: {key} must be a positive integer, got {value!r}")
-        if self.source == "synthetic" and (self.input_len is None or self.output_len is None):
-            raise BenchInputError(f"{where}: a synthetic workload needs input_len and output_len")
+        for key, positive in (("input_stdev", False), ("output_stdev", False), ("burstiness", True), ("request_rate", True)):
+            value = getattr(self, key)
+            if value is None and key == "request_rate":
+                continue
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0 or (positive and value <= 0) or value != value:
+                raise BenchInputError(f"{where}: {key} must be a {'positive' if positive else 'non-negative'} number, got {value!r}")
+        if not isinstance(self.oversample, bool):
+            raise BenchInputError(f"{where}: oversample must be true or false, got {self.oversample!r}")
+        if self.source == "synthetic":
+            self._check_synthetic(where)
+        if self.source == "file" and self.path is None:
+            raise BenchInputError(
+                f"{where}: source 'file' needs `path`: a workload file from `bench workload build` or a "
+                "trtllm-bench JSONL dataset"
+            )
+        if self.tokenizer != "qwen-7b-chat" and not Path(self.tokenizer).expanduser().is_dir():
+            raise BenchInputError(
+                f"{where}: tokenizer {self.tokenizer!r} cannot be found: use 'qwen-7b-chat' or the path of a "
+                "local model directory with tokenizer files"
+            )
         if self.path is not None:
             p = Path(self.path).expanduser()
             if not p.is_file():
@@ -97,6 +137,30 @@ class WorkloadSpec:
                     fh.read(1)
             except OSError as exc:
                 raise BenchInputError(f"{where}: dataset path {self.path!r} is not readable: {exc}") from exc
+
+    def _check_synthetic(self, where: str) -> None:
+        if self.length_dist == "uniform":
+            for side in ("input", "output"):
+                lo, hi = getattr(self, f"{side}_min"), getattr(self, f"{side}_max")
+                if lo is None or hi is None or lo > hi:
+                    raise BenchInputError(
+                        f"{where}: length_dist 'uniform' needs {side}_min <= {side}_max, got {lo!r} and {hi!r}"
+                    )
+            longest_in, longest_total = self.input_max, self.input_max + self.output_max
+        else:
+            if self.input_len is None or self.output_len is None:
+                raise BenchInputError(
+                    f"{where}: a synthetic workload needs input_len and output_len"
+                    + (" (the means of the normal distribution)" if self.length_dist == "normal" else "")
+                )
+            longest_in, longest_total = self.input_len, self.input_len + self.output_len
+        # Fixed lengths that break the engine limits would drop every request: say so now.
+        if self.length_dist == "fixed" and longest_in > self.max_input_len:
+            raise BenchInputError(f"{where}: input_len {longest_in} exceeds max_input_len {self.max_input_len}; raise max_input_len")
+        if self.length_dist == "fixed" and longest_total > self.max_total_len:
+            raise BenchInputError(
+                f"{where}: input_len + output_len = {longest_total} exceeds max_total_len {self.max_total_len}; raise max_total_len"
+            )
 
     def to_dict(self) -> dict:
         return asdict(self)

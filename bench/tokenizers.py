@@ -7,8 +7,8 @@ result says exactly which token ids were replayed.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -23,12 +23,18 @@ QWEN_SYSTEM_PROMPT = "You are a helpful assistant."
 
 @dataclass(frozen=True)
 class Tokenizer:
-    """encode(text) -> ids without special tokens; chat(query) -> ids of a ChatML prompt."""
+    """encode(text) -> ids without special tokens; chat(query) -> ids of a ChatML prompt.
+
+    ordinary_ids are the ids synthetic prompts draw from: the vocabulary without special or
+    added tokens (a random <|im_end|> would end a prompt early on some servers).
+    """
 
     identity: str
     vocab_size: int
     encode: Callable[[str], list[int]]
     chat: Callable[[str], list[int]]
+    ordinary_ids: Sequence[int] = field(default=(), compare=False)
+    decode: Callable[[list[int]], str] | None = field(default=None, compare=False)
 
 
 @lru_cache(maxsize=4)
@@ -76,6 +82,8 @@ def _qwen_tiktoken() -> Tokenizer:
         vocab_size=enc.n_vocab,
         encode=enc.encode_ordinary,
         chat=chat,
+        ordinary_ids=range(QWEN_SPECIAL_START_ID),
+        decode=enc.decode,
     )
 
 
@@ -95,6 +103,15 @@ def _auto_tokenizer(path: Path) -> Tokenizer:
             return list(tok.apply_chat_template([{"role": "user", "content": query}], add_generation_prompt=True, tokenize=True))
         return encode(query)
 
+    special = set(tok.all_special_ids) | {i for i, t in tok.added_tokens_decoder.items() if t.special}
+    ordinary = sorted(set(tok.get_vocab().values()) - special)
     files = sorted(p for p in path.iterdir() if p.name.startswith(("tokenizer", "vocab", "merges")))
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in files)).hexdigest()[:12]
-    return Tokenizer(identity=f"auto:{path.name}@{digest}", vocab_size=len(tok), encode=encode, chat=chat)
+    return Tokenizer(
+        identity=f"auto:{path.name}@{digest}",
+        vocab_size=len(tok),
+        encode=encode,
+        chat=chat,
+        ordinary_ids=ordinary,
+        decode=lambda ids: tok.decode(ids),
+    )

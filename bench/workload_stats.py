@@ -1,0 +1,94 @@
+"""Length statistics of a workload: summary figures and histogram data (pure functions).
+
+The dashboard calls length_histogram(workload) for its input/output length plot; `bench
+workload show` prints length_stats(workload). Percentiles interpolate linearly between
+ranks, as numpy.percentile does by default.
+"""
+
+from __future__ import annotations
+
+import math
+
+STAT_KEYS = ("min", "mean", "p50", "p90", "max")
+
+
+def percentile(sorted_values: list[int], q: float) -> float:
+    """Return the q-th percentile (0..100) of already sorted values, linear interpolation."""
+    if not sorted_values:
+        raise ValueError("percentile of an empty list")
+    k = (len(sorted_values) - 1) * q / 100
+    lo, hi = math.floor(k), math.ceil(k)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
+
+
+def describe(values: list[int]) -> dict[str, float]:
+    """Return min, mean, p50, p90 and max of values."""
+    v = sorted(values)
+    return {"min": v[0], "mean": sum(v) / len(v), "p50": percentile(v, 50), "p90": percentile(v, 90), "max": v[-1]}
+
+
+def _lengths(workload_or_requests) -> tuple[list[int], list[int]]:
+    reqs = getattr(workload_or_requests, "requests", workload_or_requests)
+    return [r.input_len for r in reqs], [r.output_len for r in reqs]
+
+
+def length_stats(workload_or_requests) -> dict:
+    """Return {"num_requests", "input": describe(...), "output": describe(...)}."""
+    ins, outs = _lengths(workload_or_requests)
+    if not ins:
+        raise ValueError("a workload without requests has no length statistics")
+    return {"num_requests": len(ins), "input": describe(ins), "output": describe(outs)}
+
+
+def histogram(values: list[int], bins: int = 20) -> dict[str, list[int]]:
+    """Return {"edges": bins + 1 integer edges, "counts": bins counts}; bins are [lo, hi)."""
+    lo, hi = min(values), max(values) + 1  # the last edge is exclusive, so max lands in a bin
+    width = max(1, math.ceil((hi - lo) / bins))
+    n = math.ceil((hi - lo) / width)
+    counts = [0] * n
+    for x in values:
+        counts[(x - lo) // width] += 1
+    return {"edges": [lo + i * width for i in range(n + 1)], "counts": counts}
+
+
+def length_histogram(workload_or_requests, bins: int = 20) -> dict[str, dict[str, list[int]]]:
+    """Return histogram data {"input": {...}, "output": {...}} of a workload's token lengths."""
+    ins, outs = _lengths(workload_or_requests)
+    if not ins:
+        raise ValueError("a workload without requests has no length histogram")
+    return {"input": histogram(ins, bins), "output": histogram(outs, bins)}
+
+
+def format_stats(workload) -> str:
+    """Return the text `bench workload show` prints: counts, drops by rule, length figures."""
+    stats = length_stats(workload)
+    lines = [
+        f"workload {workload.name}: {stats['num_requests']} requests, content hash {workload.content_hash}",
+        f"tokenizer: {workload.tokenizer}",
+        f"source: {workload.source.get('name')}"
+        + (f" (sha256 {workload.source['sha256'][:16]})" if workload.source.get("sha256") else ""),
+    ]
+    parse = workload.source.get("parse") or {}
+    if parse:
+        skipped = {"invalid_json": parse.get("skipped_invalid_json", 0), "non_utf8": parse.get("skipped_non_utf8", 0)}
+        skipped.update(parse.get("skipped_by_reason") or {})
+        stop = f"; truncated, parsing stopped at byte {parse.get('stopped_at_byte')}" if parse.get("truncated") else ""
+        lines.append(
+            f"records: {parse.get('records')} complete; skipped while parsing: "
+            + (", ".join(f"{k}={v}" for k, v in sorted(skipped.items()) if v) or "none")
+            + stop
+        )
+    if workload.dropped:
+        lines.append("dropped by rule: " + ", ".join(f"{k}={v}" for k, v in workload.dropped.items()))
+    if workload.source.get("oversampled"):
+        lines.append(f"oversampled (drawn again with replacement): {workload.source['oversampled']}")
+    spec = workload.spec
+    if spec.get("request_rate") is not None:
+        lines.append(f"arrivals: rate {spec['request_rate']} req/s, burstiness {spec.get('burstiness', 1.0)}, "
+                     f"last at {workload.requests[-1].arrival_s:.3f} s")
+    if spec.get("max_concurrency") is not None:
+        lines.append(f"max_concurrency: {spec['max_concurrency']}")
+    lines.append(f"{'tokens':<8}" + "".join(f"{k:>10}" for k in STAT_KEYS))
+    for side in ("input", "output"):
+        lines.append(f"{side:<8}" + "".join(f"{stats[side][k]:>10.1f}" if k == "mean" else f"{stats[side][k]:>10g}" for k in STAT_KEYS))
+    return "\n".join(lines)
