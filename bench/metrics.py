@@ -23,6 +23,8 @@ DIRECTION = {
     "tokens_per_joule": +1,
     **{f"{m}_{s}_ms": -1 for m in LATENCIES for s in ("mean", "median", "p90", "p99")},
     "peak_memory_gb": -1,
+    "energy_j": -1,
+    "sol_pct": +1,
 }
 
 
@@ -72,6 +74,18 @@ def summarize(timings, started: float, ended: float) -> dict:
     for name, values in zip(LATENCIES, (ttft, tpot, itl, e2el), strict=True):
         metrics.update(_stats(name, values))
     return metrics
+
+
+def efficiency_metrics(output_tokens: int, duration_s: float, energy_j: float | None,
+                       sol_time_s: float | None) -> dict:
+    """Return tokens_per_joule (output tokens / energy) and sol_pct (100 x lower-bound time / duration).
+
+    Either is None when its input is missing (no NVML energy counter, no speed-of-light bound).
+    """
+    return {
+        "tokens_per_joule": output_tokens / energy_j if energy_j else None,
+        "sol_pct": 100.0 * sol_time_s / duration_s if sol_time_s and duration_s > 0 else None,
+    }
 
 
 def request_samples(timings) -> list[dict]:
