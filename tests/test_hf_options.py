@@ -124,3 +124,36 @@ def test_stored_bytes_of_plain_tensors():
 
     assert hf.stored_bytes(torch.zeros(4, 8, dtype=torch.bfloat16)) == 64
     assert hf.stored_bytes(torch.nn.Parameter(torch.zeros(10))) == 40
+
+
+def test_configure_compile_sets_generation_config():
+    from types import SimpleNamespace
+
+    from transformers import GenerationConfig
+
+    model = SimpleNamespace(generation_config=GenerationConfig())
+    hf.configure_compile(model, "off", "static")
+    assert model.generation_config.disable_compile is True  # else transformers compiles static caches itself
+    hf.configure_compile(model, "reduce-overhead", "static")
+    cc = model.generation_config.compile_config
+    assert model.generation_config.disable_compile is False and cc.mode == "reduce-overhead" and cc.dynamic is False
+
+
+@pytest.mark.slow
+def test_static_cache_warmup_covers_every_batch_size(tmp_path):
+    from bench.backends.hf import HFBackend
+    from bench.spec import BuildKey
+    from bench.workload import Request
+
+    key = BuildKey("hf", "qwen-tiny", "fp32", "cpu", (("attn_implementation", "sdpa"), ("cache", "static"), ("compile", "off")))
+    backend = HFBackend()
+    loaded = backend.load(backend.build(key, tmp_path))
+    reqs = [Request(str(i), tuple(range(1, 6 + i)), 3 + i) for i in range(3)]
+    info = loaded.warmup(reqs, 2, {"batching": "dataset"}, passes=1)
+    assert info["batch_sizes_warmed"] == [1, 2] and len(info["warmup_pass_s"]) == 2
+    assert info["static_cache_len"] == 128
+    out = loaded.run(reqs, 2, {"batching": "dataset"})
+    assert [t.output_len for t in out.timings] == [3, 4, 5]
+    assert out.extra["static_cache_len"] == 128 and "sol_time_s" not in out.extra  # no bandwidth on CPU
+    assert out.extra["weight_bytes"] == loaded.num_parameters * 4
+    loaded.close()
