@@ -24,6 +24,8 @@ DIRECTION = {
     **{f"{m}_{s}_ms": -1 for m in LATENCIES for s in ("mean", "median", "p90", "p99")},
     "peak_memory_gb": -1,
     "request_goodput": +1,
+    "energy_j": -1,
+    "sol_pct": +1,
 }
 
 
@@ -95,6 +97,18 @@ def goodput(timings, duration_s: float, slo_ms: dict[str, float]) -> float | Non
         values = {"ttft": ttft, "e2el": e2el, "tpot": (e2el - ttft) / (t.output_len - 1) if t.output_len > 1 else 0.0}
         good += all(values[k] <= bound for k, bound in slo.items())
     return good / duration_s
+
+
+def efficiency_metrics(output_tokens: int, duration_s: float, energy_j: float | None,
+                       sol_time_s: float | None) -> dict:
+    """Return tokens_per_joule (output tokens / energy) and sol_pct (100 x lower-bound time / duration).
+
+    Either is None when its input is missing (no NVML energy counter, no speed-of-light bound).
+    """
+    return {
+        "tokens_per_joule": output_tokens / energy_j if energy_j else None,
+        "sol_pct": 100.0 * sol_time_s / duration_s if sol_time_s and duration_s > 0 else None,
+    }
 
 
 def request_samples(timings) -> list[dict]:

@@ -33,8 +33,9 @@ def run_group(job: dict, emit: Callable[[dict], None]) -> None:
     """Build the job's artifact once, then warm up and measure each cell's trials, emitting events."""
     from bench.backends import backend_class
     from bench.environment import fingerprint
-    from bench.metrics import request_samples, summarize
+    from bench.metrics import efficiency_metrics, request_samples, summarize
     from bench.spec import BuildKey, Cell
+    from bench.telemetry import Sampler
     from bench.workload import Workload
 
     key = BuildKey.from_dict(job["build_key"])
@@ -66,9 +67,9 @@ def run_group(job: dict, emit: Callable[[dict], None]) -> None:
         settings = job["settings"]
         failed = False
         try:
-            # Warm-up on the first batch: module load, allocator growth, kernel selection.
-            for _ in range(settings["warmup"]):
-                loaded.run(requests[: cell.max_batch_size], cell.max_batch_size, cell.options_dict)
+            # Warm-up (module load, allocator growth, kernel selection, compilation): the backend
+            # decides which batches cover the shapes its measured passes will see.
+            warmup = loaded.warmup(requests, cell.max_batch_size, cell.options_dict, settings["warmup"])
         except Exception as exc:
             # One record for the failure; the cell's other trials are not run.
             first, rest = item["trials"][0], item["trials"][1:]
@@ -86,10 +87,14 @@ def run_group(job: dict, emit: Callable[[dict], None]) -> None:
             emit({"event": "start", "cell_id": cell.cell_id, "trial": trial})
             started_at = time.time()
             try:
-                out = loaded.run(requests, cell.max_batch_size, cell.options_dict)
+                with Sampler(cell.device) as sampler:  # NVML in a background thread; None figures on CPU
+                    out = loaded.run(requests, cell.max_batch_size, cell.options_dict)
                 metrics = summarize(out.timings, out.started, out.ended)
-                extra = dict(out.extra)
+                extra = {**out.extra, "warmup": warmup, "telemetry": sampler.timeline}
                 metrics.update(extra.pop("metrics", {}))  # figures beyond the timings (goodput, achieved rate)
+                metrics.update(sampler.summary)
+                metrics.update(efficiency_metrics(metrics["total_output_tokens"], metrics["duration_s"],
+                                                  sampler.summary["energy_j"], extra.get("sol_time_s")))
                 if "peak_memory_bytes" in extra:
                     metrics["peak_memory_gb"] = extra["peak_memory_bytes"] / 1e9
                 metrics["peak_host_rss_gb"] = _host_peak_rss_bytes() / 1e9

@@ -73,6 +73,21 @@ class Loaded:
         """Replay requests in batches of at most max_batch_size; options = the cell's options."""
         raise NotImplementedError
 
+    def warmup(self, requests, max_batch_size: int, options: dict, passes: int) -> dict:
+        """Run the unmeasured warm-up passes; return what they cost ({'warmup_pass_s': [...]}).
+
+        Default: the first batch, `passes` times (module load, allocator growth, kernel choice).
+        Backends whose compiled shapes depend on the batch (static cache + CUDA graphs) override it.
+        """
+        import time
+
+        times = []
+        for _ in range(passes):
+            t0 = time.perf_counter()
+            self.run(requests[:max_batch_size], max_batch_size, options)
+            times.append(time.perf_counter() - t0)
+        return {"warmup_pass_s": times}
+
     def recover(self) -> None:
         """Free what a failed run (for example an out-of-memory) left behind."""
 

@@ -10,32 +10,88 @@ synchronisation: on CUDA each step records an event, read once after the batch.
 from __future__ import annotations
 
 import json
+import os
 import time
+import warnings
+from importlib import metadata, util
 from pathlib import Path
 
 from bench.backends.base import Backend, Loaded, Option, RequestTiming, RunOutput
 from bench.errors import BenchInputError
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+# torchao precisions: the model loads in bf16, then torchao replaces the Linear weights.
+TORCHAO = {"int8wo": "int8 weight-only", "int4wo": "int4 weight-only (tinygemm)", "fp8": "fp8 weights and activations"}
+# Least compute capability a precision's kernels need (bf16 tensor cores: Ampere; fp8: Ada/Hopper).
+MIN_CC = {"bf16": (8, 0), "int8wo": (8, 0), "int4wo": (8, 0), "fp8": (8, 9)}
+COMPILE_MODES = ("off", "reduce-overhead", "max-autotune")
+# Static-cache lengths are rounded up so cells with similar workloads share compiled shapes.
+CACHE_LEN_ROUND = 128
 
 
 class HFBackend(Backend):
     name = "hf"
-    precisions = tuple(DTYPES)
+    precisions = (*DTYPES, *TORCHAO)
     options = {
-        "attn_implementation": Option("sdpa", ("eager", "sdpa"), help="transformers attention kernel"),
+        "attn_implementation": Option(
+            "sdpa", ("eager", "sdpa", "flash_attention_2", "flex_attention"), help="transformers attention kernel"
+        ),
         "cache": Option("dynamic", ("dynamic", "static"), help="KV cache implementation"),
+        "compile": Option(
+            "off", COMPILE_MODES, help="torch.compile of the decode step through transformers' CompileConfig (static cache)"
+        ),
         "batching": Option("dataset", ("dataset", "sorted"), in_build_key=False, help="request order within batches"),
     }
 
     @classmethod
     def validate(cls, cell) -> None:
         super().validate(cell)
-        if cell.device == "cpu" and cell.precision == "fp16":
+        opts = cell.options_dict
+        cpu = cell.device == "cpu"
+        if cpu and cell.precision == "fp16":
             raise BenchInputError(
                 "precision 'fp16' on device 'cpu' is not a configuration anyone deploys (slow, emulated "
                 "kernels): use fp32 or bf16 on CPU, or run fp16 on a GPU (device = 'cuda')"
             )
+        if cpu and cell.precision in TORCHAO:
+            raise BenchInputError(
+                f"precision {cell.precision!r} ({TORCHAO[cell.precision]}, torchao) is measured on GPUs only: "
+                "use fp32 or bf16 on CPU, or set device = 'cuda'"
+            )
+        if opts.get("compile", "off") != "off":
+            if opts.get("cache") != "static":
+                raise BenchInputError(
+                    f"compile={opts['compile']!r} needs cache='static': transformers compiles the decode step only "
+                    "with a static KV cache (fixed shapes); set cache = 'static' or compile = 'off'"
+                )
+            if cpu:
+                raise BenchInputError(
+                    f"compile={opts['compile']!r} uses CUDA graphs and transformers compiles generate only on GPUs: "
+                    "set device = 'cuda' or compile = 'off'"
+                )
+        attn = opts.get("attn_implementation", "sdpa")
+        if attn == "flash_attention_2":
+            if util.find_spec("flash_attn") is None:
+                raise BenchInputError(
+                    "attn_implementation='flash_attention_2' needs the flash-attn package: `pip install flash-attn "
+                    "--no-build-isolation` (CUDA, fp16/bf16), or use 'sdpa'"
+                )
+            if cpu or cell.precision == "fp32":
+                raise BenchInputError(
+                    "attn_implementation='flash_attention_2' runs on CUDA in fp16/bf16 only: use 'sdpa' here"
+                )
+        if attn == "flex_attention" and _dist_version("torch") < (2, 5):
+            raise BenchInputError(
+                "attn_implementation='flex_attention' needs torch >= 2.5 (torch.nn.attention.flex_attention): "
+                "upgrade torch or use 'sdpa'"
+            )
+        if cell.precision in TORCHAO and util.find_spec("torchao") is None:
+            raise BenchInputError(
+                f"precision {cell.precision!r} ({TORCHAO[cell.precision]}) needs torchao: `pip install torchao` "
+                "(a release built for your torch, e.g. torchao 0.17 for torch 2.11), or use bf16"
+            )
+        if not cpu:
+            _check_gpu(cell)
         from bench.models import resolve_model
 
         ref = resolve_model(cell.model)
@@ -44,16 +100,100 @@ class HFBackend(Backend):
             raise BenchInputError(f"model {cell.model!r}: config.json has no model_type, transformers cannot build it")
         if archs and not any(a.endswith("ForCausalLM") or a.endswith("LMHeadModel") for a in archs):
             raise BenchInputError(f"model {cell.model!r} is not a causal LM (architectures: {archs})")
+        _check_architecture(cell.model, ref.config)
 
     def build(self, key, engines_dir: Path) -> dict:
-        # Nothing to compile ahead for eager/sdpa; the folder records the key for inspection.
-        folder = engines_dir / key.key_hash
+        """Return the artifact: the key's folder, which holds Inductor's and Triton's compile caches.
+
+        Compilation itself happens lazily in the first warm-up pass (transformers compiles on
+        the first decode step); pointing the caches here makes a second run of the same build
+        key load compiled kernels instead of compiling them again.
+        """
+        folder = Path(engines_dir) / key.key_hash
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "key.json").write_text(json.dumps(key.to_dict(), indent=1, sort_keys=True))
-        return {"key": key.to_dict(), "folder": str(folder)}
+        inductor = folder / "inductor"
+        warm = inductor.is_dir() and any(inductor.iterdir())
+        # Read by torch/triton when they first compile, which is after this point in the worker.
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(inductor)
+        os.environ["TRITON_CACHE_DIR"] = str(folder / "triton")
+        os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
+        os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "1")
+        compiled = dict(key.options).get("compile", "off") != "off"
+        return {
+            "key": key.to_dict(),
+            "folder": str(folder),
+            "engines_dir": str(engines_dir),
+            "build_info": {"compile_cache": ("warm" if warm else "cold") if compiled else None},
+        }
 
     def load(self, artifact: dict) -> HFLoaded:
         return HFLoaded(artifact)
+
+
+def _dist_version(dist: str) -> tuple[int, int]:
+    try:
+        return _version(metadata.version(dist))
+    except metadata.PackageNotFoundError:
+        return (0, 0)
+
+
+def _check_gpu(cell) -> None:
+    """Reject a precision the GPU cannot run, reading its compute capability through NVML (no CUDA context)."""
+    from bench.environment import gpu_info
+
+    index = int(cell.device.split(":")[1]) if ":" in cell.device else 0
+    info = gpu_info(index)
+    cc_text = info.get("compute_capability")
+    if not info.get("gpu_count") or not cc_text:
+        # Planning a GPU matrix on a machine without one is allowed; the check is then deferred to the GPU.
+        need = MIN_CC.get(cell.precision)
+        if need:
+            warnings.warn(
+                f"device {cell.device!r}: NVML sees no NVIDIA GPU here (no driver, or `pip install nvidia-ml-py` "
+                f"missing), so precision {cell.precision!r} (needs compute capability {need[0]}.{need[1]}+) "
+                "cannot be checked before the run",
+                stacklevel=3,
+            )
+        return
+    if index >= info["gpu_count"]:
+        raise BenchInputError(f"device {cell.device!r}: this machine has {info['gpu_count']} GPU(s)")
+    cc = tuple(int(x) for x in cc_text.split("."))
+    need = MIN_CC.get(cell.precision)
+    if need and cc < need:
+        hint = "fp8 needs Ada (8.9) or Hopper (9.0)+" if cell.precision == "fp8" else "use fp16 on this GPU"
+        raise BenchInputError(
+            f"precision {cell.precision!r} needs compute capability {need[0]}.{need[1]}+, but "
+            f"{info.get('gpu_name')} on {cell.device!r} has {cc_text}: {hint}"
+        )
+
+
+def _check_architecture(model: str, config: dict) -> None:
+    """Reject a model_type this transformers install does not know, naming what to install."""
+    spec = util.find_spec("transformers")
+    if spec is None or not spec.submodule_search_locations:
+        raise BenchInputError("the hf backend needs transformers: `pip install transformers`")
+    model_type = config.get("model_type")
+    if config.get("auto_map"):
+        return  # remote code: transformers resolves it from the model directory
+    # Fast path: most model types are a package of that name (importing transformers costs seconds).
+    models_dir = Path(spec.submodule_search_locations[0]) / "models"
+    if (models_dir / str(model_type).replace("-", "_")).is_dir():
+        return
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    if model_type not in CONFIG_MAPPING_NAMES:
+        raise BenchInputError(
+            f"model {model!r}: transformers {_installed('transformers')} does not know model_type {model_type!r}; "
+            "upgrade transformers (`pip install -U transformers`) or point `model` at a supported architecture"
+        )
+
+
+def _installed(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
 
 
 class HFLoaded(Loaded):
@@ -67,8 +207,12 @@ class HFLoaded(Loaded):
         key = artifact["key"]
         opts = key["options"]
         self.device = torch.device(key["device"])
-        self.dtype = getattr(torch, DTYPES[key["precision"]])
+        self.precision = key["precision"]
+        # torchao precisions quantize a bf16 model; bf16 stays the activation and KV-cache dtype.
+        self.dtype = getattr(torch, DTYPES.get(self.precision, "bfloat16"))
         self.cache = opts["cache"]
+        self.compile = opts.get("compile", "off")
+        self.cache_len: int | None = None  # static cache length fixed per cell by warmup()
         ref = resolve_model(key["model"])
         kwargs = {"attn_implementation": opts["attn_implementation"]}
         # transformers >= 4.56 calls it `dtype`; older releases only know `torch_dtype`.
@@ -82,6 +226,12 @@ class HFLoaded(Loaded):
             with self.device:  # initialise the random weights directly on the device
                 self.model = AutoModelForCausalLM.from_config(config, **kwargs)
         self.model.eval()
+        if self.precision in TORCHAO:
+            t0 = time.perf_counter()
+            quantize(self.model, self.precision)
+            self.quantize_s = time.perf_counter() - t0
+        else:
+            self.quantize_s = None
         gc = self.model.generation_config
         self.pad_id = gc.pad_token_id if gc.pad_token_id is not None else (gc.eos_token_id or 0)
         if isinstance(self.pad_id, list):
@@ -89,8 +239,19 @@ class HFLoaded(Loaded):
         # Exact output lengths: never stop at EOS (random weights would emit it anywhere).
         gc.eos_token_id = None
         gc.pad_token_id = self.pad_id
+        configure_compile(self.model, self.compile, self.cache)
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
-        self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        self.weight_bytes = sum(stored_bytes(p) for p in self.model.parameters())
+        cfg = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
+        from bench.sol import kv_bytes_per_token
+
+        self.kv_per_token = kv_bytes_per_token(cfg.to_dict(), torch.finfo(self.dtype).bits // 8)
+        self.bandwidth = None
+        if self.device.type == "cuda":
+            from bench.sol import copy_bandwidth
+
+            # Once per machine and GPU, cached beside the engines (a 2 GiB copy, about a second).
+            self.bandwidth = copy_bandwidth(self.device, Path(artifact.get("engines_dir", artifact["folder"])) / "_machine")
 
     def _sync(self):
         import torch
@@ -98,27 +259,82 @@ class HFLoaded(Loaded):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    def warmup(self, requests, max_batch_size: int, options: dict, passes: int) -> dict:
+        """Run one batch of every distinct batch size the measured pass will use; return their times.
+
+        With a static cache, transformers sizes the cache per generate call and a compiled
+        decode step (CUDA graphs) is specialised to (batch, cache length): fixing the cache
+        length per cell from the whole workload and warming each distinct batch size (the full
+        batches and a smaller last one) means the measured passes compile nothing. The first
+        pass's time is the cold cost (compilation, graph capture), reported apart.
+        """
+        from bench.workload import batches
+
+        requests = list(requests)
+        plan = batches(requests, max_batch_size, options.get("batching", "dataset"))
+        self.cache_len = static_cache_len(plan) if self.cache == "static" else None
+        by_size: dict[int, list] = {}
+        for b in plan:  # per size, the batch with the longest prompt + output (worst shape)
+            if len(b) not in by_size or _batch_len(b) > _batch_len(by_size[len(b)]):
+                by_size[len(b)] = b
+        times = []
+        for _ in range(passes):
+            for b in by_size.values():
+                t0 = time.perf_counter()
+                self.run(b, max_batch_size, options)
+                times.append(time.perf_counter() - t0)
+        return {
+            "warmup_pass_s": times,
+            "first_pass_s": times[0] if times else None,  # cold: includes compilation when compile != off
+            "batch_sizes_warmed": sorted(by_size),
+            "static_cache_len": self.cache_len,
+        }
+
     def run(self, requests, max_batch_size: int, options: dict) -> RunOutput:
         import torch
 
+        from bench.sol import run_lower_bound_s
         from bench.workload import batches
 
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
+        plan = batches(list(requests), max_batch_size, options.get("batching", "dataset"))
+        cache_len = self.cache_len or (static_cache_len(plan) if self.cache == "static" else None)
         timings: list[RequestTiming] = []
         self._sync()
         started = time.perf_counter()
-        for batch in batches(list(requests), max_batch_size, options["batching"]):
-            timings.extend(self._run_batch(batch, torch))
+        for batch in plan:
+            timings.extend(self._run_batch(batch, torch, cache_len))
         self._sync()
         ended = time.perf_counter()
-        extra = {"num_parameters": self.num_parameters, "weight_bytes": self.weight_bytes}
+        extra = {
+            "num_parameters": self.num_parameters,
+            "weight_bytes": self.weight_bytes,
+            "kv_bytes_per_token": self.kv_per_token,
+            "static_cache_len": cache_len,
+            "quantize_s": self.quantize_s,
+        }
         if self.device.type == "cuda":
             extra["peak_memory_bytes"] = torch.cuda.max_memory_allocated(self.device)
             extra["peak_reserved_bytes"] = torch.cuda.max_memory_reserved(self.device)
+        if self.bandwidth:
+            bw = self.bandwidth["bandwidth_bytes_s"]
+            lens = [[(r.input_len, r.output_len) for r in b] for b in plan]
+            sol_s = run_lower_bound_s(lens, self.weight_bytes, self.kv_per_token, bw)
+            out_tokens = sum(r.output_len for r in requests)
+            extra.update({"copy_bandwidth_bytes_s": bw, "sol_time_s": sol_s, "sol_output_throughput": out_tokens / sol_s})
         return RunOutput(timings, started, ended, extra)
 
-    def _run_batch(self, batch, torch) -> list[RequestTiming]:
+    def generate_kwargs(self, max_new: int, cache_len: int | None) -> dict:
+        """Return the model.generate settings this cell uses (shared with the bare-loop benchmark)."""
+        gen = {"max_new_tokens": max_new, "do_sample": False, "num_beams": 1, "pad_token_id": self.pad_id}
+        if self.cache == "static":
+            gen["cache_implementation"] = "static"
+            if cache_len and _generation_knows("max_cache_len"):
+                gen["max_cache_len"] = cache_len
+        return gen
+
+    def _run_batch(self, batch, torch, cache_len: int | None = None) -> list[RequestTiming]:
         from transformers import StoppingCriteria, StoppingCriteriaList
 
         prompt_len = max(r.input_len for r in batch)
@@ -146,15 +362,8 @@ class HFLoaded(Loaded):
                     marks.append(time.perf_counter())
                 return done_at[min(input_ids.shape[1] - prompt_len, max_new)]
 
-        gen = {
-            "max_new_tokens": max_new,
-            "do_sample": False,
-            "num_beams": 1,
-            "pad_token_id": self.pad_id,
-            "stopping_criteria": StoppingCriteriaList([StepClock()]),
-        }
-        if self.cache == "static":
-            gen["cache_implementation"] = "static"
+        gen = self.generate_kwargs(max_new, cache_len)
+        gen["stopping_criteria"] = StoppingCriteriaList([StepClock()])
         self._sync()
         if cuda:
             start_ev = torch.cuda.Event(enable_timing=True)
@@ -200,3 +409,76 @@ class HFLoaded(Loaded):
 def _version(text: str) -> tuple[int, int]:
     parts = text.split(".")
     return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
+
+
+def _batch_len(batch) -> int:
+    return max(r.input_len for r in batch) + max(r.output_len for r in batch)
+
+
+def static_cache_len(plan) -> int:
+    """Return the static KV-cache length for a list of batches: the longest padded prompt + output, rounded up."""
+    need = max(_batch_len(b) for b in plan)
+    return -(-need // CACHE_LEN_ROUND) * CACHE_LEN_ROUND
+
+
+def _generation_knows(field: str) -> bool:
+    """Return whether this transformers' GenerationConfig has `field` (max_cache_len is new in 5.x)."""
+    from transformers import GenerationConfig
+
+    return hasattr(GenerationConfig(), field)
+
+
+def configure_compile(model, mode: str, cache: str) -> None:
+    """Set the model's generation config for `mode`: CompileConfig for the decode step, or no compile.
+
+    transformers compiles the decode step by itself whenever the cache is static on a GPU, so
+    compile='off' must say so explicitly (disable_compile) to measure the eager static cache.
+    """
+    gc = model.generation_config
+    if mode == "off":
+        if cache == "static":
+            gc.disable_compile = True
+        return
+    import torch
+    from transformers import CompileConfig
+
+    # One compiled graph per (batch, cache length); the default limit (8) would silently fall
+    # back to eager in a batch-size sweep inside one worker.
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, max(64, getattr(torch._dynamo.config, name)))
+    gc.disable_compile = False
+    # dynamic=False: shapes are fixed per cell (static cache length, warmed batch sizes), so each
+    # graph is specialised; fullgraph=False tolerates a graph break rather than failing the cell.
+    gc.compile_config = CompileConfig(fullgraph=False, dynamic=False, mode=mode)
+
+
+def quantize(model, precision: str) -> None:
+    """Replace the model's Linear weights in place with torchao's `precision` tensors."""
+    try:
+        import torchao.quantization as q
+    except ImportError as exc:
+        raise BenchInputError(
+            f"precision {precision!r} needs torchao: `pip install torchao` (built for your torch); {exc}"
+        ) from exc
+    if precision == "int8wo":
+        config = q.Int8WeightOnlyConfig()
+    elif precision == "int4wo":
+        # tile_packed_to_4d = tinygemm, a kernel inside torch itself; the default ('plain') needs fbgemm-gpu-genai.
+        try:
+            config = q.Int4WeightOnlyConfig(group_size=128, int4_packing_format="tile_packed_to_4d")
+        except TypeError:  # torchao < 0.14: version-1 config, tinygemm layout by default
+            config = q.Int4WeightOnlyConfig(group_size=128)
+    elif precision == "fp8":
+        config = q.Float8DynamicActivationFloat8WeightConfig()
+    else:  # pragma: no cover - validate() keeps other values out
+        raise ValueError(precision)
+    q.quantize_(model, config)
+
+
+def stored_bytes(tensor) -> int:
+    """Return the bytes a (possibly torchao-quantized) tensor occupies: its inner tensors' bytes, summed."""
+    if hasattr(tensor, "__tensor_flatten__"):  # a tensor subclass (torchao): int data + scales + zero points
+        names, _ = tensor.__tensor_flatten__()
+        return sum(stored_bytes(getattr(tensor, n)) for n in names)
+    return tensor.numel() * tensor.element_size()

@@ -1,0 +1,253 @@
+"""The hf backend at full strength on one GPU: configurations, harness vs bare generate, SOL, batch sweep.
+
+Run from the repo root:  python3 scripts/gpu_hf.py --out DIR      (one H200, budget ~7 min)
+                         python3 scripts/gpu_hf.py --out DIR --cpu-smoke   (qwen-tiny on CPU)
+
+Qwen-7B-shaped model (random weights), bf16, synthetic 128 input / 256 output tokens, batch 1:
+  (a) harness measurements (bench's own matrix runner, worker subprocesses, 3 trials) for the
+      best configuration (static cache + compile reduce-overhead), then dynamic cache, eager
+      static cache, and int8 weight-only (torchao) if importable;
+  (b) a bare timed `model.generate` loop with the best configuration's settings in this
+      process, and the ratio harness / bare;
+  (c) the measured copy bandwidth and the decode speed-of-light it implies;
+  (d) a bf16 max_batch_size sweep with the best configuration (one batch per point), as many
+      points as the remaining budget allows (each new batch size compiles once).
+Phases run most-important first and each is skipped (with a note) when the remaining budget
+cannot cover it. Writes results.json, results.md, sweep.html and the store under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def matrix_for(model, device, precision, workloads: dict, cells: list[dict], trials: int):
+    """Return a Matrix of the given (workload name, max_batch_size, options) cells."""
+    from bench.spec import parse_matrix
+
+    first = cells[0]
+    data = {
+        "backends": ["hf"], "model": model, "precisions": [precision], "device": device,
+        "max_batch_sizes": [first["bs"]], "workloads": [first["workload"]], "workload": workloads,
+        "options": first["options"], "trials": trials, "warmup": 1, "timeout_s": 600,
+        "include": [{"workload": [c["workload"]], "max_batch_size": [c["bs"]], "precision": [c.get("precision", precision)],
+                     **c["options"]} for c in cells[1:]],
+    }
+    return parse_matrix(data)
+
+
+def harness(m, store: Path, engines: Path) -> list[dict]:
+    """Return the records of running matrix m through bench's runner (worker subprocesses)."""
+    from bench.matrix import run_matrix
+    from bench.store import ResultStore
+
+    run_matrix(m, store, engines_dir=engines, workload_cache=store.parent / "workloads", show_progress=False, redo=True)
+    ids = {c.cell_id for c in m.cells}
+    return [r for r in ResultStore(store).records() if r["cell_id"] in ids]
+
+
+def summarize_cell(records: list[dict], cell) -> dict:
+    """Return the mean figures of a cell's newest trials (status ok) and its cold costs."""
+    import statistics
+
+    mine = [r for r in records if r["cell_id"] == cell.cell_id]
+    ok = [r for r in mine if r["status"] == "ok"]
+    out = {"label": cell.label, "trials_ok": len(ok), "status": sorted({r["status"] for r in mine})}
+    if not ok:
+        out["error"] = (mine[-1].get("error") or "")[:600] if mine else "no record"
+        return out
+    tps = [r["metrics"]["output_throughput"] for r in ok]
+    m, x = ok[-1]["metrics"], ok[-1].get("extra", {})
+    out.update({
+        "output_tok_s": statistics.fmean(tps),
+        "output_tok_s_spread_pct": 100 * (max(tps) - min(tps)) / statistics.fmean(tps),
+        "tpot_ms": statistics.fmean(r["metrics"]["tpot_mean_ms"] or 0 for r in ok),
+        "ttft_ms": statistics.fmean(r["metrics"]["ttft_mean_ms"] or 0 for r in ok),
+        "sol_pct": m.get("sol_pct"),
+        "sol_output_tok_s": x.get("sol_output_throughput"),
+        "copy_bandwidth_tb_s": (x.get("copy_bandwidth_bytes_s") or 0) / 1e12 or None,
+        "peak_memory_gb": m.get("peak_memory_gb"),
+        "avg_power_w": m.get("avg_power_w"),
+        "tokens_per_joule": m.get("tokens_per_joule"),
+        "sm_clock_mhz_median": m.get("sm_clock_mhz_median"),
+        "warmup_first_pass_s": (x.get("warmup") or {}).get("first_pass_s"),
+        "weight_gb": x.get("weight_bytes", 0) / 1e9,
+    })
+    return out
+
+
+def bare_generate(cell, workload_file: Path, engines: Path, reps: int) -> dict:
+    """Return tok/s of a bare timed model.generate loop with the cell's settings (this process)."""
+    import torch
+
+    from bench.backends.hf import HFBackend, static_cache_len
+    from bench.workload import Workload, batches
+
+    requests = Workload.from_json(workload_file.read_text()).requests
+    backend = HFBackend()
+    loaded = backend.load(backend.build(cell.build_key(), engines))
+    plan = batches(list(requests), cell.max_batch_size)
+    cache_len = static_cache_len(plan) if loaded.cache == "static" else None
+    inputs = []
+    for b in plan:
+        n = max(r.input_len for r in b)
+        ids = torch.full((len(b), n), loaded.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(b), n), dtype=torch.long)
+        for i, r in enumerate(b):
+            ids[i, n - r.input_len:] = torch.tensor(r.prompt_ids)
+            mask[i, n - r.input_len:] = 1
+        gen = loaded.generate_kwargs(max(r.output_len for r in b), cache_len)
+        gen["min_new_tokens"] = gen["max_new_tokens"]
+        inputs.append((ids.to(loaded.device), mask.to(loaded.device), gen))
+
+    def sync():
+        if loaded.device.type == "cuda":
+            torch.cuda.synchronize(loaded.device)
+
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        loaded.model.generate(input_ids=inputs[0][0], attention_mask=inputs[0][1], **inputs[0][2])  # warm-up
+    sync()
+    warm_s = time.perf_counter() - t0
+    rates, tokens = [], sum(r.output_len for r in requests)
+    for _ in range(reps):
+        sync()
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            for ids, mask, gen in inputs:
+                out = loaded.model.generate(input_ids=ids, attention_mask=mask, **gen)
+                assert out.shape[1] - ids.shape[1] == gen["max_new_tokens"]
+        sync()
+        rates.append(tokens / (time.perf_counter() - t0))
+    loaded.close()
+    return {"output_tok_s": sum(rates) / len(rates), "runs_tok_s": rates, "warmup_s": warm_s}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--cpu-smoke", action="store_true", help="qwen-tiny on CPU, tiny lengths: checks the script's logic")
+    ap.add_argument("--budget-s", type=float, default=400.0, help="wall-clock budget; later phases are skipped to fit")
+    ap.add_argument("--sweep", default="1,2,4,8,16,32,64", help="max_batch_size points of the bf16 sweep")
+    ap.add_argument("--requests", type=int, default=3, help="requests per batch-1 cell")
+    ap.add_argument("--engines", type=Path, default=ROOT / "engines", help="engine/compile cache (second runs reuse it)")
+    args = ap.parse_args()
+    t_start = time.monotonic()
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    store = out / "store.jsonl"
+    if args.cpu_smoke:
+        model, device, precision, n_in, n_out = "qwen-tiny", "cpu", "bf16", 16, 8
+        best = {"cache": "static", "compile": "off"}  # compile needs a GPU
+    else:
+        model, device, precision, n_in, n_out = "qwen-7b-shape", "cuda", "bf16", 128, 256
+        best = {"cache": "static", "compile": "reduce-overhead"}
+    sweep = [int(x) for x in args.sweep.split(",") if x]
+    wl = lambda n: {"source": "synthetic", "input_len": n_in, "output_len": n_out, "num_requests": n}  # noqa: E731
+    workloads = {"b1": wl(args.requests), **{f"s{b}": wl(b) for b in sweep if b > 1}}
+    notes: list[str] = []
+    results: dict = {"device": device, "model": model, "input_len": n_in, "output_len": n_out, "cells": {}, "notes": notes}
+
+    def left() -> float:
+        return args.budget_s - (time.monotonic() - t_start)
+
+    def record(name, m, recs):
+        for c in m.cells:
+            key = name if len(m.cells) == 1 else f"{name}-bs{c.max_batch_size}"
+            results["cells"][key] = summarize_cell(recs, c)
+
+    # (a) best configuration at batch 1: the target figure, first.
+    m_best = matrix_for(model, device, precision, workloads, [{"workload": "b1", "bs": 1, "options": best}], trials=3)
+    record("best", m_best, harness(m_best, store, args.engines))
+    b1 = results["cells"]["best"]
+
+    # (b) bare generate with the same settings, same requests.
+    if left() > 60 or args.cpu_smoke:
+        from bench.workload import cached_workload
+
+        _, wfile = cached_workload(m_best.cells[0].workload, out / "workloads")
+        bare = bare_generate(m_best.cells[0], wfile, args.engines, reps=3)
+        results["bare_generate"] = bare
+        if b1.get("output_tok_s"):
+            results["harness_over_bare"] = b1["output_tok_s"] / bare["output_tok_s"]
+    else:
+        notes.append(f"bare generate skipped: {left():.0f} s left of the budget")
+
+    # Other configurations at batch 1, cheapest-informative first.
+    others = [("static-eager", {"cache": "static", "compile": "off"}, precision),
+              ("dynamic", {"cache": "dynamic", "compile": "off"}, precision)]
+    try:
+        import torchao  # noqa: F401
+
+        others.insert(0, ("int8wo-compiled", best, "int8wo"))
+    except ImportError:
+        notes.append("int8wo skipped: torchao is not importable (pip install the torchao wheel built for this torch)")
+    if args.cpu_smoke:
+        others = [o for o in others if o[2] != "int8wo"]
+    for name, opts, prec in others:
+        if left() < 75 and not args.cpu_smoke:
+            notes.append(f"{name} skipped: {left():.0f} s left of the budget")
+            continue
+        m = matrix_for(model, device, prec, workloads, [{"workload": "b1", "bs": 1, "options": opts}], trials=2)
+        record(name, m, harness(m, store, args.engines))
+
+    # (d) sweep, same configuration, one worker: each new batch size compiles its own graph, so
+    # points are taken in an order that shows the curve's shape early and only as many as fit.
+    cold = b1.get("warmup_first_pass_s") or 40.0
+    order = sorted((b for b in sweep if b > 1), key=lambda b: [64, 8, 32, 2, 16, 4].index(b) if b in (64, 8, 32, 2, 16, 4) else 99)
+    fit = max(0, int((left() - 45) // (cold + 8))) if not args.cpu_smoke else len(order)
+    chosen, dropped = sorted(order[:fit]), sorted(order[fit:])
+    if dropped:
+        notes.append(f"sweep points {dropped} skipped: {left():.0f} s left, about {cold + 8:.0f} s per point")
+    results["sweep"] = [{"max_batch_size": 1, **b1}]
+    if chosen:
+        m_sweep = matrix_for(model, device, precision, workloads,
+                             [{"workload": f"s{b}", "bs": b, "options": best} for b in chosen], trials=3)
+        recs = harness(m_sweep, store, args.engines)
+        results["sweep"] += [{"max_batch_size": c.max_batch_size, **summarize_cell(recs, c)} for c in m_sweep.cells]
+    results["elapsed_s"] = time.monotonic() - t_start
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    lines = [f"# hf backend: {model}, {device}, {n_in} in / {n_out} out, synthetic", "",
+             "| cell | tok/s | spread % | TPOT ms | % SOL | SOL tok/s | first pass s | peak GB | W | tok/J |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+
+    def fmt(v, f="{:.1f}"):
+        return "-" if v is None else f.format(v)
+
+    for p in results["sweep"][1:]:
+        results["cells"][f"sweep-bs{p['max_batch_size']}"] = p
+    for name, c in results["cells"].items():
+        lines.append(f"| {name} | {fmt(c.get('output_tok_s'))} | {fmt(c.get('output_tok_s_spread_pct'))} | "
+                     f"{fmt(c.get('tpot_ms'), '{:.2f}')} | {fmt(c.get('sol_pct'), '{:.0f}')} | {fmt(c.get('sol_output_tok_s'))} | "
+                     f"{fmt(c.get('warmup_first_pass_s'))} | {fmt(c.get('peak_memory_gb'))} | {fmt(c.get('avg_power_w'), '{:.0f}')} | "
+                     f"{fmt(c.get('tokens_per_joule'), '{:.2f}')} |" + (f" {c['status']}" if not c.get("trials_ok") else ""))
+    if "bare_generate" in results:
+        lines += ["", f"bare model.generate: {results['bare_generate']['output_tok_s']:.1f} tok/s; "
+                  f"harness/bare = {results.get('harness_over_bare', float('nan')):.4f}"]
+    bw = next((c.get("copy_bandwidth_tb_s") for c in results["cells"].values() if c.get("copy_bandwidth_tb_s")), None)
+    lines += ["", f"copy bandwidth (read+write): {fmt(bw, '{:.2f}')} TB/s", "", *[f"- {n}" for n in notes],
+              "", f"elapsed {results['elapsed_s']:.0f} s"]
+    (out / "results.md").write_text("\n".join(lines) + "\n")
+    try:
+        import plotly.graph_objects as go
+
+        pts = [p for p in results["sweep"] if p.get("output_tok_s")]
+        fig = go.Figure(go.Scatter(x=[p["max_batch_size"] for p in pts], y=[p["output_tok_s"] for p in pts], mode="lines+markers"))
+        fig.update_layout(title=f"hf {precision} static+compile: output tok/s vs max_batch_size", xaxis_type="log",
+                          xaxis_title="max_batch_size", yaxis_title="output tok/s")
+        fig.write_html(out / "sweep.html", include_plotlyjs=True)
+    except ImportError:
+        notes.append("plotly missing: no sweep.html")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

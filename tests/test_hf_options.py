@@ -1,0 +1,159 @@
+"""hf backend validation: every unsupported combination is rejected with its reason (CPU only)."""
+
+import pytest
+
+import bench.environment
+from bench.backends import hf
+from bench.errors import BenchInputError
+from bench.spec import parse_matrix
+
+H100 = {"gpu_name": "NVIDIA H100", "gpu_count": 1, "driver": "x", "compute_capability": "9.0"}
+A100 = {**H100, "gpu_name": "NVIDIA A100", "compute_capability": "8.0"}
+T4 = {**H100, "gpu_name": "Tesla T4", "compute_capability": "7.5"}
+NONE = {"gpu_name": None, "gpu_count": 0, "driver": None}
+
+
+def matrix(precision="bf16", device="cuda", model="qwen-tiny", **options):
+    return parse_matrix({
+        "backends": ["hf"], "model": model, "precisions": [precision], "max_batch_sizes": [1],
+        "workloads": ["w"], "device": device, "options": options,
+        "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 4, "num_requests": 2}},
+    })
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    def set_gpu(info):
+        monkeypatch.setattr(bench.environment, "gpu_info", lambda index=0: dict(info))
+    set_gpu(H100)
+    return set_gpu
+
+
+@pytest.fixture
+def torchao_installed(monkeypatch):
+    real = hf.util.find_spec
+    monkeypatch.setattr(hf.util, "find_spec", lambda name, *a: object() if name == "torchao" else real(name, *a))
+
+
+def test_options_are_matrix_axes(gpu, torchao_installed):
+    m = matrix(cache="static", compile=["off", "reduce-overhead", "max-autotune"], attn_implementation=["eager", "sdpa"])
+    assert len(m.cells) == 6
+    keys = {c.build_key().key_hash for c in m.cells}
+    assert len(keys) == 6  # compile and attention change the built artifact
+    m = matrix(batching=["dataset", "sorted"])
+    assert len({c.build_key().key_hash for c in m.cells}) == 1  # batching does not
+    for p in ("int8wo", "int4wo", "fp8"):
+        assert matrix(p, cache="static", compile="reduce-overhead").cells[0].precision == p
+
+
+def test_compile_needs_static_cache_and_a_gpu(gpu):
+    with pytest.raises(BenchInputError, match="needs cache='static'"):
+        matrix(compile="reduce-overhead")
+    with pytest.raises(BenchInputError, match="CUDA graphs"):
+        matrix("fp32", device="cpu", cache="static", compile="max-autotune")
+    with pytest.raises(BenchInputError, match="compile"):
+        matrix(compile="fast")
+
+
+def test_precisions_the_gpu_cannot_run(gpu, torchao_installed):
+    gpu(A100)
+    with pytest.raises(BenchInputError, match=r"fp8.*needs compute capability 8\.9\+.*A100.*8\.0"):
+        matrix("fp8")
+    assert matrix("int8wo").cells
+    gpu(T4)
+    with pytest.raises(BenchInputError, match=r"bf16.*8\.0\+.*Tesla T4.*7\.5.*fp16"):
+        matrix("bf16")
+    assert matrix("fp16").cells
+    with pytest.raises(BenchInputError, match="this machine has 1 GPU"):
+        matrix("fp16", device="cuda:3")
+
+
+def test_gpu_precisions_on_cpu(gpu, torchao_installed):
+    for p in ("int8wo", "int4wo", "fp8"):
+        with pytest.raises(BenchInputError, match="GPUs only"):
+            matrix(p, device="cpu")
+    with pytest.raises(BenchInputError, match="fp16.*cpu"):
+        matrix("fp16", device="cpu")
+
+
+def test_missing_torchao_names_the_install(gpu, monkeypatch):
+    real = hf.util.find_spec
+    monkeypatch.setattr(hf.util, "find_spec", lambda name, *a: None if name == "torchao" else real(name, *a))
+    with pytest.raises(BenchInputError, match="pip install torchao"):
+        matrix("int8wo")
+
+
+def test_flash_attention_needs_its_package(gpu, monkeypatch):
+    real = hf.util.find_spec
+    monkeypatch.setattr(hf.util, "find_spec", lambda name, *a: None if name == "flash_attn" else real(name, *a))
+    with pytest.raises(BenchInputError, match="pip install flash-attn"):
+        matrix(attn_implementation="flash_attention_2")
+    monkeypatch.setattr(hf.util, "find_spec", lambda name, *a: object() if name == "flash_attn" else real(name, *a))
+    with pytest.raises(BenchInputError, match="CUDA in fp16/bf16"):
+        matrix("fp32", device="cpu", attn_implementation="flash_attention_2")
+    assert matrix(attn_implementation="flash_attention_2").cells
+
+
+def test_no_nvml_warns_instead_of_failing(gpu):
+    gpu(NONE)
+    with pytest.warns(UserWarning, match="NVML sees no NVIDIA GPU"):
+        assert matrix("bf16").cells
+
+
+def test_unknown_architecture(gpu, tmp_path):
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "config.json").write_text('{"model_type": "no_such_arch_xyz", "architectures": ["NoSuchForCausalLM"]}')
+    with pytest.raises(BenchInputError, match="does not know model_type 'no_such_arch_xyz'.*pip install -U transformers"):
+        matrix("fp32", device="cpu", model=str(d))
+
+
+def test_static_cache_len_is_fixed_per_workload():
+    from bench.workload import Request
+
+    def req(i, n_in, n_out):
+        return Request(str(i), tuple(range(n_in)), n_out)
+
+    plan = [[req(0, 10, 100), req(1, 30, 5)], [req(2, 120, 8)]]
+    assert hf.static_cache_len(plan) == 256  # max(30+100, 120+8) = 130 -> 256
+    assert hf.static_cache_len([[req(0, 128, 256)]]) == 384
+
+
+def test_stored_bytes_of_plain_tensors():
+    import torch
+
+    assert hf.stored_bytes(torch.zeros(4, 8, dtype=torch.bfloat16)) == 64
+    assert hf.stored_bytes(torch.nn.Parameter(torch.zeros(10))) == 40
+
+
+def test_configure_compile_sets_generation_config():
+    from types import SimpleNamespace
+
+    from transformers import GenerationConfig
+
+    model = SimpleNamespace(generation_config=GenerationConfig())
+    hf.configure_compile(model, "off", "static")
+    assert model.generation_config.disable_compile is True  # else transformers compiles static caches itself
+    hf.configure_compile(model, "reduce-overhead", "static")
+    cc = model.generation_config.compile_config
+    assert model.generation_config.disable_compile is False and cc.mode == "reduce-overhead" and cc.dynamic is False
+
+
+@pytest.mark.slow
+def test_static_cache_warmup_covers_every_batch_size(tmp_path):
+    from bench.backends.hf import HFBackend
+    from bench.spec import BuildKey
+    from bench.workload import Request
+
+    key = BuildKey("hf", "qwen-tiny", "fp32", "cpu", (("attn_implementation", "sdpa"), ("cache", "static"), ("compile", "off")))
+    backend = HFBackend()
+    loaded = backend.load(backend.build(key, tmp_path))
+    reqs = [Request(str(i), tuple(range(1, 6 + i)), 3 + i) for i in range(3)]
+    info = loaded.warmup(reqs, 2, {"batching": "dataset"}, passes=1)
+    assert info["batch_sizes_warmed"] == [1, 2] and len(info["warmup_pass_s"]) == 2
+    assert info["static_cache_len"] == 128
+    out = loaded.run(reqs, 2, {"batching": "dataset"})
+    assert [t.output_len for t in out.timings] == [3, 4, 5]
+    assert out.extra["static_cache_len"] == 128 and "sol_time_s" not in out.extra  # no bandwidth on CPU
+    assert out.extra["weight_bytes"] == loaded.num_parameters * 4
+    loaded.close()
