@@ -250,15 +250,15 @@ def build_kernel_table(
             ))
         inst_counts = [sum(v[0] for v in per[group].get(inst, {}).values()) for inst in insts]
         inst_us = [sum(v[1] for v in per[group].get(inst, {}).values()) for inst in insts]
-        by_cat: dict[str, float] = defaultdict(float)
+        by_cat: dict[str, int] = defaultdict(int)
         for inst in insts:
             for name, (count, _) in per[group].get(inst, {}).items():
-                by_cat[categorize(name)] += count / n
+                by_cat[categorize(name)] += count
         summaries.append(RangeSummary(
             range=group, instances=n, kernels_per_instance=sum(inst_counts) / n,
             kernels_per_instance_median=statistics.median(inst_counts),
             gpu_us_per_instance_median=statistics.median(inst_us), total_us=sum(inst_us),
-            kernels_per_instance_by_category=dict(sorted(by_cat.items())),
+            kernels_per_instance_by_category={c: v / n for c, v in sorted(by_cat.items())},
         ))
     categories = [
         CategoryRow(cat, cats[cat][0], cats[cat][1], cats[cat][1] / total_us if total_us else 0.0)

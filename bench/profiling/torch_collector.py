@@ -7,8 +7,8 @@ innermost range and in every enclosing one. Kernels the profiler could not link 
 operator (possible for launches from outside any aten op) are kept, with no range, so the
 per-category table still counts every kernel of the window.
 
-On a CPU-only machine there are no kernels: the same path counts leaf CPU operators (aten
-ops with no child op) and their CPU time, which is what makes the attribution testable here.
+On a CPU-only machine there are no kernels: the same path counts the aten operators a forward
+calls directly (no aten op above them, view-only ops left out) and their CPU time, which is what makes the attribution testable here.
 """
 
 from __future__ import annotations
@@ -83,15 +83,19 @@ def _computes(fe) -> bool:
 
 
 def _is_cpu_unit(fe) -> bool:
-    """Return True for an operator that computes and has no computing operator below it."""
-    if not _computes(fe):
+    """Return True for a computing operator called directly from Python (no aten op above it).
+
+    On a CPU the counted unit is what a module's forward calls (aten::linear, aten::mean, ...):
+    the operators below them are implementation detail (an addmm's helper copy), unlike GPU
+    kernels, which are what actually runs.
+    """
+    if not _computes(fe) or not fe.name.startswith("aten::"):
         return False
-    todo = list(fe.cpu_children)
-    while todo:
-        child = todo.pop()
-        if _computes(child):
+    parent = fe.cpu_parent
+    while parent is not None:
+        if parent.name.startswith("aten::"):
             return False
-        todo.extend(child.cpu_children)
+        parent = parent.cpu_parent
     return True
 
 
@@ -114,7 +118,7 @@ def attribute_events(events, labels: set[str], unit: str) -> tuple[list[Attribut
             continue
         if unit == "gpu_kernel":
             units = [(k.name, float(k.duration)) for k in fe.kernels]
-        elif _is_cpu_unit(fe):
+        elif _is_cpu_unit(fe):  # CPU-only: operators stand in for kernels
             units = [(fe.name, float(fe.cpu_time_total))]
         else:
             units = []
