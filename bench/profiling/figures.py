@@ -41,8 +41,8 @@ def profile_frame(records: list[dict]):
 
 
 def _panel_figure(frame, value: str, title: str, y_title: str, panels=DEFAULT_PANELS):
-    from plotly.subplots import make_subplots
     import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[p.strip("*") for p in panels])
     precisions = sorted(frame["precision"].dropna().unique()) if len(frame) else []
