@@ -1,0 +1,173 @@
+"""`bench profile`: kernel tables and a timeline for a short fixed window of selected cells.
+
+Each selected cell runs in its own worker process (bench.profiling.session), optionally under
+nsys; the parent never touches the GPU. Per cell it writes, under
+profiles/<matrix>/<cell_id>-<tool>/: kernel_table.json (+ .md, categories.csv), the Chrome
+trace (torch) or the nsys report and its SQLite export (nsys), session.log; and it appends one
+record to profiles/<matrix>.jsonl whose extra["kernel_table"] and extra["trace"] point there.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.errors import BenchInputError
+
+PROFILABLE_BACKENDS = ("hf",)  # backends whose loaded object exposes a torch model (`.model`)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("profile", help="kernel counts per RMSNorm/attention call and a trace, for a few decode steps")
+    p.add_argument("--preset", help="built-in matrix (see `bench presets`)")
+    p.add_argument("--matrix", help="matrix TOML file")
+    p.add_argument("--only", help="profile only matching cells, e.g. precision=bf16,max_batch_size=1")
+    p.add_argument("--tool", choices=("torch", "nsys"), default="torch", help="collector (default torch.profiler)")
+    p.add_argument("--decode-steps", type=int, default=4, help="decode steps in the window (after one prefill)")
+    p.add_argument("--batches", type=int, default=1, help="batches of max_batch_size requests in the window")
+    p.add_argument("--warmup", type=int, default=1, help="unmeasured windows before timing")
+    p.add_argument("--patterns", default=None,
+                   help="comma-separated module class/name patterns for ranges (default *RMSNorm,*Attention,*MLP,*DecoderLayer,lm_head)")
+    p.add_argument("--out", default="profiles", help="output folder (default profiles/)")
+    p.add_argument("--store", help="profile record store (default <out>/<matrix>.jsonl)")
+    p.add_argument("--nsys", default=None, help="nsys executable (default: nsys on PATH)")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds per cell before the session is killed")
+    p.set_defaults(func=cmd_profile, requests=None, trials=None)
+
+
+def cmd_profile(args) -> int:
+    from bench.commands.run import load_selected_matrix
+    from bench.profiling.nvtx import DEFAULT_PATTERNS
+
+    if args.decode_steps < 1 or args.batches < 1 or args.warmup < 0:
+        raise BenchInputError("--decode-steps and --batches must be >= 1 and --warmup >= 0")
+    patterns = [p.strip() for p in args.patterns.split(",") if p.strip()] if args.patterns else list(DEFAULT_PATTERNS)
+    if not patterns:
+        raise BenchInputError("--patterns is empty: give class-name globs such as '*RMSNorm,*Attention'")
+    matrix = load_selected_matrix(args)
+    if not matrix.cells:
+        raise BenchInputError("no cell to profile: the selection (--only) matches nothing")
+    bad = sorted({c.backend for c in matrix.cells if c.backend not in PROFILABLE_BACKENDS})
+    if bad:
+        raise BenchInputError(
+            f"bench profile puts ranges on a torch model; backend(s) {bad} have none: narrow with "
+            f"--only backend=hf (profilable: {list(PROFILABLE_BACKENDS)}), or profile an engine with nsys directly"
+        )
+    nsys = None
+    if args.tool == "nsys":
+        from bench.profiling.nsys_collector import find_nsys
+
+        nsys, _ = find_nsys(args.nsys)  # missing or too old: BenchInputError before any work
+    out_root = Path(args.out)
+    store_path = Path(args.store or out_root / f"{matrix.name}.jsonl")
+    failed = 0
+    for cell in matrix.cells:
+        record = profile_cell(cell, matrix, args, patterns, out_root / matrix.name, nsys)
+        from bench.store import ResultStore
+
+        ResultStore(store_path).append(record)
+        if record["status"] != "ok":
+            failed += 1
+            print(f"{cell.label}: {record['status']}: {record['error'][:2000]}", file=sys.stderr)
+            continue
+        from bench.profiling.kernels import KernelTable
+
+        table = KernelTable.load(record["extra"]["kernel_table"])
+        prof = record["extra"]["profile"]
+        print(f"## {cell.label} ({args.tool})\n")
+        print(f"window: {prof['window']['decode_steps']} decode steps; wall {prof['profiled_window_s'] * 1e3:.1f} ms "
+              f"profiled vs {prof['unprofiled_window_s'] * 1e3:.1f} ms unprofiled "
+              f"({prof['profiled_window_s'] / prof['unprofiled_window_s']:.2f}x)\n")
+        print(table.to_markdown(top=5))
+        print(f"kernel table: {record['extra']['kernel_table']}; trace: {record['extra'].get('trace')}\n")
+    print(f"profile records: {store_path}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def profile_cell(cell, matrix, args, patterns: list[str], out_root: Path, nsys: str | None) -> dict:
+    """Return the profile record of one cell after running its session (and nsys export)."""
+    from bench import SCHEMA_VERSION
+    from bench.workload import cached_workload
+
+    wl, wl_file = cached_workload(cell.workload, Path("workloads/cache"))
+    out_dir = (out_root / f"{cell.cell_id}-{args.tool}").resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    job = {
+        "build_key": cell.build_key().to_dict(), "cell": cell.to_dict(), "workload_file": str(Path(wl_file).resolve()),
+        "engines_dir": str(Path("engines").resolve()), "tool": args.tool, "decode_steps": args.decode_steps,
+        "batches": args.batches, "warmup": args.warmup, "patterns": patterns, "out_dir": str(out_dir),
+    }
+    job_file, result_file = out_dir / "job.json", out_dir / "session.json"
+    job_file.write_text(json.dumps(job, indent=1))
+    result_file.unlink(missing_ok=True)
+    argv = [sys.executable, "-m", "bench.profiling.session", str(job_file), str(result_file)]
+    if nsys:
+        from bench.profiling.nsys_collector import profile_command
+
+        argv = profile_command(nsys, out_dir / "report", argv)
+    record = {
+        "schema_version": SCHEMA_VERSION, "cell_id": cell.cell_id, "cell": cell.to_dict(), "trial": 0,
+        "kind": "profile", "status": "ok", "metrics": None, "extra": {}, "error": None,
+        "workload": wl.summary(), "settings": {"matrix": matrix.name, "tool": args.tool}, "started_at": time.time(),
+    }
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    log_path = out_dir / "session.log"
+    try:
+        with open(log_path, "wb") as log:
+            proc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=args.timeout)
+        if proc.returncode != 0 or not result_file.is_file():
+            raise RuntimeError(f"profiling session exited with status {proc.returncode}; log {log_path}:\n"
+                               + _tail(log_path))
+        session = json.loads(result_file.read_text())
+        if nsys:
+            session.update(_read_nsys(nsys, out_dir, cell))
+        extra = {"kernel_table": session.pop("kernel_table"), "trace": session.pop("trace", None),
+                 "profile": {k: v for k, v in session.items() if k != "environment"}}
+        record.update(extra=extra, environment=session.get("environment", {}))
+        _write_side_tables(Path(extra["kernel_table"]))
+    except subprocess.TimeoutExpired:
+        record.update(status="timeout", error=f"profiling session ran past {args.timeout} s; log {log_path}")
+    except (RuntimeError, BenchInputError, OSError, ValueError, KeyError) as exc:
+        record.update(status="error", error=f"{type(exc).__name__}: {exc}")
+    record["ended_at"] = time.time()
+    return record
+
+
+def _read_nsys(nsys: str, out_dir: Path, cell) -> dict:
+    from bench.profiling.nsys_collector import export_command, table_from_sqlite
+
+    reports = sorted(out_dir.glob("report*.nsys-rep")) or sorted(out_dir.glob("report*.qdrep"))
+    if not reports:
+        raise RuntimeError(f"nsys wrote no report in {out_dir} (did the window reach cudaProfilerStart?)")
+    sqlite_path = out_dir / "report.sqlite"
+    done = subprocess.run(export_command(nsys, reports[-1], sqlite_path), capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise RuntimeError(f"nsys export failed ({done.returncode}): {done.stderr[-2000:]}")
+    table = table_from_sqlite(sqlite_path, meta={"cell_id": cell.cell_id, "label": cell.label})
+    path = table.save(out_dir / "kernel_table.json")
+    return {"kernel_table": str(path), "trace": str(reports[-1]), "sqlite": str(sqlite_path)}
+
+
+def _write_side_tables(table_path: Path) -> None:
+    """Write kernel_table.md and categories.csv next to the kernel table (one place writes them)."""
+    from bench.profiling.kernels import KernelTable
+
+    table = KernelTable.load(table_path)
+    table_path.with_suffix(".md").write_text(table.to_markdown())
+    with open(table_path.with_name("categories.csv"), "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["category", "kernels", "total_us", "share"])
+        for c in table.categories:
+            w.writerow([c.category, c.kernels, f"{c.total_us:.3f}", f"{c.share:.6f}"])
+
+
+def _tail(path: Path, n: int = 3000) -> str:
+    data = path.read_bytes()
+    return data[-n:].decode(errors="replace")

@@ -1,0 +1,271 @@
+"""KernelTable: kernels per named-range instance and GPU time, plus categories by kernel name.
+
+Both collectors (torch.profiler, nsys) reduce a profiled window to a list of
+`AttributedKernel` (one launched kernel — or, on CPU, one leaf operator — with the range
+instances that enclose its launch, outermost first) and the set of range instances seen.
+`build_kernel_table` turns that into the one table layout every report reads.
+
+Range labels are "group:detail" (e.g. "Qwen2RMSNorm:model.layers.0.input_layernorm",
+"decode_step:3"); tables aggregate over instances of a group (the part before the first
+colon), so "per RMSNorm call" means the median over every RMSNorm instance in the window.
+
+Categories come from the kernel name alone, so they still work where ranges vanish: compiled
+graphs and engines fuse across module boundaries (an Inductor Triton kernel that holds an
+RMSNorm is named `triton_red_fused_..._mean_pow_rsqrt...`; TensorRT-LLM's is `generalRmsNorm`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from bench.errors import BenchInputError
+
+CATEGORIES = ("norm", "attention", "gemm", "elementwise", "copy/memset", "other")
+NO_RANGE = "(no range)"  # the group of kernels launched outside every named range
+KERNEL_TABLE_VERSION = 1
+
+# Order matters: attention before gemm (fmha_cutlassF is attention), norm before elementwise
+# (a fused Triton RMSNorm is also a pointwise/reduction kernel), copy before elementwise.
+_CATEGORY_PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple(
+    (cat, re.compile(rx, re.IGNORECASE))
+    for cat, rx in (
+        # flash/fmha/xqa/mmha: FlashAttention, cutlass memory-efficient, TensorRT-LLM kernels;
+        # softmax only appears in attention in a decoder; rope/KV-cache updates belong to it.
+        ("attention", r"flash|fmha|attention|attn|sdpa|scaled_dot_product|\bmha|mmha|xqa|softmax"
+                      r"|rotary|rope|kv_?cache|cutlassF|efficient_attention"),
+        ("norm", r"rms_?norm|layer_?norm|group_?norm|batch_?norm|triton\w*rsqrt"),
+        # cuBLAS(Lt) (gemv/gemm/nvjet on Hopper/xmma), cutlass, TensorRT-LLM weight-only
+        # (fpA_intB), Inductor mm templates (triton_tem_fused_mm) and the aten ops on CPU.
+        ("gemm", r"gemm|gemv|cutlass|cublas|nvjet|xmma|matmul|splitkreduce|fpa_intb|triton_tem"
+                 r"|triton\w*_mm|aten::(?:mm|addmm|bmm|baddbmm|linear)$"),
+        # Memcpy/Memset activity records, aten copy kernels; Triton names with `_to_copy` are
+        # fused pointwise kernels, not copies, so triton_ names are excluded here.
+        ("copy/memset", r"^(?!triton_).*(?:memcpy|memset|copy|catarray|fill_kernel)"
+                        r"|^aten::(?:copy_|fill_|zero_|zeros|ones|full|cat|clone|contiguous|to|_to_copy"
+                        r"|index_copy_|slice_scatter|empty\w*|new_\w+)$"),
+        ("elementwise", r"elementwise|vectorized|pointwise|reduce_kernel|triton_|silu|gelu|act_and_mul"
+                        r"|add_?bias|residual|^aten::(?:add|add_|mul|mul_|sub|div|pow|rsqrt|sqrt|silu|neg"
+                        r"|mean|sum|exp|sigmoid|tanh|where|masked_fill\w*|cos|sin|float|type_as|relu"
+                        r"|gelu|max|min|argmax|eq|ne|lt|gt|le|ge|bitwise_\w+|cumsum|clamp\w*)$"),
+    )
+)
+
+
+def categorize(kernel_name: str) -> str:
+    """Return the category of a kernel (or CPU operator) name: one of CATEGORIES."""
+    for cat, rx in _CATEGORY_PATTERNS:
+        if rx.search(kernel_name):
+            return cat
+    return "other"
+
+
+def range_group(label: str) -> str:
+    """Return the group a range label aggregates under: the text before its first colon."""
+    return label.split(":", 1)[0]
+
+
+@dataclass(frozen=True)
+class AttributedKernel:
+    """One kernel launch (or CPU operator) and the range instances enclosing its launch.
+
+    `ranges` holds (label, instance_key) pairs, outermost first; instance_key identifies one
+    push of the range (profiler event id, NVTX row id).
+    """
+
+    name: str
+    duration_us: float
+    ranges: tuple[tuple[str, object], ...] = ()
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    range: str
+    kernel: str
+    category: str
+    instances: int  # instances of the range in the window (with or without this kernel)
+    kernels: int  # launches of this kernel inside the range, all instances together
+    kernels_per_instance: float
+    gpu_us_per_instance_median: float  # median over instances of this kernel's time in one
+    total_us: float
+
+
+@dataclass(frozen=True)
+class RangeSummary:
+    range: str
+    instances: int
+    kernels_per_instance: float  # mean (instances of a range usually launch the same set)
+    kernels_per_instance_median: float
+    gpu_us_per_instance_median: float
+    total_us: float
+    kernels_per_instance_by_category: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CategoryRow:
+    category: str
+    kernels: int
+    total_us: float
+    share: float  # of the window's total kernel time
+
+
+@dataclass
+class KernelTable:
+    """Per-range and per-category kernel counts and times of one profiled window."""
+
+    source: str  # "torch.profiler" or "nsys"
+    unit: str  # "gpu_kernel" or "cpu_op" (CPU-only runs count leaf operators)
+    scope: str  # "inclusive": a kernel counts in every enclosing range; "innermost"
+    rows: list[KernelRow]
+    ranges: list[RangeSummary]
+    categories: list[CategoryRow]
+    total_kernels: int
+    total_us: float
+    meta: dict = field(default_factory=dict)
+
+    def range(self, group: str) -> RangeSummary:
+        """Return the summary of one range group; KeyError naming the groups that exist."""
+        for r in self.ranges:
+            if r.range == group:
+                return r
+        raise KeyError(f"no range {group!r} in this table; ranges: {[r.range for r in self.ranges]}")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["version"] = KERNEL_TABLE_VERSION
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> KernelTable:
+        if d.get("version") != KERNEL_TABLE_VERSION:
+            raise BenchInputError(f"kernel table version {d.get('version')!r} is not {KERNEL_TABLE_VERSION}: re-run `bench profile`")
+        return cls(
+            source=d["source"], unit=d["unit"], scope=d["scope"],
+            rows=[KernelRow(**r) for r in d["rows"]],
+            ranges=[RangeSummary(**r) for r in d["ranges"]],
+            categories=[CategoryRow(**r) for r in d["categories"]],
+            total_kernels=d["total_kernels"], total_us=d["total_us"], meta=d.get("meta", {}),
+        )
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=1, sort_keys=True, allow_nan=False))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> KernelTable:
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text()))
+        except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise BenchInputError(f"cannot read kernel table {str(path)!r}: {exc}") from exc
+
+    def to_markdown(self, top: int = 8) -> str:
+        """Return Markdown: the range summaries, the category table, the top kernels of each range."""
+        unit = "kernels" if self.unit == "gpu_kernel" else "CPU ops"
+        time_col = "GPU us" if self.unit == "gpu_kernel" else "CPU us"
+        out = [f"Source: {self.source}; counts {unit}, {self.scope} attribution; "
+               f"{self.total_kernels} {unit}, {self.total_us:.1f} {time_col} in the window.", "",
+               f"| range | instances | {unit} per instance | {time_col} per instance (median) | total {time_col} |",
+               "|---|---|---|---|---|"]
+        for r in self.ranges:
+            out.append(f"| {r.range} | {r.instances} | {r.kernels_per_instance:.2f} | "
+                       f"{r.gpu_us_per_instance_median:.1f} | {r.total_us:.1f} |")
+        out += ["", f"| category | {unit} | total {time_col} | share |", "|---|---|---|---|"]
+        for c in self.categories:
+            out.append(f"| {c.category} | {c.kernels} | {c.total_us:.1f} | {100 * c.share:.1f}% |")
+        by_range = defaultdict(list)
+        for row in self.rows:
+            by_range[row.range].append(row)
+        for rng, rows in by_range.items():
+            out += ["", f"Top {unit} in `{rng}`:", "",
+                    f"| kernel | category | per instance | {time_col} per instance (median) | total {time_col} |",
+                    "|---|---|---|---|---|"]
+            for row in sorted(rows, key=lambda r: -r.total_us)[:top]:
+                name = row.kernel if len(row.kernel) <= 90 else row.kernel[:87] + "..."
+                out.append(f"| `{name}` | {row.category} | {row.kernels_per_instance:.2f} | "
+                           f"{row.gpu_us_per_instance_median:.2f} | {row.total_us:.1f} |")
+        return "\n".join(out) + "\n"
+
+
+def build_kernel_table(
+    kernels: list[AttributedKernel],
+    instances: dict[str, set],
+    *,
+    source: str,
+    unit: str,
+    innermost_only: bool = False,
+    meta: dict | None = None,
+) -> KernelTable:
+    """Return the KernelTable of a window from its attributed kernels and range instances.
+
+    `instances` maps each range label to the instance keys seen (instances that launched no
+    kernel count too: they make the per-instance figures honest). With innermost_only, a
+    kernel counts only in its innermost range (exclusive view); otherwise in every enclosing
+    range group once (the nvtx_kern_sum view).
+    """
+    group_instances: dict[str, set] = defaultdict(set)
+    for label, keys in instances.items():
+        group_instances[range_group(label)].update((label, k) for k in keys)
+    # per group -> per instance -> per kernel name -> [count, us]
+    per: dict[str, dict] = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: [0, 0.0])))
+    cats: dict[str, list] = defaultdict(lambda: [0, 0.0])
+    total_us = 0.0
+    for k in kernels:
+        total_us += k.duration_us
+        cat = cats[categorize(k.name)]
+        cat[0] += 1
+        cat[1] += k.duration_us
+        chosen: dict[str, tuple] = {}
+        ranges = k.ranges[-1:] if innermost_only else k.ranges
+        for label, key in ranges:  # outermost first: the innermost instance of a group wins
+            chosen[range_group(label)] = (label, key)
+        if not chosen:
+            chosen[NO_RANGE] = (NO_RANGE, None)
+            group_instances[NO_RANGE].add((NO_RANGE, None))
+        for group, inst in chosen.items():
+            group_instances[group].add(inst)
+            slot = per[group][inst][k.name]
+            slot[0] += 1
+            slot[1] += k.duration_us
+
+    rows: list[KernelRow] = []
+    summaries: list[RangeSummary] = []
+    for group in sorted(group_instances):
+        insts = sorted(group_instances[group], key=repr)
+        n = len(insts)
+        names = sorted({name for inst in insts for name in per[group].get(inst, {})})
+        for name in names:
+            counts = [per[group].get(inst, {}).get(name, [0, 0.0]) for inst in insts]
+            launches = sum(c[0] for c in counts)
+            rows.append(KernelRow(
+                range=group, kernel=name, category=categorize(name), instances=n, kernels=launches,
+                kernels_per_instance=launches / n,
+                gpu_us_per_instance_median=statistics.median(c[1] for c in counts),
+                total_us=sum(c[1] for c in counts),
+            ))
+        inst_counts = [sum(v[0] for v in per[group].get(inst, {}).values()) for inst in insts]
+        inst_us = [sum(v[1] for v in per[group].get(inst, {}).values()) for inst in insts]
+        by_cat: dict[str, int] = defaultdict(int)
+        for inst in insts:
+            for name, (count, _) in per[group].get(inst, {}).items():
+                by_cat[categorize(name)] += count
+        summaries.append(RangeSummary(
+            range=group, instances=n, kernels_per_instance=sum(inst_counts) / n,
+            kernels_per_instance_median=statistics.median(inst_counts),
+            gpu_us_per_instance_median=statistics.median(inst_us), total_us=sum(inst_us),
+            kernels_per_instance_by_category={c: v / n for c, v in sorted(by_cat.items())},
+        ))
+    categories = [
+        CategoryRow(cat, cats[cat][0], cats[cat][1], cats[cat][1] / total_us if total_us else 0.0)
+        for cat in CATEGORIES if cat in cats
+    ]
+    return KernelTable(
+        source=source, unit=unit, scope="innermost" if innermost_only else "inclusive",
+        rows=rows, ranges=summaries, categories=categories, total_kernels=len(kernels),
+        total_us=total_us, meta=dict(meta or {}),
+    )

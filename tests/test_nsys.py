@@ -1,0 +1,183 @@
+"""nsys SQLite reader: real exports from two nsys versions, and databases built with the documented schema."""
+
+import os
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+
+from bench.errors import BenchInputError
+from bench.profiling.kernels import NO_RANGE
+from bench.profiling.nsys_collector import (
+    export_command,
+    find_nsys,
+    parse_nsys_version,
+    profile_command,
+    read_sqlite,
+    table_from_sqlite,
+)
+
+
+def _shared_nsys() -> Path | None:
+    for base in (Path(__file__).resolve().parents[2] / "shared", Path(os.environ.get("BENCH_SHARED_DIR", "/nonexistent"))):
+        if (base / "data" / "nsys").is_dir():
+            return base / "data" / "nsys"
+    return None
+
+
+REAL = _shared_nsys()
+needs_real = pytest.mark.skipif(REAL is None, reason="real nsys exports not found (shared/data/nsys or $BENCH_SHARED_DIR)")
+
+
+@needs_real
+def test_real_export_nsys2022_nvtx_ranges_and_duplicate_runtime_rows():
+    # nsys 2022.2, schema 2.9.1: NVTX text in `text` or via textId, two runtime rows per launch
+    # (cudaLaunchKernel around cudaLaunchKernel_v7000) that must not double-count.
+    t = table_from_sqlite(REAL / "saxpy-mpi-cuda_nsys2022.2.sqlite")
+    assert t.meta["nsys_version"] == "2022.2.1.31" and t.meta["export_schema"] == "2.9.1"
+    saxpy = t.range("saxpy")
+    durations_ns = [942626994 - 924922186, 1213791658 - 1196058242, 1466878365 - 1449177557,
+                    1713996442 - 1696275954, 1965496577 - 1947782617]  # from the kernel table, by hand
+    assert (saxpy.instances, saxpy.kernels_per_instance) == (5, 1)
+    assert saxpy.gpu_us_per_instance_median == pytest.approx(sorted(durations_ns)[2] / 1000)
+    assert saxpy.total_us == pytest.approx(sum(durations_ns) / 1000)
+    assert t.range("MPI_Send").instances == 10 and t.range("MPI_Send").kernels_per_instance == 0
+    assert t.range("MPI_Recv").instances == 5 and t.range("MPI_Init").instances == 1
+    assert t.total_kernels == 5
+    (row,) = [r for r in t.rows if r.range == "saxpy"]
+    assert row.kernel == "saxpy(double *, double *, double *, double, int)"
+
+
+@needs_real
+def test_real_export_nsys2024_without_nvtx():
+    path = REAL / "cloverleaf-cuda_nsys2024.5.sqlite"
+    kernels, instances, info = read_sqlite(path)
+    assert info["nsys_version"] == "2024.5.1.113" and info["export_schema"] == "3.13.2"
+    assert instances == {} and any("NVTX_EVENTS" in n for n in info["notes"])
+    con = sqlite3.connect(path)
+    (n, total_ns), = con.execute("SELECT COUNT(*), SUM(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    by_short = dict(con.execute(
+        "SELECT s.value, COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName GROUP BY 1"))
+    con.close()
+    t = table_from_sqlite(path)
+    assert (t.total_kernels, n) == (1312, 1312)
+    assert t.total_us == pytest.approx(total_ns / 1000)
+    assert t.range(NO_RANGE).kernels_per_instance == 1312
+    assert by_short == {"par_ranged1d_kernel": 968, "par_ranged2d_kernel": 331, "par_reduce_kernel": 13}
+    assert sum(1 for k in kernels if "par_ranged1d_kernel" in k.name) == 968
+
+
+SCHEMA = """
+CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, rangeId INTEGER,
+  category INTEGER, color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, textId INTEGER,
+  domainId INTEGER, uint64Value INTEGER, int64Value INTEGER, doubleValue REAL, uint32Value INTEGER,
+  int32Value INTEGER, floatValue REAL, jsonTextId INTEGER, jsonText TEXT);
+CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER,
+  globalTid INTEGER, correlationId INTEGER, nameId INTEGER, returnValue INTEGER, callchainId INTEGER);
+CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER,
+  contextId INTEGER, greenContextId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER,
+  demangledName INTEGER, shortName INTEGER, mangledName INTEGER);
+"""
+PID = 4242 << 24
+MAIN, OTHER = PID + 1, PID + 2
+
+
+def _build(path: Path, with_nvtx: bool = True) -> Path:
+    con = sqlite3.connect(path)
+    con.executescript(SCHEMA)
+    strings = {1: "cudaLaunchKernel_v7000", 2: "generalRmsNorm", 3: "nvjet_tst_gemm", 4: "Qwen2RMSNorm:layers.0.norm",
+               5: "Qwen2DecoderLayer:layers.0", 6: "flash_fwd_kernel", 7: "decode_step:1"}
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", strings.items())
+    if with_nvtx:
+        nvtx = [  # (start, end, eventType, text, globalTid, textId)
+            (0, 1000, 59, None, MAIN, 7),          # decode_step:1 (text via StringIds)
+            (100, 600, 59, None, MAIN, 5),         # the layer
+            (110, 200, 59, None, MAIN, 4),         # norm instance 1
+            (300, 390, 59, "Qwen2RMSNorm:layers.0.norm2", MAIN, None),  # norm instance 2 (inline text)
+            (700, 800, 59, "Qwen2RMSNorm:final", MAIN, None),  # a norm that launches nothing
+            (0, 1000, 59, "other_thread_range", OTHER, None),  # must not capture MAIN's kernels
+            (50, None, 59, "unclosed", MAIN, None),  # no end: ignored
+            (5, 5, 34, "a mark", MAIN, None),  # marks are not ranges
+        ]
+        con.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, textId) VALUES (?,?,?,?,?,?)", nvtx)
+    runtime = [  # (start, end, globalTid, correlationId): launches; 10 duplicated as older exports do
+        (120, 130, MAIN, 10), (121, 129, MAIN, 10), (310, 320, MAIN, 11), (400, 410, MAIN, 12),
+        (900, 910, MAIN, 13), (1100, 1110, MAIN, 14), (150, 160, OTHER, 20),
+    ]
+    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, globalTid, correlationId, nameId) VALUES (?,?,?,?,1)", runtime)
+    kernels = [  # (start, end, correlationId, name id): durations 5, 7, 20, 30, 40, 3 us
+        (5000, 10000, 10, 2), (11000, 18000, 11, 2), (20000, 40000, 12, 3), (50000, 80000, 13, 6),
+        (90000, 130000, 14, 3), (200000, 203000, 20, 3),
+    ]
+    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, correlationId, globalPid, demangledName, shortName)"
+                    f" VALUES (?,?,?,{PID},?,?)", [(*k, k[3]) for k in kernels])
+    con.commit()
+    con.close()
+    return path
+
+
+def test_built_schema_nvtx_kern_sum_semantics(tmp_path):
+    t = table_from_sqlite(_build(tmp_path / "r.sqlite"))
+    norm = t.range("Qwen2RMSNorm")
+    assert (norm.instances, norm.kernels_per_instance_median, norm.total_us) == (3, 1, 12.0)
+    assert norm.gpu_us_per_instance_median == 5.0  # 5, 7 and 0 us
+    layer = t.range("Qwen2DecoderLayer")
+    assert (layer.instances, layer.kernels_per_instance, layer.total_us) == (1, 3, 32.0)
+    step = t.range("decode_step")
+    assert (step.kernels_per_instance, step.total_us) == (4, 62.0)
+    assert t.range("other_thread_range").kernels_per_instance == 1  # only OTHER's kernel
+    assert t.range(NO_RANGE).kernels_per_instance == 1  # corr 14 launched after every range
+    names = {r.range for r in t.ranges}
+    assert "unclosed" not in names and "a mark" not in names
+    cats = {c.category: c.kernels for c in t.categories}
+    assert cats == {"norm": 2, "gemm": 3, "attention": 1}
+    inner = table_from_sqlite(tmp_path / "r.sqlite", innermost_only=True)
+    assert inner.range("Qwen2DecoderLayer").kernels_per_instance == 1  # the gemm at 400
+    assert inner.range("decode_step").kernels_per_instance == 1  # flash at 900
+
+
+def test_built_schema_without_nvtx_table(tmp_path):
+    kernels, instances, info = read_sqlite(_build(tmp_path / "r.sqlite", with_nvtx=False))
+    assert len(kernels) == 6 and instances == {} and all(k.ranges == () for k in kernels)
+
+
+def test_bad_sqlite_files(tmp_path):
+    (tmp_path / "x.sqlite").write_text("not a database at all, just text" * 10)
+    with pytest.raises(BenchInputError, match="not an SQLite database"):
+        read_sqlite(tmp_path / "x.sqlite")
+    con = sqlite3.connect(tmp_path / "empty.sqlite")
+    con.execute("CREATE TABLE StringIds (id INTEGER, value TEXT)")
+    con.commit()
+    con.close()
+    with pytest.raises(BenchInputError, match="CUPTI_ACTIVITY_KIND_KERNEL.*nsys profile -t cuda,nvtx"):
+        read_sqlite(tmp_path / "empty.sqlite")
+    with pytest.raises(BenchInputError, match="does not exist"):
+        read_sqlite(tmp_path / "missing.sqlite")
+
+
+def _fake_nsys(tmp_path: Path, version_line: str) -> str:
+    exe = tmp_path / "nsys"
+    exe.write_text(f"#!/bin/sh\necho '{version_line}'\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    return str(exe)
+
+
+def test_find_nsys_missing_too_old_and_ok(tmp_path):
+    with pytest.raises(BenchInputError, match="not on PATH.*--tool torch"):
+        find_nsys(str(tmp_path / "no-nsys"))
+    with pytest.raises(BenchInputError, match="too old"):
+        find_nsys(_fake_nsys(tmp_path, "NVIDIA Nsight Systems version 2021.3.1.54-ee9c30a"))
+    path, version = find_nsys(_fake_nsys(tmp_path, "NVIDIA Nsight Systems version 2024.5.1.113-245134619542v0"))
+    assert version == (2024, 5, 1) and path.endswith("nsys")
+    with pytest.raises(BenchInputError, match="cannot read a version"):
+        parse_nsys_version("garbage")
+
+
+def test_nsys_command_lines():
+    cmd = profile_command("nsys", "/o/report", ["python3", "-m", "x"])
+    assert cmd[:4] == ["nsys", "profile", "-t", "cuda,nvtx"]
+    assert "--capture-range=cudaProfilerApi" in cmd and cmd[-3:] == ["python3", "-m", "x"]
+    assert export_command("nsys", "r.nsys-rep", "r.sqlite") == [
+        "nsys", "export", "--type", "sqlite", "--force-overwrite", "true", "-o", "r.sqlite", "r.nsys-rep"]

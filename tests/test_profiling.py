@@ -1,0 +1,275 @@
+"""Ranges, attribution and KernelTable logic, on the CPU (operators stand in for kernels)."""
+
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from bench.profiling.kernels import (
+    NO_RANGE,
+    AttributedKernel,
+    KernelTable,
+    build_kernel_table,
+    categorize,
+)
+
+
+@pytest.mark.parametrize("name, category", [
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::rsqrt_kernel_cuda(at::TensorIteratorBase&)>", "elementwise"),
+    ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "norm"),
+    ("triton_per_fused__to_copy_add_embedding_mean_mul_pow_rsqrt_1", "norm"),
+    ("triton_poi_fused__to_copy_add_2", "elementwise"),
+    ("triton_tem_fused_mm_3", "gemm"),
+    ("void tensorrt_llm::kernels::generalRmsNorm<__nv_bfloat16>", "norm"),
+    ("aten::rms_norm", "norm"),
+    ("flash_fwd_kernel<Flash_fwd_kernel_traits<128, 64, 64, 4>>", "attention"),
+    ("fmha_cutlassF_bf16_aligned_64x64_rf_sm80", "attention"),
+    ("void pytorch_flash::flash_fwd_splitkv_kernel<...>", "attention"),
+    ("xqa_kernel_dt_bf16_d_128", "attention"),
+    ("void softmax_warp_forward<c10::BFloat16, c10::BFloat16, float, 5, false, false>", "attention"),
+    ("aten::scaled_dot_product_attention", "attention"),
+    ("nvjet_tst_128x64_64x8_1x1_v_bz_coopB_TNT", "gemm"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "gemm"),
+    ("void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x2_tn_align8>", "gemm"),
+    ("std::enable_if<!(false), void>::type internal::gemvx::kernel<int, int, __nv_bfloat16>", "gemm"),
+    ("aten::linear", "gemm"),
+    ("aten::mm", "gemm"),
+    ("Memcpy HtoD (Pageable -> Device)", "copy/memset"),
+    ("Memset (Device)", "copy/memset"),
+    ("void at::native::elementwise_kernel<128, 2, at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)>", "copy/memset"),
+    ("aten::copy_", "copy/memset"),
+    ("aten::silu", "elementwise"),
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float>>>", "elementwise"),
+    ("aten::embedding", "other"),
+    ("saxpy(double *, double *, double *, double, int)", "other"),
+])
+def test_categorize(name, category):
+    assert categorize(name) == category
+
+
+def _k(name, us, *ranges):
+    return AttributedKernel(name, us, tuple(ranges))
+
+
+def test_kernel_table_inclusive_and_innermost_by_hand():
+    layer = ("Layer:l0", 1)
+    n1, n2 = ("Norm:l0.n1", 2), ("Norm:l0.n2", 3)
+    kernels = [
+        _k("pow", 2.0, layer, n1), _k("mean", 4.0, layer, n1), _k("pow", 3.0, layer, n2),
+        _k("gemm_a", 10.0, layer), _k("memcpy", 1.0),
+    ]
+    # A third Norm instance that launched nothing still counts as an instance.
+    instances = {"Layer:l0": {1}, "Norm:l0.n1": {2}, "Norm:l0.n2": {3}, "Norm:final": {9}}
+    t = build_kernel_table(kernels, instances, source="test", unit="gpu_kernel")
+    norm = t.range("Norm")
+    assert norm.instances == 3
+    assert norm.kernels_per_instance == pytest.approx(3 / 3)
+    assert norm.kernels_per_instance_median == 1  # counts 2, 1, 0
+    assert norm.gpu_us_per_instance_median == 3.0  # times 6, 3, 0
+    assert norm.total_us == 9.0
+    layer_sum = t.range("Layer")
+    assert (layer_sum.instances, layer_sum.kernels_per_instance, layer_sum.total_us) == (1, 4, 19.0)
+    assert t.range(NO_RANGE).kernels_per_instance == 1
+    pow_row = next(r for r in t.rows if r.range == "Norm" and r.kernel == "pow")
+    assert (pow_row.kernels, pow_row.instances, pow_row.gpu_us_per_instance_median) == (2, 3, 2.0)
+    assert t.total_kernels == 5 and t.total_us == 20.0
+    cats = {c.category: (c.kernels, c.total_us) for c in t.categories}
+    assert cats == {"gemm": (1, 10.0), "copy/memset": (1, 1.0), "other": (3, 9.0)}
+    inner = build_kernel_table(kernels, instances, source="test", unit="gpu_kernel", innermost_only=True)
+    assert inner.range("Layer").kernels_per_instance == 1  # only gemm_a is innermost there
+    assert inner.range("Norm").total_us == 9.0
+    with pytest.raises(KeyError, match="Norm"):
+        t.range("Attention")
+
+
+def test_kernel_table_round_trip(tmp_path):
+    t = build_kernel_table([_k("a", 1.5, ("R:x", 1))], {"R:x": {1}}, source="s", unit="cpu_op", meta={"m": 1})
+    loaded = KernelTable.load(t.save(tmp_path / "k.json"))
+    assert loaded == t
+    assert "| R | 1 | 1.00 | 1.5 | 1.5 |" in loaded.to_markdown()
+    (tmp_path / "bad.json").write_text(json.dumps({"version": 99}))
+    from bench.errors import BenchInputError
+
+    with pytest.raises(BenchInputError, match="version"):
+        KernelTable.load(tmp_path / "bad.json")
+
+
+def _toy():
+    import torch
+    from torch import nn
+
+    class ToyRMSNorm(nn.Module):
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+    class ToyBlock(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm1, self.norm2, self.proj = ToyRMSNorm(), ToyRMSNorm(), nn.Linear(8, 8)
+            self.fail = False
+
+        def forward(self, x):
+            x = self.proj(self.norm1(x))
+            if self.fail:
+                raise ValueError("boom")
+            return self.norm2(x)
+
+    return ToyBlock().eval(), torch.randn(2, 8)
+
+
+def test_torch_collector_attributes_ops_to_innermost_and_enclosing_ranges(tmp_path):
+    from bench.profiling.nvtx import ModuleRanges, RangeStack
+    from bench.profiling.torch_collector import profile_call
+
+    model, x = _toy()
+    stack = RangeStack()
+    with ModuleRanges(model, ["*RMSNorm", "ToyBlock", "proj"], stack=stack, phases=False):
+        table, trace = profile_call(lambda: model(x), cuda=False, labels=stack.labels, trace_path=tmp_path / "t.json")
+    assert trace.is_file() and "ToyRMSNorm:norm1" in trace.read_text()
+    norm = table.range("ToyRMSNorm")
+    # pow, mean, add, rsqrt, mul: the ops the forward calls (views and helper copies not counted)
+    assert (norm.instances, norm.kernels_per_instance) == (2, 5)
+    assert {r.kernel for r in table.rows if r.range == "ToyRMSNorm"} == {
+        "aten::pow", "aten::mean", "aten::add", "aten::rsqrt", "aten::mul"}
+    assert table.range("proj").kernels_per_instance == 1
+    assert table.range("ToyBlock").kernels_per_instance == 11  # inclusive: both norms + linear
+    assert table.unit == "cpu_op" and table.total_kernels == 11
+
+
+def test_ranges_stay_balanced_when_forward_raises():
+    import torch
+
+    from bench.profiling.nvtx import ModuleRanges, RangeStack
+
+    model, x = _toy()
+    model.fail = True
+    stack = RangeStack()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        with ModuleRanges(model, ["*RMSNorm", "ToyBlock", "proj"], stack=stack) as ranges:
+            for _ in range(2):
+                with pytest.raises(ValueError, match="boom"):
+                    with ranges.batch(0):
+                        model(x)
+                assert stack.depth == 0
+    assert stack.pushed == 2 * 5  # batch, prefill, ToyBlock, norm1, proj per call
+    assert not model._forward_hooks and not model._forward_pre_hooks  # hooks removed on exit
+
+
+def test_unmatched_pattern_warns_with_classes():
+    from bench.profiling.nvtx import match_modules
+
+    model, _ = _toy()
+    with pytest.warns(UserWarning, match=r"\['\*Attention'\].*ToyRMSNorm"):
+        hits = match_modules(model, ["*RMSNorm", "*Attention"])
+    assert [h[0] for h in hits] == ["norm1", "norm2"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert [h[2] for h in match_modules(model, ["proj"])] == ["proj"]
+
+
+@pytest.mark.slow
+def test_hf_generate_ranges_prefill_decode_and_modules():
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from bench.models import QWEN_TINY
+    from bench.profiling.nvtx import ModuleRanges, RangeStack
+    from bench.profiling.torch_collector import profile_call
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**QWEN_TINY), attn_implementation="sdpa").eval()
+    ids = torch.randint(0, 1000, (1, 16))
+    stack = RangeStack()
+    with ModuleRanges(model, stack=stack) as ranges:
+        def window():
+            with torch.inference_mode(), ranges.batch(0):
+                model.generate(input_ids=ids, max_new_tokens=3, min_new_tokens=3, do_sample=False)
+
+        table, _ = profile_call(window, cuda=False, labels=stack.labels)
+    got = {r.range: r.instances for r in table.ranges}
+    # 3 forwards (prefill + 2 decode steps) x (2 layers x 2 norms + final norm)
+    assert got["Qwen2RMSNorm"] == 15 and got["Qwen2Attention"] == 6 and got["Qwen2DecoderLayer"] == 6
+    assert got["prefill"] == 1 and got["decode_step"] == 2 and got["batch"] == 1 and got["lm_head"] == 3
+    assert table.range("Qwen2Attention").kernels_per_instance_by_category.get("attention") == 1  # sdpa op
+    assert table.range("lm_head").kernels_per_instance == 1
+    assert stack.depth == 0
+
+
+def _matrix(tmp_path, backends='["hf"]'):
+    path = tmp_path / "m.toml"
+    path.write_text(f"""
+name = "ptest"
+backends = {backends}
+model = "qwen-tiny"
+device = "cpu"
+precisions = ["fp32", "bf16"]
+max_batch_sizes = [1]
+workloads = ["w"]
+[workload.w]
+num_requests = 2
+max_input_len = 64
+max_total_len = 128
+max_output_len = 8
+""")
+    return path
+
+
+def _bench(*args):
+    return subprocess.run([sys.executable, "-m", "bench", *args], capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_bench_profile_end_to_end(tmp_path):
+    from bench.store import ResultStore
+
+    proc = _bench("profile", "--matrix", str(_matrix(tmp_path)), "--only", "precision=fp32",
+                  "--decode-steps", "2", "--warmup", "0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Qwen2RMSNorm" in proc.stdout and "unprofiled" in proc.stdout
+    (rec,) = list(ResultStore("profiles/ptest.jsonl").records())
+    assert rec["status"] == "ok" and rec["kind"] == "profile" and rec["cell"]["precision"] == "fp32"
+    extra = rec["extra"]
+    table = KernelTable.load(extra["kernel_table"])
+    assert table.range("decode_step").instances == 2 and table.range("prefill").instances == 1
+    assert table.range("Qwen2RMSNorm").instances == 3 * 5
+    assert Path(extra["trace"]).is_file()
+    assert extra["profile"]["profiled_window_s"] > 0 and extra["profile"]["unprofiled_window_s"] > 0
+    assert (Path(extra["kernel_table"]).parent / "categories.csv").is_file()
+
+
+def test_figures_side_by_side(tmp_path):
+    from bench.profiling.figures import (
+        kernels_per_instance_figure,
+        profile_frame,
+        time_per_instance_figure,
+    )
+
+    records = []
+    for prec, norm_k, attn_k in (("bf16", 8, 28), ("fp16", 1, 3)):
+        inst = {f"Qwen2RMSNorm:n{i}": {i} for i in range(2)} | {"Qwen2Attention:a": {9}}
+        kernels = [_k(f"k{j}", 2.0, (f"Qwen2RMSNorm:n{i}", i)) for i in range(2) for j in range(norm_k)]
+        kernels += [_k(f"a{j}", 1.0, ("Qwen2Attention:a", 9)) for j in range(attn_k)]
+        path = build_kernel_table(kernels, inst, source="t", unit="gpu_kernel").save(tmp_path / f"{prec}.json")
+        records.append({"status": "ok", "cell_id": prec, "extra": {"kernel_table": str(path)},
+                        "cell": {"backend": "hf", "precision": prec, "max_batch_size": 1,
+                                 "options": {"attn_implementation": "sdpa", "batching": "dataset"}}})
+    records.append({"status": "error", "cell_id": "x", "extra": {}})
+    frame = profile_frame(records)
+    assert set(frame["config"]) == {"hf attn_implementation=sdpa"}
+    fig = kernels_per_instance_figure(frame)
+    by = {(tr.name, tr.xaxis): list(tr.y) for tr in fig.data}
+    assert by == {("bf16", "x"): [8], ("fp16", "x"): [1], ("bf16", "x2"): [28], ("fp16", "x2"): [3]}
+    times = {(tr.name, tr.xaxis): list(tr.y) for tr in time_per_instance_figure(frame).data}
+    assert times[("bf16", "x")] == [16.0] and times[("fp16", "x2")] == [3.0]
+
+
+def test_bench_profile_bad_input(tmp_path):
+    proc = _bench("profile", "--matrix", str(_matrix(tmp_path, '["hf", "fake"]')))
+    assert proc.returncode == 2 and "backend(s) ['fake']" in proc.stderr
+    proc = _bench("profile", "--matrix", str(_matrix(tmp_path)), "--tool", "nsys", "--nsys", "no-such-nsys-here")
+    assert proc.returncode == 2 and "nsys" in proc.stderr and "--tool torch" in proc.stderr
+    proc = _bench("profile", "--matrix", str(_matrix(tmp_path)), "--only", "precision=fp16")
+    assert proc.returncode == 2
