@@ -202,8 +202,10 @@ def probe_cell(cell, batch_size: int, max_input_len: int, max_output_len: int, d
         input_len=prompt_len,
         output_len=new_tokens,
         max_output_len=None,
-        # the real workload's limits: engines that bake them into the build share its artifact
-        max_input_len=max_input_len,
+        # The probe's prompt is longer than the real max_input_len (it reaches the final KV length
+        # with a few decode steps), so the workload's own filter must admit it. Engines that bake
+        # max_input_len into the build (trtllm) therefore build a probe engine of their own.
+        max_input_len=prompt_len,
         max_total_len=max_input_len + max_output_len,
     )
     return replace(probe, max_batch_size=batch_size)
