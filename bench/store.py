@@ -18,6 +18,11 @@ from pathlib import Path
 from bench import SCHEMA_VERSION
 from bench.errors import BenchInputError
 
+try:  # optional: parses a large store 2-3x faster than json; json decides whenever orjson refuses a line
+    from orjson import loads as _orjson_loads
+except ImportError:  # pragma: no cover - depends on the environment
+    _orjson_loads = None
+
 # A stored cell with one of these statuses is a finished measurement; error/timeout are retried.
 FINAL_STATUSES = ("ok", "oom", "unsupported")
 STATUSES = ("ok", "oom", "error", "timeout", "unsupported")
@@ -57,7 +62,7 @@ class ResultStore:
                 if not raw.strip():
                     continue
                 try:
-                    rec = json.loads(raw)
+                    rec = _loads(raw)
                 except (json.JSONDecodeError, UnicodeDecodeError):
                     bad += 1
                     continue
@@ -77,6 +82,16 @@ class ResultStore:
     def finished(self) -> set[tuple[str, int]]:
         """Return {(cell_id, trial)} already measured (status ok, oom or unsupported)."""
         return {(r["cell_id"], r.get("trial", 0)) for r in self.records() if r.get("status") in FINAL_STATUSES}
+
+
+def _loads(raw: bytes):
+    """Return the JSON value of one line, exactly as json.loads would (raises what json.loads raises)."""
+    if _orjson_loads is not None:
+        try:
+            return _orjson_loads(raw)
+        except ValueError:
+            pass  # orjson is stricter (NaN, integers beyond 64 bits, lone surrogates): json.loads decides
+    return json.loads(raw)
 
 
 def load_records(paths: Iterable[str | Path]) -> list[dict]:

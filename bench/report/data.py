@@ -10,8 +10,10 @@ environment label, and `tokens_per_joule` / `sol_pct` when a record carries them
 from __future__ import annotations
 
 import json
+import operator
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from bench import SCHEMA_VERSION
@@ -96,11 +98,38 @@ def _row(rec: dict) -> dict:
 CELL_KEYS = ["cell_id", "gpu_memory_gb"]
 
 
+# Per-request fields read from each sample, in this order (itemgetter: one C call per sample).
+_SAMPLE_FIELDS = ("error", "in", "out", "ttft_ms", "e2el_ms")
+_get_sample = operator.itemgetter(*_SAMPLE_FIELDS)
+_KEY_COLUMNS = ["cell_id", "gpu_memory_gb", "trial", "store"]
+
+
+def _sample_values(samples) -> list[tuple]:
+    """Return (in, out, ttft_ms, e2el_ms) of each sample without an error."""
+    try:
+        vals = list(map(_get_sample, samples))
+    except KeyError:  # a sample without some field: read the slow way
+        vals = [tuple(s.get(k) for k in _SAMPLE_FIELDS) for s in samples]
+    return [v[1:] for v in vals if v[0] is None]
+
+
+def _keyed_frame(keys: list[tuple], counts: list[int], columns: dict[str, list]) -> pd.DataFrame:
+    """Return a frame of columns with each record's keys repeated over its rows (counts[i] rows for keys[i])."""
+    # Keys go through the same dtype inference as before (one small frame of records), then repeat.
+    key_frame = pd.DataFrame(keys, columns=_KEY_COLUMNS) if keys else pd.DataFrame(columns=_KEY_COLUMNS)
+    key_frame = key_frame.loc[key_frame.index.repeat(counts)].reset_index(drop=True)
+    for name, values in columns.items():
+        key_frame[name] = pd.Series(values, dtype=None if values else object)
+    return key_frame
+
+
 def report_data(records: list[dict]) -> ReportData:
     """Return the report frames of records (from bench.store.load_records); empty -> clear error."""
     if not records:
         raise BenchInputError("the result store is empty: run `bench run` first (or pass a store that has results)")
-    rows, sample_rows, tele_rows, envs = [], [], [], []
+    rows, envs = [], []
+    sample_keys, sample_counts, sample_vals = [], [], []
+    tele_keys, tele_counts, tele_vals = [], [], []
     for rec in records:
         row = _row(rec)
         rows.append(row)
@@ -108,22 +137,39 @@ def report_data(records: list[dict]) -> ReportData:
         if rec.get("status") != "ok":
             continue
         keys = (row["cell_id"], row["gpu_memory_gb"], row["trial"], row["store"])
-        for s in rec.get("samples") or ():
-            if s.get("error") is not None:
-                continue
-            ttft, e2el, out = s.get("ttft_ms"), s.get("e2el_ms"), s.get("out")
-            # TPOT as in bench.metrics: (E2E - TTFT) / (output_len - 1), only for outputs > 1 token.
-            tpot = (e2el - ttft) / (out - 1) if ttft is not None and e2el is not None and out and out > 1 else None
-            sample_rows.append((*keys, s.get("in"), out, ttft, tpot))
-        for t in (rec.get("extra") or {}).get("telemetry") or ():
-            if isinstance(t, dict) and _number(t.get("t_s")) is not None:
-                tele_rows.append((*keys, t["t_s"], _number(t.get("power_w")), _number(t.get("memory_gb"))))
+        vals = _sample_values(rec.get("samples") or ())
+        if vals:
+            sample_keys.append(keys)
+            sample_counts.append(len(vals))
+            sample_vals.extend(vals)
+        tele = [(t["t_s"], _number(t.get("power_w")), _number(t.get("memory_gb")))
+                for t in (rec.get("extra") or {}).get("telemetry") or ()
+                if isinstance(t, dict) and _number(t.get("t_s")) is not None]
+        if tele:
+            tele_keys.append(keys)
+            tele_counts.append(len(tele))
+            tele_vals.extend(tele)
     frame = pd.DataFrame(rows)
-    samples = pd.DataFrame(sample_rows, columns=["cell_id", "gpu_memory_gb", "trial", "store", "in", "out", "ttft_ms", "tpot_ms"])
-    telemetry = pd.DataFrame(tele_rows, columns=["cell_id", "gpu_memory_gb", "trial", "store", "t_s", "power_w", "memory_gb"])
+    ins, outs, ttfts, e2els = (list(c) for c in zip(*sample_vals, strict=True)) if sample_vals else ([], [], [], [])
+    samples = _keyed_frame(sample_keys, sample_counts, {"in": ins, "out": outs, "ttft_ms": ttfts})
+    samples["tpot_ms"] = _tpot_ms(samples, ttfts, e2els, outs)
+    t_s, power, memory = (list(c) for c in zip(*tele_vals, strict=True)) if tele_vals else ([], [], [])
+    telemetry = _keyed_frame(tele_keys, tele_counts, {"t_s": t_s, "power_w": power, "memory_gb": memory})
     data = ReportData(frame, samples, telemetry, envs)
     _check(data)
     return data
+
+
+def _tpot_ms(samples: pd.DataFrame, ttfts: list, e2els: list, outs: list) -> pd.Series:
+    """Return TPOT per sample as in bench.metrics: (E2E - TTFT) / (output_len - 1), only for outputs > 1 token."""
+    if not ttfts:
+        return pd.Series([], dtype=object)
+    ttft = np.array(ttfts, dtype=float)  # None -> NaN
+    e2el = np.array(e2els, dtype=float)
+    out = np.array(outs, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(~np.isnan(ttft) & ~np.isnan(e2el) & (out > 1), (e2el - ttft) / (out - 1), np.nan)
+    return pd.Series(tpot, index=samples.index)
 
 
 def _check(data: ReportData) -> None:

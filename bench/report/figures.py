@@ -73,27 +73,49 @@ def _layout(title: str, **kw) -> dict:
     return {"title": {"text": esc(title)}, "margin": {"t": 60, "l": 60, "r": 20, "b": 50}, "height": 420, **kw}
 
 
+def _groups(frame: pd.DataFrame, keys: list[str]) -> list[tuple[tuple, np.ndarray]]:
+    """Return [(key tuple, row positions)] of frame grouped by keys, in groupby's sorted order (NaN keys dropped)."""
+    if frame.empty:
+        return []
+    gb = frame.groupby(keys, sort=True)
+    positions = gb.indices
+    return [(k, positions[k]) for k in gb.groups]
+
+
+def _nanmax(values: np.ndarray) -> float:
+    """Return the largest non-NaN value (NaN if none), as Series.max does."""
+    return pd.Series(values).max()
+
+
 def throughput_vs_batch(cells: pd.DataFrame, title: str) -> dict:
     """Return output tok/s vs max_batch_size, one line per backend x precision, failed cells marked x."""
-    cells = cells.assign(_label=series_labels(cells))
+    cells = cells.assign(_label=series_labels(cells)).reset_index(drop=True)
     data = []
     y_top = cells.output_throughput.max() if cells.output_throughput.notna().any() else 1.0
-    for (label, precision), s in cells.groupby(["_label", "precision"], sort=True):
-        s = s.sort_values("max_batch_size")
-        ok = s[s.status == "ok"]
-        rows = ok.to_dict("records")
+    # Columns as arrays and each cell's hover text once; groups index into them (no per-row pandas access).
+    records = cells.to_dict("records")
+    bs_all = cells.max_batch_size.to_numpy()
+    tp_all = cells.output_throughput.to_numpy()
+    status_all = cells.status.to_numpy()
+
+    def hover(positions) -> list[str]:
+        return [cell_hover(records[i]) for i in positions]
+
+    for (label, precision), idx in _groups(cells, ["_label", "precision"]):
+        idx = idx[np.argsort(bs_all[idx], kind="quicksort")]  # as sort_values("max_batch_size")
+        ok_mask = status_all[idx] == "ok"
+        ok, failed = idx[ok_mask], idx[~ok_mask]
         data.append({"type": "scatter", "mode": "lines+markers", "name": esc(label), "legendgroup": esc(label),
-                     "x": ok.max_batch_size.tolist(), "y": ok.output_throughput.tolist(),
-                     "hovertext": [cell_hover(r) for r in rows], "hoverinfo": "text", "meta": {"precision": precision}})
-        failed = s[s.status != "ok"]
+                     "x": bs_all[ok].tolist(), "y": tp_all[ok].tolist(),
+                     "hovertext": hover(ok), "hoverinfo": "text", "meta": {"precision": precision}})
         if len(failed):
-            y_mark = ok.output_throughput.max() if len(ok) else y_top
-            data.append({"type": "scatter", "mode": "markers+text", "name": esc(f"{label}: {', '.join(sorted(set(failed.status)))}"),
+            y_mark = _nanmax(tp_all[ok]) if len(ok) else y_top
+            data.append({"type": "scatter", "mode": "markers+text", "name": esc(f"{label}: {', '.join(sorted(set(status_all[failed])))}"),
                          "legendgroup": esc(label), "showlegend": False,
-                         "x": failed.max_batch_size.tolist(), "y": [y_mark] * len(failed),
-                         "text": [esc(str(st).upper()) for st in failed.status], "textposition": "top center",
+                         "x": bs_all[failed].tolist(), "y": [y_mark] * len(failed),
+                         "text": [esc(str(st).upper()) for st in status_all[failed]], "textposition": "top center",
                          "marker": {"symbol": "x", "size": 12, "color": OOM_COLOR},
-                         "hovertext": [cell_hover(r) for r in failed.to_dict("records")], "hoverinfo": "text",
+                         "hovertext": hover(failed), "hoverinfo": "text",
                          "meta": {"precision": precision}})
     ticks = sorted(cells.max_batch_size.unique().tolist())
     return {"data": data, "layout": _layout(f"Output throughput vs max_batch_size — {title}", xaxis={
@@ -112,12 +134,15 @@ def speedup_heatmap(table: pd.DataFrame, title: str) -> dict:
     # categorical axis, so the heatmap shows every precision (the precision filter leaves it alone).
     t = t.sort_values(["precision", "_label"], kind="stable")
     labels = list(dict.fromkeys(t._label))
+    # (label, batch size) -> (status, speedup); the first row wins if a label repeats a batch size.
+    cell: dict[tuple[str, str], tuple] = {}
+    for key in zip(t._label, t.max_batch_size.astype(str), t.status, t.generation_speedup, strict=True):
+        cell.setdefault(key[:2], key[2:])
     z, text = [], []
     for label in labels:
-        row = t[t._label == label].set_index(t[t._label == label].max_batch_size.astype(str))
-        z.append([None if c not in row.index or row.loc[c, "status"] != "ok" else float(row.loc[c, "generation_speedup"]) for c in cols])
-        text.append(["" if c not in row.index else (f"{row.loc[c, 'generation_speedup']:.2f}x" if row.loc[c, "status"] == "ok"
-                     else esc(str(row.loc[c, "status"]).upper())) for c in cols])
+        got = [cell.get((label, c)) for c in cols]
+        z.append([None if g is None or g[0] != "ok" else float(g[1]) for g in got])
+        text.append(["" if g is None else (f"{g[1]:.2f}x" if g[0] == "ok" else esc(str(g[0]).upper())) for g in got])
     data = [{"type": "heatmap", "x": cols, "y": [esc(x) for x in labels], "z": z, "text": text, "texttemplate": "%{text}",
              "coloraxis": "coloraxis", "hovertemplate": "%{y}, bs %{x}: %{text}<extra></extra>"}]
     return {"data": data, "layout": _layout(
@@ -194,14 +219,17 @@ def telemetry_lines(cells: pd.DataFrame, telemetry: pd.DataFrame, title: str) ->
     cells = cells.assign(_label=series_labels(cells))
     t = telemetry.merge(cells[["cell_id", "gpu_memory_gb", "_label", "precision", "max_batch_size"]], on=["cell_id", "gpu_memory_gb"])
     last = t.groupby(["cell_id", "gpu_memory_gb"], dropna=False).trial.transform("max")
-    t = t[t.trial == last]
+    t = t[t.trial == last].reset_index(drop=True)
+    t_s = t.t_s.to_numpy()
+    metrics = {m: t[m].to_numpy() for m in ("power_w", "memory_gb")}
     data = []
-    for (label, precision, bs), g in t.groupby(["_label", "precision", "max_batch_size"], sort=True):
+    for (label, precision, bs), idx in _groups(t, ["_label", "precision", "max_batch_size"]):
         name = esc(f"{label} bs{bs}")
-        g = g.sort_values("t_s")
+        idx = idx[np.argsort(t_s[idx], kind="quicksort")]  # as sort_values("t_s")
+        x = t_s[idx].tolist()
         for axis, metric in (("", "power_w"), ("2", "memory_gb")):
             data.append({"type": "scattergl", "mode": "lines", "name": name, "legendgroup": name, "showlegend": axis == "",
-                         "x": g.t_s.tolist(), "y": g[metric].tolist(), "xaxis": "x" + axis, "yaxis": "y" + axis,
+                         "x": x, "y": metrics[metric][idx].tolist(), "xaxis": "x" + axis, "yaxis": "y" + axis,
                          "meta": {"precision": precision}})
     return {"data": data, "layout": _layout(
         f"Telemetry over the measured pass — {title}", height=460,
