@@ -210,3 +210,20 @@ def test_bad_input_exits_2_before_any_probe(tmp_path, capsys, args, message):
     assert run_cli(tmp_path, *args) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "s.jsonl").exists()
+
+
+def test_report_puts_probes_in_the_frontier_and_mixes_capped_with_uncapped_runs(tmp_path):
+    """`bench report` on a store holding capped probes and an uncapped full run: frontier + speedups."""
+    from bench.matrix import run_matrix
+    from bench.report.build import build_report
+    from bench.spec import load_matrix
+
+    assert run_cli(tmp_path, "--lengths", "64x64", "--gpu-memory-gb", "1.5") == 0
+    matrix = load_matrix(tmp_path / "m.toml")
+    run_matrix(matrix, tmp_path / "s.jsonl", show_progress=False)  # full runs, no cap
+    paths = build_report([tmp_path / "s.jsonl"], tmp_path / "rep", {"backend": "fake", "precision": "bf16", "max_batch_size": 1})
+    assert "| 1.5 | 7 | 8 (OOM) |" in paths["frontier"].read_text()
+    table = paths["markdown"].read_text()
+    assert "| fake | bf16 | 1 |" in table and "| fake | bf16 | 64 |" in table
+    assert "oom-probe" not in table  # probes are not speedup rows
+    assert paths["dashboard"].stat().st_size > 0

@@ -65,7 +65,21 @@ def _gc_paused():
 
 
 def _build_report(stores, out_dir, baseline, kernels) -> dict[str, Path]:
-    data = report_data(load_records(stores))
+    from bench.oom import frontier_markdown, frontier_rows, is_probe
+
+    records = load_records(stores)
+    # OOM-probe records answer "what fits", not "how fast": they make the frontier table, not speedups.
+    probes = [r for r in records if is_probe(r)]
+    runs = [r for r in records if not is_probe(r)]
+    out = Path(out_dir)
+    frontier = {}
+    if probes:
+        out.mkdir(parents=True, exist_ok=True)
+        frontier = {"frontier": out / "oom-frontier.md"}
+        _write(frontier["frontier"], frontier_markdown(frontier_rows(probes)))
+        if not runs:
+            return {**frontier, "warnings": []}
+    data = report_data(runs)
     frame = data.frame
     cells = aggregate(frame)
     tables = speedup_table(frame, baseline, cells=cells)  # raises on a missing baseline, before writing anything
@@ -73,7 +87,6 @@ def _build_report(stores, out_dir, baseline, kernels) -> dict[str, Path]:
     markdown = to_markdown(tables, env_note)
     title = "bench: " + ", ".join(Path(s).stem for s in stores)
     page = _dashboard(data, cells, tables, kernels, title, env_note)
-    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"markdown": out / "speedup.md", "csv": out / "speedup.csv", "html": out / "speedup.html",
              "dashboard": out / "dashboard.html"}
@@ -84,7 +97,7 @@ def _build_report(stores, out_dir, baseline, kernels) -> dict[str, Path]:
     _write(paths["dashboard"], page)
     for w in data.warnings:
         warnings.warn(w, stacklevel=3)  # the caller of build_report
-    return {**paths, "warnings": list(data.warnings)}
+    return {**paths, **frontier, "warnings": list(data.warnings)}
 
 
 def _dashboard(data, cells: pd.DataFrame, tables: dict, kernels: pd.DataFrame | None, title: str, env_note: str) -> str:
@@ -93,8 +106,12 @@ def _dashboard(data, cells: pd.DataFrame, tables: dict, kernels: pd.DataFrame | 
     ambiguous = cells.groupby("workload").length.nunique()
     cells = cells.assign(_table=[table_key(w, n, ambiguous[w] > 1) for w, n in zip(cells.workload, cells.length, strict=True)])
     comps = comparisons(data.frame)
-    samples = data.samples.merge(cells[["cell_id", "gpu_memory_gb", "_table"]], on=["cell_id", "gpu_memory_gb"])
-    tele = data.telemetry.merge(cells[["cell_id", "gpu_memory_gb", "_table"]], on=["cell_id", "gpu_memory_gb"])
+    # The cap is None (object dtype) in uncapped stores and float in capped ones: one dtype to merge on.
+    cells = cells.assign(gpu_memory_gb=pd.to_numeric(cells.gpu_memory_gb, errors="coerce").astype(float))
+    samples = data.samples.assign(gpu_memory_gb=pd.to_numeric(data.samples.gpu_memory_gb, errors="coerce").astype(float))
+    tele = data.telemetry.assign(gpu_memory_gb=pd.to_numeric(data.telemetry.gpu_memory_gb, errors="coerce").astype(float))
+    samples = samples.merge(cells[["cell_id", "gpu_memory_gb", "_table"]], on=["cell_id", "gpu_memory_gb"])
+    tele = tele.merge(cells[["cell_id", "gpu_memory_gb", "_table"]], on=["cell_id", "gpu_memory_gb"])
     sample_groups = dict(tuple(samples.groupby("_table", sort=False)))
     tele_groups = dict(tuple(tele.groupby("_table", sort=False)))
     sections = []
