@@ -137,8 +137,11 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=400.0, help="wall-clock budget; later phases are skipped to fit")
     ap.add_argument("--sweep", default="1,2,4,8,16,32,64", help="max_batch_size points of the bf16 sweep")
     ap.add_argument("--requests", type=int, default=3, help="requests per batch-1 cell")
+    ap.add_argument("--phases", default="best,bare,others,sweep",
+                    help="which phases to run (a short lease: best,bare); results.json is rewritten after each")
     ap.add_argument("--engines", type=Path, default=ROOT / "engines", help="engine/compile cache (second runs reuse it)")
     args = ap.parse_args()
+    phases = set(args.phases.split(","))
     t_start = time.monotonic()
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -158,6 +161,11 @@ def main() -> int:
     def left() -> float:
         return args.budget_s - (time.monotonic() - t_start)
 
+    def checkpoint(line: str) -> None:
+        # A killed run still leaves what it measured.
+        print(line, flush=True)
+        (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+
     def record(name, m, recs):
         for c in m.cells:
             key = name if len(m.cells) == 1 else f"{name}-bs{c.max_batch_size}"
@@ -167,9 +175,12 @@ def main() -> int:
     m_best = matrix_for(model, device, precision, workloads, [{"workload": "b1", "bs": 1, "options": best}], trials=3)
     record("best", m_best, harness(m_best, store, args.engines))
     b1 = results["cells"]["best"]
+    checkpoint(f"best: {b1.get('output_tok_s')} tok/s")
 
     # (b) bare generate with the same settings, same requests.
-    if left() > 60 or args.cpu_smoke:
+    if "bare" not in phases:
+        notes.append("bare generate not asked for (--phases)")
+    elif left() > 60 or args.cpu_smoke:
         from bench.workload import cached_workload
 
         _, wfile = cached_workload(m_best.cells[0].workload, out / "workloads")
@@ -177,6 +188,7 @@ def main() -> int:
         results["bare_generate"] = bare
         if b1.get("output_tok_s"):
             results["harness_over_bare"] = b1["output_tok_s"] / bare["output_tok_s"]
+        checkpoint(f"bare: {bare['output_tok_s']} tok/s; harness/bare {results.get('harness_over_bare')}")
     else:
         notes.append(f"bare generate skipped: {left():.0f} s left of the budget")
 
@@ -191,18 +203,24 @@ def main() -> int:
         notes.append("int8wo skipped: torchao is not importable (pip install the torchao wheel built for this torch)")
     if args.cpu_smoke:
         others = [o for o in others if o[2] != "int8wo"]
+    if "others" not in phases:
+        notes.append("other configurations not asked for (--phases)")
+        others = []
     for name, opts, prec in others:
         if left() < 75 and not args.cpu_smoke:
             notes.append(f"{name} skipped: {left():.0f} s left of the budget")
             continue
         m = matrix_for(model, device, prec, workloads, [{"workload": "b1", "bs": 1, "options": opts}], trials=2)
         record(name, m, harness(m, store, args.engines))
+        checkpoint(f"{name}: {results['cells'][name].get('output_tok_s')} tok/s")
 
     # (d) sweep, same configuration, one worker: each new batch size compiles its own graph, so
     # points are taken in an order that shows the curve's shape early and only as many as fit.
     cold = b1.get("warmup_first_pass_s") or 40.0
     order = sorted((b for b in sweep if b > 1), key=lambda b: [64, 8, 32, 2, 16, 4].index(b) if b in (64, 8, 32, 2, 16, 4) else 99)
     fit = max(0, int((left() - 45) // (cold + 8))) if not args.cpu_smoke else len(order)
+    if "sweep" not in phases:
+        fit = 0
     chosen, dropped = sorted(order[:fit]), sorted(order[fit:])
     if dropped:
         notes.append(f"sweep points {dropped} skipped: {left():.0f} s left, about {cold + 8:.0f} s per point")
