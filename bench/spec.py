@@ -358,8 +358,9 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
             raise BenchInputError(f"unknown device {dev!r}: use 'cpu', 'cuda' or 'cuda:N'")
     for name in backends:
         backend_class(name)  # raises for unknown backends
-    for model in models:
-        resolve_model(model)  # raises for unknown models / directories without config.json
+    if any(backend_class(b).local_model for b in backends):
+        for model in models:
+            resolve_model(model)  # raises for unknown models / directories without config.json
 
     # [options]: key = value or list (a list is an axis); [options.BACKEND] for one backend only.
     raw_options = data.get("options", {})

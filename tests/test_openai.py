@@ -226,3 +226,16 @@ def test_option_validation_is_input_error(tiny_sharegpt):
     with pytest.raises(BenchInputError, match="precision 'bf 16'"):
         m({}, precisions=["bf 16"])
     assert normalize_base_url("https://h.example:8443/v1/") == "https://h.example:8443"
+
+
+def test_served_model_needs_no_local_config():
+    """`model` only labels a served model: any name is valid for the openai backend, not for hf."""
+    from bench.errors import BenchInputError
+    from bench.spec import parse_matrix
+
+    base = {"backends": ["openai"], "model": "Qwen/Qwen2-7B-Instruct", "precisions": ["server"],
+            "max_batch_sizes": [1], "workloads": ["w"], "device": "cpu",
+            "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 4, "num_requests": 2}}}
+    assert parse_matrix(base).cells[0].model == "Qwen/Qwen2-7B-Instruct"
+    with pytest.raises(BenchInputError, match="unknown model"):
+        parse_matrix({**base, "backends": ["openai", "hf"], "precisions": ["server", "bf16"]})

@@ -101,6 +101,9 @@ class Backend:
     name: ClassVar[str]
     precisions: ClassVar[tuple[str, ...]]
     options: ClassVar[dict[str, Option]] = {}
+    # False for backends that measure a model served elsewhere (openai): `model` is then only a
+    # label, not a named config or local directory the harness must find.
+    local_model: ClassVar[bool] = True
     # Engines that bake max_batch_size into the artifact (TensorRT-LLM) put it in the build key.
     batch_size_in_build_key: ClassVar[bool] = False
     # Serving backends count failed requests and length mismatches in the metrics and keep the

@@ -2,7 +2,7 @@
 
 Nothing is built: the server decides the model, precision and batching, so a cell's
 `precision` is a free-form label of what the server runs ("server", "bf16", "fp8", ...) and
-`model` is the harness's name for it; the name sent in requests is the option `model_name`
+`model` is the harness's label for it (any name: nothing is loaded here); the name sent in requests is the option `model_name`
 (default: the first model the server lists). `load()` checks that the server answers before
 any cell runs: an unreachable server fails the whole group with a clear message.
 
@@ -39,6 +39,7 @@ class OpenAIBackend(Backend):
     name = "openai"
     precisions = ("server",)  # canonical label; any label matching PRECISION_RE is accepted
     tolerate_request_errors = True
+    local_model = False  # `model` labels the served model; the harness never loads it
     options = {
         "base_url": Option("http://127.0.0.1:8000", kind=str, help="server address scheme://host:port (a trailing /v1 is dropped)"),
         "endpoint": Option("completions", ("completions", "chat"), help="/v1/completions or /v1/chat/completions"),
