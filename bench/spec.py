@@ -475,7 +475,7 @@ def narrow(matrix: Matrix, only: dict | None = None, requests: int | None = None
     cells = list(matrix.cells)
     if only:
         # "max_batch_size=1|8" selects either value
-        rule = {k: [_coerce(x) for x in v.split("|")] if isinstance(v, str) else v for k, v in only.items()}
+        rule = {k: [coerce_cli_value(x) for x in v.split("|")] if isinstance(v, str) else v for k, v in only.items()}
         cells = [c for c in cells if _matches(c, rule)]
         if not cells:
             raise BenchInputError(f"--only {only} matches none of the matrix's {len(matrix.cells)} cells")
@@ -491,10 +491,12 @@ def narrow(matrix: Matrix, only: dict | None = None, requests: int | None = None
     return replace(matrix, cells=tuple(dict.fromkeys(cells)), settings=settings)
 
 
-def _coerce(text: Any) -> Any:
-    """Return a CLI value as the type a cell field has (int, float, bool or str)."""
+def coerce_cli_value(text: Any) -> Any:
+    """Return a command-line value as the type a field has (None, int, float, bool or str)."""
     if not isinstance(text, str):
         return text
+    if text.lower() in ("none", "null"):
+        return None
     for cast in (int, float):
         try:
             return cast(text)

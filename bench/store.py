@@ -106,34 +106,3 @@ def load_records(paths: Iterable[str | Path]) -> list[dict]:
             out.append(rec)
     return out
 
-
-def load_frame(paths: Iterable[str | Path]):
-    """Return a pandas DataFrame with one row per record: cell fields, metrics, status, env."""
-    import pandas as pd
-
-    rows = []
-    for rec in load_records(paths):
-        cell = rec.get("cell", {})
-        row = {
-            "store": rec["store"],
-            "cell_id": rec["cell_id"],
-            "trial": rec.get("trial", 0),
-            "status": rec.get("status"),
-            "backend": cell.get("backend"),
-            "model": cell.get("model"),
-            "precision": cell.get("precision"),
-            "max_batch_size": cell.get("max_batch_size"),
-            "device": cell.get("device"),
-            "workload": (cell.get("workload") or {}).get("name"),
-            "options": json.dumps(cell.get("options", {}), sort_keys=True),
-            "gpu_name": (rec.get("environment") or {}).get("gpu_name"),
-            "commit": (rec.get("environment") or {}).get("commit"),
-            "error": rec.get("error"),
-            "started_at": rec.get("started_at"),
-            "schema_version": rec.get("schema_version"),
-        }
-        for k, v in (rec.get("metrics") or {}).items():
-            if isinstance(v, (int, float)) or v is None:
-                row[k] = v
-        rows.append(row)
-    return pd.DataFrame(rows)

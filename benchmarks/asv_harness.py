@@ -78,22 +78,16 @@ class Store:
         self.base = write_store(root / "base.jsonl")
         self.head = write_store(root / "head.jsonl", slowdown=1.02)
         self.out = root / "report"
-        from bench.store import load_frame
-
-        self.frame = load_frame([self.base])
+        self.frame = _load_frame(self.base)
 
     def teardown(self):
         self.tmp.cleanup()
 
     def time_load_frame(self):
-        from bench.store import load_frame
-
-        load_frame([self.base])
+        _load_frame(self.base)
 
     def peakmem_load_frame(self):
-        from bench.store import load_frame
-
-        load_frame([self.base])
+        _load_frame(self.base)
 
     def time_speedup_table(self):
         from bench.report.tables import speedup_table, to_markdown
@@ -109,3 +103,11 @@ class Store:
         from bench.compare import compare_stores
 
         compare_stores(self.base, self.head)
+
+
+def _load_frame(store):
+    """Return the results frame the reports use (store records -> bench.report.data)."""
+    from bench.report.data import report_data
+    from bench.store import load_records
+
+    return report_data(load_records([store])).frame

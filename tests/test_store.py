@@ -4,7 +4,8 @@ import pytest
 
 from bench import SCHEMA_VERSION
 from bench.errors import BenchInputError
-from bench.store import ResultStore, load_frame
+from bench.report.data import report_data
+from bench.store import ResultStore, load_records
 
 
 def rec(cell_id, trial=0, status="ok", **metrics):
@@ -49,5 +50,5 @@ def test_bad_status_refused(tmp_path):
 def test_frame_flattens_metrics(tmp_path):
     s = ResultStore(tmp_path / "r.jsonl")
     s.append(rec("a", output_throughput=2.0))
-    f = load_frame([tmp_path / "r.jsonl"])
+    f = report_data(load_records([tmp_path / "r.jsonl"])).frame
     assert f.loc[0, "output_throughput"] == 2.0 and f.loc[0, "backend"] == "fake"

@@ -34,27 +34,18 @@ def register(sub) -> None:
     e.set_defaults(func=cmd_export)
 
 
-def _coerce(text: str):
-    if text.lower() in ("none", "null"):
-        return None
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
 
 
 def spec_from_args(args, file: str | None = None):
     """Return the WorkloadSpec named by --preset/--matrix/--name/--set (or a file source)."""
-    from bench.spec import WorkloadSpec, load_matrix
+    from bench.spec import WorkloadSpec, coerce_cli_value, load_matrix
 
     overrides = {}
     for item in args.set:
         if "=" not in item:
             raise BenchInputError(f"--set wants KEY=VALUE, got {item!r}")
         key, value = item.split("=", 1)
-        overrides[key.strip()] = _coerce(value.strip())
+        overrides[key.strip()] = coerce_cli_value(value.strip())
     if file:
         name = args.name or Path(file).stem
         data = {"source": "file", "path": file, **overrides}
