@@ -18,6 +18,9 @@ def register(sub) -> None:
     rep.add_argument("--kernels", action="append", default=[],
                      help="kernel table CSV/JSON (backend, precision, range|category, kernels_per_instance, "
                           "time_per_instance_us); repeatable")
+    rep.add_argument("--profiles", action="append", default=[],
+                     help="`bench profile` record store (profiles/<matrix>.jsonl) for the kernel panel; repeatable "
+                          "(default with no stores given: every profiles/*.jsonl)")
     rep.set_defaults(func=cmd_report)
 
 
@@ -25,14 +28,20 @@ def cmd_report(args) -> int:
     from bench.report.build import build_report, load_kernels
 
     stores = args.stores or sorted(str(p) for p in Path("results").glob("*.jsonl"))
+    profiles = args.profiles or ([] if args.stores else sorted(str(p) for p in Path("profiles").glob("*.jsonl")))
+    if not stores and profiles:
+        stores, profiles = profiles, []  # kernel profiles only: a dashboard with the kernel panel
     if not stores:
         raise BenchInputError("no result stores given and none found in results/: run `bench run` first")
     out = Path(args.out or ("dashboards/" + (Path(stores[0]).stem if len(stores) == 1 else "combined")))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        paths = build_report(stores, out, parse_pairs(args.baseline), kernels=load_kernels(args.kernels))
-    print(paths["markdown"].read_text())
+        paths = build_report(stores, out, parse_pairs(args.baseline), kernels=load_kernels(args.kernels),
+                             profiles=profiles)
+    if "markdown" in paths:
+        print(paths["markdown"].read_text())
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
-    print(f"tables: {paths['markdown']}, {paths['csv']}, {paths['html']}; dashboard: {paths['dashboard']}", file=sys.stderr)
+    written = ", ".join(str(paths[k]) for k in ("markdown", "csv", "html", "kernels", "frontier") if k in paths)
+    print(f"tables: {written}; dashboard: {paths.get('dashboard', '(none: no workload results)')}", file=sys.stderr)
     return 0

@@ -41,14 +41,18 @@ def load_kernels(paths: list[str | Path]) -> pd.DataFrame | None:
 
 
 def build_report(stores: list[str | Path], out_dir: str | Path, baseline: dict | None = None,
-                 kernels: pd.DataFrame | None = None) -> dict[str, Path]:
+                 kernels: pd.DataFrame | None = None, profiles: list[str | Path] = ()) -> dict[str, Path]:
     """Write speedup.md, speedup.csv, speedup.html and dashboard.html for the stores; return their paths.
+
+    Profile records (`bench profile`: "kind": "profile"), in the stores or in the `profiles`
+    stores, make the kernel panel (with `kernels`, if given) and kernels.csv; a store holding
+    only profile records gets a dashboard with the kernel panel alone.
 
     Warnings about the data (mixed schema versions or environments) are issued with
     warnings.warn and shown at the top of the dashboard; the paths dict has them under "warnings".
     """
     with _gc_paused():
-        return _build_report(stores, out_dir, baseline, kernels)
+        return _build_report(stores, out_dir, baseline, kernels, profiles)
 
 
 @contextlib.contextmanager
@@ -64,22 +68,41 @@ def _gc_paused():
             gc.enable()
 
 
-def _build_report(stores, out_dir, baseline, kernels) -> dict[str, Path]:
+def _build_report(stores, out_dir, baseline, kernels, profiles) -> dict[str, Path]:
     from bench.oom import frontier_markdown, frontier_rows, is_probe
+    from bench.report.kernels import is_profile, kernel_frame
 
     records = load_records(stores)
-    # OOM-probe records answer "what fits", not "how fast": they make the frontier table, not speedups.
+    # OOM-probe records answer "what fits", not "how fast": they make the frontier table, not speedups;
+    # profile records hold kernel tables: they make the kernel panel.
     probes = [r for r in records if is_probe(r)]
-    runs = [r for r in records if not is_probe(r)]
+    profiled = [r for r in records + load_records(profiles) if is_profile(r)]
+    runs = [r for r in records if not is_probe(r) and not is_profile(r)]
     out = Path(out_dir)
-    frontier = {}
+    frontier, extra_paths, kernel_warnings = {}, {}, []
+    if profiled:
+        kf = kernel_frame(profiled, base_dirs=sorted({Path(s).parent for s in [*stores, *profiles]}))
+        kernel_warnings = kf.warnings
+        if len(kf.frame):
+            kernels = kf.frame if kernels is None else pd.concat([kernels, kf.frame], ignore_index=True)
+            out.mkdir(parents=True, exist_ok=True)
+            extra_paths["kernels"] = out / "kernels.csv"
+            _write(extra_paths["kernels"], kf.frame.to_csv(index=False))
     if probes:
         out.mkdir(parents=True, exist_ok=True)
         frontier = {"frontier": out / "oom-frontier.md"}
         _write(frontier["frontier"], frontier_markdown(frontier_rows(probes)))
-        if not runs:
-            return {**frontier, "warnings": []}
+    if not runs and (probes or profiled):
+        if profiled:
+            out.mkdir(parents=True, exist_ok=True)
+            extra_paths["dashboard"] = out / "dashboard.html"
+            title = "bench: " + ", ".join(Path(s).stem for s in stores)
+            _write(extra_paths["dashboard"], _kernel_page(kernels, title, kernel_warnings))
+        for w in kernel_warnings:
+            warnings.warn(w, stacklevel=3)
+        return {**frontier, **extra_paths, "warnings": kernel_warnings}
     data = report_data(runs)
+    data.warnings.extend(kernel_warnings)
     frame = data.frame
     cells = aggregate(frame)
     tables = speedup_table(frame, baseline, cells=cells)  # raises on a missing baseline, before writing anything
@@ -97,7 +120,7 @@ def _build_report(stores, out_dir, baseline, kernels) -> dict[str, Path]:
     _write(paths["dashboard"], page)
     for w in data.warnings:
         warnings.warn(w, stacklevel=3)  # the caller of build_report
-    return {**paths, **frontier, "warnings": list(data.warnings)}
+    return {**paths, **frontier, **extra_paths, "warnings": list(data.warnings)}
 
 
 def _dashboard(data, cells: pd.DataFrame, tables: dict, kernels: pd.DataFrame | None, title: str, env_note: str) -> str:
@@ -135,11 +158,32 @@ def _dashboard(data, cells: pd.DataFrame, tables: dict, kernels: pd.DataFrame | 
             if len(r):
                 figs.append((f"Comparison {a} → {b}", F.comparison_heatmap(r, key, a, b), ""))
         sections.append({"key": key, "figures": figs, "table_html": to_html({key: table})})
-    kernel_figs = [("RMSNorm, attention and other kernels", F.kernel_bars(kernels), "")] if kernels is not None and len(kernels) \
-        else [("Kernel profiles", None, NO_KERNELS)]
+    kernel_figs = _kernel_figures(kernels)
     env_html = to_html({}, env_note)
     precisions = sorted(str(p) for p in cells.precision.dropna().unique())
     return dashboard_html(sections, [{"heading": "Kernels", "figures": kernel_figs}], title, precisions, data.warnings, env_html)
+
+
+def _kernel_figures(kernels: pd.DataFrame | None) -> list[tuple]:
+    if kernels is None or not len(kernels):
+        return [("Kernel profiles", None, NO_KERNELS)]
+    note = ""
+    if "per" in kernels:
+        note = ("RMSNorm and attention: per call of the module (range); '<category> kernels': per "
+                + " / per ".join(sorted(set(kernels.per.dropna()) - {"call"}) or ["forward pass"])
+                + ", from kernel names (these remain when compilation fuses the module ranges away)")
+    if "unit" in kernels and (kernels.unit == "cpu_op").any():
+        note += "; CPU runs count aten operators and CPU time, not GPU kernels"
+    return [("RMSNorm, attention and other kernels", F.kernel_bars(kernels), note)]
+
+
+def _kernel_page(kernels: pd.DataFrame | None, title: str, warns: list[str]) -> str:
+    """Return a dashboard with the kernel panel alone (stores holding only profile records)."""
+    from bench.report.dashboard import dashboard_html
+
+    precisions = sorted(str(p) for p in kernels.precision.dropna().unique()) if kernels is not None else []
+    return dashboard_html([], [{"heading": "Kernels", "figures": _kernel_figures(kernels)}], title, precisions, warns,
+                          "<p class='note'>no workload results in these stores: kernel profiles only</p>")
 
 
 def _write(path: Path, text: str) -> None:

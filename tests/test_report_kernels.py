@@ -1,0 +1,160 @@
+"""Profile records -> the dashboard's kernel panel (bench.report.kernels, bench report)."""
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench.profiling.kernels import AttributedKernel, KernelTable, build_kernel_table
+from bench.report.build import build_report
+from bench.report.kernels import is_profile, kernel_frame
+from bench.report.synthetic import synthetic_records, write_store
+
+ROOT = Path(__file__).resolve().parent.parent
+H200 = ROOT / "docs" / "data" / "h200-profile"  # real kernel tables, torch.profiler on an H200 (docs/profiling.md)
+
+
+def _record(cell_id, table_path, precision="bf16", options=None, window=None):
+    return {"schema_version": 1, "cell_id": cell_id, "trial": 0, "kind": "profile", "status": "ok", "metrics": None,
+            "cell": {"backend": "hf", "precision": precision, "max_batch_size": 1, "options": options or {}},
+            "settings": {"matrix": "m", "tool": "torch"},
+            "extra": {"kernel_table": str(table_path), "profile": {"window": window} if window else {}}}
+
+
+def _rows(frame, cell_id):
+    return frame[frame.cell_id == cell_id].set_index("range")
+
+
+def test_h200_tables_eager_ranges_and_compiled_categories():
+    eager = KernelTable.load(H200 / "forward16_sdpa.kernel_table.json")
+    compiled = KernelTable.load(H200 / "decode_step_compiled.kernel_table.json")
+    records = [
+        # relative to the store's folder, as a store copied with its profiles/ would hold it
+        _record("eager", "forward16_sdpa.kernel_table.json", options={"compile": "off"}),
+        _record("compiled", H200 / "decode_step_compiled.kernel_table.json", options={"compile": "default"},
+                window={"batches": 1, "decode_steps": 0}),
+        {"kind": "profile", "status": "error", "cell_id": "failed", "extra": {}},
+    ]
+    kf = kernel_frame(records, base_dirs=[H200])
+    assert kf.warnings == []
+    e = _rows(kf.frame, "eager")
+    norm, attn = eager.range("Qwen2RMSNorm"), eager.range("Qwen2Attention")
+    assert e.loc["RMSNorm", "kernels_per_instance"] == norm.kernels_per_instance
+    assert e.loc["RMSNorm", "time_per_instance_us"] == norm.gpu_us_per_instance_median
+    assert e.loc["RMSNorm", "instances"] == norm.instances
+    assert e.loc["attention", "kernels_per_instance"] == attn.kernels_per_instance
+    assert e.loc["attention", "time_per_instance_us"] == attn.gpu_us_per_instance_median
+    assert set(e.loc[["RMSNorm", "attention"], "per"]) == {"call"} and e.loc["RMSNorm", "unit"] == "gpu_kernel"
+    # The range markers torch.profiler reports as device "kernels" (named like the range labels,
+    # in (no range)) are not counted as kernels of their name's category.
+    markers = [r for r in eager.rows if r.range == "(no range)" and r.kernel.startswith("Qwen2")]
+    assert markers
+    cats = {c.category: c for c in eager.categories}
+    attn_markers = sum(r.kernels for r in markers if r.category == "attention")
+    assert e.loc["attention kernels", "kernels_per_instance"] == cats["attention"].kernels - attn_markers
+    assert "norm kernels" not in e.index  # eager RMSNorm is pow/mean/rsqrt/mul: elementwise kernels
+    assert e.loc["attention kernels", "per"] == "window"  # no step ranges, no window in the record
+    # Compiled: the module ranges vanished, the fused Triton norm kernels show per forward pass.
+    c = _rows(kf.frame, "compiled")
+    assert "RMSNorm" not in c.index and "attention" not in c.index
+    ccats = {x.category: x for x in compiled.categories}
+    assert c.loc["norm kernels", "kernels_per_instance"] == ccats["norm"].kernels
+    assert c.loc["norm kernels", "time_per_instance_us"] == pytest.approx(ccats["norm"].total_us)
+    assert c.loc["attention kernels", "per"] == "forward pass"
+    assert set(kf.frame.backend) == {"hf compile=off", "hf compile=default"}
+    assert not is_profile(synthetic_records(backends=("hf",), precisions=("bf16",), batch_sizes=(1,), trials=1,
+                                            requests=2)[0])
+
+
+def _tiny_table(tmp_path) -> Path:
+    kernels = [AttributedKernel(n, 2.0, (("Qwen2RMSNorm:n0", 0),)) for n in ("aten::pow", "aten::mean")]
+    kernels += [AttributedKernel("aten::scaled_dot_product_attention", 5.0, (("Qwen2Attention:a", 1),))]
+    instances = {"Qwen2RMSNorm:n0": {0}, "Qwen2Attention:a": {1}}
+    return build_kernel_table(kernels, instances, source="t", unit="cpu_op").save(tmp_path / "kt" / "kernel_table.json")
+
+
+def test_profile_records_make_the_panel_not_speedup_rows(tmp_path):
+    runs = synthetic_records(backends=("hf",), precisions=("bf16",), batch_sizes=(1, 2), trials=1, requests=4,
+                             telemetry=False)
+    write_store(tmp_path / "plain.jsonl", runs)
+    present = _record("p1", _tiny_table(tmp_path))
+    gone = _record("p2", tmp_path / "gone" / "kernel_table.json", precision="fp16")
+    write_store(tmp_path / "mixed.jsonl", runs + [present, gone])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plain = build_report([tmp_path / "plain.jsonl"], tmp_path / "plain")
+        mixed = build_report([tmp_path / "mixed.jsonl"], tmp_path / "mixed")
+    assert plain["csv"].read_text() == mixed["csv"].read_text()  # profile records are no speedup rows
+    assert "kernels" not in plain and "no kernel profiles" in plain["dashboard"].read_text()
+    (warn,) = [w for w in mixed["warnings"] if "kernel table" in w]
+    assert "gone/kernel_table.json" in warn and "missing" in warn and "p2" in warn
+    assert any("p2" in str(w.message) for w in caught)
+    panel = pd.read_csv(mixed["kernels"]).set_index("range")
+    assert set(panel.cell_id) == {"p1"}
+    assert panel.loc["RMSNorm", "kernels_per_instance"] == 2 and panel.loc["attention", "time_per_instance_us"] == 5
+    page = mixed["dashboard"].read_text()
+    assert "no kernel profiles" not in page and "is missing" in page
+
+
+def test_missing_table_only_profiles_still_builds(tmp_path):
+    write_store(tmp_path / "p.jsonl", [_record("p2", tmp_path / "nowhere.json")])
+    proc = _bench("report", str(tmp_path / "p.jsonl"), "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "warning: kernel table" in proc.stderr and "nowhere.json" in proc.stderr
+    page = (tmp_path / "out" / "dashboard.html").read_text()
+    assert "no kernel profiles in this store" in page and "nowhere.json" in page
+
+
+def _bench(*args, cwd):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    return subprocess.run([sys.executable, "-m", "bench", *args], capture_output=True, text=True, timeout=600,
+                          cwd=cwd, env=env)
+
+
+def _kernel_figure(page: str) -> dict:
+    data = page[page.index("id='bench-data'>") + len("id='bench-data'>"):]
+    blob = json.loads(data[: data.index("</script>")])
+    (fig,) = [f for f in blob["figures"] if f["layout"]["title"]["text"].startswith("Kernels per instance")]
+    return fig
+
+
+@pytest.mark.slow
+def test_bench_profile_then_report_draws_measured_numbers(tmp_path):
+    (tmp_path / "m.toml").write_text("""
+name = "kp"
+backends = ["hf"]
+model = "qwen-tiny"
+device = "cpu"
+precisions = ["fp32", "bf16"]
+max_batch_sizes = [1]
+workloads = ["w"]
+[workload.w]
+num_requests = 2
+max_input_len = 64
+max_total_len = 128
+max_output_len = 8
+""")
+    proc = _bench("profile", "--matrix", "m.toml", "--only", "precision=fp32", "--decode-steps", "2", "--warmup", "0",
+                  cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rec,) = [json.loads(line) for line in (tmp_path / "profiles" / "kp.jsonl").read_text().splitlines()]
+    table = KernelTable.load(rec["extra"]["kernel_table"])
+    proc = _bench("report", "profiles/kp.jsonl", "--out", "dash", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    fig = _kernel_figure((tmp_path / "dash" / "dashboard.html").read_text())
+    counts, times = (next(t for t in fig["data"] if t["xaxis"] == ax) for ax in ("x", "x2"))
+    assert counts["name"] == "hf attn_implementation=sdpa cache=dynamic compile=off fp32"
+    for label, group in (("RMSNorm", "Qwen2RMSNorm"), ("attention", "Qwen2Attention")):
+        i = counts["x"].index(label)
+        assert counts["y"][i] == table.range(group).kernels_per_instance > 0
+        assert times["y"][i] == pytest.approx(table.range(group).gpu_us_per_instance_median)
+    # prefill + 2 decode steps: category rows are per forward pass
+    steps = table.range("prefill").instances + table.range("decode_step").instances
+    i = counts["x"].index("gemm kernels")
+    gemm = next(c for c in table.categories if c.category == "gemm")
+    assert steps == 3 and counts["y"][i] == pytest.approx(gemm.kernels / steps)
