@@ -273,3 +273,25 @@ def test_bench_profile_bad_input(tmp_path):
     assert proc.returncode == 2 and "nsys" in proc.stderr and "--tool torch" in proc.stderr
     proc = _bench("profile", "--matrix", str(_matrix(tmp_path)), "--only", "precision=fp16")
     assert proc.returncode == 2
+
+
+def test_device_side_range_annotations_are_not_kernels():
+    """A GPU profile repeats each record_function range as a device 'event' of the same name:
+    it must not be counted as a kernel (the H200 tables of 2026-11-30 counted 161 of them)."""
+    from types import SimpleNamespace
+
+    from bench.profiling.torch_collector import attribute_events
+
+    cuda, cpu = SimpleNamespace(name="CUDA"), SimpleNamespace(name="CPU")
+    label = "Qwen2RMSNorm:model.norm"
+    span = SimpleNamespace(elapsed_us=lambda: 5.0)
+    rng = SimpleNamespace(name=label, id=1, device_type=cpu, cpu_parent=None, kernels=[])
+    kern = SimpleNamespace(name="void rms_kernel<bf16>", duration=3.0)
+    op = SimpleNamespace(name="aten::mul", id=2, device_type=cpu, cpu_parent=rng, kernels=[kern])
+    dev_kernel = SimpleNamespace(name="void rms_kernel<bf16>", device_type=cuda, time_range=span)
+    dev_marker = SimpleNamespace(name=label, device_type=cuda, time_range=span)
+    stray = SimpleNamespace(name="void unlinked_kernel", device_type=cuda, time_range=span)
+    kernels, instances, unlinked = attribute_events([rng, op, dev_kernel, dev_marker, stray], {label}, "gpu_kernel")
+    names = sorted(k.name for k in kernels)
+    assert names == ["void rms_kernel<bf16>", "void unlinked_kernel"]
+    assert unlinked == 1 and instances == {label: {1}}

@@ -109,9 +109,14 @@ def attribute_events(events, labels: set[str], unit: str) -> tuple[list[Attribut
     kernels: list[AttributedKernel] = []
     device_kernels: Counter = Counter()
     linked: Counter = Counter()
+    # On a GPU every record_function range is reported a second time as a device-side user
+    # annotation with the same name; it is a marker, not a kernel. Kernel names never appear
+    # as host-side event names, so a device event sharing a host event's name is such a marker.
+    host_names = {fe.name for fe in events if not _is_device(fe)}
     for fe in events:
         if _is_device(fe):
-            device_kernels[fe.name] += 1
+            if fe.name not in host_names:
+                device_kernels[fe.name] += 1
             continue
         if fe.name in labels:
             instances[fe.name].add(fe.id)
@@ -140,7 +145,7 @@ def attribute_events(events, labels: set[str], unit: str) -> tuple[list[Attribut
         # taken from the device events of that name not already linked.
         durations: dict[str, list[float]] = defaultdict(list)
         for fe in events:
-            if _is_device(fe):
+            if _is_device(fe) and fe.name not in host_names:
                 durations[fe.name].append(float(fe.time_range.elapsed_us()))
         for name, n in device_kernels.items():
             extra = n - linked.get(name, 0)
