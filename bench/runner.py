@@ -103,6 +103,7 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event) -
 
     built = False
     current: tuple[str, int] | None = None  # (cell_id, trial) being measured
+    fatal: dict | None = None  # what the worker said before dying, if it said anything
     deadline = time.monotonic() + job.build_timeout_s
     try:
         while True:
@@ -129,7 +130,10 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event) -
                 message = f"worker exited with status {proc.returncode}"
                 if status == "oom" and proc.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL):
                     message += " (SIGKILL: likely the kernel's OOM killer)"
-                message += f"\n{tail}"
+                if fatal:  # the worker classified its own failure: keep its status and traceback
+                    status, message = fatal["status"], f"{message}: {fatal['error']}"
+                else:
+                    message += f"\n{tail}"
                 if not built:
                     for cell_id, trial in sorted(pending):
                         _synth(on_event, pending, cell_id, trial, status, "build/load: " + message)
@@ -152,6 +156,8 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event) -
                     _synth(on_event, pending, cell_id, trial, event["status"], "build/load: " + event["error"])
                 on_event(event)
                 return True
+            elif kind == "fatal":
+                fatal = event
             # Every event is progress: the clock restarts (build, warm-up, then each trial).
             deadline = time.monotonic() + job.cell_timeout_s
             on_event(event)

@@ -86,3 +86,22 @@ def test_injected_error_is_error(tiny_sharegpt, tmp_path):
     rec = next(ResultStore(store).records())
     assert "injected error" in rec["error"]
     assert json.dumps(rec)  # serialisable
+
+
+def test_worker_failure_after_build_keeps_its_own_message(tiny_sharegpt, tmp_path):
+    """A failure the worker reports itself (here: its workload file vanished) reaches the record
+    with the worker's traceback, and the group goes on with a fresh worker for the next cell."""
+    from bench.runner import GroupItem, GroupJob, run_group
+    from bench.workload import cached_workload
+
+    m = matrix(tiny_sharegpt, max_batch_sizes=[1, 4], trials=1, warmup=0)
+    _, wl_file = cached_workload(m.cells[0].workload, tmp_path / "cache")
+    items = [GroupItem(m.cells[0], [0], str(tmp_path / "gone.json")), GroupItem(m.cells[1], [0], str(wl_file))]
+    events = []
+    job = GroupJob(m.cells[0].build_key(), items, tmp_path / "engines", warmup=0, build_timeout_s=30,
+                   cell_timeout_s=30, log_path=tmp_path / "w.log")
+    run_group(job, events.append)
+    results = {e["cell_id"]: e for e in events if e.get("event") == "result"}
+    first = results[m.cells[0].cell_id]
+    assert first["status"] == "error" and "gone.json" in first["error"] and "FileNotFoundError" in first["error"]
+    assert results[m.cells[1].cell_id]["status"] == "ok"
