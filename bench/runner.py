@@ -161,6 +161,9 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event) -
             # Every event is progress: the clock restarts (build, warm-up, then each trial).
             deadline = time.monotonic() + job.cell_timeout_s
             on_event(event)
+    except BaseException:  # Ctrl-C (KeyboardInterrupt) or a failing callback: stop the worker now
+        _kill(proc)
+        raise
     finally:
         if proc.poll() is None:
             _wait_or_kill(proc)

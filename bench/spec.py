@@ -475,7 +475,10 @@ def narrow(matrix: Matrix, only: dict | None = None, requests: int | None = None
     cells = list(matrix.cells)
     if only:
         # "max_batch_size=1|8" selects either value
-        rule = {k: [coerce_cli_value(x) for x in v.split("|")] if isinstance(v, str) else v for k, v in only.items()}
+        # Each value matches as typed (1, 0.5, true, none) or as written ("none" is also a string
+        # option value, e.g. fail = "none").
+        rule = {k: [y for x in v.split("|") for y in (coerce_cli_value(x), x)] if isinstance(v, str) else v
+                for k, v in only.items()}
         cells = [c for c in cells if _matches(c, rule)]
         if not cells:
             raise BenchInputError(f"--only {only} matches none of the matrix's {len(matrix.cells)} cells")

@@ -87,3 +87,44 @@ def test_help_is_fast_and_lists_commands():
                             "print(any(m in sys.modules for m in ('torch', 'transformers', 'plotly')))"],
                            capture_output=True, text=True)
     assert probe.stdout.strip() == "False"
+
+
+def test_ctrl_c_keeps_finished_records_and_resumes(tmp_path, tiny_sharegpt):
+    """SIGINT mid-matrix: exit 130 promptly, every finished record intact, the worker gone, and
+    the next run skips what was stored."""
+    import signal
+    import time
+
+    path = tmp_path / "m.toml"
+    path.write_text(f'''name = "intr"
+backends = ["fake"]
+model = "qwen-tiny"
+precisions = ["bf16"]
+max_batch_sizes = [1]
+workloads = ["w"]
+device = "cpu"
+trials = 2
+warmup = 0
+[options]
+fail = ["none", "hang"]
+[workload.w]
+path = "{tiny_sharegpt}"
+num_requests = 4
+''')
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--matrix", str(path), "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    store = tmp_path / "results" / "intr.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not store.exists() or store.read_text().count("\n") < 2):
+        time.sleep(0.2)
+    time.sleep(1.0)  # the hanging cell's worker is now sleeping
+    proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err
+    assert time.monotonic() - t0 < 15  # the hanging worker was killed, not waited for
+    recs = list(ResultStore(store).records())
+    assert [(r["cell"]["options"]["fail"], r["status"]) for r in recs] == [("none", "ok"), ("none", "ok")]
+    assert store.read_text().endswith("\n")
+    again = bench("run", "--matrix", str(path), "--no-progress", "--only", "fail=none")
+    assert again.returncode == 0 and "2 trial(s) already stored" in again.stderr
