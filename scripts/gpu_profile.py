@@ -27,6 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.profiling.session import wall  # noqa: E402  (one timer for the script and `bench profile`)
+
 
 def build_model(config: dict, attn: str, dtype, device):
     import torch
@@ -39,26 +41,11 @@ def build_model(config: dict, attn: str, dtype, device):
     return model.eval()
 
 
-def wall(fn, cuda: bool) -> float:
-    import torch
-
-    if cuda:
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn()
-    if cuda:
-        torch.cuda.synchronize()
-    return time.perf_counter() - t0
-
-
-def profiled(fn, cuda: bool, out: Path, name: str, model=None, ranges: bool = True) -> dict:
-    """Return the window's figures: warm, time unprofiled (median of 5), profile once with ranges."""
+def profile_window(fn, cuda: bool, out: Path, name: str, model, ranges: bool, unprofiled: float) -> dict:
+    """Return the figures of fn profiled once (with module ranges when asked) beside its unprofiled time."""
     from bench.profiling.nvtx import ModuleRanges, RangeStack
     from bench.profiling.torch_collector import profile_call
 
-    for _ in range(2):
-        fn()
-    unprofiled = statistics.median(wall(fn, cuda) for _ in range(5))
     stack = RangeStack(record_function=True)
     holder = {}
 
@@ -71,6 +58,14 @@ def profiled(fn, cuda: bool, out: Path, name: str, model=None, ranges: bool = Tr
     else:
         table, trace = profile_call(window, cuda=cuda, labels=set(), trace_path=out / f"{name}.trace.json")
     return describe(table, trace, out, name, unprofiled, holder["s"])
+
+
+def profiled(fn, cuda: bool, out: Path, name: str, model=None, ranges: bool = True) -> dict:
+    """Return the window's figures: warm, time unprofiled (median of 5), profile once with ranges."""
+    for _ in range(2):
+        fn()
+    unprofiled = statistics.median(wall(fn, cuda) for _ in range(5))
+    return profile_window(fn, cuda, out, name, model, ranges, unprofiled)
 
 
 def describe(table, trace, out: Path, name: str, unprofiled_s: float, profiled_s: float) -> dict:
@@ -208,9 +203,6 @@ def profiled_step(model, step, caches, fresh_cache, cuda, out, name, ranges):
     """Return profiled() figures for one decode step, each call on a freshly copied cache."""
     import torch
 
-    from bench.profiling.nvtx import ModuleRanges, RangeStack
-    from bench.profiling.torch_collector import profile_call
-
     def timed_once():
         caches["c"] = fresh_cache()
         return wall(step, cuda)
@@ -221,19 +213,8 @@ def profiled_step(model, step, caches, fresh_cache, cuda, out, name, ranges):
         unprofiled = statistics.median(timed_once() for _ in range(5))
         caches["c"] = fresh_cache()
         if cuda:
-            torch.cuda.synchronize()
-        stack = RangeStack(record_function=True)
-        holder = {}
-
-        def window():
-            holder["s"] = wall(step, cuda)
-
-        if ranges:
-            with ModuleRanges(model, stack=stack, phases=False):
-                table, trace = profile_call(window, cuda=cuda, labels=stack.labels, trace_path=out / f"{name}.trace.json")
-        else:
-            table, trace = profile_call(window, cuda=cuda, labels=set(), trace_path=out / f"{name}.trace.json")
-    return describe(table, trace, out, name, unprofiled, holder["s"])
+            torch.cuda.synchronize()  # the cache copy must not land in the profiled window
+        return profile_window(step, cuda, out, name, model, ranges, unprofiled)
 
 
 def _kv(cache):

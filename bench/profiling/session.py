@@ -29,6 +29,19 @@ def window_requests(requests, max_batch_size: int, decode_steps: int, batches: i
     return [dataclasses.replace(r, output_len=decode_steps + 1) for r in chosen]
 
 
+def wall(fn, cuda: bool) -> float:
+    """Return fn's wall time in seconds, the device synchronised before and after."""
+    import torch
+
+    if cuda:
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    if cuda:
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
 def run_session(job: dict) -> dict:
     """Return the session's result: wall times, the KernelTable (torch tool) and file paths."""
     import torch
@@ -61,13 +74,7 @@ def run_session(job: dict) -> dict:
                     loaded.run(chunk, cell.max_batch_size, cell.options_dict)
 
     def timed(fn) -> float:
-        if cuda:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        if cuda:
-            torch.cuda.synchronize()
-        return time.perf_counter() - t0
+        return wall(fn, cuda)
 
     for _ in range(job.get("warmup", 1)):
         window()
