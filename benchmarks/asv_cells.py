@@ -100,15 +100,10 @@ def _value(cache: dict, cell: str, key: str) -> float:
     return cache[cell][key] if cell in cache else float("nan")
 
 
-class ModelCell:
-    """The CPU default model's (or the GPU preset's) cells through the whole harness."""
+class _CellTracks:
+    """What asv tracks for every cell (lower is better); asv skips this class: its name starts with _."""
 
-    timeout = 1800
-    params = _labels(_cpu_or_gpu_matrix())
     param_names = ["cell"]
-
-    def setup_cache(self):
-        return measure(_cpu_or_gpu_matrix())
 
     def track_ms_per_output_token(self, cache, cell):
         return _value(cache, cell, "ms_per_output_token")
@@ -119,6 +114,16 @@ class ModelCell:
         return _value(cache, cell, "e2el_median_ms")
 
     track_e2el_median_ms.unit = "ms"
+
+
+class ModelCell(_CellTracks):
+    """The CPU default model's (or the GPU preset's) cells through the whole harness."""
+
+    timeout = 1800
+    params = _labels(_cpu_or_gpu_matrix())
+
+    def setup_cache(self):
+        return measure(_cpu_or_gpu_matrix())
 
     def track_peak_memory_gb(self, cache, cell):
         return _value(cache, cell, "peak_memory_gb")
@@ -126,22 +131,11 @@ class ModelCell:
     track_peak_memory_gb.unit = "GB"
 
 
-class FakeCell:
+class FakeCell(_CellTracks):
     """The fake backend (virtual clock): a deterministic canary and the planted-regression target."""
 
     timeout = 300
     params = _labels(_fake_matrix())
-    param_names = ["cell"]
 
     def setup_cache(self):
         return measure(_fake_matrix())
-
-    def track_ms_per_output_token(self, cache, cell):
-        return _value(cache, cell, "ms_per_output_token")
-
-    track_ms_per_output_token.unit = "ms/token"
-
-    def track_e2el_median_ms(self, cache, cell):
-        return _value(cache, cell, "e2el_median_ms")
-
-    track_e2el_median_ms.unit = "ms"
