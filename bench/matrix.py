@@ -89,15 +89,12 @@ def run_matrix(
         for key, items in groups.items():
             by_id = {it.cell.cell_id: it for it in items}
             received = dict.fromkeys(by_id, 0)
-            state = {"env": {}, "build": {"key_hash": key.key_hash}}
+            state = group_state(key)
 
-            def on_event(event, by_id=by_id, received=received, state=state, key=key):
+            def on_event(event, by_id=by_id, received=received, state=state):
                 kind = event.get("event")
-                if kind == "env":
-                    state["env"] = event["environment"]
-                elif kind == "built":
-                    state["build"] = {"key_hash": key.key_hash, **{k: v for k, v in event.items() if k != "event"}}
-                elif kind == "start":
+                absorb_group_event(state, event)
+                if kind == "start":
                     progress.current(by_id[event["cell_id"]].cell.label, event["trial"])
                 elif kind == "result":
                     item = by_id[event["cell_id"]]
@@ -123,6 +120,19 @@ def run_matrix(
             run_group(job, on_event)
     summary.elapsed_s = time.monotonic() - started
     return summary
+
+
+def group_state(key) -> dict:
+    """Return the context a build group's records share, before its worker has said anything."""
+    return {"env": {}, "build": {"key_hash": key.key_hash}}
+
+
+def absorb_group_event(state: dict, event: dict) -> None:
+    """Update a group's record context from a worker event (its environment, its build)."""
+    if event.get("event") == "env":
+        state["env"] = event["environment"]
+    elif event.get("event") == "built":
+        state["build"] = {"key_hash": state["build"]["key_hash"], **{k: v for k, v in event.items() if k != "event"}}
 
 
 def make_record(cell, event: dict, workload, state: dict, matrix: Matrix) -> dict:

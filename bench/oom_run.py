@@ -55,7 +55,7 @@ class ProbeRunner:
         return _outcome(batch_size, record, time.perf_counter() - started)
 
     def _run(self, cell, trial: int) -> dict:
-        from bench.matrix import make_record
+        from bench.matrix import absorb_group_event, group_state, make_record
         from bench.memcap import env_for
         from bench.runner import GroupItem, GroupJob, run_group
         from bench.spec import Matrix, RunSettings
@@ -72,16 +72,12 @@ class ProbeRunner:
             log_path=Path(self.store_path).parent / "logs" / f"{Path(self.store_path).stem}-oom-{key.key_hash}.log",
             env=env_for(self.gpu_memory_gb),
         )
-        state = {"env": {}, "build": {"key_hash": key.key_hash}}
+        state = group_state(key)
         results: list[dict] = []
 
         def on_event(event):
-            kind = event.get("event")
-            if kind == "env":
-                state["env"] = event["environment"]
-            elif kind == "built":
-                state["build"] = {"key_hash": key.key_hash, **{k: v for k, v in event.items() if k != "event"}}
-            elif kind == "result":
+            absorb_group_event(state, event)
+            if event.get("event") == "result":
                 results.append(event)
 
         run_group(job, on_event)
