@@ -166,6 +166,20 @@ class WorkloadSpec:
         return asdict(self)
 
 
+def identity_options(backend: str, options: dict) -> dict:
+    """Return the options that identify a cell: all of them, except late options at their default.
+
+    Cell ids, build keys, labels and report frames all use this, so a record stored before a
+    late option existed and one stored after it show and match as the same configuration.
+    """
+    from bench.backends import BACKENDS, backend_class
+
+    if backend not in BACKENDS:  # a stored record of a backend this install does not have
+        return dict(options)
+    declared = backend_class(backend).options
+    return {k: v for k, v in options.items() if not (k in declared and declared[k].late and declared[k].default == v)}
+
+
 @dataclass(frozen=True)
 class Cell:
     """One point of the matrix. Frozen, hashable, and identified by `cell_id`."""
@@ -196,11 +210,13 @@ class Cell:
 
     @property
     def cell_id(self) -> str:
-        return short_hash({"schema_version": SCHEMA_VERSION, "cell": self.to_dict()})
+        d = self.to_dict()
+        d["options"] = identity_options(self.backend, d["options"])
+        return short_hash({"schema_version": SCHEMA_VERSION, "cell": d})
 
     @property
     def label(self) -> str:
-        opts = ",".join(f"{k}={v}" for k, v in self.options)
+        opts = ",".join(f"{k}={v}" for k, v in identity_options(self.backend, self.options_dict).items())
         return (
             f"{self.backend}/{self.precision}/bs{self.max_batch_size}/{self.workload.name}"
             + (f" [{opts}]" if opts else "")
@@ -210,7 +226,9 @@ class Cell:
         from bench.backends import backend_class
 
         backend = backend_class(self.backend)
-        build_opts = tuple((k, v) for k, v in self.options if backend.options[k].in_build_key)
+        build_opts = tuple(
+            (k, v) for k, v in identity_options(self.backend, self.options_dict).items() if backend.options[k].in_build_key
+        )
         return BuildKey(
             backend=self.backend,
             model=self.model,

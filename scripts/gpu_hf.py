@@ -5,10 +5,11 @@ Run from the repo root:  python3 scripts/gpu_hf.py --out DIR      (one H200, bud
 
 Qwen-7B-shaped model (random weights), bf16, synthetic 128 input / 256 output tokens, batch 1:
   (a) harness measurements (bench's own matrix runner, worker subprocesses, 3 trials) for the
-      best configuration (static cache + compile reduce-overhead), then dynamic cache, eager
-      static cache, and int8 weight-only (torchao) if importable;
-  (b) a bare timed `model.generate` loop with the best configuration's settings in this
-      process, and the ratio harness / bare;
+      best configuration (static cache + compile reduce-overhead + the harness's decode loop),
+      then the same compiled step under transformers' generate, int8 weight-only (torchao) if
+      importable, eager static cache and dynamic cache;
+  (b) for the best and the generate cells, a bare timed loop in this process (DecodeLoop /
+      `model.generate`) with the cell's settings, and the ratio harness / bare;
   (c) the measured copy bandwidth and the decode speed-of-light it implies;
   (d) a bf16 max_batch_size sweep with the best configuration (one batch per point), as many
       points as the remaining budget allows (each new batch size compiles once).
@@ -28,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def matrix_for(model, device, precision, workloads: dict, cells: list[dict], trials: int):
+def matrix_for(model, device, precision, workloads: dict, cells: list[dict], trials: int, timeout_s: float = 600):
     """Return a Matrix of the given (workload name, max_batch_size, options) cells."""
     from bench.spec import parse_matrix
 
@@ -36,7 +37,7 @@ def matrix_for(model, device, precision, workloads: dict, cells: list[dict], tri
     data = {
         "backends": ["hf"], "model": model, "precisions": [precision], "device": device,
         "max_batch_sizes": [first["bs"]], "workloads": [first["workload"]], "workload": workloads,
-        "options": first["options"], "trials": trials, "warmup": 1, "timeout_s": 600,
+        "options": first["options"], "trials": trials, "warmup": 1, "timeout_s": timeout_s,
         "include": [{"workload": [c["workload"]], "max_batch_size": [c["bs"]], "precision": [c.get("precision", precision)],
                      **c["options"]} for c in cells[1:]],
     }
@@ -84,7 +85,11 @@ def summarize_cell(records: list[dict], cell) -> dict:
 
 
 def bare_generate(cell, workload_file: Path, engines: Path, reps: int) -> dict:
-    """Return tok/s of a bare timed model.generate loop with the cell's settings (this process)."""
+    """Return tok/s of a bare timed loop with the cell's settings (this process).
+
+    decode_loop=generate: `model.generate`; decode_loop=harness: the same DecodeLoop.generate
+    the backend calls, without the runner, worker, per-request bookkeeping or telemetry.
+    """
     import torch
 
     from bench.backends.hf import HFBackend, static_cache_len
@@ -111,9 +116,14 @@ def bare_generate(cell, workload_file: Path, engines: Path, reps: int) -> dict:
         if loaded.device.type == "cuda":
             torch.cuda.synchronize(loaded.device)
 
+    def once(ids, mask, gen):
+        if loaded.loop is not None:
+            return loaded.loop.generate(ids, mask, gen["max_new_tokens"], cache_len, [], loaded.device.type == "cuda")
+        return loaded.model.generate(input_ids=ids, attention_mask=mask, **gen)[:, ids.shape[1]:]
+
     t0 = time.perf_counter()
     with torch.inference_mode():
-        loaded.model.generate(input_ids=inputs[0][0], attention_mask=inputs[0][1], **inputs[0][2])  # warm-up
+        once(*inputs[0])  # warm-up
     sync()
     warm_s = time.perf_counter() - t0
     rates, tokens = [], sum(r.output_len for r in requests)
@@ -122,12 +132,12 @@ def bare_generate(cell, workload_file: Path, engines: Path, reps: int) -> dict:
         t0 = time.perf_counter()
         with torch.inference_mode():
             for ids, mask, gen in inputs:
-                out = loaded.model.generate(input_ids=ids, attention_mask=mask, **gen)
-                assert out.shape[1] - ids.shape[1] == gen["max_new_tokens"]
+                assert once(ids, mask, gen).shape[1] == gen["max_new_tokens"]
         sync()
         rates.append(tokens / (time.perf_counter() - t0))
+    loop = "harness" if loaded.loop is not None else "generate"
     loaded.close()
-    return {"output_tok_s": sum(rates) / len(rates), "runs_tok_s": rates, "warmup_s": warm_s}
+    return {"output_tok_s": sum(rates) / len(rates), "runs_tok_s": rates, "warmup_s": warm_s, "loop": loop}
 
 
 def main() -> int:
@@ -137,8 +147,10 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=400.0, help="wall-clock budget; later phases are skipped to fit")
     ap.add_argument("--sweep", default="1,2,4,8,16,32,64", help="max_batch_size points of the bf16 sweep")
     ap.add_argument("--requests", type=int, default=3, help="requests per batch-1 cell")
-    ap.add_argument("--phases", default="best,bare,others,sweep",
-                    help="which phases to run (a short lease: best,bare); results.json is rewritten after each")
+    ap.add_argument("--phases", default="best,bare,generate,others,sweep",
+                    help="which phases to run, in this order (results.json is rewritten after each)")
+    ap.add_argument("--others", default="int8wo,static-eager,dynamic", help="the 'others' phase's cells, in order")
+    ap.add_argument("--cell-timeout-s", type=float, default=240.0, help="a cell's worker is stopped after this")
     ap.add_argument("--engines", type=Path, default=ROOT / "engines", help="engine/compile cache (second runs reuse it)")
     args = ap.parse_args()
     phases = set(args.phases.split(","))
@@ -148,10 +160,14 @@ def main() -> int:
     store = out / "store.jsonl"
     if args.cpu_smoke:
         model, device, precision, n_in, n_out = "qwen-tiny", "cpu", "bf16", 16, 8
-        best = {"cache": "static", "compile": "off"}  # compile needs a GPU
+        compiled = {"cache": "static", "compile": "off"}  # compile needs a GPU
     else:
         model, device, precision, n_in, n_out = "qwen-7b-shape", "cuda", "bf16", 128, 256
-        best = {"cache": "static", "compile": "reduce-overhead"}
+        compiled = {"cache": "static", "compile": "reduce-overhead"}
+    # The best configuration: the compiled step driven by the harness's own loop (no host sync
+    # per step); "generate": the same compiled step driven by transformers' model.generate.
+    best = {**compiled, "decode_loop": "harness"}
+    generate = {**compiled, "decode_loop": "generate"}
     sweep = [int(x) for x in args.sweep.split(",") if x]
     wl = lambda n: {"source": "synthetic", "input_len": n_in, "output_len": n_out, "num_requests": n}  # noqa: E731
     workloads = {"b1": wl(args.requests), **{f"s{b}": wl(b) for b in sweep if b > 1}}
@@ -163,7 +179,7 @@ def main() -> int:
 
     def checkpoint(line: str) -> None:
         # A killed run still leaves what it measured.
-        print(line, flush=True)
+        print(f"[{time.monotonic() - t_start:.0f} s] {line}", flush=True)
         (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
 
     def record(name, m, recs):
@@ -171,48 +187,56 @@ def main() -> int:
             key = name if len(m.cells) == 1 else f"{name}-bs{c.max_batch_size}"
             results["cells"][key] = summarize_cell(recs, c)
 
-    # (a) best configuration at batch 1: the target figure, first.
-    m_best = matrix_for(model, device, precision, workloads, [{"workload": "b1", "bs": 1, "options": best}], trials=3)
-    record("best", m_best, harness(m_best, store, args.engines))
-    b1 = results["cells"]["best"]
-    checkpoint(f"best: {b1.get('output_tok_s')} tok/s")
+    def cell_b1(name, opts, prec=precision, trials=3):
+        m = matrix_for(model, device, prec, workloads, [{"workload": "b1", "bs": 1, "options": opts}], trials=trials,
+                       timeout_s=args.cell_timeout_s)
+        record(name, m, harness(m, store, args.engines))
+        checkpoint(f"{name}: {results['cells'][name].get('output_tok_s')} tok/s")
+        return m
 
-    # (b) bare generate with the same settings, same requests.
-    if "bare" not in phases:
-        notes.append("bare generate not asked for (--phases)")
-    elif left() > 60 or args.cpu_smoke:
+    def bare(name, m):
         from bench.workload import cached_workload
 
-        _, wfile = cached_workload(m_best.cells[0].workload, out / "workloads")
-        bare = bare_generate(m_best.cells[0], wfile, args.engines, reps=3)
-        results["bare_generate"] = bare
-        if b1.get("output_tok_s"):
-            results["harness_over_bare"] = b1["output_tok_s"] / bare["output_tok_s"]
-        checkpoint(f"bare: {bare['output_tok_s']} tok/s; harness/bare {results.get('harness_over_bare')}")
-    else:
-        notes.append(f"bare generate skipped: {left():.0f} s left of the budget")
+        _, wfile = cached_workload(m.cells[0].workload, out / "workloads")
+        b = bare_generate(m.cells[0], wfile, args.engines, reps=3)
+        results[f"bare_{name}"] = b
+        tok_s = results["cells"][name].get("output_tok_s")
+        if tok_s:
+            results[f"harness_over_bare_{name}"] = tok_s / b["output_tok_s"]
+        checkpoint(f"bare {name} ({b['loop']}): {b['output_tok_s']} tok/s; harness/bare {results.get(f'harness_over_bare_{name}')}")
 
-    # Other configurations at batch 1, cheapest-informative first.
-    others = [("static-eager", {"cache": "static", "compile": "off"}, precision),
-              ("dynamic", {"cache": "dynamic", "compile": "off"}, precision)]
-    try:
-        import torchao  # noqa: F401
+    # (a) the best configuration at batch 1 (the target figure) and its bare loop.
+    m_best = cell_b1("best", best)
+    b1 = results["cells"]["best"]
+    if "bare" in phases:
+        bare("best", m_best)
+    # (b) transformers' generate driving the same compiled step, and bare model.generate.
+    if "generate" in phases and (left() > 150 or args.cpu_smoke):
+        m_gen = cell_b1("generate", generate)
+        if "bare" in phases:
+            bare("generate", m_gen)
+    elif "generate" in phases:
+        notes.append(f"generate cell skipped: {left():.0f} s left of the budget")
 
-        others.insert(0, ("int8wo-compiled", best, "int8wo"))
-    except ImportError:
-        notes.append("int8wo skipped: torchao is not importable (pip install the torchao wheel built for this torch)")
-    if args.cpu_smoke:
-        others = [o for o in others if o[2] != "int8wo"]
-    if "others" not in phases:
-        notes.append("other configurations not asked for (--phases)")
-        others = []
-    for name, opts, prec in others:
+    # (c) other configurations at batch 1.
+    catalogue = {"int8wo": (best, "int8wo"), "int8wo-generate": (generate, "int8wo"),
+                 "static-eager": ({"cache": "static", "compile": "off"}, precision),
+                 "dynamic": ({"cache": "dynamic", "compile": "off"}, precision)}
+    others = [o for o in args.others.split(",") if o] if "others" in phases else []
+    for name in others:
+        opts, prec = catalogue[name]
+        if prec == "int8wo":
+            try:
+                import torchao  # noqa: F401
+            except ImportError:
+                notes.append(f"{name} skipped: torchao is not importable (pip install the torchao wheel built for this torch)")
+                continue
+            if args.cpu_smoke:
+                continue
         if left() < 75 and not args.cpu_smoke:
             notes.append(f"{name} skipped: {left():.0f} s left of the budget")
             continue
-        m = matrix_for(model, device, prec, workloads, [{"workload": "b1", "bs": 1, "options": opts}], trials=2)
-        record(name, m, harness(m, store, args.engines))
-        checkpoint(f"{name}: {results['cells'][name].get('output_tok_s')} tok/s")
+        cell_b1(name, opts, prec, trials=2)
 
     # (d) sweep, same configuration, one worker: each new batch size compiles its own graph, so
     # points are taken in an order that shows the curve's shape early and only as many as fit.
@@ -246,9 +270,11 @@ def main() -> int:
                      f"{fmt(c.get('tpot_ms'), '{:.2f}')} | {fmt(c.get('sol_pct'), '{:.0f}')} | {fmt(c.get('sol_output_tok_s'))} | "
                      f"{fmt(c.get('warmup_first_pass_s'))} | {fmt(c.get('peak_memory_gb'))} | {fmt(c.get('avg_power_w'), '{:.0f}')} | "
                      f"{fmt(c.get('tokens_per_joule'), '{:.2f}')} |" + (f" {c['status']}" if not c.get("trials_ok") else ""))
-    if "bare_generate" in results:
-        lines += ["", f"bare model.generate: {results['bare_generate']['output_tok_s']:.1f} tok/s; "
-                  f"harness/bare = {results.get('harness_over_bare', float('nan')):.4f}"]
+    for name in ("best", "generate"):
+        if f"bare_{name}" in results:
+            b = results[f"bare_{name}"]
+            lines += ["", f"bare {b['loop']} loop for {name}: {b['output_tok_s']:.1f} tok/s; "
+                      f"harness/bare = {results.get(f'harness_over_bare_{name}', float('nan')):.4f}"]
     bw = next((c.get("copy_bandwidth_tb_s") for c in results["cells"].values() if c.get("copy_bandwidth_tb_s")), None)
     lines += ["", f"copy bandwidth (read+write): {fmt(bw, '{:.2f}')} TB/s", "", *[f"- {n}" for n in notes],
               "", f"elapsed {results['elapsed_s']:.0f} s"]

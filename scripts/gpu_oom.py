@@ -31,6 +31,9 @@ def main() -> int:
     ap.add_argument("--cpu-smoke", action="store_true", help="fake backend + qwen-tiny on CPU (logic check only)")
     ap.add_argument("--gpu-memory-gb", type=float, default=24.0)
     ap.add_argument("--budget-s", type=float, default=330.0, help="skip the verification if the searches used this much")
+    ap.add_argument("--only-verify", action="store_true", help="skip the 1024/1024 and 2048/2048 searches")
+    ap.add_argument("--verify-bounds", default=None,
+                    help="LOWER,UPPER of the verification search (default 8,128 on the GPU); a tighter pair costs fewer probes")
     args = ap.parse_args()
 
     from bench.oom import frontier_markdown, frontier_rows
@@ -57,6 +60,11 @@ def main() -> int:
                     (("attn_implementation", "sdpa"), ("batching", "dataset"), ("cache", "dynamic")))
         searches = [(1024, 1024, 1, 64), (2048, 2048, 1, 64)]
         verify = (256, 256, 8, 128)
+    if args.verify_bounds:
+        lo, hi = (int(x) for x in args.verify_bounds.split(","))
+        verify = (*verify[:2], lo, hi)
+    if args.only_verify:
+        searches = []
 
     rows = []
     summary = {"device": None, "cap_gb": cap, "searches": [], "verification": None}

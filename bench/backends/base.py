@@ -24,6 +24,9 @@ class Option:
     kind: type | tuple = object
     in_build_key: bool = True  # does it change the built artifact (engine, compiled graph)?
     help: str = ""
+    # Added after results were stored: left out of cell ids and build keys while at its default,
+    # so every earlier result keeps its id (bench compare, resume and asv history still match).
+    late: bool = False
 
     def check(self, name: str, value: Any, backend: str) -> None:
         if self.allowed is not None and value not in self.allowed:

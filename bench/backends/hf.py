@@ -40,6 +40,12 @@ class HFBackend(Backend):
         "compile": Option(
             "off", COMPILE_MODES, help="torch.compile of the decode step through transformers' CompileConfig (static cache)"
         ),
+        "decode_loop": Option(
+            "generate",
+            ("generate", "harness"),
+            help="transformers' model.generate, or the harness's own greedy loop (static cache; no host sync per step)",
+            late=True,
+        ),
         "batching": Option("dataset", ("dataset", "sorted"), in_build_key=False, help="request order within batches"),
     }
 
@@ -57,6 +63,11 @@ class HFBackend(Backend):
             raise BenchInputError(
                 f"precision {cell.precision!r} ({TORCHAO[cell.precision]}, torchao) is measured on GPUs only: "
                 "use fp32 or bf16 on CPU, or set device = 'cuda'"
+            )
+        if opts.get("decode_loop", "generate") == "harness" and opts.get("cache") != "static":
+            raise BenchInputError(
+                "decode_loop='harness' runs on a static KV cache (fixed shapes, compiled step): set cache = 'static' "
+                "or decode_loop = 'generate'"
             )
         if opts.get("compile", "off") != "off":
             if opts.get("cache") != "static":
@@ -239,7 +250,14 @@ class HFLoaded(Loaded):
         # Exact output lengths: never stop at EOS (random weights would emit it anywhere).
         gc.eos_token_id = None
         gc.pad_token_id = self.pad_id
-        configure_compile(self.model, self.compile, self.cache)
+        self.loop = None
+        if opts.get("decode_loop", "generate") == "harness":
+            from bench.backends.hf_loop import DecodeLoop
+
+            self.loop = DecodeLoop(self.model, self.compile, self.device)
+            configure_compile(self.model, "off", self.cache)  # generate is not used; compile belongs to the loop
+        else:
+            configure_compile(self.model, self.compile, self.cache)
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
         self.weight_bytes = sum(stored_bytes(p) for p in self.model.parameters())
         cfg = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
@@ -370,12 +388,16 @@ class HFLoaded(Loaded):
             start_ev.record()
         start = time.perf_counter()
         with torch.inference_mode():
-            out = self.model.generate(input_ids=ids, attention_mask=mask, **gen)
+            if self.loop is not None:
+                out = self.loop.generate(ids, mask, max_new, cache_len or static_cache_len([batch]), marks, cuda)
+                generated = out.shape[1]
+            else:
+                out = self.model.generate(input_ids=ids, attention_mask=mask, **gen)
+                generated = out.shape[1] - prompt_len
         self._sync()
         end = time.perf_counter()
         if cuda:
             marks = [start + start_ev.elapsed_time(ev) / 1000.0 for ev in marks]
-        generated = out.shape[1] - prompt_len
         timings = []
         for r in batch:
             got = min(r.output_len, generated, len(marks))
@@ -403,6 +425,7 @@ class HFLoaded(Loaded):
 
     def close(self) -> None:
         del self.model
+        self.loop = None  # it holds the model and its static caches
         self.recover()
 
 

@@ -18,6 +18,7 @@ import pandas as pd
 
 from bench import SCHEMA_VERSION
 from bench.errors import BenchInputError
+from bench.spec import identity_options
 
 # Environment fields shown under tables and, when they differ inside one table, in a column.
 ENV_FIELDS = ("gpu_name", "gpu_count", "driver", "cuda", "torch", "transformers", "tensorrt_llm", "torchao", "cpu")
@@ -73,7 +74,7 @@ def _row(rec: dict) -> dict:
         "device": cell.get("device"),
         "workload": wl.get("name"),
         "length": length_label(wl),
-        "options": json.dumps(cell.get("options", {}), sort_keys=True),
+        "options": json.dumps(identity_options(cell.get("backend"), cell.get("options", {})), sort_keys=True),
         "gpu_memory_gb": _number(settings.get("gpu_memory_gb")),
         "commit": env.get("commit"),
         "dirty": env.get("dirty"),

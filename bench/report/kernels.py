@@ -60,7 +60,9 @@ def resolve_table(path: str, base_dirs: list[Path]) -> Path | None:
 
 def _label(cell: dict, with_batch: bool) -> str:
     """Return the series name of a cell: its backend and options (and batch size when several are profiled)."""
-    opts = {k: v for k, v in (cell.get("options") or {}).items() if k != "batching"}
+    from bench.spec import identity_options
+
+    opts = {k: v for k, v in identity_options(cell.get("backend"), cell.get("options") or {}).items() if k != "batching"}
     label = str(cell.get("backend", "?")) + "".join(f" {k}={v}" for k, v in sorted(opts.items()))
     return label + (f" bs={cell.get('max_batch_size')}" if with_batch else "")
 

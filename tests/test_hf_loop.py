@@ -1,0 +1,120 @@
+"""The harness's own decode loop (hf option decode_loop = "harness"): same tokens as generate, no graph break."""
+
+import pytest
+
+from bench.errors import BenchInputError
+from bench.spec import BuildKey, parse_matrix
+
+
+def matrix(**options):
+    return parse_matrix({
+        "backends": ["hf"], "model": "qwen-tiny", "precisions": ["fp32"], "max_batch_sizes": [2],
+        "workloads": ["w"], "device": "cpu", "options": options,
+        "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 4, "num_requests": 2}},
+    })
+
+
+def test_harness_loop_needs_a_static_cache():
+    with pytest.raises(BenchInputError, match="decode_loop='harness' runs on a static KV cache"):
+        matrix(decode_loop="harness")
+    with pytest.raises(BenchInputError, match="valid values are"):
+        matrix(cache="static", decode_loop="mine")
+
+
+def test_a_late_option_at_its_default_keeps_earlier_ids():
+    """Cells stored before decode_loop existed must keep their cell_id and build key."""
+    from bench.spec import short_hash, SCHEMA_VERSION
+
+    plain, = matrix(cache="static").cells
+    assert plain.options_dict["decode_loop"] == "generate"
+    before = plain.to_dict()
+    del before["options"]["decode_loop"]
+    assert plain.cell_id == short_hash({"schema_version": SCHEMA_VERSION, "cell": before})
+    assert "decode_loop" not in dict(plain.build_key().options)
+    harness, = matrix(cache="static", decode_loop="harness").cells
+    assert harness.cell_id != plain.cell_id
+    assert harness.build_key().key_hash != plain.build_key().key_hash
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from bench.backends.hf import HFBackend
+
+    key = BuildKey("hf", "qwen-tiny", "fp32", "cpu",
+                   (("attn_implementation", "sdpa"), ("cache", "static"), ("compile", "off")))
+    backend = HFBackend()
+    loaded = backend.load(backend.build(key, tmp_path_factory.mktemp("engines")))
+    yield loaded
+    loaded.close()
+
+
+def left_padded(loaded, prompts):
+    import torch
+
+    n = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), n), loaded.pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), n), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, n - len(p):] = torch.tensor(p)
+        mask[i, n - len(p):] = 1
+    return ids, mask
+
+
+@pytest.mark.slow
+def test_harness_loop_emits_generates_greedy_tokens(tiny):
+    import torch
+
+    from bench.backends.hf_loop import DecodeLoop
+
+    prompts = [[5, 17, 230, 9, 4000, 12], [77, 78], [151000, 3, 3, 8]]  # left padding of 0, 4 and 2
+    ids, mask = left_padded(tiny, prompts)
+    max_new = 7
+    with torch.inference_mode():
+        want = tiny.model.generate(input_ids=ids, attention_mask=mask, **{
+            **tiny.generate_kwargs(max_new, 128), "min_new_tokens": max_new})[:, ids.shape[1]:]
+        loop = DecodeLoop(tiny.model, "off", tiny.device)
+        marks: list = []
+        got = loop.generate(ids, mask, max_new, 128, marks, cuda=False)
+        assert torch.equal(got, want)
+        assert len(marks) == max_new and marks == sorted(marks)
+        again = loop.generate(ids, mask, max_new, 128, [], cuda=False)  # the reused cache was reset
+        assert torch.equal(again, want)
+        with pytest.raises(ValueError, match="exceeds the static cache length"):
+            loop.generate(ids, mask, 128, 128, [], cuda=False)
+
+
+@pytest.mark.slow
+def test_the_step_compiles_as_one_graph(tiny):
+    """fullgraph=True: a graph break in the step (which would run eagerly on the GPU) fails here first."""
+    import torch
+
+    from bench.backends.hf_loop import DecodeLoop
+
+    ids, mask = left_padded(tiny, [[5, 6, 7, 8], [9, 10]])
+    loop = DecodeLoop(tiny.model, "off", tiny.device)
+    with torch.inference_mode():
+        want = loop.generate(ids, mask, 4, 128, [], cuda=False)
+        torch._dynamo.reset()
+        loop.step = torch.compile(loop._step, backend="eager", fullgraph=True, dynamic=False)
+        got = loop.generate(ids, mask, 4, 128, [], cuda=False)
+    torch._dynamo.reset()
+    assert torch.equal(got, want)
+
+
+@pytest.mark.slow
+def test_harness_loop_through_the_backend(tmp_path):
+    """run() with decode_loop=harness: exact output lengths per request, one time per token."""
+    from bench.backends.hf import HFBackend
+    from bench.workload import Request
+
+    key = BuildKey("hf", "qwen-tiny", "fp32", "cpu", (("attn_implementation", "sdpa"), ("cache", "static"),
+                                                      ("compile", "off"), ("decode_loop", "harness")))
+    backend = HFBackend()
+    loaded = backend.load(backend.build(key, tmp_path))
+    reqs = [Request(str(i), tuple(range(1, 6 + i)), 3 + i) for i in range(3)]
+    loaded.warmup(reqs, 2, {"batching": "dataset"}, passes=1)
+    out = loaded.run(reqs, 2, {"batching": "dataset"})
+    assert [t.output_len for t in out.timings] == [3, 4, 5]
+    assert [len(t.token_times) for t in out.timings] == [3, 4, 5]
+    assert all(t.token_times == sorted(t.token_times) for t in out.timings)
+    loaded.close()
