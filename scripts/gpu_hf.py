@@ -206,10 +206,12 @@ def main() -> int:
         checkpoint(f"bare {name} ({b['loop']}): {b['output_tok_s']} tok/s; harness/bare {results.get(f'harness_over_bare_{name}')}")
 
     # (a) the best configuration at batch 1 (the target figure) and its bare loop.
-    m_best = cell_b1("best", best)
-    b1 = results["cells"]["best"]
-    if "bare" in phases:
-        bare("best", m_best)
+    b1: dict = {}
+    if "best" in phases:
+        m_best = cell_b1("best", best)
+        b1 = results["cells"]["best"]
+        if "bare" in phases:
+            bare("best", m_best)
     # (b) transformers' generate driving the same compiled step, and bare model.generate.
     if "generate" in phases and (left() > 150 or args.cpu_smoke):
         m_gen = cell_b1("generate", generate)
@@ -248,7 +250,7 @@ def main() -> int:
     chosen, dropped = sorted(order[:fit]), sorted(order[fit:])
     if dropped:
         notes.append(f"sweep points {dropped} skipped: {left():.0f} s left, about {cold + 8:.0f} s per point")
-    results["sweep"] = [{"max_batch_size": 1, **b1}]
+    results["sweep"] = [{"max_batch_size": 1, **b1}] if b1 else []
     if chosen:
         m_sweep = matrix_for(model, device, precision, workloads,
                              [{"workload": f"s{b}", "bs": b, "options": best} for b in chosen], trials=3)
@@ -263,7 +265,7 @@ def main() -> int:
     def fmt(v, f="{:.1f}"):
         return "-" if v is None else f.format(v)
 
-    for p in results["sweep"][1:]:
+    for p in results["sweep"][1 if b1 else 0:]:
         results["cells"][f"sweep-bs{p['max_batch_size']}"] = p
     for name, c in results["cells"].items():
         lines.append(f"| {name} | {fmt(c.get('output_tok_s'))} | {fmt(c.get('output_tok_s_spread_pct'))} | "
