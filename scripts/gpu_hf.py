@@ -151,6 +151,8 @@ def main() -> int:
                     help="which phases to run, in this order (results.json is rewritten after each)")
     ap.add_argument("--others", default="int8wo,static-eager,dynamic", help="the 'others' phase's cells, in order")
     ap.add_argument("--cell-timeout-s", type=float, default=240.0, help="a cell's worker is stopped after this")
+    ap.add_argument("--compile-mode", default="reduce-overhead", choices=("reduce-overhead", "max-autotune"),
+                    help="compile mode of the best, generate and sweep cells (int8wo stays reduce-overhead)")
     ap.add_argument("--engines", type=Path, default=ROOT / "engines", help="engine/compile cache (second runs reuse it)")
     args = ap.parse_args()
     phases = set(args.phases.split(","))
@@ -163,7 +165,7 @@ def main() -> int:
         compiled = {"cache": "static", "compile": "off"}  # compile needs a GPU
     else:
         model, device, precision, n_in, n_out = "qwen-7b-shape", "cuda", "bf16", 128, 256
-        compiled = {"cache": "static", "compile": "reduce-overhead"}
+        compiled = {"cache": "static", "compile": args.compile_mode}
     # The best configuration: the compiled step driven by the harness's own loop (no host sync
     # per step); "generate": the same compiled step driven by transformers' model.generate.
     best = {**compiled, "decode_loop": "harness"}
@@ -221,7 +223,8 @@ def main() -> int:
         notes.append(f"generate cell skipped: {left():.0f} s left of the budget")
 
     # (c) other configurations at batch 1.
-    catalogue = {"int8wo": (best, "int8wo"), "int8wo-generate": (generate, "int8wo"),
+    ro = {**best, "compile": "reduce-overhead"} if not args.cpu_smoke else best
+    catalogue = {"int8wo": (ro, "int8wo"), "int8wo-generate": ({**ro, "decode_loop": "generate"}, "int8wo"),
                  "static-eager": ({"cache": "static", "compile": "off"}, precision),
                  "dynamic": ({"cache": "dynamic", "compile": "off"}, precision)}
     others = [o for o in args.others.split(",") if o] if "others" in phases else []
@@ -246,7 +249,7 @@ def main() -> int:
     order = sorted((b for b in sweep if b > 1), key=lambda b: [64, 8, 32, 2, 16, 4].index(b) if b in (64, 8, 32, 2, 16, 4) else 99)
     fit = max(0, int((left() - 45) // (cold + 8))) if not args.cpu_smoke else len(order)
     if "sweep" not in phases:
-        fit = 0
+        fit, order = 0, []
     chosen, dropped = sorted(order[:fit]), sorted(order[fit:])
     if dropped:
         notes.append(f"sweep points {dropped} skipped: {left():.0f} s left, about {cold + 8:.0f} s per point")
