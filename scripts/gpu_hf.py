@@ -212,12 +212,12 @@ def main() -> int:
     if "best" in phases:
         m_best = cell_b1("best", best)
         b1 = results["cells"]["best"]
-        if "bare" in phases:
+        if "bare" in phases and b1.get("trials_ok") and (left() > 90 or args.cpu_smoke):
             bare("best", m_best)
     # (b) transformers' generate driving the same compiled step, and bare model.generate.
     if "generate" in phases and (left() > 150 or args.cpu_smoke):
         m_gen = cell_b1("generate", generate)
-        if "bare" in phases:
+        if "bare" in phases and results["cells"]["generate"].get("trials_ok") and (left() > 90 or args.cpu_smoke):
             bare("generate", m_gen)
     elif "generate" in phases:
         notes.append(f"generate cell skipped: {left():.0f} s left of the budget")
