@@ -186,10 +186,16 @@ def probe_lengths(max_input_len: int, max_output_len: int, decode_steps: int = 4
     return max_input_len + max_output_len - steps, steps
 
 
+# A backend option that lets a probe prefill the real prompt length and feed the rest in chunks
+# (hf declares it); set by probe_cell, left out of the frontier's options (it is not a setting).
+PROBE_OPTION = "prefill_len"
+
+
 def probe_cell(cell, batch_size: int, max_input_len: int, max_output_len: int, decode_steps: int = 4):
     """Return the probe Cell: `cell` at batch_size, replaying one full batch of worst-case requests."""
     from dataclasses import replace
 
+    from bench.backends import backend_class
     from bench.spec import with_workload
 
     prompt_len, new_tokens = probe_lengths(max_input_len, max_output_len, decode_steps)
@@ -208,7 +214,12 @@ def probe_cell(cell, batch_size: int, max_input_len: int, max_output_len: int, d
         max_input_len=prompt_len,
         max_total_len=max_input_len + max_output_len,
     )
-    return replace(probe, max_batch_size=batch_size)
+    options = probe.options_dict
+    if PROBE_OPTION in backend_class(cell.backend).options:
+        # The backend can prefill the real prompt length at once and feed the rest in small
+        # chunks: the probe then peaks where the full run does, not above it (docs/oom.md).
+        options[PROBE_OPTION] = max_input_len
+    return replace(probe, max_batch_size=batch_size, options=tuple(sorted(options.items())))
 
 
 # --- the frontier table ----------------------------------------------------------------------
@@ -227,7 +238,8 @@ def frontier_rows(records: Iterable[dict]) -> list[dict]:
         if not is_probe(rec) or rec.get("status") not in ("ok", "oom"):
             continue
         cell, target = rec["cell"], rec["extra"]["probe"]
-        key = (cell["backend"], cell["model"], cell["precision"], json.dumps(cell.get("options", {}), sort_keys=True),
+        options = {k: v for k, v in cell.get("options", {}).items() if k != PROBE_OPTION}
+        key = (cell["backend"], cell["model"], cell["precision"], json.dumps(options, sort_keys=True),
                cell["device"], target["max_input_len"], target["max_output_len"],
                (rec.get("settings") or {}).get("gpu_memory_gb"))
         groups.setdefault(key, []).append(rec)

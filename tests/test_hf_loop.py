@@ -28,9 +28,10 @@ def test_a_late_option_at_its_default_keeps_earlier_ids():
     plain, = matrix(cache="static").cells
     assert plain.options_dict["decode_loop"] == "generate"
     before = plain.to_dict()
-    del before["options"]["decode_loop"]
+    del before["options"]["decode_loop"], before["options"]["prefill_len"]
     assert plain.cell_id == short_hash({"schema_version": SCHEMA_VERSION, "cell": before})
     assert "decode_loop" not in dict(plain.build_key().options)
+    assert plain.options_dict["prefill_len"] == 0
     harness, = matrix(cache="static", decode_loop="harness").cells
     assert harness.cell_id != plain.cell_id
     assert harness.build_key().key_hash != plain.build_key().key_hash
@@ -118,3 +119,51 @@ def test_harness_loop_through_the_backend(tmp_path):
     assert [len(t.token_times) for t in out.timings] == [3, 4, 5]
     assert all(t.token_times == sorted(t.token_times) for t in out.timings)
     loaded.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cache,loop", [("dynamic", "generate"), ("static", "generate"), ("static", "harness")])
+def test_a_chunked_prompt_gives_the_same_tokens(tmp_path, cache, loop):
+    """prefill_len (OOM probes): prefill N tokens, feed the rest 16 at a time, then generate as before."""
+    import torch
+
+    from bench.backends.hf import HFBackend
+    from bench.workload import Request
+
+    key = BuildKey("hf", "qwen-tiny", "fp32", "cpu", (("attn_implementation", "sdpa"), ("cache", cache),
+                                                      ("compile", "off"), ("decode_loop", loop)))
+    backend = HFBackend()
+    loaded = backend.load(backend.build(key, tmp_path))
+    torch.manual_seed(1)
+    reqs = [Request(str(i), tuple(torch.randint(1, 150000, (n,)).tolist()), 5) for i, n in enumerate((40, 37))]
+    seen = []
+    real_generate = loaded.model.generate
+
+    def spy(*args, **kwargs):  # the tokens generate returns, to compare whole and chunked prompts
+        out = real_generate(*args, **kwargs)
+        seen.append(out[:, -5:].clone())
+        return out
+
+    if loop == "generate":
+        loaded.model.generate = spy
+    else:
+        real_loop = loaded.loop.generate
+        loaded.loop.generate = lambda *a, **k: seen.append(real_loop(*a, **k)) or seen[-1]
+    whole = loaded.run(reqs, 2, {"batching": "dataset"})
+    chunked = loaded.run(reqs, 2, {"batching": "dataset", "prefill_len": 8})  # 8, then 16, 16 (and 2 or 1)
+    assert [t.output_len for t in chunked.timings] == [5, 5] == [t.output_len for t in whole.timings]
+    assert len(seen) == 2 and torch.equal(seen[0], seen[1])
+    loaded.close()
+
+
+def test_an_hf_probe_prefills_the_real_prompt_length():
+    from bench.oom import frontier_rows, probe_cell
+
+    plain, = matrix(cache="static").cells
+    probe = probe_cell(plain, 4, 256, 256)
+    assert probe.workload.input_len == 508 and probe.workload.output_len == 4
+    assert probe.options_dict["prefill_len"] == 256  # the rest of the prompt is fed in chunks
+    rec = {"settings": {"kind": "oom-probe"}, "status": "ok", "cell": probe.to_dict(), "metrics": {},
+           "extra": {"probe": {"max_input_len": 256, "max_output_len": 256}}}
+    row, = frontier_rows([rec])
+    assert "prefill_len" not in row["options"]

@@ -47,6 +47,14 @@ class HFBackend(Backend):
             late=True,
         ),
         "batching": Option("dataset", ("dataset", "sorted"), in_build_key=False, help="request order within batches"),
+        # Set by OOM probes (bench.oom.probe_cell), rarely by hand: see hf_loop.feed_prompt.
+        "prefill_len": Option(
+            0,
+            kind=int,
+            in_build_key=False,
+            late=True,
+            help="prefill only the first N prompt tokens at once, the rest 16 at a time (0: the whole prompt)",
+        ),
     }
 
     @classmethod
@@ -64,6 +72,9 @@ class HFBackend(Backend):
                 f"precision {cell.precision!r} ({TORCHAO[cell.precision]}, torchao) is measured on GPUs only: "
                 "use fp32 or bf16 on CPU, or set device = 'cuda'"
             )
+        prefill_len = opts.get("prefill_len", 0)
+        if isinstance(prefill_len, bool) or not isinstance(prefill_len, int) or prefill_len < 0:
+            raise BenchInputError(f"option prefill_len must be a non-negative integer (0: whole prompt), got {prefill_len!r}")
         if opts.get("decode_loop", "generate") == "harness" and opts.get("cache") != "static":
             raise BenchInputError(
                 "decode_loop='harness' runs on a static KV cache (fixed shapes, compiled step): set cache = 'static' "
@@ -321,8 +332,9 @@ class HFLoaded(Loaded):
         timings: list[RequestTiming] = []
         self._sync()
         started = time.perf_counter()
+        prefill_len = options.get("prefill_len") or None
         for batch in plan:
-            timings.extend(self._run_batch(batch, torch, cache_len))
+            timings.extend(self._run_batch(batch, torch, cache_len, prefill_len))
         self._sync()
         ended = time.perf_counter()
         extra = {
@@ -352,8 +364,10 @@ class HFLoaded(Loaded):
                 gen["max_cache_len"] = cache_len
         return gen
 
-    def _run_batch(self, batch, torch, cache_len: int | None = None) -> list[RequestTiming]:
+    def _run_batch(self, batch, torch, cache_len: int | None = None, prefill_len: int | None = None) -> list[RequestTiming]:
         from transformers import StoppingCriteria, StoppingCriteriaList
+
+        from bench.backends import hf_loop
 
         prompt_len = max(r.input_len for r in batch)
         ids = torch.full((len(batch), prompt_len), self.pad_id, dtype=torch.long)
@@ -387,11 +401,27 @@ class HFLoaded(Loaded):
             start_ev = torch.cuda.Event(enable_timing=True)
             start_ev.record()
         start = time.perf_counter()
+        chunked = prefill_len is not None and prompt_len > prefill_len
         with torch.inference_mode():
             if self.loop is not None:
-                out = self.loop.generate(ids, mask, max_new, cache_len or static_cache_len([batch]), marks, cuda)
+                out = self.loop.generate(ids, mask, max_new, cache_len or static_cache_len([batch]), marks, cuda,
+                                         prefill_len if chunked else None)
                 generated = out.shape[1]
             else:
+                if chunked:  # the prompt but its last token goes in first; generate continues from that cache
+                    gen.pop("cache_implementation", None)
+                    full_mask = None
+                    if self.cache == "static":
+                        length = gen.pop("max_cache_len", None) or cache_len or static_cache_len([batch])
+                        cache = hf_loop.new_static_cache(self.model, len(batch), length, self.device)
+                        full_mask = torch.ones((len(batch), length), dtype=mask.dtype, device=self.device)
+                        full_mask[:, :prompt_len] = mask
+                    else:
+                        from transformers import DynamicCache
+
+                        cache = DynamicCache()
+                    hf_loop.feed_prompt(self.model, ids, mask, cache, prompt_len - 1, prefill_len, full_mask)
+                    gen[hf_loop.forward_names(self.model)[0]] = cache
                 out = self.model.generate(input_ids=ids, attention_mask=mask, **gen)
                 generated = out.shape[1] - prompt_len
         self._sync()

@@ -22,6 +22,60 @@ import inspect
 import time
 
 
+# Prompt tokens past `prefill_len` are fed this many at a time (OOM probes, see `feed_prompt`).
+PREFILL_CHUNK = 16
+
+
+def forward_names(model) -> tuple[str, bool]:
+    """Return (the forward's cache keyword, whether it takes cache_position) for this transformers."""
+    params = inspect.signature(type(model).forward).parameters
+    # transformers >= 5.2x: `cache` (past_key_values deprecated) and no cache_position.
+    return ("cache" if "cache" in params else "past_key_values"), "cache_position" in params
+
+
+def new_static_cache(model, batch: int, cache_len: int, device):
+    """Return an empty StaticCache for (batch, cache_len) in this transformers' signature."""
+    from transformers import StaticCache
+
+    if "max_batch_size" in inspect.signature(StaticCache.__init__).parameters:  # transformers 4.x
+        dtype = next(model.parameters()).dtype
+        return StaticCache(config=model.config, max_batch_size=batch, max_cache_len=cache_len, device=device, dtype=dtype)
+    return StaticCache(config=model.config, max_cache_len=cache_len)
+
+
+def forward(model, ids, position_ids, cache_position, mask, cache, keep: int = 1):
+    """Return the logits of the last `keep` positions of one model forward over `ids` into `cache`."""
+    cache_kw, takes_position = forward_names(model)
+    kwargs = {cache_kw: cache, "use_cache": True, "logits_to_keep": keep}
+    if takes_position:
+        kwargs["cache_position"] = cache_position
+    return model(input_ids=ids, attention_mask=mask, position_ids=position_ids, **kwargs).logits
+
+
+def feed_prompt(model, ids, mask, cache, end: int, prefill_len: int | None = None, full_mask=None):
+    """Feed prompt positions [0, end) into `cache`; return the last position's logits.
+
+    The first `prefill_len` positions (default: all) go in one forward, as a real prefill; the
+    rest PREFILL_CHUNK at a time. An OOM probe's prompt is the real prompt plus the tokens the
+    real run would have generated: chunking the tail reaches the final KV length without a
+    prefill activation peak the real run never has (docs/oom.md). `full_mask` (static caches)
+    covers the whole cache; otherwise the 2D mask is cut to the positions fed so far.
+    """
+    import torch
+
+    positions = mask.long().cumsum(-1) - 1  # as generate makes them; padding at 1
+    positions.masked_fill_(mask == 0, 1)
+    bounds = [0, min(prefill_len or end, end)]
+    while bounds[-1] < end:
+        bounds.append(min(bounds[-1] + PREFILL_CHUNK, end))
+    logits = None
+    for a, b in zip(bounds, bounds[1:]):
+        m = full_mask if full_mask is not None else mask[:, :b]
+        cache_position = torch.arange(a, b, device=ids.device)
+        logits = forward(model, ids[:, a:b], positions[:, a:b], cache_position, m, cache)
+    return logits
+
+
 class DecodeLoop:
     """Greedy generation over a StaticCache with a (optionally compiled) one-token step."""
 
@@ -30,10 +84,6 @@ class DecodeLoop:
 
         self.model = model
         self.device = device
-        params = inspect.signature(type(model).forward).parameters
-        # transformers >= 5.2x: `cache` (past_key_values deprecated) and no cache_position.
-        self.cache_kw = "cache" if "cache" in params else "past_key_values"
-        self.pass_cache_position = "cache_position" in params
         step = self._step
         if compile_mode != "off":
             # fullgraph: a graph break inside the step would silently run part of it eagerly,
@@ -43,44 +93,29 @@ class DecodeLoop:
         self.compiled = compile_mode != "off"
         self.caches: dict[tuple[int, int], object] = {}  # (batch, cache_len) -> StaticCache
 
-    def _forward(self, ids, position_ids, cache_position, mask, cache, keep: int):
-        kwargs = {self.cache_kw: cache, "use_cache": True, "logits_to_keep": keep}
-        if self.pass_cache_position:
-            kwargs["cache_position"] = cache_position
-        return self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids, **kwargs).logits
-
     def _step(self, token, cache_position, pad, mask, cache):
         """Return the next token per row (batch, 1) after feeding `token` at `cache_position`."""
         position_ids = cache_position.view(1, 1) - pad  # left padding shifts each row's positions
-        logits = self._forward(token, position_ids, cache_position, mask, cache, 1)
+        logits = forward(self.model, token, position_ids, cache_position, mask, cache)
         return logits[:, -1].argmax(-1, keepdim=True)
 
     def cache_for(self, batch: int, cache_len: int):
         """Return the StaticCache for (batch, cache_len), reset; one per shape so compiled graphs keep their addresses."""
-        from transformers import StaticCache
-
         key = (batch, cache_len)
         cache = self.caches.get(key)
         if cache is None:
             if any(length != cache_len for _, length in self.caches):
                 self.caches.clear()  # a new cell's length: the old caches are garbage
-            config = self.model.config
-            if "max_batch_size" in inspect.signature(StaticCache.__init__).parameters:  # transformers 4.x
-                dtype = next(self.model.parameters()).dtype
-                cache = StaticCache(config=config, max_batch_size=batch, max_cache_len=cache_len,
-                                    device=self.device, dtype=dtype)
-            else:
-                cache = StaticCache(config=config, max_cache_len=cache_len)
-            self.caches[key] = cache
+            cache = self.caches[key] = new_static_cache(self.model, batch, cache_len, self.device)
         else:
             cache.reset()
         return cache
 
-    def generate(self, ids, mask, max_new: int, cache_len: int, marks: list, cuda: bool):
+    def generate(self, ids, mask, max_new: int, cache_len: int, marks: list, cuda: bool, prefill_len: int | None = None):
         """Return the generated tokens (batch, max_new); append each token's time marker to `marks`.
 
         ids/mask: (batch, prompt) left-padded, on the device. On CUDA the markers are events
-        (recorded, not waited on); on CPU they are perf_counter times.
+        (recorded, not waited on); on CPU they are perf_counter times. prefill_len: see feed_prompt.
         """
         import torch
 
@@ -93,9 +128,6 @@ class DecodeLoop:
         full_mask = torch.ones((batch, cache_len), dtype=mask.dtype, device=ids.device)
         full_mask[:, :prompt] = mask
         pad = (prompt - mask.sum(-1, keepdim=True)).to(torch.long)
-        # Prefill: positions as generate makes them (cumsum of the mask; padding at 1).
-        position_ids = mask.long().cumsum(-1) - 1
-        position_ids.masked_fill_(mask == 0, 1)
         out = torch.empty((batch, max_new), dtype=torch.long, device=ids.device)
 
         def mark():
@@ -106,8 +138,7 @@ class DecodeLoop:
             else:
                 marks.append(time.perf_counter())
 
-        cache_position = torch.arange(prompt, device=ids.device)
-        logits = self._forward(ids, position_ids, cache_position, full_mask, cache, 1)
+        logits = feed_prompt(self.model, ids, mask, cache, prompt, prefill_len, full_mask)
         token = logits[:, -1].argmax(-1, keepdim=True)
         out[:, :1] = token
         mark()
