@@ -225,6 +225,8 @@ def main() -> int:
     # (c) other configurations at batch 1.
     ro = {**best, "compile": "reduce-overhead"} if not args.cpu_smoke else best
     catalogue = {"int8wo": (ro, "int8wo"), "int8wo-generate": ({**ro, "decode_loop": "generate"}, "int8wo"),
+                 "best-cd": ({**best, "compile_tuning": "coordinate-descent"}, precision),
+                 "int8wo-cd": ({**ro, "compile_tuning": "coordinate-descent"}, "int8wo"),
                  "static-eager": ({"cache": "static", "compile": "off"}, precision),
                  "dynamic": ({"cache": "dynamic", "compile": "off"}, precision)}
     others = [o for o in args.others.split(",") if o] if "others" in phases else []
@@ -238,6 +240,8 @@ def main() -> int:
                 continue
             if args.cpu_smoke:
                 continue
+        if args.cpu_smoke and opts.get("compile_tuning"):
+            continue  # tuning needs compile, compile needs a GPU
         if left() < 75 and not args.cpu_smoke:
             notes.append(f"{name} skipped: {left():.0f} s left of the budget")
             continue

@@ -157,3 +157,22 @@ def test_static_cache_warmup_covers_every_batch_size(tmp_path):
     assert out.extra["static_cache_len"] == 128 and "sol_time_s" not in out.extra  # no bandwidth on CPU
     assert out.extra["weight_bytes"] == loaded.num_parameters * 4
     loaded.close()
+
+
+def test_compile_tuning_needs_compile(gpu):
+    with pytest.raises(BenchInputError, match="compile_tuning='coordinate-descent' tunes torch.compile"):
+        matrix(cache="static", compile_tuning="coordinate-descent")
+    cell, = matrix(cache="static", compile="reduce-overhead", compile_tuning="coordinate-descent").cells
+    plain, = matrix(cache="static", compile="reduce-overhead").cells
+    assert cell.build_key().key_hash != plain.build_key().key_hash  # different compiled kernels
+    assert "compile_tuning" not in plain.build_key().to_dict()["options"]  # late option at its default
+
+
+def test_configure_inductor(monkeypatch):
+    import torch._inductor.config as inductor
+
+    monkeypatch.setattr(inductor, "coordinate_descent_tuning", False)
+    hf.configure_inductor("default")
+    assert inductor.coordinate_descent_tuning is False
+    hf.configure_inductor("coordinate-descent")
+    assert inductor.coordinate_descent_tuning is True

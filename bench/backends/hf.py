@@ -40,6 +40,12 @@ class HFBackend(Backend):
         "compile": Option(
             "off", COMPILE_MODES, help="torch.compile of the decode step through transformers' CompileConfig (static cache)"
         ),
+        "compile_tuning": Option(
+            "default",
+            ("default", "coordinate-descent"),
+            help="Inductor tuning: coordinate-descent turns batch-1 matmuls into tuned Triton reductions",
+            late=True,
+        ),
         "decode_loop": Option(
             "generate",
             ("generate", "harness"),
@@ -79,6 +85,11 @@ class HFBackend(Backend):
             raise BenchInputError(
                 "decode_loop='harness' runs on a static KV cache (fixed shapes, compiled step): set cache = 'static' "
                 "or decode_loop = 'generate'"
+            )
+        if opts.get("compile_tuning", "default") != "default" and opts.get("compile", "off") == "off":
+            raise BenchInputError(
+                f"compile_tuning={opts['compile_tuning']!r} tunes torch.compile's kernels: set compile = "
+                "'reduce-overhead' or 'max-autotune', or compile_tuning = 'default'"
             )
         if opts.get("compile", "off") != "off":
             if opts.get("cache") != "static":
@@ -261,6 +272,7 @@ class HFLoaded(Loaded):
         # Exact output lengths: never stop at EOS (random weights would emit it anywhere).
         gc.eos_token_id = None
         gc.pad_token_id = self.pad_id
+        configure_inductor(opts.get("compile_tuning", "default"))
         self.loop = None
         if opts.get("decode_loop", "generate") == "harness":
             from bench.backends.hf_loop import DecodeLoop
@@ -504,6 +516,22 @@ def configure_compile(model, mode: str, cache: str) -> None:
     # dynamic=False: shapes are fixed per cell (static cache length, warmed batch sizes), so each
     # graph is specialised; fullgraph=False tolerates a graph break rather than failing the cell.
     gc.compile_config = CompileConfig(fullgraph=False, dynamic=False, mode=mode)
+
+
+def configure_inductor(tuning: str) -> None:
+    """Set Inductor's tuning for this worker's compiles (before the first one).
+
+    coordinate-descent: with it, Inductor rewrites a matmul whose batch side is 1 into a
+    multiply + sum reduction (torch/_inductor/decomposition.py: "Our matrix vector multiplies
+    only achieve peak bandwidth with coordinate descent tuning"), which can also absorb a
+    weight-only dequantisation; the reductions' launch configs are then tuned by coordinate
+    descent. gpt-fast and torchao's recommended settings turn it on. Slower first compile.
+    """
+    if tuning == "default":
+        return
+    import torch._inductor.config as inductor
+
+    inductor.coordinate_descent_tuning = True
 
 
 def quantize(model, precision: str) -> None:
