@@ -140,6 +140,30 @@ def bare_generate(cell, workload_file: Path, engines: Path, reps: int) -> dict:
     return {"output_tok_s": sum(rates) / len(rates), "runs_tok_s": rates, "warmup_s": warm_s, "loop": loop}
 
 
+def sweep_figure(results: dict, path: Path) -> bool:
+    """Write the batch sweep (output tok/s and % of speed-of-light against max_batch_size) as HTML."""
+    try:
+        import plotly.graph_objects as go
+        from plotly.subplots import make_subplots
+    except ImportError:
+        return False
+    pts = [p for p in results.get("sweep", []) if p.get("output_tok_s")]
+    xs = [p["max_batch_size"] for p in pts]
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.65, 0.35])
+    fig.add_trace(go.Scatter(x=xs, y=[p["output_tok_s"] for p in pts], mode="lines+markers", name="output tok/s"), 1, 1)
+    fig.add_trace(go.Scatter(x=xs, y=[p.get("sol_output_tok_s") for p in pts], mode="lines", line_dash="dot",
+                             name="speed-of-light tok/s"), 1, 1)
+    fig.add_trace(go.Scatter(x=xs, y=[p.get("tpot_ms") for p in pts], mode="lines+markers", name="TPOT ms"), 2, 1)
+    fig.update_layout(title=f"hf: {results.get('model')}, {results.get('input_len')} in / {results.get('output_len')} out, "
+                            "static cache + compile, harness decode loop", width=900, height=620)
+    fig.update_xaxes(type="log", tickvals=xs)
+    fig.update_xaxes(title="max_batch_size", row=2, col=1)
+    fig.update_yaxes(type="log", title="output tok/s", row=1, col=1)
+    fig.update_yaxes(title="TPOT (ms)", rangemode="tozero", row=2, col=1)
+    fig.write_html(path, include_plotlyjs=True, config={"displayModeBar": False})
+    return True
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path)
@@ -154,7 +178,11 @@ def main() -> int:
     ap.add_argument("--compile-mode", default="reduce-overhead", choices=("reduce-overhead", "max-autotune"),
                     help="compile mode of the best, generate and sweep cells (int8wo stays reduce-overhead)")
     ap.add_argument("--engines", type=Path, default=ROOT / "engines", help="engine/compile cache (second runs reuse it)")
+    ap.add_argument("--plot-only", type=Path, help="redraw sweep.html under --out from this results.json; run nothing")
     args = ap.parse_args()
+    if args.plot_only:
+        args.out.mkdir(parents=True, exist_ok=True)
+        return 0 if sweep_figure(json.loads(args.plot_only.read_text()), args.out / "sweep.html") else 1
     phases = set(args.phases.split(","))
     t_start = time.monotonic()
     out = args.out.resolve()
@@ -288,15 +316,7 @@ def main() -> int:
     lines += ["", f"copy bandwidth (read+write): {fmt(bw, '{:.2f}')} TB/s", "", *[f"- {n}" for n in notes],
               "", f"elapsed {results['elapsed_s']:.0f} s"]
     (out / "results.md").write_text("\n".join(lines) + "\n")
-    try:
-        import plotly.graph_objects as go
-
-        pts = [p for p in results["sweep"] if p.get("output_tok_s")]
-        fig = go.Figure(go.Scatter(x=[p["max_batch_size"] for p in pts], y=[p["output_tok_s"] for p in pts], mode="lines+markers"))
-        fig.update_layout(title=f"hf {precision} static+compile: output tok/s vs max_batch_size", xaxis_type="log",
-                          xaxis_title="max_batch_size", yaxis_title="output tok/s")
-        fig.write_html(out / "sweep.html", include_plotlyjs=True)
-    except ImportError:
+    if not sweep_figure(results, out / "sweep.html"):
         notes.append("plotly missing: no sweep.html")
     print("\n".join(lines))
     return 0
