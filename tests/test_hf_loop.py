@@ -33,6 +33,11 @@ def test_a_late_option_at_its_default_keeps_earlier_ids():
     assert plain.cell_id == short_hash({"schema_version": SCHEMA_VERSION, "cell": before})
     assert "decode_loop" not in dict(plain.build_key().options)
     assert plain.options_dict["prefill_len"] == 0
+    assert "decode_loop" not in plain.label and "prefill_len" not in plain.label
+    from bench.report.data import _row  # report rows of an old and a new record group together
+
+    old, new = _row({"cell_id": "a", "cell": before}), _row({"cell_id": "b", "cell": plain.to_dict()})
+    assert old["options"] == new["options"]
     harness, = matrix(cache="static", decode_loop="harness").cells
     assert harness.cell_id != plain.cell_id
     assert harness.build_key().key_hash != plain.build_key().key_hash
