@@ -23,7 +23,7 @@ def test_harness_loop_needs_a_static_cache():
 
 def test_a_late_option_at_its_default_keeps_earlier_ids():
     """Cells stored before decode_loop existed must keep their cell_id and build key."""
-    from bench.spec import short_hash, SCHEMA_VERSION
+    from bench.spec import SCHEMA_VERSION, short_hash
 
     plain, = matrix(cache="static").cells
     assert plain.options_dict["decode_loop"] == "generate"

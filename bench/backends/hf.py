@@ -398,12 +398,7 @@ class HFLoaded(Loaded):
 
         class StepClock(StoppingCriteria):
             def __call__(self, input_ids, scores, **kwargs):
-                if cuda:
-                    ev = torch.cuda.Event(enable_timing=True)
-                    ev.record()
-                    marks.append(ev)
-                else:
-                    marks.append(time.perf_counter())
+                hf_loop.record_mark(marks, cuda)
                 return done_at[min(input_ids.shape[1] - prompt_len, max_new)]
 
         gen = self.generate_kwargs(max_new, cache_len)
@@ -422,17 +417,10 @@ class HFLoaded(Loaded):
             else:
                 if chunked:  # the prompt but its last token goes in first; generate continues from that cache
                     gen.pop("cache_implementation", None)
-                    full_mask = None
+                    static_len = None
                     if self.cache == "static":
-                        length = gen.pop("max_cache_len", None) or cache_len or static_cache_len([batch])
-                        cache = hf_loop.new_static_cache(self.model, len(batch), length, self.device)
-                        full_mask = torch.ones((len(batch), length), dtype=mask.dtype, device=self.device)
-                        full_mask[:, :prompt_len] = mask
-                    else:
-                        from transformers import DynamicCache
-
-                        cache = DynamicCache()
-                    hf_loop.feed_prompt(self.model, ids, mask, cache, prompt_len - 1, prefill_len, full_mask)
+                        static_len = gen.pop("max_cache_len", None) or cache_len or static_cache_len([batch])
+                    cache = hf_loop.prefilled_cache(self.model, ids, mask, prefill_len, static_len)
                     gen[hf_loop.forward_names(self.model)[0]] = cache
                 out = self.model.generate(input_ids=ids, attention_mask=mask, **gen)
                 generated = out.shape[1] - prompt_len

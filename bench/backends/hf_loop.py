@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 import time
-
+from itertools import pairwise
 
 # Prompt tokens past `prefill_len` are fed this many at a time (OOM probes, see `feed_prompt`).
 PREFILL_CHUNK = 16
@@ -69,11 +69,51 @@ def feed_prompt(model, ids, mask, cache, end: int, prefill_len: int | None = Non
     while bounds[-1] < end:
         bounds.append(min(bounds[-1] + PREFILL_CHUNK, end))
     logits = None
-    for a, b in zip(bounds, bounds[1:]):
+    for a, b in pairwise(bounds):
         m = full_mask if full_mask is not None else mask[:, :b]
         cache_position = torch.arange(a, b, device=ids.device)
         logits = forward(model, ids[:, a:b], positions[:, a:b], cache_position, m, cache)
     return logits
+
+
+def record_mark(marks: list, cuda: bool) -> None:
+    """Append when a token became available: a CUDA event (recorded, read after the batch) or perf_counter."""
+    if cuda:
+        import torch
+
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record()
+        marks.append(ev)
+    else:
+        marks.append(time.perf_counter())
+
+
+def whole_cache_mask(mask, cache_len: int):
+    """Return the 2D mask over a whole static cache: prompt padding 0, every later position 1.
+
+    Causality hides the positions not written yet, so every step sees the same shape.
+    """
+    import torch
+
+    full = torch.ones((mask.shape[0], cache_len), dtype=mask.dtype, device=mask.device)
+    full[:, : mask.shape[1]] = mask
+    return full
+
+
+def prefilled_cache(model, ids, mask, prefill_len: int, static_len: int | None):
+    """Return a cache holding every prompt position but the last, fed as feed_prompt does.
+
+    model.generate, given this cache, runs the last prompt position and continues as usual.
+    static_len: a StaticCache of that length, else a DynamicCache.
+    """
+    if static_len is None:
+        from transformers import DynamicCache
+
+        cache, full = DynamicCache(), None
+    else:
+        cache, full = new_static_cache(model, ids.shape[0], static_len, ids.device), whole_cache_mask(mask, static_len)
+    feed_prompt(model, ids, mask, cache, ids.shape[1] - 1, prefill_len, full)
+    return cache
 
 
 class DecodeLoop:
@@ -123,25 +163,14 @@ class DecodeLoop:
         if prompt + max_new > cache_len:
             raise ValueError(f"prompt {prompt} + output {max_new} exceeds the static cache length {cache_len}")
         cache = self.cache_for(batch, cache_len)
-        # The mask covers the whole cache: prompt padding is 0, every later position 1 (causality
-        # hides the positions not written yet), so every step sees the same shape.
-        full_mask = torch.ones((batch, cache_len), dtype=mask.dtype, device=ids.device)
-        full_mask[:, :prompt] = mask
+        full_mask = whole_cache_mask(mask, cache_len)
         pad = (prompt - mask.sum(-1, keepdim=True)).to(torch.long)
         out = torch.empty((batch, max_new), dtype=torch.long, device=ids.device)
-
-        def mark():
-            if cuda:
-                ev = torch.cuda.Event(enable_timing=True)
-                ev.record()
-                marks.append(ev)
-            else:
-                marks.append(time.perf_counter())
 
         logits = feed_prompt(self.model, ids, mask, cache, prompt, prefill_len, full_mask)
         token = logits[:, -1].argmax(-1, keepdim=True)
         out[:, :1] = token
-        mark()
+        record_mark(marks, cuda)
         position = torch.tensor([prompt], dtype=torch.long, device=ids.device)
         for k in range(1, max_new):
             if self.compiled:
@@ -149,5 +178,5 @@ class DecodeLoop:
             token = self.step(token, position, pad, full_mask, cache).clone()
             out[:, k : k + 1] = token
             position.add_(1)
-            mark()
+            record_mark(marks, cuda)
         return out
