@@ -15,6 +15,7 @@ from bench.profiling.kernels import (
     build_kernel_table,
     categorize,
 )
+from tests.conftest import tiny_hf_matrix
 
 
 @pytest.mark.parametrize("name, category", [
@@ -199,22 +200,7 @@ def test_hf_generate_ranges_prefill_decode_and_modules():
 
 
 def _matrix(tmp_path, backends='["hf"]'):
-    path = tmp_path / "m.toml"
-    path.write_text(f"""
-name = "ptest"
-backends = {backends}
-model = "qwen-tiny"
-device = "cpu"
-precisions = ["fp32", "bf16"]
-max_batch_sizes = [1]
-workloads = ["w"]
-[workload.w]
-num_requests = 2
-max_input_len = 64
-max_total_len = 128
-max_output_len = 8
-""")
-    return path
+    return tiny_hf_matrix(tmp_path / "m.toml", "ptest", backends)
 
 
 def _bench(*args):

@@ -14,6 +14,7 @@ from bench.profiling.kernels import AttributedKernel, KernelTable, build_kernel_
 from bench.report.build import build_report
 from bench.report.kernels import is_profile, kernel_frame
 from bench.report.synthetic import synthetic_records, write_store
+from tests.conftest import tiny_hf_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = ROOT / "docs" / "data" / "h200-profile"  # real kernel tables, torch.profiler on an H200 (docs/profiling.md)
@@ -125,20 +126,7 @@ def _kernel_figure(page: str) -> dict:
 
 @pytest.mark.slow
 def test_bench_profile_then_report_draws_measured_numbers(tmp_path):
-    (tmp_path / "m.toml").write_text("""
-name = "kp"
-backends = ["hf"]
-model = "qwen-tiny"
-device = "cpu"
-precisions = ["fp32", "bf16"]
-max_batch_sizes = [1]
-workloads = ["w"]
-[workload.w]
-num_requests = 2
-max_input_len = 64
-max_total_len = 128
-max_output_len = 8
-""")
+    tiny_hf_matrix(tmp_path / "m.toml", "kp")
     proc = _bench("profile", "--matrix", "m.toml", "--only", "precision=fp32", "--decode-steps", "2", "--warmup", "0",
                   cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
