@@ -1,6 +1,7 @@
 """Speed-of-light: the least time a decode can take when it only has to read its bytes once.
 
-A decode step of a dense decoder must read every weight once (at its stored precision) and,
+A decode step of a dense decoder must read every weight once (at its stored precision; the
+input embedding table only a row per sequence, see `streamed_weight_bytes`) and,
 for each sequence still generating, the KV cache of its current length. Dividing those bytes
 by the device's memory bandwidth gives a lower bound on the step's time; the ratio of that
 bound to the measured time is the cell's % of speed-of-light (`sol_pct`).
@@ -24,6 +25,16 @@ def kv_bytes_per_token(config: dict, kv_dtype_bytes: int) -> int:
     kv_heads = config.get("num_key_value_heads") or heads
     head_dim = config.get("head_dim") or config["hidden_size"] // heads
     return 2 * config["num_hidden_layers"] * kv_heads * head_dim * kv_dtype_bytes
+
+
+def streamed_weight_bytes(weight_bytes: int, embedding_bytes: int, tied: bool) -> int:
+    """Return the weight bytes a decode step reads: every weight but the input embedding table.
+
+    A step looks up one embedding row per sequence (a few KB), not the table; a tied table is
+    still read whole, as the output projection. Counting the table (1.24 GB of Qwen-7B's 15.4
+    GB in bf16) would lower the speed-of-light and flatter every cell's % of it.
+    """
+    return weight_bytes if tied else weight_bytes - embedding_bytes
 
 
 def decode_step_bytes(weight_bytes: int, kv_per_token: int, context_lens: Sequence[int]) -> int:

@@ -80,6 +80,8 @@ def summarize_cell(records: list[dict], cell) -> dict:
         "sm_clock_mhz_median": m.get("sm_clock_mhz_median"),
         "warmup_first_pass_s": (x.get("warmup") or {}).get("first_pass_s"),
         "weight_gb": x.get("weight_bytes", 0) / 1e9,
+        "streamed_weight_gb": (x.get("streamed_weight_bytes") or 0) / 1e9 or None,
+        "inductor": x.get("inductor"),
     })
     return out
 
@@ -177,6 +179,8 @@ def main() -> int:
     ap.add_argument("--cell-timeout-s", type=float, default=240.0, help="a cell's worker is stopped after this")
     ap.add_argument("--compile-mode", default="reduce-overhead", choices=("reduce-overhead", "max-autotune"),
                     help="compile mode of the best, generate and sweep cells (int8wo stays reduce-overhead)")
+    ap.add_argument("--freeze", default="off", choices=("off", "on"),
+                    help="freeze_weights of the best, generate and sweep cells (q/k/v and gate/up concatenated)")
     ap.add_argument("--engines", type=Path, default=ROOT / "engines", help="engine/compile cache (second runs reuse it)")
     ap.add_argument("--plot-only", type=Path, help="redraw sweep.html under --out from this results.json; run nothing")
     args = ap.parse_args()
@@ -194,6 +198,8 @@ def main() -> int:
     else:
         model, device, precision, n_in, n_out = "qwen-7b-shape", "cuda", "bf16", 128, 256
         compiled = {"cache": "static", "compile": args.compile_mode}
+        if args.freeze == "on":
+            compiled["freeze_weights"] = "on"
     # The best configuration: the compiled step driven by the harness's own loop (no host sync
     # per step); "generate": the same compiled step driven by transformers' model.generate.
     best = {**compiled, "decode_loop": "harness"}
@@ -255,6 +261,7 @@ def main() -> int:
     catalogue = {"int8wo": (ro, "int8wo"), "int8wo-generate": ({**ro, "decode_loop": "generate"}, "int8wo"),
                  "best-cd": ({**best, "compile_tuning": "coordinate-descent"}, precision),
                  "int8wo-cd": ({**ro, "compile_tuning": "coordinate-descent"}, "int8wo"),
+                 "int8wo-frozen": ({**ro, "freeze_weights": "on"}, "int8wo"),
                  "static-eager": ({"cache": "static", "compile": "off"}, precision),
                  "dynamic": ({"cache": "dynamic", "compile": "off"}, precision)}
     others = [o for o in args.others.split(",") if o] if "others" in phases else []

@@ -173,3 +173,35 @@ def test_an_hf_probe_prefills_the_real_prompt_length():
            "extra": {"probe": {"max_input_len": 256, "max_output_len": 256}}}
     row, = frontier_rows([rec])
     assert "prefill_len" not in row["options"]
+
+
+@pytest.mark.slow
+def test_frozen_weights_concatenate_the_projections(tiny):
+    """freeze_weights=on: q/k/v become one matmul and gate/up another (Inductor, CPU here), same tokens."""
+    import torch
+    import torch._inductor.config as inductor
+    from torch._dynamo.utils import counters
+
+    from bench.backends import hf
+    from bench.backends.hf_loop import DecodeLoop
+
+    ids, mask = left_padded(tiny, [[5, 6, 7, 8], [9, 10]])
+    with torch.inference_mode():
+        want = DecodeLoop(tiny.model, "off", tiny.device).generate(ids, mask, 4, 32, [], cuda=False)
+    extern = {}
+    # torch's config.patch, not monkeypatch: pytest 9.2 undoes a monkeypatch of a module
+    # attribute it cannot see in __dict__ by deleting it, which hides the setting for good.
+    with inductor.patch({"freezing": False, "cpp.enable_concat_linear": True}):  # concat: on by default on GPUs only
+        for freeze in (False, True):
+            hf.configure_inductor("default", freeze)
+            assert hf.inductor_settings()["freezing"] is freeze
+            counters.clear()
+            torch._dynamo.reset()
+            with torch.inference_mode():
+                got = DecodeLoop(tiny.model, "default", tiny.device).generate(ids, mask, 4, 32, [], cuda=False)
+            assert torch.equal(got, want)
+            extern[freeze] = counters["inductor"]["extern_calls"]  # matmuls (and attention) left to library kernels
+    assert inductor.freezing is False  # restored
+    torch._dynamo.reset()
+    layers = tiny.model.config.num_hidden_layers
+    assert extern[False] - extern[True] == 3 * layers  # per layer: 3 projections -> 1, 2 -> 1

@@ -156,23 +156,30 @@ def test_static_cache_warmup_covers_every_batch_size(tmp_path):
     assert [t.output_len for t in out.timings] == [3, 4, 5]
     assert out.extra["static_cache_len"] == 128 and "sol_time_s" not in out.extra  # no bandwidth on CPU
     assert out.extra["weight_bytes"] == loaded.num_parameters * 4
+    assert out.extra["streamed_weight_bytes"] == out.extra["weight_bytes"]  # qwen-tiny ties its embedding
     loaded.close()
 
 
 def test_compile_tuning_needs_compile(gpu):
-    with pytest.raises(BenchInputError, match="compile_tuning='coordinate-descent' tunes torch.compile"):
+    with pytest.raises(BenchInputError, match="compile_tuning='coordinate-descent' changes what torch.compile"):
         matrix(cache="static", compile_tuning="coordinate-descent")
+    with pytest.raises(BenchInputError, match="freeze_weights='on' changes what torch.compile generates.*freeze_weights = 'off'"):
+        matrix(cache="static", freeze_weights="on")
+    frozen, = matrix(cache="static", compile="reduce-overhead", freeze_weights="on").cells
     cell, = matrix(cache="static", compile="reduce-overhead", compile_tuning="coordinate-descent").cells
     plain, = matrix(cache="static", compile="reduce-overhead").cells
-    assert cell.build_key().key_hash != plain.build_key().key_hash  # different compiled kernels
-    assert "compile_tuning" not in plain.build_key().to_dict()["options"]  # late option at its default
+    assert len({cell.build_key().key_hash, plain.build_key().key_hash, frozen.build_key().key_hash}) == 3
+    for late in ("compile_tuning", "freeze_weights"):  # late options at their default
+        assert late not in plain.build_key().to_dict()["options"]
 
 
-def test_configure_inductor(monkeypatch):
+def test_configure_inductor():
     import torch._inductor.config as inductor
 
-    monkeypatch.setattr(inductor, "coordinate_descent_tuning", False)
-    hf.configure_inductor("default")
-    assert inductor.coordinate_descent_tuning is False
-    hf.configure_inductor("coordinate-descent")
-    assert inductor.coordinate_descent_tuning is True
+    # torch's config.patch restores the settings (a pytest monkeypatch would hide them: test_hf_loop).
+    with inductor.patch(coordinate_descent_tuning=False, freezing=False):
+        hf.configure_inductor("default")
+        assert hf.inductor_settings() == {"coordinate_descent_tuning": False, "freezing": False}
+        hf.configure_inductor("coordinate-descent", freeze=True)
+        assert hf.inductor_settings() == {"coordinate_descent_tuning": True, "freezing": True}
+    assert inductor.freezing is False

@@ -14,6 +14,12 @@ def test_kv_bytes_per_token_qwen7b_bf16():
     assert sol.kv_bytes_per_token(gqa, 4) == 2 * 2 * 2 * 32 * 4
 
 
+def test_a_step_streams_every_weight_but_an_untied_embedding_table():
+    emb = QWEN_7B_SHAPE["vocab_size"] * QWEN_7B_SHAPE["hidden_size"] * 2  # bf16: 1.24 GB
+    assert sol.streamed_weight_bytes(15_000_000_000, emb, tied=False) == 15_000_000_000 - emb
+    assert sol.streamed_weight_bytes(15_000_000_000, emb, tied=True) == 15_000_000_000  # read as the output head
+
+
 def test_decode_step_and_batch_bound_by_hand():
     assert sol.decode_step_bytes(1000, 10, [3, 5]) == 1000 + 80
     # One request, 2 in / 3 out: prefill reads 1000; step 1 reads 1000 + 10*3; step 2 1000 + 10*4.

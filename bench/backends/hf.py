@@ -18,6 +18,7 @@ from pathlib import Path
 
 from bench.backends.base import Backend, Loaded, Option, RequestTiming, RunOutput
 from bench.errors import BenchInputError
+from bench.sol import streamed_weight_bytes
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 # torchao precisions: the model loads in bf16, then torchao replaces the Linear weights.
@@ -44,6 +45,13 @@ class HFBackend(Backend):
             "default",
             ("default", "coordinate-descent"),
             help="Inductor tuning: coordinate-descent turns batch-1 matmuls into tuned Triton reductions",
+            late=True,
+        ),
+        "freeze_weights": Option(
+            "off",
+            ("off", "on"),
+            help="Inductor freezing: weights become constants of the compiled step, so projections that share "
+            "an input (q/k/v, gate/up) run as one matmul; the concatenated copies cost extra device memory",
             late=True,
         ),
         "decode_loop": Option(
@@ -86,11 +94,12 @@ class HFBackend(Backend):
                 "decode_loop='harness' runs on a static KV cache (fixed shapes, compiled step): set cache = 'static' "
                 "or decode_loop = 'generate'"
             )
-        if opts.get("compile_tuning", "default") != "default" and opts.get("compile", "off") == "off":
-            raise BenchInputError(
-                f"compile_tuning={opts['compile_tuning']!r} tunes torch.compile's kernels: set compile = "
-                "'reduce-overhead' or 'max-autotune', or compile_tuning = 'default'"
-            )
+        for name, default in (("compile_tuning", "default"), ("freeze_weights", "off")):
+            if opts.get(name, default) != default and opts.get("compile", "off") == "off":
+                raise BenchInputError(
+                    f"{name}={opts[name]!r} changes what torch.compile generates: set compile = "
+                    f"'reduce-overhead' or 'max-autotune', or {name} = {default!r}"
+                )
         if opts.get("compile", "off") != "off":
             if opts.get("cache") != "static":
                 raise BenchInputError(
@@ -272,7 +281,7 @@ class HFLoaded(Loaded):
         # Exact output lengths: never stop at EOS (random weights would emit it anywhere).
         gc.eos_token_id = None
         gc.pad_token_id = self.pad_id
-        configure_inductor(opts.get("compile_tuning", "default"))
+        configure_inductor(opts.get("compile_tuning", "default"), opts.get("freeze_weights", "off") == "on")
         self.loop = None
         if opts.get("decode_loop", "generate") == "harness":
             from bench.backends.hf_loop import DecodeLoop
@@ -283,6 +292,9 @@ class HFLoaded(Loaded):
             configure_compile(self.model, self.compile, self.cache)
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
         self.weight_bytes = sum(stored_bytes(p) for p in self.model.parameters())
+        emb, head = self.model.get_input_embeddings(), self.model.get_output_embeddings()
+        tied = head is not None and head.weight is emb.weight
+        self.streamed_weight_bytes = streamed_weight_bytes(self.weight_bytes, stored_bytes(emb.weight), tied)
         cfg = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
         from bench.sol import kv_bytes_per_token
 
@@ -352,17 +364,20 @@ class HFLoaded(Loaded):
         extra = {
             "num_parameters": self.num_parameters,
             "weight_bytes": self.weight_bytes,
+            "streamed_weight_bytes": self.streamed_weight_bytes,
             "kv_bytes_per_token": self.kv_per_token,
             "static_cache_len": cache_len,
             "quantize_s": self.quantize_s,
         }
+        if self.compile != "off":
+            extra["inductor"] = inductor_settings()
         if self.device.type == "cuda":
             extra["peak_memory_bytes"] = torch.cuda.max_memory_allocated(self.device)
             extra["peak_reserved_bytes"] = torch.cuda.max_memory_reserved(self.device)
         if self.bandwidth:
             bw = self.bandwidth["bandwidth_bytes_s"]
             lens = [[(r.input_len, r.output_len) for r in b] for b in plan]
-            sol_s = run_lower_bound_s(lens, self.weight_bytes, self.kv_per_token, bw)
+            sol_s = run_lower_bound_s(lens, self.streamed_weight_bytes, self.kv_per_token, bw)
             out_tokens = sum(r.output_len for r in requests)
             extra.update({"copy_bandwidth_bytes_s": bw, "sol_time_s": sol_s, "sol_output_throughput": out_tokens / sol_s})
         return RunOutput(timings, started, ended, extra)
@@ -506,7 +521,7 @@ def configure_compile(model, mode: str, cache: str) -> None:
     gc.compile_config = CompileConfig(fullgraph=False, dynamic=False, mode=mode)
 
 
-def configure_inductor(tuning: str) -> None:
+def configure_inductor(tuning: str, freeze: bool = False) -> None:
     """Set Inductor's tuning for this worker's compiles (before the first one).
 
     coordinate-descent: with it, Inductor rewrites a matmul whose batch side is 1 into a
@@ -514,12 +529,28 @@ def configure_inductor(tuning: str) -> None:
     only achieve peak bandwidth with coordinate descent tuning"), which can also absorb a
     weight-only dequantisation; the reductions' launch configs are then tuned by coordinate
     descent. gpt-fast and torchao's recommended settings turn it on. Slower first compile.
+
+    freeze: Inductor's freezing (compiles under no_grad only, as the harness runs): parameters
+    become constants of the graph, constant folding runs on them, and the freezing patterns
+    (torch/_inductor/fx_passes/freezing_patterns.py) concatenate the weights of matmuls that
+    share an input, so Qwen2's q/k/v projections become one matmul and gate/up another. The
+    concatenated weights are new tensors beside the model's own (the eager prefill still uses
+    those): about 9 GB more for a Qwen-7B shape in bf16. int8 -> float dequantisations are
+    not folded (Inductor keeps weight-only quantisation's int8 weights).
     """
-    if tuning == "default":
-        return
     import torch._inductor.config as inductor
 
-    inductor.coordinate_descent_tuning = True
+    if tuning == "coordinate-descent":
+        inductor.coordinate_descent_tuning = True
+    if freeze:
+        inductor.freezing = True
+
+
+def inductor_settings() -> dict:
+    """Return the Inductor settings this worker's compiles use (torchao's quantisers set some too)."""
+    import torch._inductor.config as inductor
+
+    return {"coordinate_descent_tuning": bool(inductor.coordinate_descent_tuning), "freezing": bool(inductor.freezing)}
 
 
 def quantize(model, precision: str) -> None:
