@@ -124,6 +124,11 @@ def run_variant(spec: str, args) -> dict:
     return res
 
 
+def result_name(spec: str) -> str:
+    """Return a variant's result file name: letters, digits, '-' and '_' only (the device tool drops others)."""
+    return spec.replace(":", "_").replace("+", "-") + ".json"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path)
@@ -144,7 +149,7 @@ def main() -> int:
             res = run_variant(args.one, args)
         except Exception:
             res = {"variant": args.one, "error": traceback.format_exc()[-3000:]}
-        (args.out / f"{args.one.replace(':', '_')}.json").write_text(json.dumps(res, indent=1))
+        (args.out / result_name(args.one)).write_text(json.dumps(res, indent=1))
         return 0 if "error" not in res else 1
     t0 = time.monotonic()
     rows = []
@@ -158,7 +163,7 @@ def main() -> int:
         cmd += ["--cpu-smoke"] if args.cpu_smoke else []
         try:
             subprocess.run(cmd, timeout=min(args.timeout_s, left), check=False)
-            rows.append(json.loads((args.out / f"{spec.replace(':', '_')}.json").read_text()))
+            rows.append(json.loads((args.out / result_name(spec)).read_text()))
         except (subprocess.TimeoutExpired, OSError, json.JSONDecodeError) as exc:
             rows.append({"variant": spec, "error": f"{type(exc).__name__}: {exc}"})
         print(f"[{time.monotonic() - t0:.0f} s] {spec}: {rows[-1].get('step_ms', rows[-1].get('error', '')[-300:])}", flush=True)
