@@ -6,7 +6,8 @@ CPU logic check:         python3 scripts/gpu_step.py --out DIR --cpu-smoke
 Each variant (precision:compile_mode:compile_tuning[+freeze][:layers]) runs in its own process (Inductor's
 settings are process-wide, and torchao turns some on when it quantizes) on the Qwen-7B-shaped
 Qwen2 (random weights; `layers` cuts the depth to make a diagnosis cheaper): it prefills
---prompt tokens, then drives the same compiled step as bench.backends.hf_loop.DecodeLoop:
+--prompt tokens and runs the harness loop's own steps (bench.backends.hf_loop.DecodeLoop
+.prefill and .decode, which DecodeLoop.generate is made of):
 1. step time: CUDA events around --steps steps, no host sync inside (as the harness loop);
 2. one profile of --profile-steps steps (torch.profiler, CUPTI): kernels per step, GPU kernel
    time per step, the kernels that carry the most time (name, calls per step, us per call),
@@ -35,7 +36,7 @@ def run_variant(spec: str, args) -> dict:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from bench.backends.hf import configure_inductor, quantize, stored_bytes
-    from bench.backends.hf_loop import DecodeLoop, feed_prompt, whole_cache_mask
+    from bench.backends.hf_loop import DecodeLoop
     from bench.models import QWEN_7B_SHAPE, QWEN_TINY
 
     prec, mode, tuning, *rest = spec.split(":")
@@ -63,38 +64,26 @@ def run_variant(spec: str, args) -> dict:
     sync = torch.cuda.synchronize if not cpu else (lambda: None)
 
     with torch.inference_mode():
-        cache = loop.cache_for(1, cache_len)
-        full_mask = whole_cache_mask(mask, cache_len)
-        pad = torch.zeros((1, 1), dtype=torch.long, device=device)
-        state = {"token": feed_prompt(model, ids, mask, cache, n_prompt, None, full_mask)[:, -1].argmax(-1, keepdim=True),
-                 "position": torch.tensor([n_prompt], dtype=torch.long, device=device)}
-
-        def steps(n: int) -> None:
-            for _ in range(n):
-                if loop.compiled:
-                    torch.compiler.cudagraph_mark_step_begin()
-                state["token"] = loop.step(state["token"], state["position"], pad, full_mask, cache).clone()
-                state["position"].add_(1)
-
+        state = loop.prefill(ids, mask, cache_len)
         t0 = time.perf_counter()
-        steps(3)  # compile, record the graph, replay
+        loop.decode(state, 3)  # compile, record the graph, replay
         sync()
         res["first_steps_s"] = time.perf_counter() - t0
-        state["position"].fill_(n_prompt)
+        state["position"].fill_(n_prompt)  # the timed steps start right after the prompt again
         if cpu:
             t0 = time.perf_counter()
-            steps(args.steps)
+            loop.decode(state, args.steps)
             res["step_ms"] = (time.perf_counter() - t0) / args.steps * 1e3
         else:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            steps(args.steps)
+            loop.decode(state, args.steps)
             end.record()
             end.synchronize()
             res["step_ms"] = start.elapsed_time(end) / args.steps
         activities = [torch.profiler.ProfilerActivity.CPU] + ([] if cpu else [torch.profiler.ProfilerActivity.CUDA])
         with torch.profiler.profile(activities=activities) as prof:
-            steps(args.profile_steps)
+            loop.decode(state, args.profile_steps)
             sync()
     n = args.profile_steps
     kernels: dict = defaultdict(lambda: [0, 0.0])

@@ -162,21 +162,44 @@ class DecodeLoop:
         batch, prompt = ids.shape
         if prompt + max_new > cache_len:
             raise ValueError(f"prompt {prompt} + output {max_new} exceeds the static cache length {cache_len}")
+        out = torch.empty((batch, max_new), dtype=torch.long, device=ids.device)
+        state = self.prefill(ids, mask, cache_len, prefill_len)
+
+        def keep(k: int, token) -> None:
+            out[:, k : k + 1] = token
+            record_mark(marks, cuda)
+
+        keep(0, state["token"])
+        self.decode(state, max_new - 1, keep)
+        return out
+
+    def prefill(self, ids, mask, cache_len: int, prefill_len: int | None = None) -> dict:
+        """Feed the prompt into this shape's reset StaticCache; return the decode state.
+
+        The state holds the first generated token (batch, 1), the next cache position, each
+        row's left padding, the whole-cache mask and the cache: what `decode` advances.
+        """
+        import torch
+
+        batch, prompt = ids.shape
         cache = self.cache_for(batch, cache_len)
         full_mask = whole_cache_mask(mask, cache_len)
-        pad = (prompt - mask.sum(-1, keepdim=True)).to(torch.long)
-        out = torch.empty((batch, max_new), dtype=torch.long, device=ids.device)
-
         logits = feed_prompt(self.model, ids, mask, cache, prompt, prefill_len, full_mask)
-        token = logits[:, -1].argmax(-1, keepdim=True)
-        out[:, :1] = token
-        record_mark(marks, cuda)
-        position = torch.tensor([prompt], dtype=torch.long, device=ids.device)
-        for k in range(1, max_new):
+        return {"token": logits[:, -1].argmax(-1, keepdim=True),
+                "position": torch.tensor([prompt], dtype=torch.long, device=ids.device),
+                "pad": (prompt - mask.sum(-1, keepdim=True)).to(torch.long), "mask": full_mask, "cache": cache}
+
+    def decode(self, state: dict, steps: int, on_token=None) -> None:
+        """Run `steps` one-token steps from `state` (updated in place), never waiting for the GPU.
+
+        on_token(k, token) is called after step k (1-based), with the token still on the device.
+        """
+        import torch
+
+        for k in range(1, steps + 1):
             if self.compiled:
                 torch.compiler.cudagraph_mark_step_begin()  # the previous step's output is consumed below
-            token = self.step(token, position, pad, full_mask, cache).clone()
-            out[:, k : k + 1] = token
-            position.add_(1)
-            record_mark(marks, cuda)
-        return out
+            state["token"] = self.step(state["token"], state["position"], state["pad"], state["mask"], state["cache"]).clone()
+            state["position"].add_(1)
+            if on_token is not None:
+                on_token(k, state["token"])
