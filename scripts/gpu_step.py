@@ -33,9 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 def run_variant(spec: str, args) -> dict:
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from gpu_profile import build_model  # this script's sibling (sys.path[0] is scripts/)
 
-    from bench.backends.hf import configure_inductor, quantize, stored_bytes
+    from bench.backends.hf import configure_inductor, quantize
     from bench.backends.hf_loop import DecodeLoop
     from bench.models import QWEN_7B_SHAPE, QWEN_TINY
 
@@ -45,18 +45,12 @@ def run_variant(spec: str, args) -> dict:
     if rest:
         config["num_hidden_layers"] = int(rest[0])
     device = torch.device("cpu" if cpu else "cuda")
-    torch.manual_seed(0)
-    with device:
-        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config), attn_implementation="sdpa",
-                                                 dtype=torch.bfloat16).eval()
+    model = build_model(config, "sdpa", torch.bfloat16, device)
     if prec != "bf16":
         quantize(model, prec)
     tuning, _, freeze = tuning.partition("+")
     configure_inductor(tuning, freeze == "freeze")
-    emb = model.get_input_embeddings().weight
-    res: dict = {"variant": spec, "layers": config["num_hidden_layers"],
-                 "weight_bytes": sum(stored_bytes(p) for p in model.parameters()),
-                 "embedding_bytes": stored_bytes(emb)}
+    res: dict = {"variant": spec, "layers": config["num_hidden_layers"]}
     loop = DecodeLoop(model, mode, device)
     n_prompt, cache_len = args.prompt, args.prompt + args.steps + args.profile_steps + 16
     ids = torch.randint(0, config["vocab_size"], (1, n_prompt), device=device)
