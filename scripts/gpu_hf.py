@@ -3,7 +3,7 @@
 Run from the repo root:  python3 scripts/gpu_hf.py --out DIR      (one H200, budget ~7 min)
                          python3 scripts/gpu_hf.py --out DIR --cpu-smoke   (qwen-tiny on CPU)
 
-Qwen-7B-shaped model (random weights), bf16, synthetic 128 input / 256 output tokens, batch 1:
+Qwen-7B-shaped model (random weights), bf16 (--precision), synthetic 128 input / 256 output tokens, batch 1:
   (a) harness measurements (bench's own matrix runner, worker subprocesses, 3 trials) for the
       best configuration (static cache + compile reduce-overhead + the harness's decode loop),
       then the same compiled step under transformers' generate, int8 weight-only (torchao) if
@@ -181,6 +181,10 @@ def main() -> int:
                     help="compile mode of the best, generate and sweep cells (int8wo stays reduce-overhead)")
     ap.add_argument("--freeze", default="off", choices=("off", "on"),
                     help="freeze_weights of the best, generate and sweep cells (q/k/v and gate/up concatenated)")
+    ap.add_argument("--precision", default="bf16", choices=("bf16", "int8wo", "int4wo"),
+                    help="precision of the best, generate and sweep cells")
+    ap.add_argument("--quant-kernels", default="torchao", choices=("torchao", "gemlite"),
+                    help="quant_kernels of the best, generate and sweep cells (torchao precisions)")
     ap.add_argument("--engines", type=Path, default=ROOT / "engines", help="engine/compile cache (second runs reuse it)")
     ap.add_argument("--plot-only", type=Path, help="redraw sweep.html under --out from this results.json; run nothing")
     args = ap.parse_args()
@@ -196,10 +200,12 @@ def main() -> int:
         model, device, precision, n_in, n_out = "qwen-tiny", "cpu", "bf16", 16, 8
         compiled = {"cache": "static", "compile": "off"}  # compile needs a GPU
     else:
-        model, device, precision, n_in, n_out = "qwen-7b-shape", "cuda", "bf16", 128, 256
+        model, device, precision, n_in, n_out = "qwen-7b-shape", "cuda", args.precision, 128, 256
         compiled = {"cache": "static", "compile": args.compile_mode}
         if args.freeze == "on":
             compiled["freeze_weights"] = "on"
+        if args.quant_kernels != "torchao":
+            compiled["quant_kernels"] = args.quant_kernels
     # The best configuration: the compiled step driven by the harness's own loop (no host sync
     # per step); "generate": the same compiled step driven by transformers' model.generate.
     best = {**compiled, "decode_loop": "harness"}
@@ -257,8 +263,12 @@ def main() -> int:
         notes.append(f"generate cell skipped: {left():.0f} s left of the budget")
 
     # (c) other configurations at batch 1.
-    ro = {**best, "compile": "reduce-overhead"} if not args.cpu_smoke else best
+    ro = {k: v for k, v in best.items() if k != "quant_kernels"}
+    ro = {**ro, "compile": "reduce-overhead"} if not args.cpu_smoke else ro
+    gl = {**ro, "quant_kernels": "gemlite"}
     catalogue = {"int8wo": (ro, "int8wo"), "int8wo-generate": ({**ro, "decode_loop": "generate"}, "int8wo"),
+                 "int8wo-gemlite": (gl, "int8wo"), "int4wo": (ro, "int4wo"), "fp8": (ro, "fp8"),
+                 "int8wo-gemlite-frozen": ({**gl, "freeze_weights": "on"}, "int8wo"),
                  "best-cd": ({**best, "compile_tuning": "coordinate-descent"}, precision),
                  "int8wo-cd": ({**ro, "compile_tuning": "coordinate-descent"}, "int8wo"),
                  "int8wo-frozen": ({**ro, "freeze_weights": "on"}, "int8wo"),
@@ -267,11 +277,12 @@ def main() -> int:
     others = [o for o in args.others.split(",") if o] if "others" in phases else []
     for name in others:
         opts, prec = catalogue[name]
-        if prec == "int8wo":
-            try:
-                import torchao  # noqa: F401
-            except ImportError:
-                notes.append(f"{name} skipped: torchao is not importable (pip install the torchao wheel built for this torch)")
+        if prec in ("int8wo", "int4wo", "fp8"):  # its kernels' package must be installed, and a GPU
+            from importlib.util import find_spec
+
+            package = "gemlite" if opts.get("quant_kernels") == "gemlite" else "torchao"
+            if find_spec(package) is None:
+                notes.append(f"{name} skipped: {package} is not installed (pip install the wheel built for this torch)")
                 continue
             if args.cpu_smoke:
                 continue

@@ -3,7 +3,8 @@
 Run from the repo root:  python3 scripts/gpu_step.py --out DIR [--variants bf16:reduce-overhead:default,...]
 CPU logic check:         python3 scripts/gpu_step.py --out DIR --cpu-smoke
 
-Each variant (precision:compile_mode:compile_tuning[+freeze][:layers]) runs in its own process (Inductor's
+Each variant (precision[@quant_kernels]:compile_mode:compile_tuning[+freeze][+wrapped][:layers]; +wrapped: keep
+torchao's weights as tensor subclasses, as the backend did before unwrapping) runs in its own process (Inductor's
 settings are process-wide, and torchao turns some on when it quantizes) on the Qwen-7B-shaped
 Qwen2 (random weights; `layers` cuts the depth to make a diagnosis cheaper): it prefills
 --prompt tokens and runs the harness loop's own steps (bench.backends.hf_loop.DecodeLoop
@@ -46,15 +47,21 @@ def run_variant(spec: str, args) -> dict:
         config["num_hidden_layers"] = int(rest[0])
     device = torch.device("cpu" if cpu else "cuda")
     model = build_model(config, "sdpa", torch.bfloat16, device)
-    if prec != "bf16":
-        quantize(model, prec)
-    tuning, _, freeze = tuning.partition("+")
-    configure_inductor(tuning, freeze == "freeze")
+    tuning, *flags = tuning.split("+")
+    prec, _, kernels = prec.partition("@")
     res: dict = {"variant": spec, "layers": config["num_hidden_layers"]}
-    loop = DecodeLoop(model, mode, device)
     n_prompt, cache_len = args.prompt, args.prompt + args.steps + args.profile_steps + 16
     ids = torch.randint(0, config["vocab_size"], (1, n_prompt), device=device)
     mask = torch.ones_like(ids)
+    if prec != "bf16":  # as the backend does: compiled steps get unwrapped weights, unless +wrapped
+        with torch.inference_mode():
+            ref = model(input_ids=ids).logits[0, -1].float()
+        quantize(model, prec, kernels or "torchao", unwrap=mode != "off" and "wrapped" not in flags)
+        with torch.inference_mode():  # is the quantized matmul still the model's (not fast garbage)?
+            got = model(input_ids=ids).logits[0, -1].float()
+        res["last_logits_cosine_vs_bf16"] = torch.nn.functional.cosine_similarity(ref, got, dim=0).item()
+    configure_inductor(tuning, "freeze" in flags)
+    loop = DecodeLoop(model, mode, device)
     sync = torch.cuda.synchronize if not cpu else (lambda: None)
 
     with torch.inference_mode():
@@ -109,7 +116,7 @@ def run_variant(spec: str, args) -> dict:
 
 def result_name(spec: str) -> str:
     """Return a variant's result file name: letters, digits, '-' and '_' only (the device tool drops others)."""
-    return spec.replace(":", "_").replace("+", "-") + ".json"
+    return spec.replace(":", "_").replace("+", "-").replace("@", "-") + ".json"
 
 
 def main() -> int:
@@ -150,15 +157,15 @@ def main() -> int:
         except (subprocess.TimeoutExpired, OSError, json.JSONDecodeError) as exc:
             rows.append({"variant": spec, "error": f"{type(exc).__name__}: {exc}"})
         print(f"[{time.monotonic() - t0:.0f} s] {spec}: {rows[-1].get('step_ms', rows[-1].get('error', '')[-300:])}", flush=True)
-    lines = ["| variant | layers | step ms | kernels/step | kernel us/step | GPU busy % | launches/step | first 3 steps s |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| variant | layers | step ms | kernels/step | kernel us/step | GPU busy % | launches/step | first 3 steps s "
+             "| logits cos vs bf16 |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['variant']} | error: {r['error'].strip().splitlines()[-1][:150]} |")
             continue
         lines.append(f"| {r['variant']} | {r['layers']} | {r['step_ms']:.3f} | {r['kernels_per_step']:.0f} | "
                      f"{r['kernel_us_per_step']:.0f} | {r['gpu_busy_pct']:.0f} | {r['launch_calls_per_step']} | "
-                     f"{r['first_steps_s']:.1f} |")
+                     f"{r['first_steps_s']:.1f} | {r.get('last_logits_cosine_vs_bf16', '-')} |")
     for r in rows:
         if "error" in r:
             continue

@@ -25,6 +25,15 @@ DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 TORCHAO = {"int8wo": "int8 weight-only", "int4wo": "int4 weight-only (tinygemm)", "fp8": "fp8 weights and activations"}
 # Least compute capability a precision's kernels need (bf16 tensor cores: Ampere; fp8: Ada/Hopper).
 MIN_CC = {"bf16": (8, 0), "int8wo": (8, 0), "int4wo": (8, 0), "fp8": (8, 9)}
+# Which kernels run a quantized precision's matmuls (option quant_kernels): torchao's own tensor
+# types, or gemlite's modules (its Triton GEMV/GEMM kernels; torchao not needed).
+QUANT_KERNELS = {
+    "torchao": "torchao's tensors: int8wo as Inductor-generated reductions, int4wo tinygemm, fp8 _scaled_mm",
+    "gemlite": "gemlite's Triton GEMV/GEMM kernels (int8wo, per-channel scales); `pip install gemlite`",
+}
+GEMLITE_PRECISIONS = ("int8wo",)
+# torchao precisions whose weights compiled steps take as plain tensors (quantize's unwrap).
+UNWRAPPED = ("int8wo", "int4wo")
 COMPILE_MODES = ("off", "reduce-overhead", "max-autotune")
 # Static-cache lengths are rounded up so cells with similar workloads share compiled shapes.
 CACHE_LEN_ROUND = 128
@@ -52,6 +61,12 @@ class HFBackend(Backend):
             ("off", "on"),
             help="Inductor freezing: weights become constants of the compiled step, so projections that share "
             "an input (q/k/v, gate/up) run as one matmul; the concatenated copies cost extra device memory",
+            late=True,
+        ),
+        "quant_kernels": Option(
+            "torchao",
+            tuple(QUANT_KERNELS),
+            help="kernels of the quantized precisions' matmuls: " + "; ".join(f"{k}: {v}" for k, v in QUANT_KERNELS.items()),
             late=True,
         ),
         "decode_loop": Option(
@@ -111,6 +126,7 @@ class HFBackend(Backend):
                     f"compile={opts['compile']!r} uses CUDA graphs and transformers compiles generate only on GPUs: "
                     "set device = 'cuda' or compile = 'off'"
                 )
+        kernels = opts.get("quant_kernels", "torchao")
         attn = opts.get("attn_implementation", "sdpa")
         if attn == "flash_attention_2":
             if util.find_spec("flash_attn") is None:
@@ -127,11 +143,22 @@ class HFBackend(Backend):
                 "attn_implementation='flex_attention' needs torch >= 2.5 (torch.nn.attention.flex_attention): "
                 "upgrade torch or use 'sdpa'"
             )
-        if cell.precision in TORCHAO and util.find_spec("torchao") is None:
+        if cell.precision in TORCHAO and kernels == "torchao" and util.find_spec("torchao") is None:
             raise BenchInputError(
                 f"precision {cell.precision!r} ({TORCHAO[cell.precision]}) needs torchao: `pip install torchao` "
                 "(a release built for your torch, e.g. torchao 0.17 for torch 2.11), or use bf16"
             )
+        if kernels == "gemlite":
+            if cell.precision not in GEMLITE_PRECISIONS:
+                raise BenchInputError(
+                    f"quant_kernels='gemlite' runs {' and '.join(GEMLITE_PRECISIONS)} only, not precision "
+                    f"{cell.precision!r}: set quant_kernels = 'torchao' for this cell (an `include` entry)"
+                )
+            if util.find_spec("gemlite") is None:
+                raise BenchInputError(
+                    "quant_kernels='gemlite' needs the gemlite package (Triton kernels, no build step): "
+                    "`pip install gemlite`, or set quant_kernels = 'torchao'"
+                )
         if not cpu:
             _check_gpu(cell)
         from bench.models import resolve_model
@@ -268,12 +295,16 @@ class HFLoaded(Loaded):
             with self.device:  # initialise the random weights directly on the device
                 self.model = AutoModelForCausalLM.from_config(config, **kwargs)
         self.model.eval()
+        self.num_parameters = sum(p.numel() for p in self.model.parameters())  # the model's, before quantization
+        self.quantize_s = None
+        self.quant: dict | None = None
         if self.precision in TORCHAO:
             t0 = time.perf_counter()
-            quantize(self.model, self.precision)
+            kernels = opts.get("quant_kernels", "torchao")
+            # Compiled steps take the quantized weights as plain tensors (see quantize's unwrap).
+            unwrapped = quantize(self.model, self.precision, kernels, unwrap=self.compile != "off")
             self.quantize_s = time.perf_counter() - t0
-        else:
-            self.quantize_s = None
+            self.quant = {"kernels": kernels, "weights_unwrapped": unwrapped}
         gc = self.model.generation_config
         self.pad_id = gc.pad_token_id if gc.pad_token_id is not None else (gc.eos_token_id or 0)
         if isinstance(self.pad_id, list):
@@ -290,10 +321,9 @@ class HFLoaded(Loaded):
             configure_compile(self.model, "off", self.cache)  # generate is not used; compile belongs to the loop
         else:
             configure_compile(self.model, self.compile, self.cache)
-        self.num_parameters = sum(p.numel() for p in self.model.parameters())
         self.weight_bytes = sum(stored_bytes(p) for p in self.model.parameters())
         emb, head = self.model.get_input_embeddings(), self.model.get_output_embeddings()
-        tied = head is not None and head.weight is emb.weight
+        tied = head is not None and getattr(head, "weight", None) is emb.weight  # gemlite's modules have no .weight
         self.streamed_weight_bytes = streamed_weight_bytes(self.weight_bytes, stored_bytes(emb.weight), tied)
         cfg = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
         from bench.sol import kv_bytes_per_token
@@ -368,6 +398,7 @@ class HFLoaded(Loaded):
             "kv_bytes_per_token": self.kv_per_token,
             "static_cache_len": cache_len,
             "quantize_s": self.quantize_s,
+            "quant": self.quant,
         }
         if self.compile != "off":
             extra["inductor"] = inductor_settings()
@@ -553,8 +584,27 @@ def inductor_settings() -> dict:
     return {"coordinate_descent_tuning": bool(inductor.coordinate_descent_tuning), "freezing": bool(inductor.freezing)}
 
 
-def quantize(model, precision: str) -> None:
-    """Replace the model's Linear weights in place with torchao's `precision` tensors."""
+def quantize(model, precision: str, kernels: str = "torchao", unwrap: bool = False) -> bool:
+    """Quantize the model's Linear layers in place to `precision` (int8wo, int4wo, fp8).
+
+    Return whether torchao's weights were unwrapped (see below).
+
+    kernels "torchao": torchao's quantize_ replaces each Linear weight with a torchao tensor.
+    kernels "gemlite" (int8wo): each Linear becomes gemlite's module (symmetric per-channel int8
+    weights, bf16 activations), whose matmul is a torch custom op running gemlite's Triton
+    kernels (a split-K GEMV at batch 1); no tensor subclass, Inductor settings left alone.
+
+    unwrap (for compiled steps): torchao's weights are tensor subclasses, and a compiled
+    function whose inputs are subclasses takes them apart in Python on every call. At batch 1
+    that host work outlasts the GPU step: an 8-layer int8wo step kept the H200 only 41 % busy,
+    and the 32-layer cell ran at 93 tok/s, against 276 tok/s unwrapped (docs/gpu-results.md).
+    torchao's unwrap_tensor_subclass stores each weight as its plain inner tensors (a
+    parametrization rebuilds the subclass in forward), so the compiled graph's inputs are plain
+    tensors and the rebuild is traced into the graph. Same weights, same matmuls.
+    """
+    if kernels == "gemlite":
+        _gemlite_int8(model)
+        return False
     try:
         import torchao.quantization as q
     except ImportError as exc:
@@ -562,7 +612,10 @@ def quantize(model, precision: str) -> None:
             f"precision {precision!r} needs torchao: `pip install torchao` (built for your torch); {exc}"
         ) from exc
     if precision == "int8wo":
-        config = q.Int8WeightOnlyConfig()
+        try:
+            config = q.Int8WeightOnlyConfig(version=2)  # Int8Tensor; version 1 is deprecated
+        except TypeError:  # torchao < 0.15
+            config = q.Int8WeightOnlyConfig()
     elif precision == "int4wo":
         # tile_packed_to_4d = tinygemm, a kernel inside torch itself; the default ('plain') needs fbgemm-gpu-genai.
         try:
@@ -574,6 +627,28 @@ def quantize(model, precision: str) -> None:
     else:  # pragma: no cover - validate() keeps other values out
         raise ValueError(precision)
     q.quantize_(model, config)
+    # fp8 stays wrapped: dynamo (torch 2.11) cannot trace the rebuild of torchao's Float8Tensor
+    # ("Failed to convert args/kwargs to proxy": its Float8MMConfig), measured on the H200.
+    if unwrap and precision in UNWRAPPED:
+        from torchao.utils import unwrap_tensor_subclass
+
+        unwrap_tensor_subclass(model)
+        return True
+    return False
+
+
+def _gemlite_int8(model) -> None:
+    """Replace every nn.Linear of the model with gemlite's int8 weight-only module (A16W8)."""
+    import torch
+
+    try:
+        from gemlite.helper import A16W8  # its import reads the GPU's name (per-GPU kernel configs)
+    except ImportError as exc:
+        raise BenchInputError(f"quant_kernels='gemlite' needs gemlite: `pip install gemlite`; {exc}") from exc
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, torch.nn.Linear):
+                setattr(parent, name, A16W8(device=str(child.weight.device)).from_linear(child))
 
 
 def stored_bytes(tensor) -> int:
