@@ -69,12 +69,16 @@ def gpu_info(device_index: int = 0) -> dict:
         driver = pynvml.nvmlSystemGetDriverVersion()
         mem = pynvml.nvmlDeviceGetMemoryInfo(h).total
         major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
+        uuid = pynvml.nvmlDeviceGetUUID(h)
         return {
             "gpu_name": name.decode() if isinstance(name, bytes) else name,
             "gpu_count": count,
             "driver": driver.decode() if isinstance(driver, bytes) else driver,
             "gpu_memory_bytes": int(mem),
             "compute_capability": f"{major}.{minor}",
+            # Which physical GPU: two runs of one cell on "an H200" can differ by a few %
+            # (docs/gpu-results.md), and only this tells whether they ran on the same board.
+            "gpu_uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
         }
     except Exception:
         return {"gpu_name": None, "gpu_count": 0, "driver": None}
@@ -98,6 +102,7 @@ def fingerprint(device: str = "cpu") -> dict:
         "transformers": _version("transformers"),
         "tensorrt_llm": _version("tensorrt_llm") or _version("tensorrt-llm"),
         "torchao": _version("torchao"),
+        "gemlite": _version("gemlite"),
         **project_commit(),
     }
     if "torch" in sys.modules or device.startswith("cuda"):

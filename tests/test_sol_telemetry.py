@@ -87,3 +87,24 @@ def test_nvml_index_honours_visible_devices(monkeypatch):
 def test_downsample_keeps_ends():
     assert telemetry.downsample(list(range(10)), 4) == [0, 3, 6, 9]
     assert telemetry.downsample([1, 2], 5) == [1, 2]
+
+
+def test_gpu_info_names_the_physical_gpu(monkeypatch):
+    """The environment record says which board ran (NVML's UUID), not only its model."""
+    import sys
+    from types import SimpleNamespace
+
+    from bench.environment import gpu_info
+
+    fake = SimpleNamespace(
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 1,
+        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetName=lambda h: b"NVIDIA H200",
+        nvmlSystemGetDriverVersion=lambda: "580.159.04",
+        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(total=150754820096),
+        nvmlDeviceGetCudaComputeCapability=lambda h: (9, 0),
+        nvmlDeviceGetUUID=lambda h: b"GPU-5a76b6e0-dff7-7eaa-b352-20619d6d2fa2",
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    info = gpu_info(0)
+    assert info["gpu_uuid"] == "GPU-5a76b6e0-dff7-7eaa-b352-20619d6d2fa2"
+    assert info["gpu_name"] == "NVIDIA H200" and info["compute_capability"] == "9.0"
