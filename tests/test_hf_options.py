@@ -183,3 +183,20 @@ def test_configure_inductor():
         hf.configure_inductor("coordinate-descent", freeze=True)
         assert hf.inductor_settings() == {"coordinate_descent_tuning": True, "freezing": True}
     assert inductor.freezing is False
+
+
+def test_tuned_kernel_configs_digest_the_winners_not_their_timing(tmp_path):
+    import json
+
+    assert hf.tuned_kernel_configs(tmp_path / "none") == {"kernels": 0, "coordinate_descent": 0, "digest": None}
+    cache = tmp_path / "inductor" / "ab"
+    cache.mkdir(parents=True)
+    cfg = {"XBLOCK": 1, "R0_BLOCK": 2048, "num_warps": 8, "num_stages": 1, "found_by_coordesc": True}
+    (cache / "k1.best_config").write_text(json.dumps({**cfg, "time_taken_ms": 1913}))
+    (cache / "k2.best_config").write_text(json.dumps({**cfg, "found_by_coordesc": False, "time_taken_ms": 26}))
+    first = hf.tuned_kernel_configs(tmp_path / "inductor")
+    assert first["kernels"] == 2 and first["coordinate_descent"] == 1 and len(first["digest"]) == 16
+    (cache / "k1.best_config").write_text(json.dumps({**cfg, "time_taken_ms": 2500}))  # re-tuned, same winner
+    assert hf.tuned_kernel_configs(tmp_path / "inductor") == first
+    (cache / "k1.best_config").write_text(json.dumps({**cfg, "R0_BLOCK": 4096, "time_taken_ms": 2500}))
+    assert hf.tuned_kernel_configs(tmp_path / "inductor")["digest"] != first["digest"]

@@ -9,6 +9,7 @@ synchronisation: on CUDA each step records an event, read once after the batch.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -282,6 +283,7 @@ class HFLoaded(Loaded):
         self.cache = opts["cache"]
         self.compile = opts.get("compile", "off")
         self.cache_len: int | None = None  # static cache length fixed per cell by warmup()
+        self.engine_dir = Path(artifact["folder"])  # build() points Inductor's and Triton's caches here
         ref = resolve_model(key["model"])
         kwargs = {"attn_implementation": opts["attn_implementation"]}
         # transformers >= 4.56 calls it `dtype`; older releases only know `torch_dtype`.
@@ -401,7 +403,7 @@ class HFLoaded(Loaded):
             "quant": self.quant,
         }
         if self.compile != "off":
-            extra["inductor"] = inductor_settings()
+            extra["inductor"] = {**inductor_settings(), "tuned": tuned_kernel_configs(self.engine_dir)}
         if self.device.type == "cuda":
             extra["peak_memory_bytes"] = torch.cuda.max_memory_allocated(self.device)
             extra["peak_reserved_bytes"] = torch.cuda.max_memory_reserved(self.device)
@@ -582,6 +584,27 @@ def inductor_settings() -> dict:
     import torch._inductor.config as inductor
 
     return {"coordinate_descent_tuning": bool(inductor.coordinate_descent_tuning), "freezing": bool(inductor.freezing)}
+
+
+def tuned_kernel_configs(folder: Path) -> dict:
+    """Return how many Triton kernels of this engine have a tuned launch config, and a digest of those configs.
+
+    Inductor writes each autotuned or coordinate-descent-tuned kernel's winner to a
+    `<hash>.best_config` file in its cache (the engine folder). Two runs of one cell whose
+    digests differ ran different kernel configs: int8wo's spread across processes
+    (docs/hf-backend.md) is what this makes visible. The time the tuning took is left out.
+    """
+    configs = []
+    for f in sorted(Path(folder).rglob("*.best_config")) if Path(folder).is_dir() else []:
+        try:
+            cfg = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        cfg = {k: v for k, v in cfg.items() if k not in ("time_taken_ms", "triton_cache_hash")}
+        configs.append((f.name, cfg))
+    digest = hashlib.sha256(json.dumps(configs, sort_keys=True).encode()).hexdigest()[:16] if configs else None
+    return {"kernels": len(configs), "coordinate_descent": sum(bool(c.get("found_by_coordesc")) for _, c in configs),
+            "digest": digest}
 
 
 def quantize(model, precision: str, kernels: str = "torchao", unwrap: bool = False) -> bool:
