@@ -4,15 +4,13 @@ import pytest
 
 from bench.backends import hf
 from bench.errors import BenchInputError
-from tests.test_hf_options import H100, matrix
+from tests.test_hf_options import gpu, matrix  # noqa: F401  (gpu: the H100 stand-in fixture)
 
 
 @pytest.fixture
-def installed(monkeypatch):
-    """Pretend exactly these optional packages are installed (find_spec sees them)."""
+def installed(monkeypatch, gpu):  # noqa: F811
+    """On the H100 stand-in, pretend exactly these optional packages are installed (find_spec sees them)."""
     real = hf.util.find_spec
-    gpu_info = {**H100}
-    monkeypatch.setattr("bench.environment.gpu_info", lambda index=0: dict(gpu_info))
 
     def set_installed(*names):
         optional = {"torchao", "gemlite"}
