@@ -7,5 +7,8 @@ modules that need them, so `bench --help` and the spec/store code stay fast.
 
 __version__ = "0.1.0"
 
-# Bumped whenever a stored result's meaning changes; part of every cell_id.
-SCHEMA_VERSION = 1
+# Layout of a stored result line (bench.results.records); stores of older versions are read too.
+SCHEMA_VERSION = 2
+# Part of every cell_id and build key hash. Bumped only when a cell's meaning changes, so that
+# results stored before and after a change of the record layout keep matching.
+CELL_ID_VERSION = 1

@@ -1,10 +1,15 @@
 """Regression verdicts between two result stores (or two commits in one store).
 
 Cells are matched by cell_id (optionally ignoring named options, e.g. to compare a fake
-backend's `slowdown=1.1` against `1.0`). For every matched cell and metric, the trials of each
-side give a ratio head/base with a confidence interval (bench.stats.ratio_test) or an exact
-Mann-Whitney p-value, and a verdict that needs both significance and a minimum factor. A cell
-that ran on the base side but failed (oom/error/timeout) on the head side is a regression too.
+backend's `slowdown=1.1` against `1.0`). Each side holds one run context per cell (its latest,
+or with --pool every compatible one: bench.results.query). For every matched cell and metric,
+each run (a fresh worker process) gives one sample, the mean of its trials: trials inside one
+process share its warm-up, compiled kernels and allocator state, so they cannot make a
+difference look significant. The runs of each side give a ratio head/base with a confidence
+interval (bench.stats.ratio_test) or an exact Mann-Whitney p-value, and a verdict that needs
+both significance and a minimum factor; with fewer than two runs on a side the row is
+inconclusive and says to use --runs. A cell that ran on the base side but failed
+(oom/error/timeout) on the head side is a regression too.
 
 Bad input is refused before any statistics: unknown metrics, a commit not in the store, no
 cells in common, environments that differ on a comparability key (GPU, driver, library
@@ -21,8 +26,8 @@ from bench import stats
 from bench.environment import COMPARABILITY_KEYS
 from bench.errors import BenchInputError, choices
 from bench.metrics import DIRECTION
-from bench.spec import short_hash
-from bench.store import load_records
+from bench.results import query
+from bench.spec import identity_options, short_hash
 
 DEFAULT_METRICS = (
     "output_throughput", "request_throughput", "ttft_median_ms", "tpot_median_ms", "e2el_median_ms",
@@ -36,9 +41,10 @@ class Side:
     """The records of one side, grouped by match key."""
 
     name: str  # store path plus commit filter, for messages
-    cells: dict[str, dict] = field(default_factory=dict)  # key -> {"label", "ok": [rec], "failed": [rec]}
+    cells: dict[str, query.CellRuns] = field(default_factory=dict)  # match key -> the cell's chosen records
     environments: list[dict] = field(default_factory=list)
     commits: set[str] = field(default_factory=set)
+    history: int = 0  # earlier run contexts left out (no --pool)
 
 
 @dataclass
@@ -78,52 +84,50 @@ class Comparison:
         return 1 if self.regressions else 0
 
 
-def match_key(cell: dict, ignore_options: Sequence[str] = ()) -> str:
-    """Return the key cells are matched on: the cell's hash without the ignored options."""
-    if not ignore_options:
-        return ""  # callers use the stored cell_id
-    options = {k: v for k, v in (cell.get("options") or {}).items() if k not in ignore_options}
-    return short_hash({**cell, "options": options})
+def match_key(cell: dict, ignore_options: Sequence[str] = (), cap: float | None = None) -> str:
+    """Return the key cells are matched on: the cell's identity (as cell_id hashes it) without the ignored options.
+
+    Late options at their default are left out as in cell_id, so a record stored before a late
+    option existed matches one stored after it.
+    """
+    options = identity_options(cell.get("backend"), cell.get("options") or {})
+    options = {k: v for k, v in options.items() if k not in ignore_options}
+    return short_hash({**cell, "options": options, "__gpu_memory_gb": cap})
 
 
-def _label(cell: dict) -> str:
-    wl = (cell.get("workload") or {}).get("name")
-    return f"{cell.get('backend')}/{cell.get('precision')}/bs{cell.get('max_batch_size')}/{wl}"
-
-
-def load_side(path: str | Path, commit: str | None = None, ignore_options: Sequence[str] = ()) -> Side:
-    """Return one side's records grouped by cell; BenchInputError if the commit is not there."""
-    records = load_records([path])  # refuses a missing store and a newer schema
+def load_side(path: str | Path, commit: str | None = None, ignore_options: Sequence[str] = (),
+              pool: bool = False) -> Side:
+    """Return one side's chosen records per cell; BenchInputError if the store or the commit is not there."""
+    records = query.measurements(query.load([path]))  # refuses a missing store, a folder and a newer schema
     if not records:
-        raise BenchInputError(f"result store {str(path)!r} holds no records: run `bench run --store {path}` first")
+        raise BenchInputError(f"result store {str(path)!r} holds no measurements: run `bench run --store {path}` first")
     name = str(path)
     if commit:
         if len(commit) < 4:
             raise BenchInputError(f"commit {commit!r} is too short: give at least 4 hex digits")
-        present = sorted({str((r.get("environment") or {}).get("commit")) for r in records})
-        records = [r for r in records if str((r.get("environment") or {}).get("commit") or "").startswith(commit)]
+        present = sorted({str(r.context.commit) for r in records})
+        records = query.with_commit(records, commit)
         if not records:
             raise BenchInputError(
                 f"no record in {name!r} was measured at commit {commit!r}; commits in that store: "
                 + ", ".join(c[:12] for c in present)
             )
         name += f"@{commit[:12]}"
-    side = Side(name)
-    for rec in records:
-        cell = rec.get("cell") or {}
-        key = match_key(cell, ignore_options) or rec["cell_id"]
-        entry = side.cells.setdefault(key, {"label": _label(cell), "cell_id": rec["cell_id"], "ok": [], "failed": []})
-        if entry["cell_id"] != rec["cell_id"]:
+    selection = query.select(records, pool=pool)
+    side = Side(name, history=len(selection.history))
+    for row in selection.rows:
+        key = match_key(row.cell, ignore_options, row.gpu_memory_gb) if ignore_options else f"{row.cell_id}@{row.gpu_memory_gb}"
+        if key in side.cells:
             raise BenchInputError(
                 f"--ignore-option {','.join(ignore_options)} merges two different cells of {name!r} "
-                f"({entry['label']}): ignore only options that differ between the two sides, not within one"
+                f"({row.label}): ignore only options that differ between the two sides, not within one"
             )
-        entry["ok" if rec.get("status") == "ok" else "failed"].append(rec)
-        env = rec.get("environment") or {}
-        if rec.get("status") == "ok":
-            side.environments.append(env)
-        if env.get("commit"):
-            side.commits.add(env["commit"][:12] + ("+dirty" if env.get("dirty") else ""))
+        side.cells[key] = row
+        for rec in row.ok_records:
+            side.environments.append(rec.environment)
+        for ctx in row.contexts:
+            if ctx.commit:
+                side.commits.add(ctx.commit[:12] + ("+dirty" if ctx.dirty else ""))
     return side
 
 
@@ -138,13 +142,9 @@ def environment_differences(base: Side, head: Side) -> dict[str, tuple[list[str]
     return out
 
 
-def _values(records: list[dict], metric: str) -> list[float]:
-    out = []
-    for r in records:
-        v = (r.get("metrics") or {}).get(metric)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            out.append(float(v))
-    return out
+def _values(row: query.CellRuns, metric: str) -> list[float]:
+    """Return one value per run (fresh worker process): the mean of its trials."""
+    return [sum(v) / len(v) for v in row.values(metric)]
 
 
 def compare_metric(label: str, metric: str, base_values: list[float], head_values: list[float], *,
@@ -157,6 +157,12 @@ def compare_metric(label: str, metric: str, base_values: list[float], head_value
     b, h = stats.summarize(base_values, metric), stats.summarize(head_values, metric)
     row = Row(label, metric, stats.INCONCLUSIVE, base=b, head=h)
     notes = []
+    if min(len(base_values), len(head_values)) < 2:
+        row.ratio = h.mean / b.mean if b.mean else None
+        row.note = (f"{len(base_values)} run(s) on the base side and {len(head_values)} on the head side: a verdict "
+                    "needs at least 2 runs (fresh processes) a side, because trials inside one process do not show "
+                    "the spread between processes; re-run both with --runs 3")
+        return row
     if test == "t":
         try:
             rt = stats.ratio_test(base_values, head_values, confidence)
@@ -172,15 +178,15 @@ def compare_metric(label: str, metric: str, base_values: list[float], head_value
         row.p_value = mw.p_value
         floor = stats.mann_whitney_min_p(len(base_values), len(head_values))
         if floor >= 1.0 - confidence:
-            row.note = (f"Mann-Whitney with {b.n} vs {h.n} trials cannot reach p < {1 - confidence:g} "
-                        f"(smallest possible p is {floor:.3g}): use more trials or --test t")
+            row.note = (f"Mann-Whitney with {b.n} vs {h.n} runs cannot reach p < {1 - confidence:g} "
+                        f"(smallest possible p is {floor:.3g}): use more runs or --test t")
             return row
         significant = mw.p_value < 1.0 - confidence
         if row.ratio is None:
             row.note = "base median is 0: no ratio"
             return row
     row.verdict = stats.verdict(significant, row.ratio, direction, factor)
-    unstable = [w for w in (*b.warnings, *h.warnings) if "trial(s)" not in w]
+    unstable = [w.replace("trial", "run") for w in (*b.warnings, *h.warnings) if "trial(s)" not in w]
     if unstable:
         notes.append("unstable: " + "; ".join(unstable))
     row.note = " ".join(notes)
@@ -199,6 +205,7 @@ def compare_stores(
     test: str = "t",
     ignore_options: Sequence[str] = (),
     allow_env_mismatch: bool = False,
+    pool: bool = False,
 ) -> Comparison:
     """Return the Comparison of two stores' common cells; BenchInputError on bad input."""
     explicit = metrics is not None
@@ -213,9 +220,14 @@ def compare_stores(
     if test not in TESTS:
         raise BenchInputError(f"unknown --test {test!r}; valid tests are {choices(TESTS)}")
 
-    base = load_side(base_path, base_commit, ignore_options)
-    head = load_side(head_path, head_commit, ignore_options)
+    base = load_side(base_path, base_commit, ignore_options, pool)
+    head = load_side(head_path, head_commit, ignore_options, pool)
     warnings: list[str] = []
+    for side, where in ((base, "base"), (head, "head")):
+        if side.history:
+            warnings.append(f"the {where} side ({side.name}) also holds {side.history} earlier run(s) of its cells: "
+                            "each cell is compared by its latest run; --pool pools compatible runs, "
+                            "--base-commit/--head-commit choose runs by commit")
     common = [k for k in base.cells if k in head.cells]
     if not common:
         raise BenchInputError(
@@ -225,7 +237,7 @@ def compare_stores(
             "are meant to differ with --ignore-option"
         )
     for side, other, where in ((base, head, "base"), (head, base, "head")):
-        only = [side.cells[k]["label"] for k in side.cells if k not in other.cells]
+        only = [side.cells[k].label for k in side.cells if k not in other.cells]
         if only:
             warnings.append(f"{len(only)} cell(s) only on the {where} side, not compared: " + ", ".join(sorted(only)[:8])
                             + (" ..." if len(only) > 8 else ""))
@@ -243,19 +255,19 @@ def compare_stores(
     if explicit:
         for m in metrics:
             for side in (base, head):
-                if not any(_values(side.cells[k]["ok"], m) for k in common):
+                if not any(_values(side.cells[k], m) for k in common):
                     raise BenchInputError(f"metric {m!r} is not in any ok record of {side.name}: choose from the "
                                           "metrics it has, e.g. output_throughput, e2el_median_ms")
 
     rows: list[Row] = []
     for key in common:
         b, h = base.cells[key], head.cells[key]
-        label = b["label"]
-        if not b["ok"] or not h["ok"]:
+        label = b.label
+        if not b.ok_records or not h.ok_records:
             rows.append(_status_row(label, b, h))
             continue
         for m in metrics:
-            bv, hv = _values(b["ok"], m), _values(h["ok"], m)
+            bv, hv = _values(b, m), _values(h, m)
             if not bv and not hv:
                 continue  # not measured on this device (e.g. GPU memory on a CPU run)
             row = compare_metric(label, m, bv, hv, factor=factor, confidence=confidence, test=test)
@@ -272,12 +284,9 @@ def compare_stores(
     return Comparison(rows, warnings, base, head, factor, confidence, test, env_diff)
 
 
-def _status_row(label: str, b: dict, h: dict) -> Row:
+def _status_row(label: str, b: query.CellRuns, h: query.CellRuns) -> Row:
     """Return the Row for a cell that failed on at least one side."""
-    def status(entry):
-        return "ok" if entry["ok"] else entry["failed"][-1].get("status", "error")
-
-    bs, hs = status(b), status(h)
+    bs, hs = b.status, h.status
     if bs == "ok":
         return Row(label, "status", stats.REGRESSED, note=f"ok on base, {hs} on head")
     if hs == "ok":
@@ -322,7 +331,8 @@ def to_markdown(c: Comparison) -> str:
         f"base `{c.base.name}` ({', '.join(sorted(c.base.commits)) or 'commit unknown'}) → head `{c.head.name}` "
         f"({', '.join(sorted(c.head.commits)) or 'commit unknown'}).",
         f"A verdict needs significance ({c.confidence:.0%} confidence, {method}) **and** a change of at least "
-        f"{c.factor:.0%} in the metric's bad direction. Values: median ± MAD over trials.", "",
+        f"{c.factor:.0%} in the metric's bad direction. Each run (a fresh worker process) is one sample, the mean "
+        "of its trials; values: median ± MAD over runs (n = runs).", "",
     ]
     ci = f"{c.confidence:.0%} CI"
     header = ["", "verdict", "cell", "metric", "base", "head", "change", ci, "p", "note"]

@@ -1,8 +1,10 @@
 """Runs a matrix: resumes from the store, builds workloads, runs build groups, stores results.
 
-Cells are grouped by BuildKey (one worker builds or loads once per group). Each finished
-(cell, trial) becomes one stored record the moment its event arrives, so an interrupted run
-loses nothing it finished; the next run skips what is stored unless asked to redo.
+Cells are grouped by BuildKey (one worker builds or loads once per group). Each cell is
+measured in `runs` fresh worker processes (pyperf's runs), each with its own warm-up and
+`trials` measured passes. Each finished (cell, run, trial) becomes one stored record, carrying
+this invocation's run context, the moment its event arrives, so an interrupted run loses
+nothing it finished; the next run resumes what is missing unless asked to redo.
 """
 
 from __future__ import annotations
@@ -12,41 +14,68 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import SCHEMA_VERSION
+from bench.results.records import RunContext, new_context, new_record
 from bench.runner import GroupItem, GroupJob, run_group
-from bench.spec import Matrix
+from bench.spec import Cell, Matrix
 from bench.store import ResultStore
 
 
 @dataclass
 class RunSummary:
-    planned: int = 0  # (cell, trial) pairs in the matrix
+    planned: int = 0  # (cell, run, trial) triples in the matrix
     skipped: int = 0  # already stored
     statuses: dict = field(default_factory=dict)  # status -> count of records written
     elapsed_s: float = 0.0
+    run_id: str = ""  # this invocation's run context
 
 
-def plan(matrix: Matrix, store: ResultStore, redo: bool = False) -> list[tuple[object, list[int]]]:
-    """Return [(cell, trials still to measure)] in matrix order."""
-    trials = list(range(matrix.settings.trials))
-    if redo:
-        return [(c, trials) for c in matrix.cells]
-    done: dict[str, set] = {}
-    final_cells: set[str] = set()
-    for rec in store.records():
-        if (rec.get("settings") or {}).get("gpu_memory_gb") != matrix.settings.gpu_memory_gb:
-            continue  # measured under another memory cap: a different measurement
-        if rec.get("status") == "ok":
-            done.setdefault(rec["cell_id"], set()).add(rec.get("trial", 0))
-        elif rec.get("status") in ("oom", "unsupported"):
-            final_cells.add(rec["cell_id"])  # a batch that did not fit does not fit on a re-run
+@dataclass
+class PlannedCell:
+    """A cell still to measure: the run context its records join and the run indices to measure."""
+
+    cell: Cell
+    context: RunContext
+    runs: list[int]
+
+
+def plan(matrix: Matrix, records, context: RunContext, redo: bool = False) -> list[PlannedCell]:
+    """Return the cells still to measure, in matrix order, each with its context and runs.
+
+    A cell is done when its latest run context (at this memory cap) holds `runs` runs of `trials`
+    ok trials, or ended in a final failure (oom, unsupported). An unfinished context measured at
+    this same commit is resumed (its missing runs join it); otherwise the cell starts afresh in
+    this invocation's context. A run (one worker process) counts only when all its trials are ok.
+    """
+    from bench.results.query import _contexts
+
+    want_runs, trials = matrix.settings.runs, matrix.settings.trials
+    by_cell: dict[str, list] = {}
+    for r in records:
+        if r.kind == "measurement" and r.gpu_memory_gb == matrix.settings.gpu_memory_gb:
+            by_cell.setdefault(r.cell_id, []).append(r)
     out = []
     for cell in matrix.cells:
-        if cell.cell_id in final_cells:
+        recs = by_cell.get(cell.cell_id)
+        if redo or not recs:
+            out.append(PlannedCell(cell, context, list(range(want_runs))))
             continue
-        todo = [t for t in trials if t not in done.get(cell.cell_id, set())]
-        if todo:
-            out.append((cell, todo))
+        latest, latest_recs = _contexts(recs)[0]
+        if not any(r.ok for r in latest_recs) and latest_recs[-1].status in ("oom", "unsupported"):
+            continue  # a batch that did not fit does not fit on a re-run (--redo measures again)
+        ok_trials: dict[int, int] = {}
+        for r in latest_recs:
+            if r.ok:
+                ok_trials[r.run] = ok_trials.get(r.run, 0) + 1
+        complete = sum(1 for n in ok_trials.values() if n >= min(trials, latest.trials))
+        if complete >= want_runs:
+            continue
+        resumable = (latest.command == "run" and latest.commit == context.commit and latest.dirty == context.dirty
+                     and latest.trials == trials and latest.warmup == matrix.settings.warmup)
+        if resumable:
+            first = max(r.run for r in latest_recs) + 1
+            out.append(PlannedCell(cell, latest, list(range(first, first + want_runs - complete))))
+        else:
+            out.append(PlannedCell(cell, context, list(range(want_runs))))
     return out
 
 
@@ -59,67 +88,96 @@ def run_matrix(
     workload_cache: str | Path = "workloads/cache",
     show_progress: bool = True,
     console=None,
+    command: str = "run",
 ) -> RunSummary:
-    """Run every cell of the matrix not yet stored; return what happened."""
+    """Run every cell of the matrix not yet stored, `runs` fresh worker processes each; return what happened.
+
+    Runs go round the matrix (every group's run 0, then every group's run 1, ...), so slow drift
+    of the machine spreads over all cells instead of biasing the last ones.
+    """
     from bench.memcap import check_cap, env_for
+    from bench.progress import MatrixProgress
+    from bench.results.query import check_store_path, load
     from bench.workload import cached_workload
 
     started = time.monotonic()
-    check_cap(matrix.settings.gpu_memory_gb, [c.device for c in matrix.cells])  # before any work
-    store = ResultStore(store_path)
-    todo = plan(matrix, store, redo)
-    summary = RunSummary(planned=len(matrix.cells) * matrix.settings.trials)
-    summary.skipped = summary.planned - sum(len(t) for _, t in todo)
+    settings = matrix.settings
+    check_cap(settings.gpu_memory_gb, [c.device for c in matrix.cells])  # before any work
+    store = ResultStore(check_store_path(store_path, must_exist=False))
+    with store.writer():
+        context = new_context(command, matrix=matrix.name, baseline=matrix.baseline, gpu_memory_gb=settings.gpu_memory_gb,
+                              runs=settings.runs, trials=settings.trials, warmup=settings.warmup)
+        todo = plan(matrix, load([store.path]) if store.path.exists() else [], context, redo)
+        total = len(matrix.cells) * settings.runs
+        summary = RunSummary(planned=total * settings.trials, run_id=context.run_id)
+        summary.skipped = summary.planned - sum(len(p.runs) for p in todo) * settings.trials
 
-    workloads: dict = {}
-    for cell, _ in todo:
-        if cell.workload not in workloads:
-            workloads[cell.workload] = cached_workload(cell.workload, Path(workload_cache))
+        workloads: dict = {}
+        for p in todo:
+            if p.cell.workload not in workloads:
+                workloads[p.cell.workload] = cached_workload(p.cell.workload, Path(workload_cache))
 
-    groups: OrderedDict = OrderedDict()
-    for cell, trials in todo:
-        groups.setdefault(cell.build_key(), []).append(
-            GroupItem(cell, list(trials), str(workloads[cell.workload][1]))
-        )
-
-    from bench.progress import MatrixProgress
-
-    total_cells = len(matrix.cells)
-    with MatrixProgress(total_cells, total_cells - len(todo), enabled=show_progress, console=console) as progress:
-        for key, items in groups.items():
-            by_id = {it.cell.cell_id: it for it in items}
-            received = dict.fromkeys(by_id, 0)
-            state = group_state(key)
-
-            def on_event(event, by_id=by_id, received=received, state=state):
-                kind = event.get("event")
-                absorb_group_event(state, event)
-                if kind == "start":
-                    progress.current(by_id[event["cell_id"]].cell.label, event["trial"])
-                elif kind == "result":
-                    item = by_id[event["cell_id"]]
-                    record = make_record(item.cell, event, workloads[item.cell.workload][0], state, matrix)
-                    store.append(record)
-                    summary.statuses[record["status"]] = summary.statuses.get(record["status"], 0) + 1
-                    received[item.cell.cell_id] += 1
-                    # A failed trial ends its cell (the worker skips the remaining trials).
-                    if record["status"] != "ok" or received[item.cell.cell_id] == len(item.trials):
-                        progress.advance(item.cell.label, record["status"])
-
-            job = GroupJob(
-                build_key=key,
-                items=items,
-                engines_dir=Path(engines_dir),
-                warmup=matrix.settings.warmup,
-                build_timeout_s=matrix.settings.build_timeout_s,
-                cell_timeout_s=matrix.settings.timeout_s,
-                log_path=Path(store_path).parent / "logs" / f"{Path(store_path).stem}-{key.key_hash}.log",
-                env=env_for(matrix.settings.gpu_memory_gb),
-            )
-            progress.current(f"building {key.backend}/{key.precision} ({key.key_hash[:8]})", None)
-            run_group(job, on_event)
+        failed: set[str] = set()  # cells whose run failed: their later runs are not started
+        rounds = max((len(p.runs) for p in todo), default=0)
+        with MatrixProgress(total, total - sum(len(p.runs) for p in todo), enabled=show_progress, console=console,
+                            unit="run" if settings.runs > 1 else "cell") as progress:
+            for k in range(rounds):
+                groups: OrderedDict = OrderedDict()
+                for p in todo:
+                    if k >= len(p.runs):
+                        continue
+                    if p.cell.cell_id in failed:
+                        progress.advance(p.cell.label, "skipped")
+                        continue
+                    groups.setdefault(p.cell.build_key(), []).append(p)
+                for key, planned in groups.items():
+                    _run_round(key, planned, k, matrix, store, workloads, summary, failed, progress,
+                               engines_dir, store_path, env_for(settings.gpu_memory_gb))
     summary.elapsed_s = time.monotonic() - started
     return summary
+
+
+def _run_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store: ResultStore, workloads: dict,
+               summary: RunSummary, failed: set, progress, engines_dir, store_path, env: dict) -> None:
+    """Run one build group's cells for their k-th run in fresh worker processes; store each outcome."""
+    items = [GroupItem(p.cell, list(range(matrix.settings.trials)), str(workloads[p.cell.workload][1])) for p in planned]
+    by_id = {p.cell.cell_id: p for p in planned}
+    received = dict.fromkeys(by_id, 0)
+    state = group_state(key)
+    runs = matrix.settings.runs
+
+    def on_event(event):
+        kind = event.get("event")
+        absorb_group_event(state, event)
+        if kind == "start":
+            p = by_id[event["cell_id"]]
+            progress.current(p.cell.label, event["trial"], run=(k, runs) if runs > 1 else None)
+        elif kind == "result":
+            p = by_id[event["cell_id"]]
+            record = new_record("measurement", p.cell, event, context=p.context, run=p.runs[k],
+                                workload=workloads[p.cell.workload][0].summary(), build=state["build"],
+                                environment=state["env"])
+            store.append(record)
+            summary.statuses[record.status] = summary.statuses.get(record.status, 0) + 1
+            received[p.cell.cell_id] += 1
+            # A failed trial ends its cell (the worker skips the remaining trials).
+            if not record.ok:
+                failed.add(p.cell.cell_id)
+            if not record.ok or received[p.cell.cell_id] == matrix.settings.trials:
+                progress.advance(p.cell.label, record.status)
+
+    job = GroupJob(
+        build_key=key,
+        items=items,
+        engines_dir=Path(engines_dir),
+        warmup=matrix.settings.warmup,
+        build_timeout_s=matrix.settings.build_timeout_s,
+        cell_timeout_s=matrix.settings.timeout_s,
+        log_path=Path(store_path).parent / "logs" / f"{Path(store_path).stem}-{key.key_hash}.log",
+        env=env,
+    )
+    progress.current(f"building {key.backend}/{key.precision} ({key.key_hash[:8]})", None)
+    run_group(job, on_event)
 
 
 def group_state(key) -> dict:
@@ -133,25 +191,3 @@ def absorb_group_event(state: dict, event: dict) -> None:
         state["env"] = event["environment"]
     elif event.get("event") == "built":
         state["build"] = {"key_hash": state["build"]["key_hash"], **{k: v for k, v in event.items() if k != "event"}}
-
-
-def make_record(cell, event: dict, workload, state: dict, matrix: Matrix) -> dict:
-    """Return the stored result record for one (cell, trial) outcome. The one record layout."""
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "cell_id": cell.cell_id,
-        "cell": cell.to_dict(),
-        "trial": event["trial"],
-        "status": event["status"],
-        "metrics": event.get("metrics"),
-        "extra": event.get("extra", {}),
-        "samples": event.get("samples"),
-        "error": event.get("error"),
-        "workload": workload.summary(),
-        "build": state["build"],
-        "environment": state["env"],
-        "settings": {"trials": matrix.settings.trials, "warmup": matrix.settings.warmup, "matrix": matrix.name,
-                     "gpu_memory_gb": matrix.settings.gpu_memory_gb},
-        "started_at": event.get("started_at"),
-        "ended_at": event.get("ended_at", time.time()),
-    }

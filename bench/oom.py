@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from bench.errors import BenchInputError, choices
 
 STRATEGIES = ("grow", "bisect")
-PROBE_KIND = "oom-probe"  # record["settings"]["kind"] of probe records; full runs have no kind
 
 
 @dataclass(frozen=True)
@@ -225,31 +224,33 @@ def probe_cell(cell, batch_size: int, max_input_len: int, max_output_len: int, d
 # --- the frontier table ----------------------------------------------------------------------
 
 
-def is_probe(record: dict) -> bool:
-    """Return True for a stored OOM-probe record (not a full workload run)."""
-    return (record.get("settings") or {}).get("kind") == PROBE_KIND
+def frontier_rows(records: Iterable) -> list[dict]:
+    """Return one row per (backend, model, precision, options, device, lengths, cap, environment) searched:
+    largest batch that fit, smallest that did not, the peak at the largest fit, flaky sizes.
 
+    records: typed records (bench.results.query.load); only OomProbe records count. Probes of
+    one configuration from several `bench oom` runs are evidence of one boundary (a re-run reuses
+    stored probes) as long as they ran in the same environment; other environments get own rows.
+    """
+    from bench.results.records import OomProbe
 
-def frontier_rows(records: Iterable[dict]) -> list[dict]:
-    """Return one row per (backend, model, precision, options, device, lengths, cap) searched:
-    largest batch that fit, smallest that did not, the peak at the largest fit, flaky sizes."""
-    groups: dict[tuple, list[dict]] = {}
+    groups: dict[tuple, list] = {}
     for rec in records:
-        if not is_probe(rec) or rec.get("status") not in ("ok", "oom"):
+        if not isinstance(rec, OomProbe) or rec.status not in ("ok", "oom"):
             continue
-        cell, target = rec["cell"], rec["extra"]["probe"]
+        cell, target = rec.cell, rec.target
         options = {k: v for k, v in cell.get("options", {}).items() if k != PROBE_OPTION}
         key = (cell["backend"], cell["model"], cell["precision"], json.dumps(options, sort_keys=True),
-               cell["device"], target["max_input_len"], target["max_output_len"],
-               (rec.get("settings") or {}).get("gpu_memory_gb"))
+               cell["device"], target["max_input_len"], target["max_output_len"], rec.gpu_memory_gb,
+               rec.context.env_digest)
         groups.setdefault(key, []).append(rec)
     rows = []
     for key, recs in groups.items():
-        backend, model, precision, options, device, in_len, out_len, cap = key
-        oks = [r for r in recs if r["status"] == "ok"]
-        ooms = [r for r in recs if r["status"] == "oom"]
-        ok_sizes = {r["cell"]["max_batch_size"] for r in oks}
-        oom_sizes = {r["cell"]["max_batch_size"] for r in ooms}
+        backend, model, precision, options, device, in_len, out_len, cap, _ = key
+        oks = [r for r in recs if r.status == "ok"]
+        ooms = [r for r in recs if r.status == "oom"]
+        ok_sizes = {r.cell["max_batch_size"] for r in oks}
+        oom_sizes = {r.cell["max_batch_size"] for r in ooms}
         smallest_oom = min(oom_sizes) if oom_sizes else None
         # The frontier is what always fitted below the first failure; flaky sizes are listed.
         fit_below = [s for s in ok_sizes - oom_sizes if smallest_oom is None or s < smallest_oom]
@@ -257,17 +258,19 @@ def frontier_rows(records: Iterable[dict]) -> list[dict]:
         flaky = sorted((ok_sizes & oom_sizes) | {s for s in ok_sizes if smallest_oom is not None and s > smallest_oom})
         peak = None
         if largest_fit is not None:
-            peaks = [(r.get("metrics") or {}).get("peak_memory_gb") for r in oks if r["cell"]["max_batch_size"] == largest_fit]
+            peaks = [r.metric("peak_memory_gb") for r in oks if r.cell["max_batch_size"] == largest_fit]
             peaks = [p for p in peaks if p is not None]
             peak = max(peaks) if peaks else None
+        env = next((r.environment for r in recs if r.environment), {})
         rows.append({
             "backend": backend, "model": model, "precision": precision, "options": json.loads(options),
             "device": device, "max_input_len": in_len, "max_output_len": out_len, "gpu_memory_gb": cap,
             "largest_fit": largest_fit, "smallest_oom": smallest_oom, "peak_memory_gb_at_fit": peak,
-            "probes": len(recs), "flaky_sizes": flaky,
+            "probes": len(recs), "flaky_sizes": flaky, "runs": len({r.context.run_id for r in recs}),
+            "environment": " ".join(str(env.get(k)) for k in ("gpu_name", "torch") if env.get(k)),
         })
     rows.sort(key=lambda r: (r["backend"], r["precision"], json.dumps(r["options"], sort_keys=True),
-                             r["gpu_memory_gb"] or 0, r["max_input_len"], r["max_output_len"]))
+                             r["gpu_memory_gb"] or 0, r["max_input_len"], r["max_output_len"], r["environment"]))
     return rows
 
 
@@ -275,8 +278,9 @@ def frontier_markdown(rows: list[dict]) -> str:
     """Return the frontier as a Markdown table: backend x precision x lengths -> largest fitting batch."""
     if not rows:
         return "_no OOM probes stored_\n"
+    show_env = len({r["environment"] for r in rows}) > 1
     headers = ["backend", "precision", "options", "input/output", "memory cap (GB)", "largest batch that fits",
-               "smallest OOM", "peak at fit (GB)", "probes", "flaky sizes"]
+               "smallest OOM", "peak at fit (GB)", "probes (runs)", "flaky sizes"] + (["environment"] if show_env else [])
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for r in rows:
         opts = ",".join(f"{k}={v}" for k, v in sorted(_non_default(r["backend"], r["options"]).items())) or "-"
@@ -286,8 +290,8 @@ def frontier_markdown(rows: list[dict]) -> str:
             "none" if r["largest_fit"] is None else str(r["largest_fit"]),
             "none found" if r["smallest_oom"] is None else f"{r['smallest_oom']} (OOM)",
             "-" if r["peak_memory_gb_at_fit"] is None else f"{r['peak_memory_gb_at_fit']:.2f}",
-            str(r["probes"]), ", ".join(map(str, r["flaky_sizes"])) or "-",
-        ]
+            f"{r['probes']} ({r['runs']})", ", ".join(map(str, r["flaky_sizes"])) or "-",
+        ] + ([r["environment"] or "-"] if show_env else [])
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

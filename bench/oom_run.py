@@ -1,10 +1,11 @@
 """Runs OOM probes through the worker machinery and stores each one as a result record.
 
 A probe is a cell (bench.oom.probe_cell) run by bench.runner like any other, with warmup 0 and
-one trial: an OOM is classified by bench.failures, a worker killed by the OOM killer is replaced,
-and each probe is stored with bench.matrix.make_record, marked settings.kind = 'oom-probe' and
-extra.probe = the worst case it stands for. Stored probes are reused (same cell, trial and cap)
-unless `redo`, so a re-run of `bench oom` costs nothing.
+one trial: an OOM is classified by bench.failures, a worker that dies is replaced, and each
+probe is stored as an OomProbe record (bench.results.records.new_record) carrying the `bench
+oom` invocation's run context and extra.probe = the worst case it stands for. Stored probes
+are reused (same cell, trial, cap and environment) unless `redo`, so a re-run of `bench oom`
+costs nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.oom import PROBE_KIND, Boundary, ProbeOutcome, probe_cell, search_boundary
+from bench.oom import Boundary, ProbeOutcome, probe_cell, search_boundary
 
 
 @dataclass
@@ -32,40 +33,42 @@ class ProbeRunner:
     build_timeout_s: float = 1800.0
     redo: bool = False
     matrix_name: str = "oom"
+    context: object = None  # bench.results.records.RunContext of the `bench oom` invocation
 
     def __post_init__(self):
+        from bench.results.records import new_context
+
         self._trials: dict[str, int] = {}  # cell_id -> probes of it in this search
+        if self.context is None:
+            self.context = new_context("oom", matrix=self.matrix_name, gpu_memory_gb=self.gpu_memory_gb, warmup=0)
 
     def __call__(self, batch_size: int) -> ProbeOutcome:
+        from bench.results import query
         from bench.store import ResultStore
 
         cell = probe_cell(self.base_cell, batch_size, self.max_input_len, self.max_output_len, self.decode_steps)
         trial = self._trials.get(cell.cell_id, 0)
         self._trials[cell.cell_id] = trial + 1
         store = ResultStore(self.store_path)
-        if not self.redo:
-            for rec in store.records():
-                if (rec["cell_id"] == cell.cell_id and rec.get("trial") == trial and rec.get("status") in ("ok", "oom")
-                        and (rec.get("settings") or {}).get("kind") == PROBE_KIND
-                        and rec["settings"].get("gpu_memory_gb") == self.gpu_memory_gb):
+        if not self.redo and store.path.exists():
+            for rec in query.probes(query.load([store.path])):
+                if (rec.cell_id == cell.cell_id and rec.trial == trial and rec.status in ("ok", "oom")
+                        and rec.gpu_memory_gb == self.gpu_memory_gb):
                     return _outcome(batch_size, rec, 0.0, reused=True)
         started = time.perf_counter()
         record = self._run(cell, trial)
         store.append(record)
         return _outcome(batch_size, record, time.perf_counter() - started)
 
-    def _run(self, cell, trial: int) -> dict:
-        from bench.matrix import absorb_group_event, group_state, make_record
+    def _run(self, cell, trial: int):
+        from bench.matrix import absorb_group_event, group_state
         from bench.memcap import env_for
+        from bench.results.records import new_record
         from bench.runner import GroupItem, GroupJob, run_group
-        from bench.spec import Matrix, RunSettings
         from bench.workload import cached_workload
 
         workload, wl_file = cached_workload(cell.workload, Path(self.workload_cache))
         key = cell.build_key()
-        settings = RunSettings(trials=1, warmup=0, timeout_s=self.timeout_s, build_timeout_s=self.build_timeout_s,
-                               gpu_memory_gb=self.gpu_memory_gb)
-        matrix = Matrix(name=self.matrix_name, cells=(cell,), settings=settings)
         job = GroupJob(
             build_key=key, items=[GroupItem(cell, [trial], str(wl_file))], engines_dir=Path(self.engines_dir),
             warmup=0, build_timeout_s=self.build_timeout_s, cell_timeout_s=self.timeout_s,
@@ -81,21 +84,20 @@ class ProbeRunner:
                 results.append(event)
 
         run_group(job, on_event)
-        record = make_record(cell, results[-1], workload, state, matrix)
-        record["settings"]["kind"] = PROBE_KIND
-        record["extra"] = {**(record.get("extra") or {}), "probe": {
+        outcome = dict(results[-1])
+        outcome["extra"] = {**(outcome.get("extra") or {}), "probe": {
             "max_input_len": self.max_input_len, "max_output_len": self.max_output_len,
             "decode_steps": min(self.decode_steps, self.max_output_len), "batch_size": cell.max_batch_size,
         }}
-        return record
+        return new_record("oom-probe", cell, outcome, context=self.context, workload=workload.summary(),
+                          build=state["build"], environment=state["env"])
 
 
-def _outcome(batch_size: int, record: dict, seconds: float, reused: bool = False) -> ProbeOutcome:
-    metrics, extra = record.get("metrics") or {}, record.get("extra") or {}
-    peak = metrics.get("peak_memory_gb")
-    if peak is None and extra.get("peak_memory_bytes_at_failure") is not None:
-        peak = extra["peak_memory_bytes_at_failure"] / 1e9
-    return ProbeOutcome(batch_size, record["status"], peak, seconds, reused, record.get("error"))
+def _outcome(batch_size: int, record, seconds: float, reused: bool = False) -> ProbeOutcome:
+    peak = record.metric("peak_memory_gb")
+    if peak is None and record.extra.get("peak_memory_bytes_at_failure") is not None:
+        peak = record.extra["peak_memory_bytes_at_failure"] / 1e9
+    return ProbeOutcome(batch_size, record.status, peak, seconds, reused, record.error)
 
 
 def find_boundary(runner: ProbeRunner, lower: int, upper: int, strategy: str = "grow", confirm: bool = True) -> Boundary:

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from bench import SCHEMA_VERSION
+from bench import CELL_ID_VERSION
 from bench.errors import BenchInputError, choices
 
 if sys.version_info >= (3, 11):
@@ -212,7 +212,7 @@ class Cell:
     def cell_id(self) -> str:
         d = self.to_dict()
         d["options"] = identity_options(self.backend, d["options"])
-        return short_hash({"schema_version": SCHEMA_VERSION, "cell": d})
+        return short_hash({"schema_version": CELL_ID_VERSION, "cell": d})
 
     @property
     def label(self) -> str:
@@ -267,15 +267,18 @@ class BuildKey:
 
     @property
     def key_hash(self) -> str:
-        return short_hash({"schema_version": SCHEMA_VERSION, "build": self.to_dict()})
+        return short_hash({"schema_version": CELL_ID_VERSION, "build": self.to_dict()})
 
 
 @dataclass(frozen=True)
 class RunSettings:
     """How cells are run; not part of a cell's identity."""
 
-    trials: int = 3
+    trials: int = 3  # measured passes per worker process
     warmup: int = 1  # warm-up passes before the measured trials (excluded from results)
+    # Fresh worker processes per cell (pyperf's runs), each with its own warm-up and trials: the
+    # spread between them is the one a regression verdict needs (docs/results.md).
+    runs: int = 1
     timeout_s: float = 1800.0  # per cell (all its trials), after the build
     build_timeout_s: float = 3600.0
     # Emulate a smaller device: cap the memory a cell may use, in GB (1e9 bytes); None = the
@@ -295,7 +298,7 @@ class Matrix:
 AXES = ("backends", "models", "precisions", "max_batch_sizes", "workloads", "devices")
 TOP_KEYS = set(AXES) | {
     "name", "description", "model", "device", "options", "include", "exclude", "workload",
-    "trials", "warmup", "timeout_s", "build_timeout_s", "baseline", "gpu_memory_gb",
+    "trials", "warmup", "runs", "timeout_s", "build_timeout_s", "baseline", "gpu_memory_gb",
 }
 RULE_KEYS = {"backend", "model", "precision", "max_batch_size", "workload", "device"}
 
@@ -431,6 +434,7 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
     settings = RunSettings(
         trials=data.get("trials", RunSettings.trials),
         warmup=data.get("warmup", RunSettings.warmup),
+        runs=data.get("runs", RunSettings.runs),
         timeout_s=data.get("timeout_s", RunSettings.timeout_s),
         build_timeout_s=data.get("build_timeout_s", RunSettings.build_timeout_s),
         gpu_memory_gb=data.get("gpu_memory_gb"),
@@ -440,18 +444,63 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
         raise BenchInputError(f"gpu_memory_gb must be a positive number of GB (1 GB = 1e9 bytes), got {cap!r}")
     if not isinstance(settings.trials, int) or settings.trials <= 0:
         raise BenchInputError(f"trials must be a positive integer, got {settings.trials!r}")
+    if not isinstance(settings.runs, int) or isinstance(settings.runs, bool) or settings.runs <= 0:
+        raise BenchInputError(f"runs must be a positive integer (fresh worker processes per cell), got {settings.runs!r}")
     if not isinstance(settings.warmup, int) or settings.warmup < 0:
         raise BenchInputError(f"warmup must be a non-negative integer, got {settings.warmup!r}")
     for key in ("timeout_s", "build_timeout_s"):
         if not isinstance(getattr(settings, key), (int, float)) or getattr(settings, key) <= 0:
             raise BenchInputError(f"{key} must be a positive number of seconds")
     baseline = data.get("baseline", {"backend": "hf", "precision": "bf16", "max_batch_size": 1})
+    if not isinstance(baseline, dict) or not baseline:
+        raise BenchInputError("baseline must be a table of cell keys, e.g. baseline = { backend = \"hf\", precision = "
+                              "\"bf16\", max_batch_size = 1 }")
     return Matrix(
         name=data.get("name", default_name),
         cells=tuple(unique),
         settings=settings,
         description=data.get("description", ""),
         baseline=baseline,
+    )
+
+
+def check_baseline(baseline: dict, cells) -> None:
+    """Raise BenchInputError if the speedup baseline matches several cells of one workload.
+
+    Called by `bench run` with the baseline it will report against, before anything runs.
+    """
+    for workload in dict.fromkeys(c.workload.name for c in cells):
+        hits = [c for c in cells if c.workload.name == workload and _baseline_matches(c, baseline)]
+        if len(hits) > 1:
+            opts = [c.options_dict for c in hits]
+            differing = [k for k in opts[0] if len({str(o.get(k)) for o in opts}) > 1]
+            labels = [f"{c.backend}/{c.precision}/bs{c.max_batch_size} [" + ", ".join(f"{k}={c.options_dict[k]}"
+                                                                             for k in differing) + "]" for c in hits]
+            raise BenchInputError(ambiguous_baseline_message(baseline, labels, workload, opts))
+
+
+def _baseline_matches(cell: Cell, baseline: dict) -> bool:
+    values = {"backend": cell.backend, "model": cell.model, "precision": cell.precision,
+              "max_batch_size": cell.max_batch_size, "workload": cell.workload.name, "device": cell.device}
+    opts = cell.options_dict
+    for key, want in baseline.items():
+        have = values[key] if key in values else opts.get(key, _MISSING)
+        if have is _MISSING or str(have) != str(want):
+            return False
+    return True
+
+
+def ambiguous_baseline_message(baseline: dict, labels: list[str], workload: str, options: list[dict]) -> str:
+    """Return the error for a baseline that matches several cells: the candidates and how to pick one."""
+    differing = sorted({k for o in options for k in o if len({str(x.get(k)) for x in options}) > 1})
+    want = ", ".join(f"{k}={v}" for k, v in baseline.items())
+    first = options[0] if options else {}
+    pick = ",".join([f"{k}={v}" for k, v in baseline.items()] + [f"{k}={first.get(k)}" for k in differing])
+    return (
+        f"baseline ({want}) matches {len(labels)} cells of workload {workload!r}, so speedups would depend on record "
+        "order:\n  " + "\n  ".join(labels) + "\nname one cell: add the keys that differ"
+        + (f" ({', '.join(differing)})" if differing else "")
+        + f", e.g. --baseline {pick} (or the matrix's baseline = {{ ... }})"
     )
 
 
@@ -488,7 +537,8 @@ def with_workload(cell: Cell, **changes: Any) -> Cell:
     return replace(cell, workload=replace(cell.workload, **changes))
 
 
-def narrow(matrix: Matrix, only: dict | None = None, requests: int | None = None, trials: int | None = None) -> Matrix:
+def narrow(matrix: Matrix, only: dict | None = None, requests: int | None = None, trials: int | None = None,
+           runs: int | None = None) -> Matrix:
     """Return the matrix restricted to cells matching `only`, with optional overrides."""
     cells = list(matrix.cells)
     if only:
@@ -509,6 +559,10 @@ def narrow(matrix: Matrix, only: dict | None = None, requests: int | None = None
         if trials <= 0:
             raise BenchInputError(f"--trials must be positive, got {trials}")
         settings = replace(settings, trials=trials)
+    if runs is not None:
+        if runs <= 0:
+            raise BenchInputError(f"--runs must be positive (fresh worker processes per cell), got {runs}")
+        settings = replace(settings, runs=runs)
     return replace(matrix, cells=tuple(dict.fromkeys(cells)), settings=settings)
 
 

@@ -1,9 +1,13 @@
 """Statistics over repeated trials: summaries, stability warnings, ratio tests. Pure, numpy only.
 
-Two questions are answered here and nowhere else:
+Three questions are answered here and nowhere else:
 
 - *Is one cell's set of trials trustworthy?* `summarize` gives median, MAD, IQR and pyperf's
   stability warnings (spread over 10% of the mean, an extreme trial, too few trials).
+- *What is a cell's figure, and how far does it move between processes?* `run_spread` takes a
+  metric's values grouped by worker process (pyperf's runs, each with its trials) and returns
+  the mean of the runs' means, the spread between runs and the spread within them, and a
+  warning when the spread between processes is large (the one that matters for a verdict).
 - *Did a metric change between two sets of trials?* `ratio_test` works on log values: the
   ratio head/base is exp(mean difference of logs) and its confidence interval comes from
   Student's t with pooled variance (noise on timings is multiplicative, so logs make the two
@@ -29,6 +33,67 @@ import numpy as np
 MAX_CV = 0.10
 MAX_OUTLIER = 0.50
 MIN_TRIALS = 3
+# Between fresh processes: warn above 3 % (coefficient of variation of the run means), or when
+# it exceeds 1 % and is several times the spread inside a process (trials then understate it).
+MAX_RUN_CV = 0.03
+RUN_CV_FLOOR = 0.01
+RUN_TO_TRIAL = 4.0
+
+
+@dataclass(frozen=True)
+class RunSpread:
+    """One metric over runs (fresh worker processes) and the trials inside each run."""
+
+    value: float  # mean of the runs' means: every process weighs the same
+    runs: int
+    trials: int  # values in all runs
+    run_means: tuple[float, ...]
+    run_std: float | None  # sample std of the run means; None with one run
+    trial_std: float | None  # pooled within-run sample std; None when no run has two trials
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def run_cv(self) -> float | None:
+        return None if self.run_std is None or not self.value else self.run_std / abs(self.value)
+
+    @property
+    def trial_cv(self) -> float | None:
+        return None if self.trial_std is None or not self.value else self.trial_std / abs(self.value)
+
+    @property
+    def std(self) -> float | None:
+        """Return the spread a table prints after ±: between runs when there are two or more, else within the run."""
+        return self.run_std if self.runs > 1 else self.trial_std
+
+
+def run_spread(values_by_run: Sequence[Sequence[float]], name: str = "value") -> RunSpread:
+    """Return the RunSpread of a metric's values grouped by run (ValueError if there are none)."""
+    runs = [_clean(v) for v in values_by_run]
+    runs = [r for r in runs if r.size]
+    if not runs:
+        raise ValueError(f"{name}: no values")
+    means = np.array([r.mean() for r in runs])
+    n = int(sum(r.size for r in runs))
+    dof = n - len(runs)
+    trial_std = math.sqrt(sum(float(((r - r.mean()) ** 2).sum()) for r in runs) / dof) if dof > 0 else None
+    run_std = float(means.std(ddof=1)) if len(runs) > 1 else None
+    spread = RunSpread(float(means.mean()), len(runs), n, tuple(float(m) for m in means), run_std, trial_std)
+    return RunSpread(**{**spread.__dict__, "warnings": tuple(run_warnings(spread, name))})
+
+
+def run_warnings(s: RunSpread, name: str = "value") -> list[str]:
+    """Return why a RunSpread's figure may not reproduce in another process (empty: no reason seen)."""
+    if s.runs < 2:
+        return [f"{name}: 1 run: the spread between processes is not measured (use --runs 2 or more)"]
+    out = []
+    run_cv, trial_cv = s.run_cv or 0.0, s.trial_cv
+    if run_cv > MAX_RUN_CV:
+        out.append(f"{name}: the runs (fresh processes) differ by {run_cv:.1%} (std of their means, over "
+                   f"{MAX_RUN_CV:.0%}): the figure may not reproduce")
+    elif trial_cv is not None and run_cv > RUN_CV_FLOOR and run_cv > RUN_TO_TRIAL * trial_cv:
+        out.append(f"{name}: the runs differ by {run_cv:.1%}, {run_cv / trial_cv:.0f}x the spread inside a run "
+                   f"({trial_cv:.2%}): trials in one process understate the uncertainty")
+    return out
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,21 @@
-"""Append-only JSON Lines result store: one record per cell and trial, never rewritten.
+"""Append-only JSON Lines result store: one line per typed record, never rewritten.
 
 Each record is written with one write() of a complete line and fsync'd, under an exclusive
 lock, so Ctrl-C or a killed process can lose at most the record being written and never
 corrupts earlier ones. A torn last line (power loss, SIGKILL mid-write) is skipped when
-loading and fenced off with a newline before the next append.
+loading and fenced off with a newline before the next append. One invocation writes a store
+at a time (`ResultStore.writer`): a second `bench run` on the same store is refused.
+Readers go through bench.results.query, which types what `records()` yields.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from bench import SCHEMA_VERSION
@@ -23,20 +26,18 @@ try:  # optional: parses a large store 2-3x faster than json; json decides whene
 except ImportError:  # pragma: no cover - depends on the environment
     _orjson_loads = None
 
-# A stored cell with one of these statuses is a finished measurement; error/timeout are retried.
-FINAL_STATUSES = ("ok", "oom", "unsupported")
-STATUSES = ("ok", "oom", "error", "timeout", "unsupported")
-
 
 class ResultStore:
     def __init__(self, path: str | Path):
         self.path = Path(path)
 
-    def append(self, record: dict) -> None:
-        """Append one record as a single line, durably."""
-        if record.get("status") not in STATUSES:
-            raise ValueError(f"record status must be one of {STATUSES}, got {record.get('status')!r}")
-        line = (json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n").encode()
+    def append(self, record) -> None:
+        """Append one typed record (bench.results.records.Record) as a single line, durably."""
+        from bench.results.records import Record
+
+        if not isinstance(record, Record):
+            raise TypeError(f"append takes a bench.results.records.Record (made by new_record), got {type(record).__name__}")
+        line = (json.dumps(record.to_json(), sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n").encode()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -79,9 +80,34 @@ class ResultStore:
         if bad:
             warnings.warn(f"{self.path}: skipped {bad} torn or invalid line(s)", stacklevel=2)
 
-    def finished(self) -> set[tuple[str, int]]:
-        """Return {(cell_id, trial)} already measured (status ok, oom or unsupported)."""
-        return {(r["cell_id"], r.get("trial", 0)) for r in self.records() if r.get("status") in FINAL_STATUSES}
+    @contextlib.contextmanager
+    def writer(self):
+        """Hold the store for one invocation; BenchInputError if another process holds it.
+
+        The lock is a `<store>.lock` file beside it (flock: released when the holder dies, so a
+        killed run never leaves the store locked).
+        """
+        from bench.errors import BenchInputError
+
+        if self.path.is_dir():
+            raise BenchInputError(f"result store {str(self.path)!r} is a folder: give a .jsonl file with --store")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+                raise BenchInputError(
+                    f"result store {str(self.path)!r} is being written by {holder}: wait for it to finish, "
+                    "or write this run to another store with --store"
+                ) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"bench process {os.getpid()}".encode(), 0)
+            yield self
+        finally:
+            os.close(fd)  # releases the lock
 
 
 def _loads(raw: bytes):
@@ -93,16 +119,4 @@ def _loads(raw: bytes):
             pass  # orjson is stricter (NaN, integers beyond 64 bits, lone surrogates): json.loads decides
     return json.loads(raw)
 
-
-def load_records(paths: Iterable[str | Path]) -> list[dict]:
-    """Return all records of the given stores, each tagged with the store it came from."""
-    out = []
-    for p in paths:
-        p = Path(p)
-        if not p.exists():
-            raise BenchInputError(f"result store {str(p)!r} does not exist")
-        for rec in ResultStore(p).records():
-            rec["store"] = p.stem
-            out.append(rec)
-    return out
 

@@ -39,7 +39,7 @@ def run_group(job: dict, emit: Callable[[dict], None]) -> None:
     from bench.workload import Workload
 
     key = BuildKey.from_dict(job["build_key"])
-    emit({"event": "env", "environment": fingerprint(key.device)})
+    emit({"event": "env", "environment": {**fingerprint(key.device), "pid": os.getpid()}})  # pid: which process
     backend = backend_class(key.backend)()
     # Backends that calibrate while building (trtllm) read the group's requests from these files.
     backend.workload_files = sorted({item["workload_file"] for item in job["cells"]})

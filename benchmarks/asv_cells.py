@@ -65,28 +65,31 @@ def _fake_matrix():
 
 
 def measure(matrix) -> dict[str, dict[str, float]]:
-    """Return {cell label without options: {ms_per_output_token, e2el_median_ms, peak_memory_gb}}."""
+    """Return {cell label without options: {ms_per_output_token, e2el_median_ms, peak_memory_gb}}.
+
+    The figures are those `bench report` prints for the same records (bench.results.query: the
+    run's rows, each the mean of its runs' means): ms per output token is 1000 / output tok/s.
+    """
     from bench.matrix import run_matrix
-    from bench.stats import summarize
-    from bench.store import ResultStore
+    from bench.results import query
 
     with tempfile.TemporaryDirectory(prefix="bench-asv-") as tmp:
         store = Path(tmp) / "results.jsonl"
         run_matrix(matrix, store, engines_dir=Path(tmp) / "engines", workload_cache=Path(tmp) / "wl",
-                   show_progress=False)
-        by_cell: dict[str, list[dict]] = {}
-        for rec in ResultStore(store).records():
-            if rec["status"] == "ok":
-                c = rec["cell"]
-                by_cell.setdefault(f"{c['precision']}/bs{c['max_batch_size']}", []).append(rec["metrics"])
+                   show_progress=False, command="asv")
+        rows = query.select(query.measurements(query.load([store]))).rows
     out = {}
-    for label, ms in by_cell.items():
+    for row in rows:
+        if not row.ok_records:
+            continue
+        c = row.cell
+        tok_s = row.spread("output_throughput").value
         # device memory where the backend reports it (GPU, fake), else the worker's peak RSS
-        memory = [m.get("peak_memory_gb") or m["peak_host_rss_gb"] for m in ms]
-        out[label] = {
-            "ms_per_output_token": summarize([1000.0 * m["duration_s"] / m["total_output_tokens"] for m in ms]).median,
-            "e2el_median_ms": summarize([m["e2el_median_ms"] for m in ms]).median,
-            "peak_memory_gb": summarize(memory).median,
+        memory = row.spread("peak_memory_gb") or row.spread("peak_host_rss_gb")
+        out[f"{c['precision']}/bs{c['max_batch_size']}"] = {
+            "ms_per_output_token": 1000.0 / tok_s,
+            "e2el_median_ms": row.spread("e2el_median_ms").value,
+            "peak_memory_gb": memory.value,
         }
     return out
 

@@ -18,11 +18,11 @@ except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def write_store(path: Path, cells: int = 32, trials: int = 3, slowdown: float = 1.0) -> Path:
-    """Write a store of cells x trials fake-backend records (real metrics from the virtual clock)."""
-    from bench import SCHEMA_VERSION
+def write_store(path: Path, cells: int = 32, runs: int = 3, slowdown: float = 1.0) -> Path:
+    """Write a store of cells x runs fake-backend records, one trial per run (real metrics from the virtual clock)."""
     from bench.backends.fake import FakeLoaded
     from bench.metrics import request_samples, summarize
+    from bench.results.records import RunContext, new_record
     from bench.spec import WorkloadSpec
     from bench.store import ResultStore
     from bench.workload import Request
@@ -32,20 +32,22 @@ def write_store(path: Path, cells: int = 32, trials: int = 3, slowdown: float = 
     wl = WorkloadSpec(name="syn", source="synthetic", input_len=16, output_len=8).to_dict()
     env = {"cpu": "asv", "torch": "x", "transformers": "y", "gpu_name": None, "gpu_count": 0, "driver": None,
            "commit": "0" * 40, "dirty": False}
+    context = RunContext(run_id=f"asv-{path.stem}", command="asv", matrix="asv", commit="0" * 40, dirty=False,
+                         runs=runs, trials=1, started_at=0.0)
     loaded = FakeLoaded({})
     for c in range(cells):
         precision = ("bf16", "fp16", "fp32", "int8")[c % 4]
         bs = 2 ** (c // 4)
         cell = {"backend": "fake" if c else "hf", "model": "qwen-tiny", "precision": "bf16" if c == 0 else precision,
                 "max_batch_size": bs, "device": "cpu", "workload": wl, "options": {"noise": 0.02}}
-        for t in range(trials):
+        for run in range(runs):
             out = loaded.run(requests, bs, {"noise": 0.02, "slowdown": slowdown, "seed": c})
-            store.append({
-                "schema_version": SCHEMA_VERSION, "cell_id": f"{c:016x}", "cell": copy.deepcopy(cell), "trial": t,
-                "status": "ok", "metrics": summarize(out.timings, out.started, out.ended),
-                "samples": request_samples(out.timings), "extra": out.extra, "environment": env,
-                "started_at": float(t), "ended_at": float(t) + 1,
-            })
+            outcome = {"cell_id": f"{c:016x}", "trial": 0, "status": "ok",
+                       "metrics": summarize(out.timings, out.started, out.ended),
+                       "samples": request_samples(out.timings), "extra": out.extra,
+                       "started_at": float(run), "ended_at": float(run) + 1}
+            store.append(new_record("measurement", copy.deepcopy(cell), outcome, context=context, run=run,
+                                    environment=env))
     return path
 
 
@@ -106,8 +108,8 @@ class Store:
 
 
 def _load_frame(store):
-    """Return the results frame the reports use (store records -> bench.report.data)."""
+    """Return the results frame the reports use (store -> typed records -> chosen rows -> bench.report.data)."""
     from bench.report.data import report_data
-    from bench.store import load_records
+    from bench.results import query
 
-    return report_data(load_records([store])).frame
+    return report_data(query.select(query.load([store])).records).frame

@@ -47,11 +47,13 @@ def matrix_for(model, device, precision, workloads: dict, cells: list[dict], tri
 def harness(m, store: Path, engines: Path) -> list[dict]:
     """Return the records of running matrix m through bench's runner (worker subprocesses)."""
     from bench.matrix import run_matrix
-    from bench.store import ResultStore
+    from bench.results import query
 
-    run_matrix(m, store, engines_dir=engines, workload_cache=store.parent / "workloads", show_progress=False, redo=True)
+    summary = run_matrix(m, store, engines_dir=engines, workload_cache=store.parent / "workloads", show_progress=False,
+                         redo=True)
     ids = {c.cell_id for c in m.cells}
-    return [r for r in ResultStore(store).records() if r["cell_id"] in ids]
+    # this invocation's records, as the stored lines (dicts) the summaries below read
+    return [r.to_json() for r in query.load([store]) if r.cell_id in ids and r.context.run_id == summary.run_id]
 
 
 def summarize_cell(records: list[dict], cell) -> dict:

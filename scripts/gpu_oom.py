@@ -38,8 +38,9 @@ def main() -> int:
 
     from bench.oom import frontier_markdown, frontier_rows
     from bench.oom_run import ProbeRunner, find_boundary
+    from bench.results import query
     from bench.spec import Cell, WorkloadSpec
-    from bench.store import ResultStore, load_records
+    from bench.store import ResultStore
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -90,8 +91,8 @@ def main() -> int:
     else:
         print(f"verification skipped: the searches took {time.monotonic() - t_start:.0f} s", flush=True)
 
-    recs = load_records([store])
-    envs = [r.get("environment") or {} for r in recs if r.get("environment")]
+    recs = query.load([store])
+    envs = [r.environment for r in recs if r.environment]
     if envs:
         summary["device"] = envs[-1].get("gpu_name") or envs[-1].get("cpu")
         summary["torch"], summary["transformers"] = envs[-1].get("torch"), envs[-1].get("transformers")
@@ -123,8 +124,8 @@ def verify_boundary(base, in_len, out_len, lower, upper, cap, store, out) -> dic
 
     from bench.matrix import run_matrix
     from bench.oom_run import ProbeRunner, find_boundary
+    from bench.results import query
     from bench.spec import Matrix, RunSettings, with_workload
-    from bench.store import ResultStore
 
     runner = ProbeRunner(base, in_len, out_len, store, gpu_memory_gb=cap, redo=True, matrix_name="gpu-oom",
                          engines_dir=out / "engines", workload_cache=out / "workloads", timeout_s=300, build_timeout_s=300)
@@ -149,10 +150,9 @@ def verify_boundary(base, in_len, out_len, lower, upper, cap, store, out) -> dic
     run_matrix(matrix, full_store, redo=True, engines_dir=out / "engines", workload_cache=out / "workloads",
                show_progress=False)
     by_size = {}
-    for rec in ResultStore(full_store).records():
-        by_size[rec["cell"]["max_batch_size"]] = {
-            "status": rec["status"], "peak_gb": (rec.get("metrics") or {}).get("peak_memory_gb"),
-            "seconds": (rec.get("metrics") or {}).get("duration_s")}
+    for rec in query.load([full_store]):
+        by_size[rec.cell["max_batch_size"]] = {
+            "status": rec.status, "peak_gb": rec.metric("peak_memory_gb"), "seconds": rec.metric("duration_s")}
     at_fit, above = by_size.get(fit, {}), by_size.get(fit + 1, {})
     # Agreement: the full run fits where the probe fits; one above may still fit (the probe is
     # conservative by its longer prefill), which is reported, not hidden.

@@ -21,7 +21,7 @@ IGNORE = ["--ignore-option", "seed,slowdown"]
 def fake_matrix(slowdown=1.0, seed=0, noise=0.01):
     return parse_matrix({
         "name": "fk", "backends": ["fake"], "model": "qwen-tiny", "device": "cpu", "precisions": ["bf16"],
-        "max_batch_sizes": [1, 4], "workloads": ["syn"], "trials": 3, "warmup": 1, "timeout_s": 60,
+        "max_batch_sizes": [1, 4], "workloads": ["syn"], "trials": 2, "runs": 3, "warmup": 1, "timeout_s": 60,
         "options": {"noise": noise, "slowdown": slowdown, "seed": seed},
         "workload": {"syn": {"source": "synthetic", "num_requests": 16, "input_len": 32, "output_len": 16}},
     })
@@ -73,7 +73,7 @@ def test_two_commits_in_one_store(stores, tmp_path):
     recs = []
     for name, commit in (("base", "a" * 40), ("slow", "b" * 40)):
         for r in records(stores[name]):
-            r["environment"]["commit"] = commit
+            r["context"]["commit"] = commit
             r["cell"]["options"].pop("seed"), r["cell"]["options"].pop("slowdown")  # same cells, two commits
             r["cell_id"] = "c" + str(r["cell"]["max_batch_size"])
             recs.append(r)
@@ -137,14 +137,15 @@ def test_failed_cell_on_head_is_a_regression(stores, tmp_path):
     assert c.exit_status == 1
 
 
-def test_mann_whitney_with_three_trials_cannot_judge(stores, capsys):
+def test_mann_whitney_with_three_runs_cannot_judge(stores, capsys):
     assert main(["compare", str(stores["base"]), str(stores["slow"]), *IGNORE, "--test", "mannwhitney"]) == 2
     assert "smallest possible p is 0.1" in capsys.readouterr().err
 
 
-def test_one_trial_is_inconclusive_not_passed(stores, tmp_path):
-    one = write(tmp_path / "one.jsonl", [r for r in records(stores["slow"]) if r["trial"] == 0])
-    with pytest.raises(BenchInputError, match="no metric could be judged.*at least 2 trials"):
+def test_one_run_is_inconclusive_not_passed(stores, tmp_path):
+    """One process on a side: its trials, however many, do not make a verdict."""
+    one = write(tmp_path / "one.jsonl", [r for r in records(stores["slow"]) if r["run"] == 0])
+    with pytest.raises(BenchInputError, match="no metric could be judged.*at least 2 runs"):
         compare_stores(stores["base"], one, ignore_options=["seed", "slowdown"], metrics=["output_throughput"])
 
 

@@ -2,6 +2,7 @@
 draws, and hostile text from data cannot inject markup. Skips only when Chromium is missing
 (the nox tests session installs it)."""
 
+import dataclasses
 import json
 
 import pandas as pd
@@ -22,9 +23,7 @@ def built(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dash")
     recs = synthetic_records(backends=("hf", "trtllm"), precisions=("bf16", "int4"), batch_sizes=(1, 4, 32),
                              trials=2, requests=16, model=HOSTILE)
-    for r in recs:
-        if r["status"] == "oom":
-            r["error"] = HOSTILE
+    recs = [dataclasses.replace(r, error=HOSTILE) if r.status == "oom" else r for r in recs]
     write_store(tmp / "a.jsonl", recs)
     newer = synthetic_records(backends=("hf", "trtllm"), precisions=("bf16", "int4"), batch_sizes=(1, 4, 32),
                               trials=2, requests=16, model=HOSTILE, seed=1)

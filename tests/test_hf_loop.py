@@ -23,20 +23,22 @@ def test_harness_loop_needs_a_static_cache():
 
 def test_a_late_option_at_its_default_keeps_earlier_ids():
     """Cells stored before decode_loop existed must keep their cell_id and build key."""
-    from bench.spec import SCHEMA_VERSION, short_hash
+    from bench.spec import CELL_ID_VERSION, short_hash
 
     plain, = matrix(cache="static").cells
     assert plain.options_dict["decode_loop"] == "generate"
     before = plain.to_dict()
     # The options hf had when the first results were stored:
     before["options"] = {k: before["options"][k] for k in ("attn_implementation", "batching", "cache", "compile")}
-    assert plain.cell_id == short_hash({"schema_version": SCHEMA_VERSION, "cell": before})
+    assert plain.cell_id == short_hash({"schema_version": CELL_ID_VERSION, "cell": before})
     assert "decode_loop" not in dict(plain.build_key().options)
     assert plain.options_dict["prefill_len"] == 0
     assert "decode_loop" not in plain.label and "prefill_len" not in plain.label
     from bench.report.data import _row  # report rows of an old and a new record group together
+    from bench.results.records import parse
 
-    old, new = _row({"cell_id": "a", "cell": before}), _row({"cell_id": "b", "cell": plain.to_dict()})
+    old = _row(parse({"schema_version": 1, "cell_id": "a", "cell": before}, legacy_run=("v1", 0.0)))
+    new = _row(parse({"schema_version": 2, "cell_id": "b", "cell": plain.to_dict()}))
     assert old["options"] == new["options"]
     harness, = matrix(cache="static", decode_loop="harness").cells
     assert harness.cell_id != plain.cell_id
@@ -169,8 +171,10 @@ def test_an_hf_probe_prefills_the_real_prompt_length():
     probe = probe_cell(plain, 4, 256, 256)
     assert probe.workload.input_len == 508 and probe.workload.output_len == 4
     assert probe.options_dict["prefill_len"] == 256  # the rest of the prompt is fed in chunks
-    rec = {"settings": {"kind": "oom-probe"}, "status": "ok", "cell": probe.to_dict(), "metrics": {},
-           "extra": {"probe": {"max_input_len": 256, "max_output_len": 256}}}
+    from tests.conftest import make_record
+
+    rec = make_record(probe.cell_id, cell=probe.to_dict(), kind="oom-probe")
+    rec.extra["probe"] = {"max_input_len": 256, "max_output_len": 256}
     row, = frontier_rows([rec])
     assert "prefill_len" not in row["options"]
 

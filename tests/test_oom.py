@@ -20,6 +20,7 @@ from bench.oom import (
     probe_lengths,
     search_boundary,
 )
+from bench.results import query
 from bench.store import ResultStore
 
 
@@ -79,23 +80,28 @@ def test_search_never_probes_above_a_failure():
     assert mixed.largest_fit == 1 and mixed.smallest_oom == 2 and [p.batch_size for p in mixed.probes] == [1, 2]
 
 
-def probe_record(size, status, trial=0):
-    return {"cell_id": f"c{size}", "trial": trial, "status": status,
-            "cell": {"backend": "hf", "model": "m", "precision": "bf16", "options": {}, "device": "cuda",
-                     "max_batch_size": size},
-            "metrics": {"peak_memory_gb": 10.0 + size} if status == "ok" else None,
-            "extra": {"probe": {"max_input_len": 8, "max_output_len": 8}},
-            "settings": {"kind": "oom-probe", "gpu_memory_gb": 24.0}}
+def probe_record(size, status, trial=0, kind="oom-probe", run_id="oom-1", env=None):
+    from tests.conftest import make_record
+
+    cell = {"backend": "hf", "model": "m", "precision": "bf16", "options": {}, "device": "cuda", "max_batch_size": size}
+    rec = make_record(f"c{size}", trial, status, cell=cell, kind=kind, cap=24.0, run_id=run_id, env=env,
+                      **({"peak_memory_gb": 10.0 + size} if status == "ok" else {}))
+    rec.extra["probe"] = {"max_input_len": 8, "max_output_len": 8}
+    return rec
 
 
 def test_frontier_reports_non_monotonic_records():
     recs = [probe_record(4, "ok"), probe_record(8, "oom"), probe_record(6, "ok"), probe_record(7, "oom"),
-            probe_record(12, "ok"), probe_record(6, "oom", trial=1),
-            {**probe_record(5, "ok"), "settings": {"kind": None}}]  # a full run, not a probe: ignored
+            probe_record(12, "ok", run_id="oom-2"), probe_record(6, "oom", trial=1),
+            probe_record(5, "ok", kind="measurement")]  # a full run, not a probe: ignored
     (row,) = frontier_rows(recs)
     assert (row["largest_fit"], row["smallest_oom"], row["flaky_sizes"]) == (4, 6, [6, 12])
-    assert row["peak_memory_gb_at_fit"] == 14.0 and row["probes"] == 6
-    assert "| hf | bf16 | - | 8/8 | 24 | 4 | 6 (OOM) | 14.00 | 6 | 6, 12 |" in frontier_markdown([row])
+    assert row["peak_memory_gb_at_fit"] == 14.0 and row["probes"] == 6 and row["runs"] == 2
+    assert "| hf | bf16 | - | 8/8 | 24 | 4 | 6 (OOM) | 14.00 | 6 (2) | 6, 12 |" in frontier_markdown([row])
+    # probes from another environment are another frontier, never mixed into this one
+    other = [probe_record(16, "ok", env={"gpu_name": "NVIDIA A10", "torch": "2.9"})]
+    rows = frontier_rows(recs + other)
+    assert len(rows) == 2 and "| environment |" in frontier_markdown(rows) and "NVIDIA A10 2.9" in frontier_markdown(rows)
 
 
 def test_an_error_probe_stops_the_search_with_the_evidence():
@@ -169,11 +175,12 @@ def run_cli(tmp_path, *args, extra=""):
 def test_bench_oom_end_to_end_with_the_fake_backend(tmp_path, capsys):
     # 1 GB weights + bs x 128 tokens x 512 KiB fits 2 GB up to bs 14.
     assert run_cli(tmp_path, "--lengths", "64x64") == 0
-    recs = list(ResultStore(tmp_path / "s.jsonl").records())
-    assert all(r["settings"]["kind"] == "oom-probe" and r["extra"]["probe"]["max_input_len"] == 64 for r in recs)
-    by_size = {r["cell"]["max_batch_size"]: r for r in recs}
-    assert by_size[14]["status"] == "ok" and by_size[15]["status"] == "oom"
-    assert by_size[14]["cell"]["workload"]["input_len"] == 124 and by_size[14]["metrics"]["peak_memory_gb"] > 1.9
+    recs = query.load([tmp_path / "s.jsonl"])
+    assert all(r.kind == "oom-probe" and r.target["max_input_len"] == 64 for r in recs)
+    assert len({r.context.run_id for r in recs}) == 1 and recs[0].context.command == "oom"
+    by_size = {r.cell["max_batch_size"]: r for r in recs}
+    assert by_size[14].status == "ok" and by_size[15].status == "oom"
+    assert by_size[14].cell["workload"]["input_len"] == 124 and by_size[14].metric("peak_memory_gb") > 1.9
     rows = frontier_rows(recs)
     assert [(r["largest_fit"], r["smallest_oom"]) for r in rows] == [(14, 15)]
     out = capsys.readouterr().out
@@ -187,14 +194,14 @@ def test_bench_oom_end_to_end_with_the_fake_backend(tmp_path, capsys):
 
 def test_cap_emulates_a_smaller_device_and_is_recorded(tmp_path):
     assert run_cli(tmp_path, "--lengths", "64x64", "--gpu-memory-gb", "1.5") == 0
-    rows = frontier_rows(ResultStore(tmp_path / "s.jsonl").records())
+    rows = frontier_rows(query.load([tmp_path / "s.jsonl"]))
     assert [(r["gpu_memory_gb"], r["largest_fit"]) for r in rows] == [(1.5, 7)]  # 1 + 7 x 64 MiB <= 1.5 GB
     assert "| 1.5 |" in frontier_markdown(rows)
 
 
 def test_flaky_band_in_the_fake_backend_is_reported(tmp_path, capsys):
     assert run_cli(tmp_path, "--lengths", "64x64", extra="oom_flaky_band = 0.05") == 0
-    rows = frontier_rows(ResultStore(tmp_path / "s.jsonl").records())
+    rows = frontier_rows(query.load([tmp_path / "s.jsonl"]))
     assert rows[0]["flaky_sizes"] and rows[0]["largest_fit"] < min(rows[0]["flaky_sizes"])
     assert "FLAKY" in capsys.readouterr().err
 

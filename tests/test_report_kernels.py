@@ -12,8 +12,9 @@ import pytest
 
 from bench.profiling.kernels import AttributedKernel, KernelTable, build_kernel_table
 from bench.report.build import build_report
-from bench.report.kernels import is_profile, kernel_frame
+from bench.report.kernels import kernel_frame
 from bench.report.synthetic import synthetic_records, write_store
+from bench.results.records import Profile, parse
 from tests.conftest import tiny_hf_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,10 +22,12 @@ H200 = ROOT / "docs" / "data" / "h200-profile"  # real kernel tables, torch.prof
 
 
 def _record(cell_id, table_path, precision="bf16", options=None, window=None):
-    return {"schema_version": 1, "cell_id": cell_id, "trial": 0, "kind": "profile", "status": "ok", "metrics": None,
-            "cell": {"backend": "hf", "precision": precision, "max_batch_size": 1, "options": options or {}},
-            "settings": {"matrix": "m", "tool": "torch"},
-            "extra": {"kernel_table": str(table_path), "profile": {"window": window} if window else {}}}
+    """Return a Profile record as a schema-1 store held it (read through the typed layer)."""
+    return parse({"schema_version": 1, "cell_id": cell_id, "trial": 0, "kind": "profile", "status": "ok", "metrics": None,
+                  "cell": {"backend": "hf", "precision": precision, "max_batch_size": 1, "options": options or {}},
+                  "settings": {"matrix": "m", "tool": "torch"},
+                  "extra": {"kernel_table": str(table_path), "profile": {"window": window} if window else {}}},
+                 legacy_run=("legacy", 0.0))
 
 
 def _rows(frame, cell_id):
@@ -39,7 +42,7 @@ def test_h200_tables_eager_ranges_and_compiled_categories():
         _record("eager", "forward16_sdpa.kernel_table.json", options={"compile": "off"}),
         _record("compiled", H200 / "decode_step_compiled.kernel_table.json", options={"compile": "default"},
                 window={"batches": 1, "decode_steps": 0}),
-        {"kind": "profile", "status": "error", "cell_id": "failed", "extra": {}},
+        parse({"schema_version": 2, "kind": "profile", "status": "error", "cell_id": "failed", "extra": {}}),
     ]
     kf = kernel_frame(records, base_dirs=[H200])
     assert kf.warnings == []
@@ -68,8 +71,8 @@ def test_h200_tables_eager_ranges_and_compiled_categories():
     assert c.loc["norm kernels", "time_per_instance_us"] == pytest.approx(ccats["norm"].total_us)
     assert c.loc["attention kernels", "per"] == "forward pass"
     assert set(kf.frame.backend) == {"hf compile=off", "hf compile=default"}
-    assert not is_profile(synthetic_records(backends=("hf",), precisions=("bf16",), batch_sizes=(1,), trials=1,
-                                            requests=2)[0])
+    assert not isinstance(synthetic_records(backends=("hf",), precisions=("bf16",), batch_sizes=(1,), trials=1,
+                                            requests=2)[0], Profile)
 
 
 def _tiny_table(tmp_path) -> Path:

@@ -29,10 +29,24 @@ def test_speedups_spread_and_oom_rows():
     assert t.loc[1, "throughput_speedup"] == pytest.approx(0.5 / 0.12)
     assert t.loc[1, "generation_speedup"] == pytest.approx(333.6 / 61.0)
     headers, rows = render_rows(t)
-    assert rows[0][3] == "0.120 ± 0.000" and rows[0][4] == "61.0 ± 1.4"
+    # one run of two trials: the ± is the spread between trials, and the row says so
+    assert rows[0][3] == "0.120 ± 0.000" and rows[0][4] == "61.0 ± 1.4" and rows[0][7:9] == ["1 × 2", "— / 2.3%"]
     assert rows[2][3:7] == ["OOM"] * 4
     md = to_markdown({"w": t})
-    assert "| trtllm | int4 | 2 | 0.500 | 333.6 | 4.17x | 5.47x |" in md
+    assert "| trtllm | int4 | 2 | 0.500 | 333.6 | 4.17x | 5.47x | 1 × 1 | — / — |" in md
+
+
+def test_runs_give_the_spread_between_processes():
+    """Two runs (processes) of two trials: value = mean of run means, ± = std of the run means, both spreads shown."""
+    rows = [{"cell_id": "a", "run_id": "x", "run": run, "trial": t, "status": "ok", "backend": "hf", "precision": "bf16",
+             "max_batch_size": 1, "request_throughput": 1.0, "output_throughput": v}
+            for run, vals in ((0, (100.0, 101.0)), (1, (110.0, 111.0))) for t, v in enumerate(vals)]
+    t = speedup_table(frame(rows))["w"]
+    assert t.loc[0, "output_throughput"] == pytest.approx(105.5)
+    assert t.loc[0, "output_throughput__std"] == pytest.approx(7.0710678)  # std of (100.5, 110.5)
+    headers, (row,) = render_rows(t)
+    assert row[7] == "2 × 2" and row[8] == "6.7% / 0.7% ⚠"
+    assert t.attrs["warnings"] and "differ by 6.7%" in t.attrs["warnings"][0]
 
 
 def test_missing_baseline_lists_cells():
@@ -50,7 +64,6 @@ def test_empty_store():
 # --- golden files and bad input, from a fixed synthetic store ----------------------------------
 
 import os  # noqa: E402
-import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from bench.report.data import report_data  # noqa: E402
@@ -61,11 +74,9 @@ GOLDEN = Path(__file__).parent / "golden"
 
 
 def golden_tables():
+    # a GPU memory cap on one backend's results (context.gpu_memory_gb)
     recs = synthetic_records(backends=("hf", "trtllm"), precisions=("bf16", "int4"), batch_sizes=(1, 8, 32), trials=3,
-                             requests=8, telemetry=False)
-    for r in recs:  # a GPU memory cap on one backend's results (settings.gpu_memory_gb)
-        if r["cell"]["backend"] == "trtllm":
-            r["settings"]["gpu_memory_gb"] = 80
+                             requests=8, telemetry=False, gpu_memory_gb={"trtllm": 80})
     data = report_data(recs)
     return speedup_table(data.frame), environment_note(data.frame, data.environments)
 
@@ -101,12 +112,6 @@ def test_mixed_gpus_warn_and_show_environment_column():
     assert "| environment |" in md and "NVIDIA A100" in md and "MIXED" in md
 
 
-def test_mixed_schema_versions_warn():
-    recs = synthetic_records(backends=("hf",), precisions=("bf16",), batch_sizes=(1,), trials=2, requests=4, telemetry=False)
-    recs[1]["schema_version"] = 0
-    with warnings.catch_warnings():
-        data = report_data(recs)
-    assert any("mix result schema versions 0, 1" in w for w in data.warnings)
 
 
 def test_empty_records():

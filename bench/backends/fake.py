@@ -58,12 +58,15 @@ class FakeLoaded(Loaded):
         self.key = key
         self.folder = folder
         self.runs = 0
+        # Which load of this build this process is: each worker process draws its own noise, as
+        # real processes differ (reproducible: counted in the build folder, like the flaky band).
+        self.process = self._count("loads") if folder is not None else 0
 
-    def _flaky_count(self, batch_size: int) -> int:
-        """Return how many earlier runs of this batch size hit the flaky band, and count this one.
+    def _count(self, name: str) -> int:
+        """Return how many times `name` was counted before in the build folder, and count this one.
 
-        Kept in the build folder, so the alternation holds across worker processes."""
-        path = (self.folder or Path(".")) / f"flaky-bs{batch_size}.count"
+        Kept in the build folder, so counts hold across worker processes."""
+        path = (self.folder or Path(".")) / f"{name}.count"
         seen = int(path.read_text()) if path.is_file() else 0
         path.write_text(str(seen + 1))
         return seen
@@ -81,7 +84,7 @@ class FakeLoaded(Loaded):
             time.sleep(3600)
         if fail == "error":
             raise RuntimeError("fake backend: injected error")
-        rng = random.Random(opts["seed"] * 1_000_003 + self.runs)
+        rng = random.Random((opts["seed"] * 1_000_003 + self.runs) * 7_919 + self.process)
         self.runs += 1
         k = opts["slowdown"]
         clock = 0.0
@@ -101,7 +104,7 @@ class FakeLoaded(Loaded):
             # (parity of a per-size counter: reproducible, and both outcomes occur).
             flaky = False
             if flaky_from is not None and opts["oom_flaky_band"] and flaky_from < need <= limit:
-                flaky = self._flaky_count(len(batch)) % 2 == 1
+                flaky = self._count(f"flaky-bs{len(batch)}") % 2 == 1
             if fail == "oom" or (limit and need > limit) or flaky:
                 raise MemoryError(f"fake backend: out of memory (needs {need / 1e9:.2f} GB)")
             start = clock

@@ -10,7 +10,8 @@ def register(sub) -> None:
     c = sub.add_parser(
         "compare",
         help="compare two result stores (or two commits in one store); exit 1 if any cell regressed",
-        description="Match cells by cell_id and judge each metric: a regression needs statistical "
+        description="Match cells by cell_id and judge each metric over runs (fresh worker processes; "
+        "`bench run --runs 3`): a regression needs statistical "
         "significance AND a change of at least --factor in the metric's bad direction. "
         "Exit status: 0 no regression, 1 a regression, 2 bad input.",
     )
@@ -25,6 +26,8 @@ def register(sub) -> None:
                    help="t: Student t on log trial values (default); mannwhitney: exact rank test (needs >= 5 trials a side)")
     c.add_argument("--ignore-option", action="append", default=[], metavar="KEY",
                    help="match cells ignoring this option (repeatable), e.g. to compare slowdown=1.1 with 1.0")
+    c.add_argument("--pool", action="store_true",
+                   help="pool every compatible run of a cell on each side (default: each cell's latest run)")
     c.add_argument("--allow-env-mismatch", action="store_true",
                    help="compare even when GPU, driver or library versions differ (a warning instead of an error)")
     c.add_argument("--markdown", metavar="FILE", help="also write the Markdown report (for a pull-request comment) here")
@@ -39,7 +42,7 @@ def cmd_compare(args) -> int:
         args.base, args.head, base_commit=args.base_commit, head_commit=args.head_commit, metrics=metrics,
         factor=args.factor, confidence=args.confidence, test=args.test,
         ignore_options=[o for opt in args.ignore_option for o in opt.split(",") if o],
-        allow_env_mismatch=args.allow_env_mismatch,
+        allow_env_mismatch=args.allow_env_mismatch, pool=args.pool,
     )
     markdown = to_markdown(comparison)
     print(markdown)

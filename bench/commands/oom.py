@@ -61,10 +61,11 @@ def cmd_oom(args) -> int:
     from rich.console import Console
 
     from bench.memcap import check_cap
-    from bench.oom import ProbeFailed, check_bounds, frontier_markdown, frontier_rows, probe_lengths
-    from bench.oom_run import ProbeRunner, find_boundary
+    from bench.oom import check_bounds, frontier_markdown, frontier_rows, probe_lengths
+    from bench.results import query
+    from bench.results.records import new_context
     from bench.spec import load_matrix, narrow
-    from bench.store import load_records
+    from bench.store import ResultStore
 
     if args.matrix and args.preset:
         raise BenchInputError("give either --matrix FILE or --preset NAME, not both")
@@ -87,15 +88,37 @@ def cmd_oom(args) -> int:
             key = (cell.backend, cell.model, cell.precision, cell.device, cell.options, in_len, out_len)
             searches.setdefault(key, (cell, in_len, out_len))
 
-    store = Path(args.store or f"results/{matrix.name}-oom.jsonl")
+    store = query.check_store_path(args.store or f"results/{matrix.name}-oom.jsonl", must_exist=False)
     console = Console(stderr=True)
     console.print(f"OOM search: {len(searches)} configuration(s), batch sizes {lower}..{upper} ({args.strategy}), "
                   f"memory cap {'none' if cap is None else f'{cap:g} GB'} -> {store}")
     failed = 0
+    context = new_context("oom", matrix=matrix.name, gpu_memory_gb=cap, warmup=0)
+    with ResultStore(store).writer():
+        failed = _search_all(searches, args, store, cap, matrix, context, console, (lower, upper))
+    table = frontier_markdown(frontier_rows(query.load([store]))) if store.exists() else frontier_markdown([])
+    out_dir = Path(args.report_dir or f"dashboards/{matrix.name}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "oom-frontier.md"
+    tmp = path.with_suffix(".md.tmp")
+    tmp.write_text(table)
+    tmp.replace(path)
+    print(table)
+    console.print(f"frontier: {path}")
+    return 1 if failed else 0
+
+
+def _search_all(searches: dict, args, store: Path, cap, matrix, context, console, bounds: tuple[int, int]) -> int:
+    """Run every configuration's boundary search; return how many could not be decided."""
+    from bench.oom import ProbeFailed
+    from bench.oom_run import ProbeRunner, find_boundary
+
+    lower, upper = bounds
+    failed = 0
     for cell, in_len, out_len in searches.values():
         runner = ProbeRunner(cell, in_len, out_len, store, decode_steps=args.decode_steps, gpu_memory_gb=cap,
                              redo=args.redo, matrix_name=matrix.name, timeout_s=matrix.settings.timeout_s,
-                             build_timeout_s=matrix.settings.build_timeout_s)
+                             build_timeout_s=matrix.settings.build_timeout_s, context=context)
         label = f"{cell.backend}/{cell.precision} {in_len}/{out_len}"
         try:
             b = find_boundary(runner, lower, upper, args.strategy, confirm=not args.no_confirm)
@@ -107,13 +130,4 @@ def cmd_oom(args) -> int:
         per_probe = sum(p.seconds for p in ran) / len(ran) if ran else 0.0
         console.print(f"{label}: largest fit {b.largest_fit}, smallest OOM {b.smallest_oom}; {len(b.probes)} probes "
                       f"({len(ran)} run, {per_probe:.1f} s each)" + (f"; FLAKY sizes {b.flaky_sizes}" if b.flaky_sizes else ""))
-    table = frontier_markdown(frontier_rows(load_records([store]))) if store.exists() else frontier_markdown([])
-    out_dir = Path(args.report_dir or f"dashboards/{matrix.name}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "oom-frontier.md"
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text(table)
-    tmp.replace(path)
-    print(table)
-    console.print(f"frontier: {path}")
-    return 1 if failed else 0
+    return failed

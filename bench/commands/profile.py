@@ -63,35 +63,41 @@ def cmd_profile(args) -> int:
         from bench.profiling.nsys_collector import find_nsys
 
         nsys, _ = find_nsys(args.nsys)  # missing or too old: BenchInputError before any work
+    from bench.profiling.kernels import KernelTable
+    from bench.results.query import check_store_path
+    from bench.results.records import new_context
+    from bench.store import ResultStore
+
     out_root = Path(args.out)
-    store_path = Path(args.store or out_root / f"{matrix.name}.jsonl")
+    store_path = check_store_path(args.store or out_root / f"{matrix.name}.jsonl", must_exist=False)
+    context = new_context("profile", matrix=matrix.name, warmup=args.warmup)
     failed = 0
-    for cell in matrix.cells:
-        record = profile_cell(cell, matrix, args, patterns, out_root / matrix.name, nsys)
-        from bench.store import ResultStore
-
-        ResultStore(store_path).append(record)
-        if record["status"] != "ok":
-            failed += 1
-            print(f"{cell.label}: {record['status']}: {record['error'][:2000]}", file=sys.stderr)
-            continue
-        from bench.profiling.kernels import KernelTable
-
-        table = KernelTable.load(record["extra"]["kernel_table"])
-        prof = record["extra"]["profile"]
-        print(f"## {cell.label} ({args.tool})\n")
-        print(f"window: {prof['window']['decode_steps']} decode steps; wall {prof['profiled_window_s'] * 1e3:.1f} ms "
-              f"profiled vs {prof['unprofiled_window_s'] * 1e3:.1f} ms unprofiled "
-              f"({prof['profiled_window_s'] / prof['unprofiled_window_s']:.2f}x)\n")
-        print(table.to_markdown(top=5))
-        print(f"kernel table: {record['extra']['kernel_table']}; trace: {record['extra'].get('trace')}\n")
+    with ResultStore(store_path).writer() as store:
+        for cell in matrix.cells:
+            record = profile_cell(cell, matrix, args, patterns, out_root / matrix.name, nsys, context)
+            store.append(record)
+            if record.status != "ok":
+                failed += 1
+                print(f"{cell.label}: {record.status}: {record.error[:2000]}", file=sys.stderr)
+                continue
+            _print_profile(cell, record, args.tool, KernelTable.load(record.kernel_table))
     print(f"profile records: {store_path}", file=sys.stderr)
     return 1 if failed else 0
 
 
-def profile_cell(cell, matrix, args, patterns: list[str], out_root: Path, nsys: str | None) -> dict:
-    """Return the profile record of one cell after running its session (and nsys export)."""
-    from bench import SCHEMA_VERSION
+def _print_profile(cell, record, tool: str, table) -> None:
+    prof = record.extra["profile"]
+    print(f"## {cell.label} ({tool})\n")
+    print(f"window: {prof['window']['decode_steps']} decode steps; wall {prof['profiled_window_s'] * 1e3:.1f} ms "
+          f"profiled vs {prof['unprofiled_window_s'] * 1e3:.1f} ms unprofiled "
+          f"({prof['profiled_window_s'] / prof['unprofiled_window_s']:.2f}x)\n")
+    print(table.to_markdown(top=5))
+    print(f"kernel table: {record.kernel_table}; trace: {record.extra.get('trace')}\n")
+
+
+def profile_cell(cell, matrix, args, patterns: list[str], out_root: Path, nsys: str | None, context):
+    """Return the Profile record of one cell after running its session (and nsys export)."""
+    from bench.results.records import new_record
     from bench.workload import cached_workload
 
     wl, wl_file = cached_workload(cell.workload, Path("workloads/cache"))
@@ -110,11 +116,9 @@ def profile_cell(cell, matrix, args, patterns: list[str], out_root: Path, nsys: 
         from bench.profiling.nsys_collector import profile_command
 
         argv = profile_command(nsys, out_dir / "report", argv)
-    record = {
-        "schema_version": SCHEMA_VERSION, "cell_id": cell.cell_id, "cell": cell.to_dict(), "trial": 0,
-        "kind": "profile", "status": "ok", "metrics": None, "extra": {}, "error": None,
-        "workload": wl.summary(), "settings": {"matrix": matrix.name, "tool": args.tool}, "started_at": time.time(),
-    }
+    outcome = {"trial": 0, "status": "ok", "metrics": None, "extra": {"tool": args.tool}, "error": None,
+               "started_at": time.time()}
+    environment = {}
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
@@ -128,16 +132,17 @@ def profile_cell(cell, matrix, args, patterns: list[str], out_root: Path, nsys: 
         session = json.loads(result_file.read_text())
         if nsys:
             session.update(_read_nsys(nsys, out_dir, cell))
-        extra = {"kernel_table": session.pop("kernel_table"), "trace": session.pop("trace", None),
-                 "profile": {k: v for k, v in session.items() if k != "environment"}}
-        record.update(extra=extra, environment=session.get("environment", {}))
-        _write_side_tables(Path(extra["kernel_table"]))
+        outcome["extra"] = {"tool": args.tool, "kernel_table": session.pop("kernel_table"),
+                            "trace": session.pop("trace", None),
+                            "profile": {k: v for k, v in session.items() if k != "environment"}}
+        environment = session.get("environment", {})
+        _write_side_tables(Path(outcome["extra"]["kernel_table"]))
     except subprocess.TimeoutExpired:
-        record.update(status="timeout", error=f"profiling session ran past {args.timeout} s; log {log_path}")
+        outcome.update(status="timeout", error=f"profiling session ran past {args.timeout} s; log {log_path}")
     except (RuntimeError, BenchInputError, OSError, ValueError, KeyError) as exc:
-        record.update(status="error", error=f"{type(exc).__name__}: {exc}")
-    record["ended_at"] = time.time()
-    return record
+        outcome.update(status="error", error=f"{type(exc).__name__}: {exc}")
+    outcome["ended_at"] = time.time()
+    return new_record("profile", cell, outcome, context=context, workload=wl.summary(), environment=environment)
 
 
 def _read_nsys(nsys: str, out_dir: Path, cell) -> dict:

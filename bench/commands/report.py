@@ -14,7 +14,11 @@ def register(sub) -> None:
     rep = sub.add_parser("report", help="rebuild tables and dashboard from result stores (runs nothing)")
     rep.add_argument("stores", nargs="*", help="result stores (default: every results/*.jsonl); 2+ stores add a comparison view")
     rep.add_argument("--out", help="output folder (default dashboards/<store>)")
-    rep.add_argument("--baseline", help="speedup baseline, e.g. backend=hf,precision=bf16,max_batch_size=1")
+    rep.add_argument("--baseline", help="speedup baseline, e.g. backend=hf,precision=bf16,max_batch_size=1 "
+                     "(default: the baseline the stored matrix named)")
+    rep.add_argument("--pool", action="store_true",
+                     help="pool every run of a cell into its row (refused when their environments differ); default: "
+                          "each row is the cell's latest run, earlier runs are listed as history")
     rep.add_argument("--kernels", action="append", default=[],
                      help="kernel table CSV/JSON (backend, precision, range|category, kernels_per_instance, "
                           "time_per_instance_us); repeatable")
@@ -37,7 +41,7 @@ def cmd_report(args) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         paths = build_report(stores, out, parse_pairs(args.baseline), kernels=load_kernels(args.kernels),
-                             profiles=profiles)
+                             profiles=profiles, pool=args.pool)
     if "markdown" in paths:
         print(paths["markdown"].read_text())
     for w in caught:

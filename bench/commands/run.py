@@ -15,8 +15,12 @@ def register(sub) -> None:
     r.add_argument("--store", help="result store (default results/<matrix>.jsonl)")
     r.add_argument("--only", help="run only matching cells, e.g. precision=bf16,max_batch_size=1|8")
     r.add_argument("--requests", type=int, help="override every workload's num_requests (a quick slice)")
-    r.add_argument("--trials", type=int, help="override the matrix's trials per cell")
-    r.add_argument("--redo", action="store_true", help="re-run cells already in the store (appends new records)")
+    r.add_argument("--trials", type=int, help="override the matrix's trials per worker process")
+    r.add_argument("--runs", type=int, help="override the matrix's runs: fresh worker processes per cell, each with "
+                   "its own warm-up and trials (the table shows the spread between them)")
+    r.add_argument("--redo", action="store_true",
+                   help="measure cells already in the store again, as a new run (appended; the table shows the latest "
+                        "run of each cell and lists earlier ones as history)")
     r.add_argument("--dry-run", action="store_true", help="validate and list the cells, run nothing")
     r.add_argument("--no-progress", action="store_true")
     r.add_argument("--report-dir", help="where tables and dashboard go (default dashboards/<matrix>)")
@@ -31,7 +35,8 @@ def load_selected_matrix(args):
     if args.matrix and args.preset:
         raise BenchInputError("give either --matrix FILE or --preset NAME, not both")
     matrix = load_matrix(args.matrix) if args.matrix else load_matrix(args.preset or "default", preset=True)
-    return narrow(matrix, only=parse_pairs(args.only, "--only"), requests=args.requests, trials=args.trials)
+    return narrow(matrix, only=parse_pairs(args.only, "--only"), requests=args.requests, trials=args.trials,
+                  runs=getattr(args, "runs", None))
 
 
 def cmd_run(args) -> int:
@@ -39,22 +44,27 @@ def cmd_run(args) -> int:
 
     from bench.matrix import run_matrix
     from bench.report.build import build_report
+    from bench.spec import check_baseline
 
     matrix = load_selected_matrix(args)
+    baseline = parse_pairs(args.baseline) or matrix.baseline
+    check_baseline(baseline, matrix.cells)  # an ambiguous baseline fails now, not after the run
     store = Path(args.store or f"results/{matrix.name}.jsonl")
     console = Console(stderr=True)
-    console.print(f"matrix [bold]{matrix.name}[/]: {len(matrix.cells)} cells x {matrix.settings.trials} trials -> {store}")
+    st = matrix.settings
+    console.print(f"matrix [bold]{matrix.name}[/]: {len(matrix.cells)} cells x {st.runs} run(s) x {st.trials} trials -> {store}")
     if args.dry_run:
         for c in matrix.cells:
             print(f"{c.cell_id}  {c.label}")
         return 0
     summary = run_matrix(matrix, store, redo=args.redo, show_progress=not args.no_progress, console=console)
     console.print(
-        f"done in {summary.elapsed_s:.1f} s: {summary.statuses or 'nothing new'}; {summary.skipped} trial(s) already stored"
+        f"done in {summary.elapsed_s:.1f} s: {summary.statuses or 'nothing new'}; {summary.skipped} trial(s) already "
+        f"stored; run id {summary.run_id}"
     )
     report_dir = Path(args.report_dir or f"dashboards/{matrix.name}")
     try:
-        paths = build_report([store], report_dir, parse_pairs(args.baseline) or matrix.baseline)
+        paths = build_report([store], report_dir, baseline)
         print(paths["markdown"].read_text())
         console.print(f"tables: {paths['markdown']}, {paths['csv']}; dashboard: {paths['dashboard']}")
     except BenchInputError as exc:

@@ -13,16 +13,18 @@ from bench.errors import BenchInputError
 from bench.report import figures as F
 from bench.report.data import report_data
 from bench.report.tables import (
+    DEFAULT_BASELINE,
     aggregate,
     comparisons,
     environment_note,
+    history_table,
     speedup_table,
     table_key,
     to_csv,
     to_html,
     to_markdown,
 )
-from bench.store import load_records
+from bench.results import query
 
 NO_KERNELS = ("no kernel profiles in this store: pass --kernels FILE.csv (columns backend, precision, "
               "range or category, kernels_per_instance, time_per_instance_us)")
@@ -41,8 +43,12 @@ def load_kernels(paths: list[str | Path]) -> pd.DataFrame | None:
 
 
 def build_report(stores: list[str | Path], out_dir: str | Path, baseline: dict | None = None,
-                 kernels: pd.DataFrame | None = None, profiles: list[str | Path] = ()) -> dict[str, Path]:
+                 kernels: pd.DataFrame | None = None, profiles: list[str | Path] = (), pool: bool = False) -> dict[str, Path]:
     """Write speedup.md, speedup.csv, speedup.html and dashboard.html for the stores; return their paths.
+
+    Each row is one cell's latest run context (bench.results.query.select); its earlier runs are
+    listed as history. pool: pool every compatible run of a cell instead (the row says so). The
+    baseline is `baseline`, else the one the stored matrix named, else hf/bf16/bs1.
 
     Profile records (`bench profile`: "kind": "profile"), in the stores or in the `profiles`
     stores, make the kernel panel (with `kernels`, if given) and kernels.csv; a store holding
@@ -52,7 +58,7 @@ def build_report(stores: list[str | Path], out_dir: str | Path, baseline: dict |
     warnings.warn and shown at the top of the dashboard; the paths dict has them under "warnings".
     """
     with _gc_paused():
-        return _build_report(stores, out_dir, baseline, kernels, profiles)
+        return _build_report(stores, out_dir, baseline, kernels, profiles, pool)
 
 
 @contextlib.contextmanager
@@ -68,16 +74,16 @@ def _gc_paused():
             gc.enable()
 
 
-def _build_report(stores, out_dir, baseline, kernels, profiles) -> dict[str, Path]:
-    from bench.oom import frontier_markdown, frontier_rows, is_probe
-    from bench.report.kernels import is_profile, kernel_frame
+def _build_report(stores, out_dir, baseline, kernels, profiles, pool) -> dict[str, Path]:
+    from bench.oom import frontier_markdown, frontier_rows
+    from bench.report.kernels import kernel_frame
 
-    records = load_records(stores)
+    records = query.load(stores)
     # OOM-probe records answer "what fits", not "how fast": they make the frontier table, not speedups;
     # profile records hold kernel tables: they make the kernel panel.
-    probes = [r for r in records if is_probe(r)]
-    profiled = [r for r in records + load_records(profiles) if is_profile(r)]
-    runs = [r for r in records if not is_probe(r) and not is_profile(r)]
+    probes = query.probes(records)
+    profiled = query.profiles(records + query.load(profiles))
+    runs = query.measurements(records)
     out = Path(out_dir)
     frontier, extra_paths, kernel_warnings = {}, {}, []
     if profiled:
@@ -101,34 +107,68 @@ def _build_report(stores, out_dir, baseline, kernels, profiles) -> dict[str, Pat
         for w in kernel_warnings:
             warnings.warn(w, stacklevel=3)
         return {**frontier, **extra_paths, "warnings": kernel_warnings}
-    data = report_data(runs)
+    if not runs:
+        raise BenchInputError("the result store is empty: run `bench run` first (or pass a store that has results)")
+    selection = query.select(runs, pool=pool)
+    data = report_data(selection.records)
+    data.warnings.extend(selection.warnings)
     data.warnings.extend(kernel_warnings)
     frame = data.frame
     cells = aggregate(frame)
+    baseline = baseline or _stored_baseline(selection)
     tables = speedup_table(frame, baseline, cells=cells)  # raises on a missing baseline, before writing anything
+    history = {}
+    if selection.history:
+        hist_data = report_data([r for row in selection.history for r in row.records])
+        history = history_table(aggregate(hist_data.frame, by_run=True), tables)
+    for t in tables.values():
+        data.warnings.extend(t.attrs.get("warnings", []))
     env_note = environment_note(frame, data.environments)
-    markdown = to_markdown(tables, env_note)
+    markdown = to_markdown(tables, env_note, history)
     title = "bench: " + ", ".join(Path(s).stem for s in stores)
-    page = _dashboard(data, cells, tables, kernels, title, env_note)
+    page = _dashboard(data, cells, tables, kernels, title, env_note, _comparison_frames(runs, stores), history)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"markdown": out / "speedup.md", "csv": out / "speedup.csv", "html": out / "speedup.html",
              "dashboard": out / "dashboard.html"}
     _write(paths["markdown"], markdown)
     _write(paths["csv"], to_csv(tables))
     _write(paths["html"], "<!DOCTYPE html><html><head><meta charset='utf-8'><title>speedup tables</title></head><body>"
-           + to_html(tables, env_note) + "</body></html>\n")
+           + to_html(tables, env_note, history) + "</body></html>\n")
     _write(paths["dashboard"], page)
     for w in data.warnings:
         warnings.warn(w, stacklevel=3)  # the caller of build_report
     return {**paths, **frontier, **extra_paths, "warnings": list(data.warnings)}
 
 
-def _dashboard(data, cells: pd.DataFrame, tables: dict, kernels: pd.DataFrame | None, title: str, env_note: str) -> str:
+def _stored_baseline(selection) -> dict:
+    """Return the baseline the stored matrices named (one), or the default for stores that named none."""
+    named = query.stored_baselines(selection.rows)
+    if len(named) > 1:
+        text = "; ".join(", ".join(f"{k}={v}" for k, v in b.items()) for b in named)
+        raise BenchInputError(f"these results come from matrices with different baselines ({text}): choose one with "
+                              "--baseline, e.g. --baseline " + ",".join(f"{k}={v}" for k, v in named[0].items()))
+    return named[0] if named else DEFAULT_BASELINE
+
+
+def _comparison_frames(runs: list, stores: list) -> dict[str, pd.DataFrame]:
+    """Return {store (or commit): frame of its chosen records} for the comparison view (2+ stores or commits)."""
+    by_store = len({r.store for r in runs}) > 1
+    groups: dict[str, list] = {}
+    for r in runs:
+        label = r.store if by_store else (r.context.commit or "unknown")[:12]
+        groups.setdefault(label, []).append(r)
+    if len(groups) < 2:
+        return {}
+    return {g: report_data(query.select(recs).records).frame for g, recs in groups.items()}
+
+
+def _dashboard(data, cells: pd.DataFrame, tables: dict, kernels: pd.DataFrame | None, title: str, env_note: str,
+               comparison_frames: dict, history: dict) -> str:
     from bench.report.dashboard import dashboard_html
 
     ambiguous = cells.groupby("workload").length.nunique()
     cells = cells.assign(_table=[table_key(w, n, ambiguous[w] > 1) for w, n in zip(cells.workload, cells.length, strict=True)])
-    comps = comparisons(data.frame)
+    comps = comparisons(comparison_frames)
     # The cap is None (object dtype) in uncapped stores and float in capped ones: one dtype to merge on.
     cells = cells.assign(gpu_memory_gb=pd.to_numeric(cells.gpu_memory_gb, errors="coerce").astype(float))
     samples = data.samples.assign(gpu_memory_gb=pd.to_numeric(data.samples.gpu_memory_gb, errors="coerce").astype(float))
@@ -157,7 +197,10 @@ def _dashboard(data, cells: pd.DataFrame, tables: dict, kernels: pd.DataFrame | 
             r = ratios[ratios.cell_id.isin(c.cell_id)]
             if len(r):
                 figs.append((f"Comparison {a} → {b}", F.comparison_heatmap(r, key, a, b), ""))
-        sections.append({"key": key, "figures": figs, "table_html": to_html({key: table})})
+        h = history.get(key)
+        if h is not None and len(h):
+            figs.append(("History: earlier runs of these cells", F.history_points(c, h, key), ""))
+        sections.append({"key": key, "figures": figs, "table_html": to_html({key: table}, "", history)})
     kernel_figs = _kernel_figures(kernels)
     env_html = to_html({}, env_note)
     precisions = sorted(str(p) for p in cells.precision.dropna().unique())

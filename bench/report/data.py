@@ -1,10 +1,11 @@
-"""Result records -> the frames reports draw from: one row per record, per-request samples,
-telemetry timelines, and the warnings a reader must see (mixed schema versions, environments).
+"""Typed result records -> the frames reports draw from: one row per record, per-request samples,
+telemetry timelines, and the warnings a reader must see (mixed environments).
 
-Records are parsed once here; tables and figures never touch raw records. The record frame has
-the columns of `bench.store.load_frame` plus what reports need: the workload's length setting,
-the GPU memory cap (`settings.gpu_memory_gb`), per-record environment fields and a short
-environment label, and `tokens_per_joule` / `sol_pct` when a record carries them.
+Which records reach here is decided by bench.results.query (one run context per cell unless
+pooling is asked for); tables and figures never touch records. The record frame has the cell's
+fields, its run context (run id, run = worker process, environment digest), the workload's
+length setting, the GPU memory cap, per-record environment fields and a short environment
+label, and every numeric metric (`tokens_per_joule` / `sol_pct` also from `extra`).
 """
 
 from __future__ import annotations
@@ -16,16 +17,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from bench import SCHEMA_VERSION
 from bench.errors import BenchInputError
+from bench.results.records import EXTRA_METRICS, Record
 from bench.spec import identity_options
 
 # Environment fields shown under tables and, when they differ inside one table, in a column.
 ENV_FIELDS = ("gpu_name", "gpu_count", "driver", "cuda", "torch", "transformers", "tensorrt_llm", "torchao", "cpu")
 ENV_SHORT = {"gpu_name": "", "gpu_count": "x", "driver": "driver ", "cuda": "CUDA ", "torch": "torch ",
              "transformers": "transformers ", "tensorrt_llm": "trtllm ", "torchao": "torchao ", "cpu": ""}
-# Figures a backend or another report may put in `extra` rather than `metrics`.
-EXTRA_METRICS = ("tokens_per_joule", "sol_pct")
 
 
 @dataclass
@@ -57,16 +56,22 @@ def _number(v):
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def _row(rec: dict) -> dict:
-    cell = rec.get("cell") or {}
-    env = rec.get("environment") or {}
-    settings = rec.get("settings") or {}
+def _row(rec: Record) -> dict:
+    cell = rec.cell
+    env = rec.environment
+    ctx = rec.context
     wl = cell.get("workload") or {}
     row = {
-        "store": rec.get("store"),
-        "cell_id": rec["cell_id"],
-        "trial": rec.get("trial", 0),
-        "status": rec.get("status"),
+        "store": rec.store,
+        "cell_id": rec.cell_id,
+        "run_id": ctx.run_id,
+        "run": rec.run,
+        "run_key": f"{ctx.run_id}#{rec.run}",
+        "run_started_at": ctx.started_at,
+        "run_label": ctx.label,
+        "env_digest": ctx.env_digest,
+        "trial": rec.trial,
+        "status": rec.status,
         "backend": cell.get("backend"),
         "model": cell.get("model"),
         "precision": cell.get("precision"),
@@ -75,19 +80,20 @@ def _row(rec: dict) -> dict:
         "workload": wl.get("name"),
         "length": length_label(wl),
         "options": json.dumps(identity_options(cell.get("backend"), cell.get("options", {})), sort_keys=True),
-        "gpu_memory_gb": _number(settings.get("gpu_memory_gb")),
-        "commit": env.get("commit"),
-        "dirty": env.get("dirty"),
-        "error": rec.get("error"),
-        "started_at": rec.get("started_at"),
-        "schema_version": rec.get("schema_version"),
+        "all_options": json.dumps(cell.get("options", {}), sort_keys=True),
+        "gpu_memory_gb": _number(ctx.gpu_memory_gb),
+        "commit": ctx.commit,
+        "dirty": ctx.dirty,
+        "error": rec.error,
+        "started_at": rec.started_at,
+        "schema_version": rec.schema_version,
     }
     for k in ENV_FIELDS:
         row[k] = env.get(k)
-    for k, v in (rec.get("metrics") or {}).items():
+    for k, v in (rec.metrics or {}).items():
         if isinstance(v, (int, float)) or v is None:
             row[k] = v
-    extra = rec.get("extra") or {}
+    extra = rec.extra
     for k in EXTRA_METRICS:
         if row.get(k) is None and _number(extra.get(k)) is not None:
             row[k] = extra[k]
@@ -124,8 +130,8 @@ def _keyed_frame(keys: list[tuple], counts: list[int], columns: dict[str, list])
     return key_frame
 
 
-def report_data(records: list[dict]) -> ReportData:
-    """Return the report frames of records (from bench.store.load_records); empty -> clear error."""
+def report_data(records: list[Record]) -> ReportData:
+    """Return the report frames of typed records (chosen by bench.results.query.select); empty -> clear error."""
     if not records:
         raise BenchInputError("the result store is empty: run `bench run` first (or pass a store that has results)")
     rows, envs = [], []
@@ -134,17 +140,17 @@ def report_data(records: list[dict]) -> ReportData:
     for rec in records:
         row = _row(rec)
         rows.append(row)
-        envs.append(rec.get("environment") or {})
-        if rec.get("status") != "ok":
+        envs.append(rec.environment)
+        if rec.status != "ok":
             continue
         keys = (row["cell_id"], row["gpu_memory_gb"], row["trial"], row["store"])
-        vals = _sample_values(rec.get("samples") or ())
+        vals = _sample_values(rec.samples or ())
         if vals:
             sample_keys.append(keys)
             sample_counts.append(len(vals))
             sample_vals.extend(vals)
         tele = [(t["t_s"], _number(t.get("power_w")), _number(t.get("memory_gb")))
-                for t in (rec.get("extra") or {}).get("telemetry") or ()
+                for t in rec.extra.get("telemetry") or ()
                 if isinstance(t, dict) and _number(t.get("t_s")) is not None]
         if tele:
             tele_keys.append(keys)
@@ -175,13 +181,6 @@ def _tpot_ms(samples: pd.DataFrame, ttfts: list, e2els: list, outs: list) -> pd.
 
 def _check(data: ReportData) -> None:
     f = data.frame
-    versions = sorted({v for v in f.schema_version.dropna().unique()})
-    if len(versions) > 1:
-        data.warnings.append(
-            f"the stores mix result schema versions {', '.join(str(int(v)) for v in versions)} "
-            f"(this harness writes {SCHEMA_VERSION}): older records may lack fields, and their cells never "
-            "match newer ones (the version is part of cell_id); re-run them to compare like with like"
-        )
     f["environment"] = environment_labels(f)
     for workload, g in f.groupby("workload", sort=False):
         labels = sorted(set(g.environment) - {""})

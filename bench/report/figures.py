@@ -237,6 +237,26 @@ def telemetry_lines(cells: pd.DataFrame, telemetry: pd.DataFrame, title: str) ->
         yaxis={"title": {"text": "power (W)"}}, yaxis2={"title": {"text": "memory (GB)"}, "anchor": "x2"})}
 
 
+def history_points(cells: pd.DataFrame, history: pd.DataFrame, title: str) -> dict:
+    """Return output tok/s of each cell per run, oldest to latest: hollow markers for earlier runs, filled for the one shown."""
+    both = pd.concat([history.assign(_latest=False), cells.assign(_latest=True)], ignore_index=True)
+    both = both[both.status == "ok"].assign(_label=lambda f: series_labels(f) + " bs" + f.max_batch_size.astype(int).astype(str))
+    data = []
+    for (label, precision), g in both.groupby(["_label", "precision"], sort=True):
+        g = g.sort_values("run_started_at", kind="stable", na_position="first")
+        data.append({
+            "type": "scatter", "mode": "lines+markers", "name": esc(label), "x": [esc(x) for x in g.run_label],
+            "y": g.output_throughput.astype(float).tolist(),
+            "error_y": {"type": "data", "array": [0.0 if v is None or pd.isna(v) else float(v)
+                                                  for v in g.output_throughput__std]},
+            "marker": {"symbol": ["circle" if x else "circle-open" for x in g._latest], "size": 9},
+            "hovertemplate": "%{x}: %{y:.4g} tok/s<extra>" + esc(label) + "</extra>", "meta": {"precision": precision},
+        })
+    return {"data": data, "layout": _layout(
+        f"Output tok/s per run (hollow: earlier runs, not in the table) — {title}",
+        xaxis={"title": {"text": "run (date, commit)"}, "type": "category"}, yaxis={"title": {"text": "output tokens/s"}})}
+
+
 KERNEL_COLUMNS = ("backend", "precision", "kernels_per_instance", "time_per_instance_us")
 
 

@@ -1,6 +1,6 @@
 """Profile records -> the dashboard's kernel frame (kernels and time per RMSNorm / attention call).
 
-`bench profile` appends records with "kind": "profile" whose extra["kernel_table"] names a
+`bench profile` appends Profile records (bench.results.records) whose extra["kernel_table"] names a
 KernelTable JSON file (bench.profiling.kernels). `kernel_frame` reads those files and returns
 the frame `bench.report.figures.kernel_bars` draws, one row per (profiled cell, panel row):
 
@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pandas as pd
 
-PROFILE_KIND = "profile"
 # Panel row label -> globs on range groups (module class names, or module names for name-matched ranges).
 RANGE_PANELS: dict[str, tuple[str, ...]] = {
     "RMSNorm": ("*RMSNorm", "*RmsNorm"),
@@ -32,11 +31,6 @@ RANGE_PANELS: dict[str, tuple[str, ...]] = {
 STEP_RANGES = ("prefill", "decode_step")  # range groups whose instances are forward passes
 COLUMNS = ("backend", "precision", "range", "kind", "per", "kernels_per_instance", "time_per_instance_us",
            "instances", "unit", "source", "cell_id", "kernel_table")
-
-
-def is_profile(record: dict) -> bool:
-    """Return True for a `bench profile` record (kernel table, not a workload run)."""
-    return record.get("kind") == PROFILE_KIND
 
 
 @dataclass
@@ -118,29 +112,31 @@ def table_rows(table, panels: dict[str, tuple[str, ...]] = RANGE_PANELS, window:
     return rows
 
 
-def kernel_frame(records: list[dict], base_dirs: list[str | Path] = (),
+def kernel_frame(records: list, base_dirs: list[str | Path] = (),
                  panels: dict[str, tuple[str, ...]] = RANGE_PANELS) -> KernelFrame:
-    """Return the kernel frame of the ok profile records (the latest per cell and tool) and warnings.
+    """Return the kernel frame of the ok Profile records (the latest run per cell and tool) and warnings.
 
     A record whose kernel table is missing or unreadable is left out with a warning naming the
     file and the fix; the other records still make the frame.
     """
     from bench.errors import BenchInputError
     from bench.profiling.kernels import KernelTable
+    from bench.results.records import Profile
 
     bases = [Path(b) for b in base_dirs]
-    latest: dict[tuple, dict] = {}
-    for rec in records:
-        if is_profile(rec) and rec.get("status") == "ok":
-            latest[(rec.get("cell_id"), (rec.get("settings") or {}).get("tool"))] = rec  # later lines win
-    batch_sizes = {(rec.get("cell") or {}).get("max_batch_size") for rec in latest.values()}
+    latest: dict[tuple, Profile] = {}
+    ok = [r for r in records if isinstance(r, Profile) and r.ok]
+    # the latest run wins; within one run, the later line
+    for rec in sorted(ok, key=lambda r: r.context.started_at or 0.0):
+        latest[(rec.cell_id, rec.tool)] = rec
+    batch_sizes = {rec.cell.get("max_batch_size") for rec in latest.values()}
     rows, warns = [], []
     for rec in latest.values():
-        cell = rec.get("cell") or {}
-        name = (rec.get("extra") or {}).get("kernel_table")
+        cell = rec.cell
+        name = rec.kernel_table
         path = resolve_table(name, bases) if name else None
         if path is None:
-            warns.append(f"kernel table {name!r} of profile record {rec.get('cell_id')} ({_label(cell, False)} "
+            warns.append(f"kernel table {name!r} of profile record {rec.cell_id} ({_label(cell, False)} "
                          f"{cell.get('precision')}) is missing: left out of the kernel panel; re-run `bench profile` "
                          "for that cell or copy its profiles/ folder next to the store")
             continue
@@ -149,9 +145,9 @@ def kernel_frame(records: list[dict], base_dirs: list[str | Path] = (),
         except BenchInputError as exc:
             warns.append(f"{exc}: left out of the kernel panel")
             continue
-        window = ((rec.get("extra") or {}).get("profile") or {}).get("window")
+        window = (rec.extra.get("profile") or {}).get("window")
         base = {"backend": _label(cell, len(batch_sizes) > 1), "precision": cell.get("precision"),
-                "unit": table.unit, "source": table.source, "cell_id": rec.get("cell_id"), "kernel_table": str(path)}
+                "unit": table.unit, "source": table.source, "cell_id": rec.cell_id, "kernel_table": str(path)}
         rows += [{**base, **r} for r in table_rows(table, panels, window)]
     return KernelFrame(pd.DataFrame(rows, columns=list(COLUMNS)), warns)
 

@@ -9,11 +9,12 @@ import hashlib
 import json
 import random
 
-from bench import SCHEMA_VERSION
+from bench import CELL_ID_VERSION
+from bench.results.records import RunContext, new_record
 
 
 def _cell_id(cell: dict) -> str:
-    blob = json.dumps({"cell": cell, "schema_version": SCHEMA_VERSION}, sort_keys=True)
+    blob = json.dumps({"cell": cell, "schema_version": CELL_ID_VERSION}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -29,8 +30,13 @@ def synthetic_records(
     model: str = "Qwen/Qwen-7B-Chat",
     telemetry: bool = True,
     gpu_name: str = "NVIDIA H200",
-) -> list[dict]:
-    """Return records for every workload x backend x precision x batch size x trial; hf bf16 OOMs at bs >= 32."""
+    gpu_memory_gb: dict | None = None,
+) -> list:
+    """Return typed records for every workload x backend x precision x batch size x trial; hf bf16 OOMs at bs >= 32.
+
+    All records share one synthetic run context (one run of `trials` trials per cell);
+    gpu_memory_gb: {backend: cap} puts those backends' cells under a memory cap.
+    """
     rng = random.Random(seed)
     env = {"host": "synthetic", "gpu_name": gpu_name, "gpu_count": 1, "driver": "570.00", "cuda": "13.0",
            "torch": "2.11.0", "transformers": "5.17.0", "tensorrt_llm": "1.0.0", "torchao": None,
@@ -39,6 +45,16 @@ def synthetic_records(
     speed = {"hf": 1.0, "trtllm": 3.0, "vllm": 2.5, "sglang": 2.6}
     prec_speed = {"bf16": 1.0, "int8": 1.4, "int4": 1.9, "fp16": 1.0, "fp32": 0.6}
     out, t0 = [], 1_790_000_000.0
+    contexts = {}
+
+    def context(backend: str) -> RunContext:
+        cap = (gpu_memory_gb or {}).get(backend)
+        if cap not in contexts:
+            contexts[cap] = RunContext(run_id=f"synthetic-{seed}", command="synthetic", matrix="synthetic",
+                                       commit=env["commit"], dirty=False, gpu_memory_gb=cap, runs=1, trials=trials,
+                                       warmup=1, started_at=t0)
+        return contexts[cap]
+
     for wl_name, in_len, out_len in workloads:
         wl = {"name": wl_name, "source": "synthetic" if in_len else "sharegpt", "input_len": in_len, "output_len": out_len,
               "num_requests": requests, "max_input_len": None if in_len else 1024, "max_output_len": None if in_len else 2048}
@@ -52,16 +68,19 @@ def synthetic_records(
                     oom = backend == "hf" and precision == "bf16" and bs >= 32
                     for trial in range(trials):
                         t0 += 60
-                        rec = {"schema_version": SCHEMA_VERSION, "cell_id": cid, "cell": cell, "trial": trial,
-                               "environment": env, "settings": {"warmup": 1, "trials": trials, "matrix": "synthetic"},
-                               "workload": {"name": wl_name, "num_requests": requests,
-                                            "total_input_tokens": sum(i for i, _ in lens),
-                                            "total_output_tokens": sum(o for _, o in lens)},
-                               "started_at": t0, "ended_at": t0 + 30}
+                        rec = {"cell_id": cid, "trial": trial, "started_at": t0, "ended_at": t0 + 30}
+                        summary = {"name": wl_name, "num_requests": requests,
+                                   "total_input_tokens": sum(i for i, _ in lens),
+                                   "total_output_tokens": sum(o for _, o in lens)}
+
+                        def made(rec, cell=cell, summary=summary, backend=backend):
+                            return new_record("measurement", cell, rec, context=context(backend), workload=summary,
+                                              environment=env)
+
                         if oom:
                             rec.update(status="oom", metrics=None, samples=[], extra={},
                                        error="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
-                            out.append(rec)
+                            out.append(made(rec))
                             break  # the worker skips an OOM cell's other trials
                         tok_s = 40.0 * speed[backend] * prec_speed[precision] * bs ** 0.8 * (1 + rng.gauss(0, 0.02))
                         total_out = sum(o for _, o in lens)
@@ -86,12 +105,17 @@ def synthetic_records(
                                                    "memory_gb": metrics["peak_memory_gb"] * min(1.0, 0.5 + k / 10)}
                                                   for k in range(11)]
                         rec.update(status="ok", metrics=metrics, samples=samples, extra=extra, error=None)
-                        out.append(rec)
+                        out.append(made(rec))
     return out
 
 
-def write_store(path, records: list[dict]) -> None:
-    """Write records as a JSON Lines store (one line each), replacing the file."""
-    with open(path, "w", encoding="utf-8") as fh:
-        for rec in records:
-            fh.write(json.dumps(rec, sort_keys=True, separators=(",", ":")) + "\n")
+def write_store(path, records: list) -> None:
+    """Write typed records as a JSON Lines store (one line each), replacing the file."""
+    from pathlib import Path
+
+    from bench.store import ResultStore
+
+    Path(path).unlink(missing_ok=True)
+    store = ResultStore(path)
+    for rec in records:
+        store.append(rec)

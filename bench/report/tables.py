@@ -1,11 +1,15 @@
 """Speedup tables in the reference report's format, from a results frame.
 
-One row per cell: backend, precision, max_batch_size, req/s, output tok/s, throughput speedup
-(req/s over the baseline's) and generation speedup (output tok/s over the baseline's), with
-the spread across trials (median ± sample std); a cell that did not fit shows OOM. Latency
-percentiles, peak memory, tokens per joule, % of speed-of-light and the GPU memory cap appear
-as columns when any cell has them; an environment column appears when a table mixes GPUs or
-library versions. One table per workload and length setting. Pure functions; writers at the end.
+One row per cell (one run context: bench.results.query chose the records): backend, precision,
+max_batch_size, req/s, output tok/s, throughput speedup (req/s over the baseline's) and
+generation speedup (output tok/s over the baseline's); a cell that did not fit shows OOM.
+Figures are the mean of the runs' means (fresh worker processes, each the mean of its trials),
+± the spread between runs, or between trials when the cell ran in one process; the
+`runs × trials` and `spread` columns say which, and a row whose runs disagree is flagged.
+Latency percentiles, peak memory, tokens per joule, % of speed-of-light and the GPU memory cap
+appear as columns when any cell has them; an environment column appears when a table mixes
+GPUs or library versions; a run column when its rows come from different runs. One table per
+workload and length setting. Pure functions; writers at the end.
 """
 
 from __future__ import annotations
@@ -16,15 +20,19 @@ import json
 import pandas as pd
 
 from bench.errors import BenchInputError
+from bench.stats import run_spread
 
 DEFAULT_BASELINE = {"backend": "hf", "precision": "bf16", "max_batch_size": 1}
-CELL_COLUMNS = ["workload", "backend", "model", "precision", "max_batch_size", "device", "options"]
+CELL_COLUMNS = ["workload", "backend", "model", "precision", "max_batch_size", "device", "options", "all_options"]
+RUN_COLUMNS = ["run_id", "run", "run_key", "run_started_at", "run_label", "env_digest"]
 # Columns of a record frame that are neither cell fields nor metrics.
-NOT_METRICS = set(CELL_COLUMNS) | {
+NOT_METRICS = set(CELL_COLUMNS) | set(RUN_COLUMNS) | {
     "store", "cell_id", "trial", "status", "gpu_name", "gpu_count", "driver", "cuda", "torch", "transformers",
     "tensorrt_llm", "torchao", "cpu", "commit", "dirty", "error", "started_at", "schema_version", "length",
     "gpu_memory_gb", "environment",
 }
+# Metrics whose spread between runs and within runs the tables show (and judge for stability).
+HEADLINE = ("request_throughput", "output_throughput")
 # Optional columns shown when any cell has them: (metric, header, format)
 OPTIONAL = [
     ("ttft_median_ms", "TTFT p50 (ms)", "{:.1f}"),
@@ -39,60 +47,147 @@ OPTIONAL = [
 
 
 def _fill(frame: pd.DataFrame) -> pd.DataFrame:
-    """Return the frame with the report's optional key columns present (old frames lack them)."""
+    """Return the frame with the report's optional key columns present (hand-made frames lack them)."""
     f = frame.copy()
-    for col, default in (("gpu_memory_gb", None), ("length", ""), ("environment", ""), ("gpu_name", None)):
+    defaults = (("gpu_memory_gb", None), ("length", ""), ("environment", ""), ("gpu_name", None), ("run", 0),
+                ("run_id", "?"), ("run_label", ""), ("run_started_at", None), ("all_options", None))
+    for col, default in defaults:
         if col not in f:
             f[col] = default
+    if "run_key" not in f:
+        f["run_key"] = f.run_id.astype(str) + "#" + f.run.astype(str)
+    f["all_options"] = f.all_options.where(f.all_options.notna(), f.options)
     return f
 
 
-def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
-    """Return one row per cell (and GPU memory cap): status, trials, median / std of each metric over ok trials."""
+def aggregate(frame: pd.DataFrame, by_run: bool = False) -> pd.DataFrame:
+    """Return one row per cell (and GPU memory cap): status, runs, trials, each metric over ok trials.
+
+    A metric's value is the mean of its runs' means (each run: one worker process, the mean of
+    its trials); `<metric>__std` is the spread a table prints after ±: the standard deviation of
+    the run means with two runs or more, else of the trials. Headline metrics also get
+    `<metric>__run_cv`, `__trial_cv` and the stability warnings of bench.stats.run_spread.
+    by_run: one row per run context of a cell instead (history tables).
+    """
     if frame.empty:
         raise BenchInputError("the result store is empty: run `bench run` first")
     f = _fill(frame)
-    keys = ["cell_id", "gpu_memory_gb"]
+    keys = ["cell_id", "gpu_memory_gb"] + (["run_id"] if by_run else [])
     metric_cols = [c for c in f.columns if c not in NOT_METRICS]
     f[metric_cols] = f[metric_cols].apply(pd.to_numeric, errors="coerce")
     # The latest outcome decides a cell without ok trials: an ok re-run after an error counts; OOM stays OOM.
     latest = f.sort_values("started_at", na_position="first", kind="stable").groupby(keys, dropna=False, sort=False).tail(1)
-    cells = latest.set_index(keys)[CELL_COLUMNS + ["length", "gpu_name", "status", "error"]]
+    cells = latest.set_index(keys)[CELL_COLUMNS + ["length", "gpu_name", "status", "error"]
+                                   + ([] if by_run else ["run_id"]) + ["run_label", "run_started_at"]]
     ok = f[f.status == "ok"]
-    grouped = ok.groupby(keys, dropna=False)
-    cells = cells.join(grouped.size().rename("trials"))
-    cells = cells.join(grouped[metric_cols].median())
-    cells = cells.join(grouped[metric_cols].std(ddof=1).add_suffix("__std"))
+    per_run = ok.groupby(keys + ["run_key"], dropna=False)[metric_cols].mean()
+    by_cell = per_run.groupby(level=keys, dropna=False)
+    cells = cells.join(ok.groupby(keys, dropna=False).size().rename("trials"))
+    cells = cells.join(by_cell.size().rename("runs"))
+    cells = cells.join(by_cell.mean())
+    run_std = by_cell.std(ddof=1)
+    # pooled within-run spread: squared deviations from each run's mean over (values - runs)
+    dev = ok[metric_cols] - ok.groupby(keys + ["run_key"], dropna=False)[metric_cols].transform("mean")
+    ss = (dev ** 2).groupby([ok[k] for k in keys], dropna=False).sum()
+    dof = ok.groupby(keys, dropna=False)[metric_cols].count() - per_run.notna().groupby(level=keys, dropna=False).sum()
+    trial_std = (ss / dof.where(dof > 0)) ** 0.5
+    runs = by_cell.size()
+    std = run_std.where((runs >= 2).reindex(run_std.index), trial_std.reindex(run_std.index))
+    cells = cells.join(std.add_suffix("__std"))
     envs = f.groupby(keys, dropna=False).environment.agg(lambda s: " + ".join(sorted(set(s) - {""})))
     cells = cells.join(envs)
+    contexts = f.groupby(keys, dropna=False).run_id.nunique().rename("contexts")
+    cells = cells.join(contexts)
     cells["trials"] = cells.trials.fillna(0).astype(int)
+    cells["runs"] = cells.runs.fillna(0).astype(int)
     cells.loc[cells.trials > 0, "status"] = "ok"
     cells.loc[cells.trials > 0, "error"] = None
+    _headline_spreads(cells, ok, keys)
     order = f.drop_duplicates(keys).set_index(keys).index  # first-seen order, as the stores list them
     cells = cells.reindex(order).reset_index()
     cells = cells.astype(object).where(cells.notna(), None)
-    for c in metric_cols + [f"{m}__std" for m in metric_cols] + ["max_batch_size", "trials"]:
-        cells[c] = pd.to_numeric(cells[c], errors="coerce")
-    return cells
+    numeric = metric_cols + [f"{m}__std" for m in metric_cols] + ["max_batch_size", "trials", "runs", "contexts"]
+    numeric += [f"{m}__{x}" for m in HEADLINE for x in ("run_cv", "trial_cv")]
+    for c in numeric:
+        if c in cells:
+            cells[c] = pd.to_numeric(cells[c], errors="coerce")
+    return cells.copy()  # one block per dtype: later .assign calls stay fast
+
+
+def _headline_spreads(cells: pd.DataFrame, ok: pd.DataFrame, keys: list[str]) -> None:
+    """Add run/trial coefficients of variation and stability warnings of the headline metrics (bench.stats)."""
+    warnings: dict = {}
+    for m in HEADLINE:
+        if m not in ok:
+            continue
+        run_cv, trial_cv = {}, {}
+        for key, g in ok.groupby(keys, dropna=False):
+            key = key if isinstance(key, tuple) else (key,)
+            values = [v.dropna().tolist() for _, v in g.groupby("run_key", sort=False)[m]]
+            values = [v for v in values if v]
+            if not values:
+                continue
+            spread = run_spread(values, m)
+            run_cv[key], trial_cv[key] = spread.run_cv, spread.trial_cv
+            if m == "output_throughput" and spread.runs > 1 and spread.warnings:
+                warnings[key] = "; ".join(spread.warnings)
+        cells[f"{m}__run_cv"] = pd.Series(run_cv, dtype=float).reindex(cells.index)
+        cells[f"{m}__trial_cv"] = pd.Series(trial_cv, dtype=float).reindex(cells.index)
+    cells["stability"] = pd.Series(warnings, dtype=object).reindex(cells.index)
+
+
+def _option_value(row, key: str):
+    try:
+        return json.loads(row.all_options).get(key, _ABSENT) if row.all_options else _ABSENT
+    except (TypeError, ValueError):
+        return _ABSENT
+
+
+_ABSENT = object()
 
 
 def _baseline_row(cells: pd.DataFrame, baseline: dict):
+    """Return the one ok row the baseline names; BenchInputError if none or several match."""
+    from bench.spec import ambiguous_baseline_message
+
     mask = pd.Series(True, index=cells.index)
     for k, v in baseline.items():
-        if k not in cells.columns:
-            raise BenchInputError(f"baseline key {k!r} is not a cell field; use backend, precision, max_batch_size, ...")
-        mask &= cells[k].astype(str) == str(v)
+        if k in cells.columns and k not in ("options", "all_options"):
+            mask &= cells[k].astype(str) == str(v)
+        else:
+            have = [_option_value(r, k) for r in cells.itertuples()]
+            if all(h is _ABSENT for h in have):
+                raise BenchInputError(f"baseline key {k!r} is neither a cell field (backend, precision, max_batch_size, "
+                                      "model, device, gpu_memory_gb) nor an option of these cells")
+            mask &= pd.Series([h is not _ABSENT and str(h) == str(v) for h in have], index=cells.index)
     hits = cells[mask & (cells.status == "ok")]
+    workload = cells.workload.iloc[0]
     if hits.empty:
         existing = "\n  ".join(
             f"{r.backend}/{r.precision}/bs{r.max_batch_size} ({r.status})" for r in cells.itertuples()
         )
         want = ", ".join(f"{k}={v}" for k, v in baseline.items())
         raise BenchInputError(
-            f"baseline cell ({want}) has no ok result in workload {cells.workload.iloc[0]!r}; choose one with "
+            f"baseline cell ({want}) has no ok result in workload {workload!r}; choose one with "
             f"--baseline from the cells that exist:\n  {existing}"
         )
+    if len(hits) > 1:
+        options = [json.loads(o) if o else {} for o in hits.all_options]
+        if hits.gpu_memory_gb.astype(str).nunique() > 1:
+            for o, cap in zip(options, hits.gpu_memory_gb, strict=True):
+                o["gpu_memory_gb"] = cap
+        labels = [f"{r.backend}/{r.precision}/bs{r.max_batch_size} [{_options_text(r.options)}]"
+                  + ("" if r.gpu_memory_gb is None or pd.isna(r.gpu_memory_gb) else f" cap {r.gpu_memory_gb:g} GB")
+                  for r in hits.itertuples()]
+        raise BenchInputError(ambiguous_baseline_message(baseline, labels, workload, options))
     return hits.iloc[0]
+
+
+def _options_text(options: str) -> str:
+    try:
+        return ", ".join(f"{k}={v}" for k, v in json.loads(options).items()) or "defaults"
+    except (TypeError, ValueError):
+        return str(options)
 
 
 def table_key(workload: str, length: str, ambiguous: bool) -> str:
@@ -115,6 +210,7 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
             "max_batch_size": g.max_batch_size,
             "options": g.options,
             "status": g.status,
+            "runs": g.runs,
             "trials": g.trials,
             "request_throughput": g.request_throughput,
             "request_throughput__std": g.get("request_throughput__std"),
@@ -123,6 +219,13 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
         })
         table["throughput_speedup"] = g.request_throughput / base.request_throughput
         table["generation_speedup"] = g.output_throughput / base.output_throughput
+        table["output_throughput__run_cv"] = g.get("output_throughput__run_cv")
+        table["output_throughput__trial_cv"] = g.get("output_throughput__trial_cv")
+        table["stability"] = g.get("stability")
+        # Which run each row is: shown when the rows come from different runs, or a row is pooled.
+        table["run"] = [f"pooled from {int(n)} runs" if n and n > 1 else lbl
+                        for n, lbl in zip(g.contexts, g.run_label, strict=True)]
+        table.attrs["show_run"] = bool(g.run_id.nunique() > 1 or (g.contexts > 1).any())
         if g.gpu_memory_gb.notna().any():
             table.insert(3, "gpu_memory_gb", g.gpu_memory_gb)
         for metric, _, _ in OPTIONAL:
@@ -131,6 +234,9 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
         if (g.environment != "").any() and g.environment.nunique() > 1:
             table["environment"] = g.environment
         table.attrs["baseline"] = f"{base.backend}/{base.precision}/bs{base.max_batch_size}"
+        table.attrs["warnings"] = [
+            f"{r.backend}/{r.precision}/bs{r.max_batch_size}: {r.stability}" for r in g.itertuples() if r.stability
+        ]
         table.attrs["length"] = length
         out[table_key(workload, length, ambiguous[workload] > 1)] = table.reset_index(drop=True)
     return out
@@ -150,29 +256,47 @@ def render_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     show_options = table.options.nunique() > 1
     show_cap = "gpu_memory_gb" in table
     show_env = "environment" in table
+    show_run = table.attrs.get("show_run", False) and "run" in table
     headers = ["backend", "precision"] + (["options"] if show_options else []) + [
         "max_batch_size"] + (["GPU mem cap (GB)"] if show_cap else []) + [
-        "req/s", "output tok/s", "throughput speedup", "generation speedup"]
+        "req/s", "output tok/s", "throughput speedup", "generation speedup", "runs × trials", "tok/s spread: runs / trials"]
     extra = [(m, h, f) for m, h, f in OPTIONAL if m in table]
-    headers += [h for _, h, _ in extra] + (["environment"] if show_env else [])
+    headers += [h for _, h, _ in extra] + (["environment"] if show_env else []) + (["run"] if show_run else [])
     rows = []
     for r in table.to_dict("records"):
         opts = [", ".join(f"{k}={v}" for k, v in json.loads(r["options"]).items())] if show_options else []
         head = [str(r["backend"]), str(r["precision"]), *opts, str(int(r["max_batch_size"]))]
         if show_cap:
             head.append(_num(r["gpu_memory_gb"], None, "{:g}"))
-        tail = [str(r["environment"] or "")] if show_env else []
+        tail = ([str(r["environment"] or "")] if show_env else []) + ([str(r.get("run") or "")] if show_run else [])
         if r["status"] != "ok":
             label = str(r["status"]).upper()
-            rows.append(head + [label] * 4 + [""] * len(extra) + tail)
+            rows.append(head + [label] * 4 + ["", ""] + [""] * len(extra) + tail)
             continue
         rows.append(head + [
             _num(r["request_throughput"], r["request_throughput__std"], "{:.3f}"),
             _num(r["output_throughput"], r["output_throughput__std"], "{:.1f}"),
             _num(r["throughput_speedup"], None, "{:.2f}x"),
             _num(r["generation_speedup"], None, "{:.2f}x"),
+            f"{int(r.get('runs') or 0)} × {_per_run(r)}",
+            spread_text(r.get("output_throughput__run_cv"), r.get("output_throughput__trial_cv"), r.get("runs"),
+                        bool(r.get("stability"))),
         ] + [_num(r[m], None, f) for m, _, f in extra] + tail)
     return headers, rows
+
+
+def _per_run(r: dict) -> str:
+    runs, trials = int(r.get("runs") or 0), int(r.get("trials") or 0)
+    return str(trials // runs) if runs and trials % runs == 0 else f"{trials / runs:.1f}" if runs else "0"
+
+
+def spread_text(run_cv, trial_cv, runs, unstable: bool = False) -> str:
+    """Return '0.3% / 0.1%' (runs / trials), '— / 0.1%' with one run, a ⚠ when the runs disagree."""
+    def pct(x):
+        return "—" if x is None or pd.isna(x) else f"{100 * x:.1f}%"
+
+    text = f"{pct(run_cv if runs and runs > 1 else None)} / {pct(trial_cv)}"
+    return text + (" ⚠" if unstable else "")
 
 
 def _title(workload: str, table: pd.DataFrame) -> str:
@@ -181,38 +305,96 @@ def _title(workload: str, table: pd.DataFrame) -> str:
     return f"{workload}{shown} (baseline: {table.attrs.get('baseline')})"
 
 
-def to_markdown(tables: dict[str, pd.DataFrame], environment: str = "") -> str:
-    """Return all speedup tables as Markdown, one section per workload, environment below."""
+def _markdown_table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    out.extend("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows)
+    return out
+
+
+def to_markdown(tables: dict[str, pd.DataFrame], environment: str = "",
+                history: dict[str, pd.DataFrame] | None = None) -> str:
+    """Return all speedup tables as Markdown, one section per workload, history and environment below."""
     parts = []
     for workload, table in tables.items():
         headers, rows = render_rows(table)
         parts.append(f"### {_title(workload, table)}\n")
-        parts.append("| " + " | ".join(headers) + " |")
-        parts.append("|" + "|".join("---" for _ in headers) + "|")
-        parts.extend("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows)
+        parts.extend(_markdown_table(headers, rows))
         parts.append("")
+        for w in table.attrs.get("warnings", []):
+            parts.append(f"⚠ {w}\n")
+        h = (history or {}).get(workload)
+        if h is not None and len(h):
+            parts.append("Earlier runs of these cells (history: not in the figures above; `--pool` pools them):\n")
+            parts.extend(_markdown_table(*history_rows(h)))
+            parts.append("")
     if environment:
         parts.append(environment)
     return "\n".join(parts) + "\n"
 
 
-def to_html(tables: dict[str, pd.DataFrame], environment: str = "") -> str:
-    """Return all speedup tables as an HTML fragment (every text escaped), environment below."""
+def _html_table(headers: list[str], rows: list[list[str]], css: str) -> list[str]:
+    e = html.escape
+    out = [f"<table class='{css}'><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in headers) + "</tr></thead><tbody>"]
+    for row in rows:
+        cls = " class='failed'" if any(c in ("OOM", "ERROR", "TIMEOUT", "UNSUPPORTED") for c in row) else ""
+        out.append(f"<tr{cls}>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>")
+    out.append("</tbody></table>")
+    return out
+
+
+def to_html(tables: dict[str, pd.DataFrame], environment: str = "",
+            history: dict[str, pd.DataFrame] | None = None) -> str:
+    """Return all speedup tables as an HTML fragment (every text escaped), history and environment below."""
     e = html.escape
     parts = []
     for workload, table in tables.items():
         headers, rows = render_rows(table)
         parts.append(f"<h3>{e(_title(workload, table))}</h3>")
-        parts.append("<table class='speedup'><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in headers) + "</tr></thead><tbody>")
-        for row in rows:
-            cls = " class='failed'" if any(c in ("OOM", "ERROR", "TIMEOUT", "UNSUPPORTED") for c in row) else ""
-            parts.append(f"<tr{cls}>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>")
-        parts.append("</tbody></table>")
+        parts.extend(_html_table(headers, rows, "speedup"))
+        for w in table.attrs.get("warnings", []):
+            parts.append(f"<p class='warn'>⚠ {e(w)}</p>")
+        h = (history or {}).get(workload)
+        if h is not None and len(h):
+            parts.append("<p class='note'>Earlier runs of these cells (history: not in the figures above; "
+                         "<code>--pool</code> pools them):</p>")
+            parts.extend(_html_table(*history_rows(h), "history"))
     if environment:
         lines = environment.splitlines()
         parts.append("<div class='env'><b>" + e(lines[0]) + "</b><ul>"
                      + "".join(f"<li>{e(x.lstrip('- '))}</li>" for x in lines[1:]) + "</ul></div>")
     return "\n".join(parts) + "\n"
+
+
+def history_table(history_cells: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Return {table key: history rows} from `aggregate(frame_of_history, by_run=True)`, keyed as the speedup tables."""
+    if history_cells is None or not len(history_cells):
+        return {}
+    ambiguous = history_cells.groupby("workload").length.nunique()
+    out = {}
+    for (workload, length), g in history_cells.groupby(["workload", "length"], sort=False):
+        key = table_key(workload, length, ambiguous[workload] > 1)
+        if key not in tables and workload in tables:
+            key = workload
+        out[key] = g.sort_values(["backend", "precision", "options", "max_batch_size", "run_started_at"],
+                                 kind="stable").reset_index(drop=True)
+    return out
+
+
+def history_rows(h: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Return (headers, rows) of a history table: one row per earlier run of a cell."""
+    show_options = h.options.nunique() > 1
+    headers = ["backend", "precision"] + (["options"] if show_options else []) + [
+        "max_batch_size", "run", "runs × trials", "req/s", "output tok/s", "status"]
+    rows = []
+    for r in h.to_dict("records"):
+        opts = [_options_text(r["options"])] if show_options else []
+        ok = r["status"] == "ok"
+        rows.append([str(r["backend"]), str(r["precision"]), *opts, str(int(r["max_batch_size"])), str(r["run_label"]),
+                     f"{int(r['runs'] or 0)} × {_per_run(r)}",
+                     _num(r.get("request_throughput"), r.get("request_throughput__std"), "{:.3f}") if ok else "",
+                     _num(r.get("output_throughput"), r.get("output_throughput__std"), "{:.1f}") if ok else "",
+                     str(r["status"])])
+    return headers, rows
 
 
 def to_csv(tables: dict[str, pd.DataFrame]) -> str:
@@ -247,16 +429,18 @@ def environment_note(frame: pd.DataFrame, records_env: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def comparisons(frame: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
-    """Return [(a, b, cells with ratio b/a of output tok/s)] comparing the first store (or commit) with each other one."""
-    by = "store" if frame.store.nunique() > 1 else "commit"
-    groups = [g for g in frame[by].dropna().unique()]
-    if len(groups) < 2:
+def comparisons(frames: dict[str, pd.DataFrame]) -> list[tuple[str, str, pd.DataFrame]]:
+    """Return [(a, b, cells with ratio b/a of output tok/s)] comparing the first group's frame with each other one.
+
+    frames: {group label (a store, or a commit): record frame of that group's chosen records}.
+    """
+    labels = list(frames)
+    if len(labels) < 2:
         return []
-    per = {g: aggregate(frame[frame[by] == g]).set_index(["cell_id", "gpu_memory_gb"], drop=False) for g in groups}
-    a = groups[0]
+    per = {g: aggregate(f).set_index(["cell_id", "gpu_memory_gb"], drop=False) for g, f in frames.items()}
+    a = labels[0]
     out = []
-    for b in groups[1:]:
+    for b in labels[1:]:
         left, right = per[a], per[b]
         common = left.index.intersection(right.index)
         if common.empty:
@@ -266,6 +450,5 @@ def comparisons(frame: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
         cells["ratio"] = ratio
         cells["text"] = [f"{x:.2f}x" if not pd.isna(x) else f"{sa}→{sb}".upper() for x, sa, sb in
                          zip(ratio, left.loc[common].status, right.loc[common].status, strict=True)]
-        label = (lambda g: str(g)[:12]) if by == "commit" else str
-        out.append((label(a), label(b), cells))
+        out.append((a, b, cells))
     return out

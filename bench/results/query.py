@@ -1,0 +1,282 @@
+"""The one query API over stored results: load typed records, choose which records make a row.
+
+Rules (docs/results.md, "Which records make a row"):
+
+- A row is a cell at one memory cap (`cell_id`, `gpu_memory_gb`) in **one run context**: by
+  default the latest (the context that started last), so two runs of one cell never pool into
+  one figure without a word. The other contexts of that cell are its history.
+- Pooling several contexts of a cell happens only when asked (`pool=True`), and only for
+  contexts whose environment digest and workload agree; otherwise it is refused, as pyperf's
+  Benchmark.add_run refuses runs whose metadata differ. A pooled row says so.
+- Inside a row, values come in two levels: trials inside a worker process, and runs (fresh
+  processes). A row's figure is the mean of its runs' means (bench.stats.run_spread).
+
+Schema-1 stores carry no run ids: the loader starts a new reconstructed run context where the
+commit, the matrix or the memory cap changes, or where a (cell, trial) repeats (a `--redo`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.errors import BenchInputError
+from bench.results.records import (
+    FINAL_FAILURES,
+    Measurement,
+    OomProbe,
+    Profile,
+    Record,
+    RunContext,
+    parse,
+)
+
+
+def check_store_path(path: str | Path, *, must_exist: bool = True) -> Path:
+    """Return the path of a result store; BenchInputError (exit 2) if it is a folder or unreadable."""
+    p = Path(path)
+    if p.is_dir():
+        stores = sorted(str(s) for s in p.glob("*.jsonl"))[:5]
+        hint = f"; stores in it: {', '.join(stores)}" if stores else ""
+        raise BenchInputError(f"result store {str(p)!r} is a folder, not a store: give a .jsonl file{hint}")
+    if not p.exists():
+        if must_exist:
+            raise BenchInputError(f"result store {str(p)!r} does not exist: run `bench run --store {p}` first, or check the path")
+        return p
+    if not os.access(p, os.R_OK):
+        raise BenchInputError(f"result store {str(p)!r} is not readable (permissions): fix them or copy the file")
+    return p
+
+
+def load(paths: Iterable[str | Path]) -> list[Record]:
+    """Return the typed records of the given stores, in store order; BenchInputError on a bad path."""
+    from bench.store import ResultStore
+
+    out: list[Record] = []
+    for path in paths:
+        p = check_store_path(path)
+        try:
+            raws = list(ResultStore(p).records())
+        except OSError as exc:
+            raise BenchInputError(f"result store {str(p)!r} cannot be read: {exc}") from exc
+        legacy = _legacy_runs(raws, p.name)
+        out.extend(parse(raw, store=p.stem, legacy_run=legacy.get(i)) for i, raw in enumerate(raws))
+    return out
+
+
+def _legacy_runs(raws: list[dict], store_name: str) -> dict[int, tuple[str, float | None]]:
+    """Return {line index: (run id, start time)} reconstructed for the store's schema-1 lines.
+
+    A new run starts where the commit, dirty flag, matrix, memory cap or record kind changes, or
+    where a (cell, trial) repeats within the current run (a --redo appends the same trials again).
+    """
+    from bench.results.records import legacy_kind
+    from bench.spec import short_hash
+
+    out: dict[int, tuple[str, float | None]] = {}
+    segment: dict | None = None
+    segments = []
+    for i, raw in enumerate(raws):
+        if raw.get("schema_version") != 1:
+            continue
+        settings, env = raw.get("settings") or {}, raw.get("environment") or {}
+        who = (env.get("commit"), env.get("dirty"), settings.get("matrix"), settings.get("gpu_memory_gb"),
+               legacy_kind(raw))
+        seen = (raw["cell_id"], raw.get("trial", 0))
+        if segment is None or segment["who"] != who or seen in segment["seen"]:
+            first = raw.get("started_at") or raw.get("ended_at")
+            segment = {"who": who, "seen": set(), "lines": [], "start": first,
+                       "id": "v1-" + short_hash([*who, first, store_name])[:12]}
+            segments.append(segment)
+        segment["seen"].add(seen)
+        segment["lines"].append(i)
+        t = raw.get("started_at")
+        if t is not None and (segment["start"] is None or t < segment["start"]):
+            segment["start"] = t
+    for seg in segments:
+        for i in seg["lines"]:
+            out[i] = (seg["id"], seg["start"])
+    return out
+
+
+def measurements(records: Iterable[Record]) -> list[Measurement]:
+    return [r for r in records if isinstance(r, Measurement)]
+
+
+def probes(records: Iterable[Record]) -> list[OomProbe]:
+    return [r for r in records if isinstance(r, OomProbe)]
+
+
+def profiles(records: Iterable[Record]) -> list[Profile]:
+    return [r for r in records if isinstance(r, Profile)]
+
+
+def with_commit(records: Iterable[Record], prefix: str) -> list[Record]:
+    """Return the records whose context commit starts with prefix."""
+    return [r for r in records if str(r.context.commit or "").startswith(prefix)]
+
+
+@dataclass(frozen=True)
+class CellRuns:
+    """The records one row aggregates: a cell at one memory cap, in one run context (or pooled)."""
+
+    cell_id: str
+    gpu_memory_gb: float | None
+    records: tuple[Record, ...]  # every record of the chosen context(s), all statuses, in store order
+    contexts: tuple[RunContext, ...]  # the chosen contexts, latest first
+
+    @property
+    def pooled(self) -> bool:
+        return len(self.contexts) > 1
+
+    @property
+    def context(self) -> RunContext:
+        """Return the latest chosen context."""
+        return self.contexts[0]
+
+    @property
+    def latest(self) -> Record:
+        return self.records[-1]
+
+    @property
+    def cell(self) -> dict:
+        return self.latest.cell
+
+    @property
+    def label(self) -> str:
+        return self.latest.label
+
+    @property
+    def ok_records(self) -> list[Record]:
+        return [r for r in self.records if r.ok]
+
+    @property
+    def status(self) -> str:
+        """Return 'ok' when any pass succeeded, else the status of the last record."""
+        return "ok" if any(r.ok for r in self.records) else self.latest.status
+
+    @property
+    def runs(self) -> int:
+        """Return how many worker processes contributed an ok trial."""
+        return len({r.process_key for r in self.ok_records})
+
+    def values(self, metric: str) -> list[list[float]]:
+        """Return the metric's ok trial values grouped by worker process (one list per run)."""
+        by_run: dict[tuple, list[float]] = {}
+        for r in self.ok_records:
+            v = r.metric(metric)
+            if v is not None:
+                by_run.setdefault(r.process_key, []).append(v)
+        return list(by_run.values())
+
+    def spread(self, metric: str):
+        """Return the metric's bench.stats.RunSpread over runs and trials, or None without values."""
+        from bench.stats import run_spread
+
+        values = self.values(metric)
+        return run_spread(values, metric) if values else None
+
+    def describe(self) -> str:
+        """Return where the row's figures come from, e.g. '2026-12-01 14:02 ab12cd3' or 'pooled from 2 runs: ...'."""
+        if self.pooled:
+            return f"pooled from {len(self.contexts)} run contexts: " + ", ".join(c.label for c in self.contexts)
+        return self.context.label
+
+
+@dataclass
+class Selection:
+    """Rows chosen for a report or a comparison side, with the history they leave out."""
+
+    rows: list[CellRuns]
+    history: list[CellRuns] = field(default_factory=list)  # older contexts of the same cells, one each
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def records(self) -> list[Record]:
+        """Return the records of the chosen rows (what tables and figures aggregate), in store order."""
+        return [r for row in self.rows for r in row.records]
+
+    def by_key(self) -> dict[tuple[str, float | None], CellRuns]:
+        return {(r.cell_id, r.gpu_memory_gb): r for r in self.rows}
+
+
+def _contexts(records: Sequence[Record]) -> list[tuple[RunContext, list[Record]]]:
+    """Return the records of one cell grouped by run id, latest context first."""
+    groups: dict[str, list[Record]] = {}
+    for r in records:
+        groups.setdefault(r.context.run_id, []).append(r)
+    order = {rid: i for i, rid in enumerate(groups)}  # first appearance breaks ties of start time
+
+    def when(item):
+        rid, recs = item
+        started = recs[0].context.started_at
+        return (started if started is not None else float("-inf"), order[rid])
+
+    ranked = sorted(groups.items(), key=when, reverse=True)
+    return [(recs[0].context, recs) for _, recs in ranked]
+
+
+def select(records: Iterable[Record], pool: bool = False) -> Selection:
+    """Return one row per (cell_id, gpu_memory_gb): its latest run context, or (pool) all compatible ones.
+
+    Pooling refuses (BenchInputError) contexts whose environment digest or workload differ.
+    """
+    by_key: dict[tuple, list[Record]] = {}
+    for r in records:
+        by_key.setdefault((r.cell_id, r.gpu_memory_gb), []).append(r)
+    sel = Selection(rows=[])
+    for (cell_id, cap), recs in by_key.items():
+        ranked = _contexts(recs)
+        if not pool:
+            ctx, chosen = ranked[0]
+            sel.rows.append(CellRuns(cell_id, cap, tuple(chosen), (ctx,)))
+            sel.history.extend(CellRuns(cell_id, cap, tuple(rs), (c,)) for c, rs in ranked[1:])
+            continue
+        _check_poolable(ranked)
+        chosen = tuple(r for r in recs if any(r.context.run_id == c.run_id for c, _ in ranked))
+        sel.rows.append(CellRuns(cell_id, cap, chosen, tuple(c for c, _ in ranked)))
+    if sel.history and not pool:
+        n = len({(h.cell_id, h.gpu_memory_gb) for h in sel.history})
+        sel.warnings.append(
+            f"{n} cell(s) also have earlier run(s) ({len(sel.history)} in all), shown as history and left out of the "
+            "figures: each row is the latest run of its cell; pass --pool to pool compatible runs"
+        )
+    return sel
+
+
+def _check_poolable(ranked: list[tuple[RunContext, list[Record]]]) -> None:
+    label = ranked[0][1][-1].label
+    for key, what in (("env_digest", "environments"), ("workload_hash", "workloads")):
+        values = {getattr(c, key) for c, _ in ranked} - {None}
+        if len(values) > 1:
+            detail = ""
+            if key == "env_digest":
+                from bench.environment import COMPARABILITY_KEYS
+
+                envs = [next((r.environment for r in rs if r.environment), {}) for _, rs in ranked]
+                diff = [k for k in COMPARABILITY_KEYS if len({str(e.get(k)) for e in envs}) > 1]
+                detail = " (" + "; ".join(f"{k}: {', '.join(sorted({str(e.get(k)) for e in envs}))}" for k in diff) + ")"
+            raise BenchInputError(
+                f"cannot pool the runs of {label}: they ran in different {what}{detail}; their figures are not "
+                "comparable. Drop --pool (each row then shows the latest run), or report the stores separately"
+            )
+
+
+def final_failure(row: CellRuns) -> bool:
+    """Return True when a cell's run ended in a failure that a re-run repeats (oom, unsupported)."""
+    return not row.ok_records and row.latest.status in FINAL_FAILURES
+
+
+# ---- baselines -------------------------------------------------------------------------------
+
+
+def stored_baselines(rows: Iterable[CellRuns]) -> list[dict]:
+    """Return the distinct baselines the rows' matrices named (schema-1 records stored none)."""
+    out: list[dict] = []
+    for row in rows:
+        b = row.context.baseline
+        if b and b not in out:
+            out.append(b)
+    return out

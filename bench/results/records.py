@@ -1,0 +1,303 @@
+"""Record types: the run context, one frozen type per kind of stored line, and the one constructor.
+
+Every line a store holds is a `Measurement` (a measured pass of a cell), an `OomProbe` (one
+probe of the OOM boundary search) or a `Profile` (a kernel table of a short window). Each
+carries the `RunContext` of the invocation that wrote it, so a reader can tell which records
+belong together: a table row aggregates one context, never a mix it did not ask for.
+
+Writers call `new_context` once per invocation and `new_record` for each outcome; readers get
+typed records from `parse` (through bench.results.query.load). Schema version 1 lines (stored
+before run contexts existed) are read into the same types; their context is reconstructed by
+the loader (docs/results.md says how). docs/results.md's field tables are generated from the
+field docs below (`schema_markdown`), and a test checks that they agree.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from typing import Any, ClassVar
+
+from bench import SCHEMA_VERSION
+from bench.errors import BenchInputError
+
+KINDS = ("measurement", "oom-probe", "profile")
+STATUSES = ("ok", "oom", "error", "timeout", "unsupported")
+# A cell whose latest run ended in one of these is not run again unless asked (--redo).
+FINAL_FAILURES = ("oom", "unsupported")
+
+
+def _doc(text: str, default: Any = MISSING) -> Any:
+    if default is MISSING:
+        return field(metadata={"doc": text})
+    return field(default=default, metadata={"doc": text})
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Where a record comes from: the invocation, the code, the environment and the settings."""
+
+    run_id: str = _doc("one id per invocation of `bench run`, `bench oom`, `bench profile` (or an asv measurement); "
+                       "a table row aggregates the records of one run_id")
+    command: str = _doc("what wrote it: run, oom, profile, asv, synthetic, legacy (read from a schema-1 store)")
+    matrix: str = _doc("the matrix name", "")
+    baseline: dict | None = _doc("the matrix's speedup baseline (a partial cell); `bench report` uses it", None)
+    commit: str | None = _doc("the project's own git commit (None: unknown, e.g. a tree without its .git)", None)
+    dirty: bool | None = _doc("whether the project's tree had uncommitted changes", None)
+    env_digest: str | None = _doc("digest of the environment keys that decide comparability "
+                                  "(bench.environment.COMPARABILITY_KEYS); records of different digests are never pooled",
+                                  None)
+    gpu_memory_gb: float | None = _doc("the memory cap the cell ran under (None: the whole device)", None)
+    workload_hash: str | None = _doc("content hash of the frozen workload the cell replayed", None)
+    runs: int = _doc("worker processes per cell the invocation asked for (pyperf's runs)", 1)
+    trials: int = _doc("measured passes per process", 1)
+    warmup: int = _doc("unmeasured warm-up passes per process", 0)
+    started_at: float | None = _doc("Unix time the invocation started (orders runs: the latest is shown)", None)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> RunContext:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    @property
+    def label(self) -> str:
+        """Return a short human label: date, commit (and dirty), e.g. '2026-12-01 14:02 ab12cd3+dirty'."""
+        when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(self.started_at)) if self.started_at else "undated"
+        commit = (self.commit or "commit?")[:7] + ("+dirty" if self.dirty else "")
+        return f"{when} {commit}"
+
+
+@dataclass(frozen=True)
+class Record:
+    """One stored line. Use the subclass of its kind; `new_record` and `parse` make them."""
+
+    KIND: ClassVar[str] = ""
+
+    cell_id: str = _doc("16 hex digits: SHA-256 of the cell's canonical JSON (identity; unchanged since schema 1)")
+    cell: dict = _doc("backend, model, precision, max_batch_size, device, options (all, defaults filled), workload spec")
+    context: RunContext = _doc("the run context (table below)")
+    run: int = _doc("which worker process of the context measured it (0-based; pyperf's run)", 0)
+    trial: int = _doc("which measured pass inside that process (0-based)", 0)
+    status: str = _doc("ok, oom, error, timeout, unsupported", "ok")
+    metrics: dict | None = _doc("the pass's metrics (below); null for failures", None)
+    extra: dict = _doc("backend figures: parameters, weight bytes, peak memory, telemetry, warm-up costs; "
+                       "probes: `probe`; profiles: `kernel_table`, `trace`, `profile`", None)
+    samples: list | None = _doc("per request: id, input and output tokens, TTFT and E2E in ms, error", None)
+    error: str | None = _doc("the failure's message and traceback tail", None)
+    workload: dict = _doc("name, content_hash, num_requests, tokenizer, source and SHA-256, token totals", None)
+    build: dict = _doc("build key hash, build and load seconds, compile cache state", None)
+    environment: dict = _doc("host, platform, python, cpu, torch, cuda, transformers, tensorrt_llm, torchao, "
+                             "GPU name/count/driver/memory/UUID, commit and dirty as the worker saw them", None)
+    started_at: float | None = _doc("Unix time the measured pass started", None)
+    ended_at: float | None = _doc("Unix time it ended", None)
+    schema_version: int = _doc("layout version of the line (2; schema-1 lines are read too)", SCHEMA_VERSION)
+    store: str | None = field(default=None, compare=False, metadata={"stored": False})
+
+    def __post_init__(self):
+        for name in ("extra", "workload", "build", "environment"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, {})
+
+    @property
+    def kind(self) -> str:
+        return self.KIND
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def gpu_memory_gb(self) -> float | None:
+        return self.context.gpu_memory_gb
+
+    @property
+    def process_key(self) -> tuple[str, int]:
+        """Return (run_id, run): the worker process this record's trial ran in."""
+        return self.context.run_id, self.run
+
+    @property
+    def label(self) -> str:
+        c = self.cell
+        return f"{c.get('backend')}/{c.get('precision')}/bs{c.get('max_batch_size')}/{(c.get('workload') or {}).get('name')}"
+
+    def metric(self, name: str) -> float | None:
+        """Return a numeric metric of the record (None when absent or not a number)."""
+        v = (self.metrics or {}).get(name)
+        if v is None:
+            v = self.extra.get(name) if name in EXTRA_METRICS else None
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    def to_json(self) -> dict:
+        """Return the stored line (without `store`, which says where it was read from)."""
+        out = {"schema_version": SCHEMA_VERSION, "kind": self.KIND}
+        for f in fields(self):
+            if f.metadata.get("stored", True) and f.name != "schema_version":
+                value = getattr(self, f.name)
+                out[f.name] = value.to_json() if isinstance(value, RunContext) else value
+        return out
+
+
+# Figures some writers keep in `extra` rather than `metrics`.
+EXTRA_METRICS = ("tokens_per_joule", "sol_pct")
+
+
+@dataclass(frozen=True)
+class Measurement(Record):
+    """A measured pass of a cell over its whole workload."""
+
+    KIND: ClassVar[str] = "measurement"
+
+
+@dataclass(frozen=True)
+class OomProbe(Record):
+    """One probe of the OOM boundary search: one full batch of worst-case requests (docs/oom.md)."""
+
+    KIND: ClassVar[str] = "oom-probe"
+
+    @property
+    def target(self) -> dict:
+        """Return the worst case the probe stands for: max_input_len, max_output_len, decode_steps, batch_size."""
+        return self.extra.get("probe") or {}
+
+
+@dataclass(frozen=True)
+class Profile(Record):
+    """A kernel table (and trace) of a short window of a cell (`bench profile`)."""
+
+    KIND: ClassVar[str] = "profile"
+
+    @property
+    def tool(self) -> str | None:
+        return (self.extra.get("profile") or {}).get("tool") or self.extra.get("tool")
+
+    @property
+    def kernel_table(self) -> str | None:
+        return self.extra.get("kernel_table")
+
+
+TYPES = {t.KIND: t for t in (Measurement, OomProbe, Profile)}
+
+
+def new_context(command: str, *, matrix: str = "", baseline: dict | None = None, gpu_memory_gb: float | None = None,
+                runs: int = 1, trials: int = 1, warmup: int = 0, run_id: str | None = None) -> RunContext:
+    """Return the context of a new invocation: a fresh run id, the project's commit, the settings."""
+    from bench.environment import project_commit
+
+    now = time.time()
+    code = project_commit()
+    return RunContext(
+        run_id=run_id or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now)) + "-" + secrets.token_hex(3),
+        command=command, matrix=matrix, baseline=dict(baseline) if baseline else None,
+        commit=code.get("commit"), dirty=code.get("dirty"), gpu_memory_gb=gpu_memory_gb,
+        runs=runs, trials=trials, warmup=warmup, started_at=now,
+    )
+
+
+def environment_digest(environment: dict) -> str | None:
+    """Return the digest of the comparability keys of an environment (None for an empty one)."""
+    from bench.environment import COMPARABILITY_KEYS
+    from bench.spec import short_hash
+
+    if not environment:
+        return None
+    return short_hash({k: environment.get(k) for k in COMPARABILITY_KEYS})
+
+
+def new_record(kind: str, cell, outcome: dict, *, context: RunContext, run: int = 0, workload: dict | None = None,
+               build: dict | None = None, environment: dict | None = None) -> Record:
+    """Return the typed record of one outcome. The one constructor every writer uses.
+
+    cell: a bench.spec.Cell (or its dict); outcome: the worker's result event (trial, status,
+    metrics, extra, samples, error, started_at, ended_at); workload: the workload's summary.
+    The context gets the per-record fields: the environment's digest and the workload's hash.
+    """
+    if kind not in TYPES:
+        raise ValueError(f"record kind must be one of {KINDS}, got {kind!r}")
+    status = outcome.get("status")
+    if status not in STATUSES:
+        raise ValueError(f"record status must be one of {STATUSES}, got {status!r}")
+    cell_dict = cell if isinstance(cell, dict) else cell.to_dict()
+    cell_id = outcome.get("cell_id") if isinstance(cell, dict) else cell.cell_id
+    environment = dict(environment or {})
+    workload = dict(workload or {})
+    ctx = replace(context, env_digest=environment_digest(environment),
+                  workload_hash=workload.get("content_hash", context.workload_hash))
+    return TYPES[kind](
+        cell_id=cell_id, cell=cell_dict, context=ctx, run=run, trial=outcome.get("trial", 0), status=status,
+        metrics=outcome.get("metrics"), extra=dict(outcome.get("extra") or {}), samples=outcome.get("samples"),
+        error=outcome.get("error"), workload=workload, build=dict(build or {}), environment=environment,
+        started_at=outcome.get("started_at"), ended_at=outcome.get("ended_at", time.time()),
+    )
+
+
+def parse(raw: dict, store: str | None = None, legacy_run: tuple[str, float | None] | None = None) -> Record:
+    """Return the typed record of a stored line (schema 1 or 2); BenchInputError if it is not one.
+
+    legacy_run: (run id, start time) the loader reconstructed for a schema-1 line (query.load).
+    """
+    if not isinstance(raw, dict) or "cell_id" not in raw:
+        raise BenchInputError("not a result record (no cell_id)")
+    version = raw.get("schema_version")
+    if version == 1:
+        kind, context = _legacy(raw, *(legacy_run or (None, None)))
+    else:
+        kind = raw.get("kind", "measurement")
+        context = RunContext.from_json(raw.get("context") or {"run_id": "unknown", "command": "unknown"})
+    cls = TYPES.get(kind)
+    if cls is None:
+        raise BenchInputError(f"unknown record kind {kind!r}; this harness reads {KINDS}")
+    env = raw.get("environment") or {}
+    if context.env_digest is None and env:
+        context = replace(context, env_digest=environment_digest(env))
+    trial = raw.get("trial", 0)
+    return cls(
+        cell_id=raw["cell_id"], cell=raw.get("cell") or {}, context=context, run=raw.get("run", 0),
+        trial=trial if isinstance(trial, int) else 0, status=raw.get("status", "error"), metrics=raw.get("metrics"),
+        extra=raw.get("extra") or {}, samples=raw.get("samples"), error=raw.get("error"),
+        workload=raw.get("workload") or {}, build=raw.get("build") or {}, environment=env,
+        started_at=raw.get("started_at"), ended_at=raw.get("ended_at"), schema_version=version, store=store,
+    )
+
+
+def legacy_kind(raw: dict) -> str:
+    """Return the kind of a schema-1 line: profiles said "kind", probes said settings.kind."""
+    if raw.get("kind") == "profile":
+        return "profile"
+    return "oom-probe" if (raw.get("settings") or {}).get("kind") == "oom-probe" else "measurement"
+
+
+def _legacy(raw: dict, run_id: str | None, started_at: float | None) -> tuple[str, RunContext]:
+    settings = raw.get("settings") or {}
+    env = raw.get("environment") or {}
+    kind = legacy_kind(raw)
+    if kind == "profile" and "tool" in settings:
+        raw["extra"] = {**(raw.get("extra") or {}), "tool": settings["tool"]}
+    context = RunContext(
+        run_id=run_id or "legacy", command="legacy", matrix=settings.get("matrix", ""), baseline=None,
+        commit=env.get("commit"), dirty=env.get("dirty"), gpu_memory_gb=settings.get("gpu_memory_gb"),
+        workload_hash=(raw.get("workload") or {}).get("content_hash"), runs=1,
+        trials=settings.get("trials", 1) or 1, warmup=settings.get("warmup", 0) or 0,
+        started_at=started_at if started_at is not None else raw.get("started_at") or raw.get("ended_at"),
+    )
+    return kind, context
+
+
+# ---- the schema, as documentation --------------------------------------------------------------
+
+
+def schema_markdown() -> str:
+    """Return the Markdown field tables of Record and RunContext (docs/results.md holds this text)."""
+    def table(cls) -> list[str]:
+        rows = ["| key | meaning |", "|---|---|"]
+        for f in fields(cls):
+            if f.metadata.get("stored", True):
+                rows.append(f"| `{f.name}` | {f.metadata['doc']} |")
+        return rows
+
+    lines = ["Every line: `schema_version`, `kind` (" + ", ".join(f"`{k}`" for k in KINDS) + ") and", ""]
+    lines += table(Record) + ["", "`context` (the run context):", ""] + table(RunContext)
+    return "\n".join(lines) + "\n"
