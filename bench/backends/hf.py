@@ -459,9 +459,9 @@ class HFLoaded(Loaded):
         chunked = prefill_len is not None and prompt_len > prefill_len
         with torch.inference_mode():
             if self.loop is not None:
-                out = self.loop.generate(ids, mask, max_new, cache_len or static_cache_len([batch]), marks, cuda,
-                                         prefill_len if chunked else None)
-                generated = out.shape[1]
+                new_tokens = self.loop.generate(ids, mask, max_new, cache_len or static_cache_len([batch]), marks,
+                                                cuda, prefill_len if chunked else None)
+                eos_ids = None
             else:
                 if chunked:  # the prompt but its last token goes in first; generate continues from that cache
                     gen.pop("cache_implementation", None)
@@ -470,15 +470,17 @@ class HFLoaded(Loaded):
                         static_len = gen.pop("max_cache_len", None) or cache_len or static_cache_len([batch])
                     cache = hf_loop.prefilled_cache(self.model, ids, mask, prefill_len, static_len)
                     gen[hf_loop.forward_names(self.model)[0]] = cache
-                out = self.model.generate(input_ids=ids, attention_mask=mask, **gen)
-                generated = out.shape[1] - prompt_len
+                new_tokens = self.model.generate(input_ids=ids, attention_mask=mask, **gen)[:, prompt_len:]
+                # generate pads rows finished at an EOS only when it stops at one (not by default here).
+                eos_ids = self.model.generation_config.eos_token_id
         self._sync()
         end = time.perf_counter()
         if cuda:
             marks = [start + start_ev.elapsed_time(ev) / 1000.0 for ev in marks]
+        produced = count_produced(new_tokens, out_lens, eos_ids)
         timings = []
-        for r in batch:
-            got = min(r.output_len, generated, len(marks))
+        for r, n in zip(batch, produced, strict=True):
+            got = min(n, len(marks))  # a token without a time mark is not counted either
             timings.append(
                 RequestTiming(
                     request_id=r.id,
@@ -510,6 +512,29 @@ class HFLoaded(Loaded):
 def _version(text: str) -> tuple[int, int]:
     parts = text.split(".")
     return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
+
+
+def count_produced(tokens, requested: list[int], eos_ids=None) -> list[int]:
+    """Return, per row, how many tokens the row produced within its own requested length.
+
+    tokens: (batch, width) generated ids; a position never written holds a negative id (the
+    harness loop's UNWRITTEN). A row counts the token ids among its first `requested[i]`
+    positions, so a row cut short, or a batch that stopped early, shows as short. eos_ids
+    (an id or a list): generation stopped rows at an EOS and padded them afterwards, so a row
+    ends at its first EOS. The count comes from the tokens, never from the request.
+    """
+    import torch
+
+    width = tokens.shape[1]
+    lens = torch.tensor(requested, device=tokens.device).clamp(max=width)
+    inside = torch.arange(width, device=tokens.device)[None, :] < lens[:, None]
+    produced = (tokens >= 0) & inside
+    eos_ids = [eos_ids] if isinstance(eos_ids, int) else list(eos_ids or ())
+    if eos_ids:
+        eos = torch.isin(tokens, torch.tensor(eos_ids, dtype=tokens.dtype, device=tokens.device)) & inside
+        after_eos = (eos.long().cumsum(-1) - eos.long()) > 0
+        produced &= ~after_eos
+    return produced.sum(-1).tolist()
 
 
 def _batch_len(batch) -> int:
