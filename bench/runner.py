@@ -3,8 +3,9 @@
 The parent never touches the GPU. It starts a worker for a build group, reads its events with
 a deadline (build timeout until the build is done, then a per-cell timeout), and turns every
 outcome into per-(cell, trial) outcomes: results the worker reported, `timeout` for a hang (the
-worker is killed), `oom`/`error` for a worker that died (classified by failures.py). After a
-death or a hang, a fresh worker takes the group's remaining cells.
+worker is killed), `oom`/`error` for a worker that died (classified by failures.py). A hang or
+a death ends its cell (one record; the cell's other trials are skipped, as the worker skips
+them after a failure), and a fresh worker takes the group's next cells.
 
 Each worker process writes its stderr to a file of its own (`<log_dir>/<prefix>-<time>-<n>.log`,
 created new, never appended to by another process), so a death is classified from that
@@ -137,10 +138,9 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event) -
                     for cell_id, trial in sorted(pending):
                         _synth(on_event, pending, cell_id, trial, "timeout", message)
                     return True
-                # A hang costs the cell that hung only (during warm-up: all its trials).
-                message = f"timeout: no progress within {job.cell_timeout_s:g} s; worker killed"
-                for cell_id, trial in [current] if current else _next_cell(items, pending):
-                    _synth(on_event, pending, cell_id, trial, "timeout", message)
+                # A hang would hang again: it ends its cell, and a fresh worker takes the next one.
+                message = f"timeout: no progress within {job.cell_timeout_s:g} s; worker killed; log {log_path}"
+                _end_cell(on_event, pending, items, current, "timeout", message)
                 return False
             if event is None:  # the worker exited
                 _wait_or_kill(proc)
@@ -164,8 +164,7 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event) -
                     for cell_id, trial in sorted(pending):
                         _synth(on_event, pending, cell_id, trial, status, "build/load: " + message)
                     return True
-                for cell_id, trial in [current] if current else _next_cell(items, pending):
-                    _synth(on_event, pending, cell_id, trial, status, message)
+                _end_cell(on_event, pending, items, current, status, message)
                 return False
             kind = event.get("event")
             if kind == "built":
@@ -203,6 +202,25 @@ def _next_cell(items: list[GroupItem], pending: set) -> list[tuple[str, int]]:
         if left:
             return left
     return []
+
+
+def _end_cell(on_event, pending: set, items: list[GroupItem], current, status: str, message: str) -> None:
+    """Record one failure for the cell a dead or hung worker was in, and skip that cell's other trials.
+
+    The cell is the one whose trial was being measured (`current`), else the first unfinished
+    one (the worker died or hung in its warm-up). As in the worker: a failed trial ends its cell.
+    """
+    if current is None:
+        left = _next_cell(items, pending)
+        if not left:
+            return
+        current = left[0]
+    cell_id, trial = current
+    _synth(on_event, pending, cell_id, trial, status, message)
+    rest = [t for it in items if it.cell.cell_id == cell_id for t in it.trials if (cell_id, t) in pending]
+    if rest:
+        pending.difference_update((cell_id, t) for t in rest)
+        on_event({"event": "skipped", "cell_id": cell_id, "trials": rest, "synthesized": True})
 
 
 def _synth(on_event, pending: set, cell_id: str, trial: int, status: str, message: str) -> None:
