@@ -45,7 +45,13 @@ def run_group(job: dict, emit: Callable[[dict], None]) -> None:
     backend.workload_files = sorted({item["workload_file"] for item in job["cells"]})
     t0 = time.perf_counter()
     try:
-        # Emulating a smaller device (gpu_memory_gb) must precede the first allocation.
+        if backend.measures_copy_bandwidth and key.device.startswith("cuda"):
+            from bench.sol import bandwidth_cache_dir, copy_bandwidth
+
+            # The bandwidth probe allocates 4 GiB: taken uncapped (once per machine and GPU,
+            # cached), so a tight gpu_memory_gb does not turn the group into an OOM.
+            copy_bandwidth(key.device, bandwidth_cache_dir(job["engines_dir"]))
+        # Emulating a smaller device (gpu_memory_gb) must precede the model's first allocation.
         memory_cap = apply_cap(key.device)
         artifact = backend.build(key, Path(job["engines_dir"]))
         t1 = time.perf_counter()

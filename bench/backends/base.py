@@ -112,6 +112,9 @@ class Backend:
     # Serving backends count failed requests and length mismatches in the metrics and keep the
     # pass `ok` while at least one request completed (a server under load drops some requests).
     tolerate_request_errors: ClassVar[bool] = False
+    # Reads the device's copy bandwidth (bench.sol, speed-of-light): on CUDA devices the worker
+    # measures it before applying the memory cap, since the probe allocates GiBs.
+    measures_copy_bandwidth: ClassVar[bool] = False
 
     @classmethod
     def normalize_options(cls, given: dict[str, Any]) -> dict[str, Any]:

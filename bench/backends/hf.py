@@ -43,6 +43,7 @@ CACHE_LEN_ROUND = 128
 class HFBackend(Backend):
     name = "hf"
     precisions = (*DTYPES, *TORCHAO)
+    measures_copy_bandwidth = True
     options = {
         "attn_implementation": Option(
             "sdpa", ("eager", "sdpa", "flash_attention_2", "flex_attention"), help="transformers attention kernel"
@@ -333,10 +334,11 @@ class HFLoaded(Loaded):
         self.kv_per_token = kv_bytes_per_token(cfg.to_dict(), torch.finfo(self.dtype).bits // 8)
         self.bandwidth = None
         if self.device.type == "cuda":
-            from bench.sol import copy_bandwidth
+            from bench.sol import bandwidth_cache_dir, copy_bandwidth
 
-            # Once per machine and GPU, cached beside the engines (a 2 GiB copy, about a second).
-            self.bandwidth = copy_bandwidth(self.device, Path(artifact.get("engines_dir", artifact["folder"])) / "_machine")
+            # Once per machine and GPU, cached beside the engines; the worker measured it before
+            # the memory cap (measures_copy_bandwidth), so this reads the cache.
+            self.bandwidth = copy_bandwidth(self.device, bandwidth_cache_dir(artifact.get("engines_dir", artifact["folder"])))
 
     def _sync(self):
         import torch
