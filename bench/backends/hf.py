@@ -216,6 +216,17 @@ def _check_gpu(cell) -> None:
     index = int(cell.device.split(":")[1]) if ":" in cell.device else 0
     info = gpu_info(index)
     cc_text = info.get("compute_capability")
+    if info.get("gpu_count") and index >= info["gpu_count"]:
+        raise BenchInputError(f"device {cell.device!r}: this machine has {info['gpu_count']} GPU(s)")
+    if info.get("nvml_error"):
+        need = MIN_CC.get(cell.precision)
+        warnings.warn(
+            f"device {cell.device!r}: NVML failed: {info['nvml_error']}; "
+            + (f"precision {cell.precision!r} (needs compute capability {need[0]}.{need[1]}+) cannot be checked "
+               "before the run" if need else "the GPU cannot be checked before the run"),
+            stacklevel=3,
+        )
+        return
     if not info.get("gpu_count") or not cc_text:
         # Planning a GPU matrix on a machine without one is allowed; the check is then deferred to the GPU.
         need = MIN_CC.get(cell.precision)
@@ -227,8 +238,6 @@ def _check_gpu(cell) -> None:
                 stacklevel=3,
             )
         return
-    if index >= info["gpu_count"]:
-        raise BenchInputError(f"device {cell.device!r}: this machine has {info['gpu_count']} GPU(s)")
     cc = tuple(int(x) for x in cc_text.split("."))
     need = MIN_CC.get(cell.precision)
     if need and cc < need:
