@@ -25,16 +25,32 @@ def project_commit() -> dict:
     """
     if os.environ.get("BENCH_COMMIT"):
         return {"commit": os.environ["BENCH_COMMIT"], "dirty": os.environ.get("BENCH_DIRTY", "") == "1"}
+    return git_commit(PROJECT_ROOT)
+
+
+def git_commit(root: Path) -> dict:
+    """Return {'commit', 'dirty'} of the git repository whose top level is `root`, or both None.
+
+    A tree unpacked inside another checkout (or a package installed into a virtualenv that
+    lives in one) is not that checkout: its HEAD would be recorded as ours, clean. So the
+    repository's top level must be `root` itself.
+    """
+    unknown = {"commit": None, "dirty": None}
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
+
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10)
+        top = git("rev-parse", "--show-toplevel")
+        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != Path(root).resolve():
+            return unknown
+        sha = git("rev-parse", "HEAD")
         if sha.returncode != 0:
-            return {"commit": None, "dirty": None}
-        status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10
-        )
-        return {"commit": sha.stdout.strip(), "dirty": bool(status.stdout.strip())}
+            return unknown
+        status = git("status", "--porcelain", "--untracked-files=no")
+        return {"commit": sha.stdout.strip(), "dirty": bool(status.stdout.strip()) if status.returncode == 0 else None}
     except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
+        return unknown
 
 
 def _version(dist: str) -> str | None:
