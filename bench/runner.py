@@ -134,7 +134,7 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event) -
             except queue.Empty:
                 _kill(proc)
                 if not built:
-                    message = f"timeout: the build/load exceeded {job.build_timeout_s:g} s; worker killed"
+                    message = f"timeout: the build/load exceeded {job.build_timeout_s:g} s; worker killed; log {log_path}"
                     for cell_id, trial in sorted(pending):
                         _synth(on_event, pending, cell_id, trial, "timeout", message)
                     return True
