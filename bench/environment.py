@@ -25,16 +25,32 @@ def project_commit() -> dict:
     """
     if os.environ.get("BENCH_COMMIT"):
         return {"commit": os.environ["BENCH_COMMIT"], "dirty": os.environ.get("BENCH_DIRTY", "") == "1"}
+    return git_commit(PROJECT_ROOT)
+
+
+def git_commit(root: Path) -> dict:
+    """Return {'commit', 'dirty'} of the git repository whose top level is `root`, or both None.
+
+    A tree unpacked inside another checkout (or a package installed into a virtualenv that
+    lives in one) is not that checkout: its HEAD would be recorded as ours, clean. So the
+    repository's top level must be `root` itself.
+    """
+    unknown = {"commit": None, "dirty": None}
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
+
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10)
+        top = git("rev-parse", "--show-toplevel")
+        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != Path(root).resolve():
+            return unknown
+        sha = git("rev-parse", "HEAD")
         if sha.returncode != 0:
-            return {"commit": None, "dirty": None}
-        status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10
-        )
-        return {"commit": sha.stdout.strip(), "dirty": bool(status.stdout.strip())}
+            return unknown
+        status = git("status", "--porcelain", "--untracked-files=no")
+        return {"commit": sha.stdout.strip(), "dirty": bool(status.stdout.strip()) if status.returncode == 0 else None}
     except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
+        return unknown
 
 
 def _version(dist: str) -> str | None:
@@ -54,39 +70,61 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+# NVML's answers that mean "no NVIDIA driver here" (a CPU machine), not a failure.
+NO_DRIVER_ERRORS = ("NVML_ERROR_LIBRARY_NOT_FOUND", "NVML_ERROR_DRIVER_NOT_LOADED")
+
+
 def gpu_info(device_index: int = 0) -> dict:
-    """Return GPU name, count, driver, memory and compute capability through NVML (no CUDA context)."""
+    """Return GPU name, count, driver, memory and compute capability through NVML (no CUDA context).
+
+    Without NVML or a driver (a CPU machine), gpu_count is 0. When NVML fails on a machine
+    that has it (a bad device index, a driver/library version mismatch), `nvml_error` holds
+    its message, with whatever was read before (the GPU count, the driver).
+    """
+    none = {"gpu_name": None, "gpu_count": 0, "driver": None}
     try:
         import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:  # no NVML library or no driver: a CPU machine
-        return {"gpu_name": None, "gpu_count": 0, "driver": None}
+    except ImportError:  # nvidia-ml-py not installed: nothing can be read, as on a CPU machine
+        return none
     try:
-        count = pynvml.nvmlDeviceGetCount()
+        pynvml.nvmlInit()
+    except Exception as exc:
+        no_driver = {getattr(pynvml, name, None) for name in NO_DRIVER_ERRORS} - {None}
+        if getattr(exc, "value", None) in no_driver:
+            return none
+        return {**none, "nvml_error": _nvml_error(exc)}
+    info = dict(none)
+    try:
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        info["driver"] = driver.decode() if isinstance(driver, bytes) else driver
+        info["gpu_count"] = count = pynvml.nvmlDeviceGetCount()
+        if device_index >= count:
+            return {**info, "nvml_error": f"no GPU index {device_index}: NVML sees {count} GPU(s)"}
         h = pynvml.nvmlDeviceGetHandleByIndex(device_index)
         name = pynvml.nvmlDeviceGetName(h)
-        driver = pynvml.nvmlSystemGetDriverVersion()
         mem = pynvml.nvmlDeviceGetMemoryInfo(h).total
         major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
         uuid = pynvml.nvmlDeviceGetUUID(h)
         return {
+            **info,
             "gpu_name": name.decode() if isinstance(name, bytes) else name,
-            "gpu_count": count,
-            "driver": driver.decode() if isinstance(driver, bytes) else driver,
             "gpu_memory_bytes": int(mem),
             "compute_capability": f"{major}.{minor}",
             # Which physical GPU: two runs of one cell on "an H200" can differ by a few %
             # (docs/gpu-results.md), and only this tells whether they ran on the same board.
             "gpu_uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
         }
-    except Exception:
-        return {"gpu_name": None, "gpu_count": 0, "driver": None}
+    except Exception as exc:
+        return {**info, "nvml_error": _nvml_error(exc)}
     finally:
         try:
             pynvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def _nvml_error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 def fingerprint(device: str = "cpu") -> dict:

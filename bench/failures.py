@@ -2,8 +2,8 @@
 
 An out-of-memory is a result (the batch did not fit), anything else that went wrong is an
 error. Recognised: torch.OutOfMemoryError and CUDA's out-of-memory messages, host MemoryError,
-a worker killed by the kernel's OOM killer (SIGKILL, exit status 137), and the out-of-memory
-markers of TensorRT (build) and TensorRT-LLM (runtime).
+a worker killed by the kernel's OOM killer (SIGKILL with evidence that the OOM killer acted),
+and the out-of-memory markers of TensorRT (build) and TensorRT-LLM (runtime).
 """
 
 from __future__ import annotations
@@ -41,8 +41,18 @@ def classify_text(text: str) -> str:
     return "oom" if any(marker in text for marker in OOM_MARKERS) else "error"
 
 
-def classify_exit(returncode: int | None, stderr_tail: str = "") -> str:
-    """Return the status of a worker that died: 'oom' for the OOM killer or an OOM log, else 'error'."""
-    if returncode in (-signal.SIGKILL, 128 + signal.SIGKILL):
+def killed_by_sigkill(returncode: int | None) -> bool:
+    """Return whether a process's exit status says SIGKILL (as Popen or as a shell reports it)."""
+    return returncode in (-signal.SIGKILL, 128 + signal.SIGKILL)
+
+
+def classify_exit(returncode: int | None, own_output: str = "", oom_kill_evidence: str | None = None) -> str:
+    """Return the status of a worker that died: 'oom' only on evidence of an out-of-memory, else 'error'.
+
+    Evidence: the process's own output holds an out-of-memory marker, or it was killed by
+    SIGKILL while the kernel's OOM killer acted (oom_kill_evidence, e.g. its cgroup's oom_kill
+    counter rose). A SIGKILL alone is not evidence: anyone can send one.
+    """
+    if killed_by_sigkill(returncode) and oom_kill_evidence:
         return "oom"
-    return classify_text(stderr_tail)
+    return classify_text(own_output)

@@ -173,7 +173,7 @@ def _run_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store: R
         warmup=matrix.settings.warmup,
         build_timeout_s=matrix.settings.build_timeout_s,
         cell_timeout_s=matrix.settings.timeout_s,
-        log_path=Path(store_path).parent / "logs" / f"{Path(store_path).stem}-{key.key_hash}.log",
+        log_dir=Path(store_path).parent / "logs", log_prefix=f"{Path(store_path).stem}-{key.key_hash}",
         env=env,
     )
     progress.current(f"building {key.backend}/{key.precision} ({key.key_hash[:8]})", None)

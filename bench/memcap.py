@@ -53,6 +53,12 @@ def check_cap(gpu_memory_gb, devices, gpu_info=None) -> None:
         index = int(device.split(":")[1]) if ":" in device else 0
         info = gpu_info(index)
         total = info.get("gpu_memory_bytes")
+        if info.get("nvml_error"):
+            raise BenchInputError(
+                f"gpu_memory_gb={gpu_memory_gb:g} asks to cap device {device!r}, but NVML failed: {info['nvml_error']}; "
+                "fix the device index or the NVIDIA driver/NVML install (nvidia-smi shows the same error), "
+                "or run without gpu_memory_gb"
+            )
         if not info.get("gpu_count") or total is None:
             raise BenchInputError(
                 f"gpu_memory_gb={gpu_memory_gb:g} asks to cap device {device!r}, but NVML sees no GPU on this machine: "

@@ -72,7 +72,7 @@ class ProbeRunner:
         job = GroupJob(
             build_key=key, items=[GroupItem(cell, [trial], str(wl_file))], engines_dir=Path(self.engines_dir),
             warmup=0, build_timeout_s=self.build_timeout_s, cell_timeout_s=self.timeout_s,
-            log_path=Path(self.store_path).parent / "logs" / f"{Path(self.store_path).stem}-oom-{key.key_hash}.log",
+            log_dir=Path(self.store_path).parent / "logs", log_prefix=f"{Path(self.store_path).stem}-oom-{key.key_hash}",
             env=env_for(self.gpu_memory_gb),
         )
         state = group_state(key)

@@ -3,12 +3,18 @@
 The parent never touches the GPU. It starts a worker for a build group, reads its events with
 a deadline (build timeout until the build is done, then a per-cell timeout), and turns every
 outcome into per-(cell, trial) outcomes: results the worker reported, `timeout` for a hang (the
-worker is killed), `oom`/`error` for a worker that died (classified by failures.py). After a
-death or a hang, a fresh worker takes the group's remaining cells.
+worker is killed), `oom`/`error` for a worker that died (classified by failures.py). A hang or
+a death ends its cell (one record; the cell's other trials are skipped, as the worker skips
+them after a failure), and a fresh worker takes the group's next cells.
+
+Each worker process writes its stderr to a file of its own (`<log_dir>/<prefix>-<time>-<n>.log`,
+created new, never appended to by another process), so a death is classified from that
+process's exit status and output only, never from what an earlier worker printed.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import queue
@@ -21,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.failures import classify_exit
+from bench.failures import classify_exit, killed_by_sigkill
 
 # How long a worker may take to exit after its last event before it is killed.
 EXIT_GRACE_S = 30.0
@@ -42,8 +48,24 @@ class GroupJob:
     warmup: int
     build_timeout_s: float
     cell_timeout_s: float
-    log_path: Path
+    log_dir: Path  # each worker process gets a new file here, named after log_prefix
+    log_prefix: str
     env: dict = field(default_factory=dict)  # extra environment variables for the worker
+    logs: list[Path] = field(default_factory=list)  # the files this job's workers wrote, in order
+
+    def new_log(self):
+        """Return (path, open binary file) of a log file no other process has written: created here, exclusively."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for n in itertools.count(len(self.logs) + 1):
+            path = self.log_dir / f"{self.log_prefix}-{stamp}-{n}.log"
+            try:
+                fh = open(path, "xb")
+            except FileExistsError:
+                continue
+            self.logs.append(path)
+            return path, fh
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def payload(self, items: list[GroupItem]) -> dict:
         return {
@@ -70,8 +92,7 @@ def run_group(job: GroupJob, on_event: Callable[[dict], None]) -> None:
 
 def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event) -> bool:
     """Run one worker over items. Return True if the group cannot go on (failure in the build)."""
-    job.log_path.parent.mkdir(parents=True, exist_ok=True)
-    log = open(job.log_path, "ab")
+    log_path, log = job.new_log()
     # The worker imports the same `bench` as this process, installed or not.
     root = str(Path(__file__).resolve().parent.parent)
     pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
@@ -84,6 +105,7 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event) -
         env=env,
         start_new_session=True,  # Ctrl-C reaches the parent only; the parent stops the worker
     )
+    oom_kills = oom_kill_counter()  # the kernel OOM killer's count when the worker started
     events: queue.Queue = queue.Queue()
 
     def reader():
@@ -112,24 +134,28 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event) -
             except queue.Empty:
                 _kill(proc)
                 if not built:
-                    message = f"timeout: the build/load exceeded {job.build_timeout_s:g} s; worker killed"
+                    message = f"timeout: the build/load exceeded {job.build_timeout_s:g} s; worker killed; log {log_path}"
                     for cell_id, trial in sorted(pending):
                         _synth(on_event, pending, cell_id, trial, "timeout", message)
                     return True
-                # A hang costs the cell that hung only (during warm-up: all its trials).
-                message = f"timeout: no progress within {job.cell_timeout_s:g} s; worker killed"
-                for cell_id, trial in [current] if current else _next_cell(items, pending):
-                    _synth(on_event, pending, cell_id, trial, "timeout", message)
+                # A hang would hang again: it ends its cell, and a fresh worker takes the next one.
+                message = f"timeout: no progress within {job.cell_timeout_s:g} s; worker killed; log {log_path}"
+                _end_cell(on_event, pending, items, current, "timeout", message)
                 return False
             if event is None:  # the worker exited
                 _wait_or_kill(proc)
                 if not pending:
                     return False
-                tail = _tail(job.log_path)
-                status = classify_exit(proc.returncode, tail)
-                message = f"worker exited with status {proc.returncode}"
-                if status == "oom" and proc.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL):
-                    message += " (SIGKILL: likely the kernel's OOM killer)"
+                log.flush()
+                tail = _tail(log_path)  # this process's own output, nobody else's
+                evidence = None
+                if killed_by_sigkill(proc.returncode):
+                    evidence = oom_kill_evidence(oom_kills, oom_kill_counter())
+                    message = "worker killed by SIGKILL (" + (evidence or _no_oom_evidence(oom_kills)) + ")"
+                else:
+                    message = f"worker exited with status {proc.returncode}"
+                status = classify_exit(proc.returncode, tail, evidence)
+                message += f"; log {log_path}"
                 if fatal:  # the worker classified its own failure: keep its status and traceback
                     status, message = fatal["status"], f"{message}: {fatal['error']}"
                 else:
@@ -138,8 +164,7 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event) -
                     for cell_id, trial in sorted(pending):
                         _synth(on_event, pending, cell_id, trial, status, "build/load: " + message)
                     return True
-                for cell_id, trial in [current] if current else _next_cell(items, pending):
-                    _synth(on_event, pending, cell_id, trial, status, message)
+                _end_cell(on_event, pending, items, current, status, message)
                 return False
             kind = event.get("event")
             if kind == "built":
@@ -179,6 +204,25 @@ def _next_cell(items: list[GroupItem], pending: set) -> list[tuple[str, int]]:
     return []
 
 
+def _end_cell(on_event, pending: set, items: list[GroupItem], current, status: str, message: str) -> None:
+    """Record one failure for the cell a dead or hung worker was in, and skip that cell's other trials.
+
+    The cell is the one whose trial was being measured (`current`), else the first unfinished
+    one (the worker died or hung in its warm-up). As in the worker: a failed trial ends its cell.
+    """
+    if current is None:
+        left = _next_cell(items, pending)
+        if not left:
+            return
+        current = left[0]
+    cell_id, trial = current
+    _synth(on_event, pending, cell_id, trial, status, message)
+    rest = [t for it in items if it.cell.cell_id == cell_id for t in it.trials if (cell_id, t) in pending]
+    if rest:
+        pending.difference_update((cell_id, t) for t in rest)
+        on_event({"event": "skipped", "cell_id": cell_id, "trials": rest, "synthesized": True})
+
+
 def _synth(on_event, pending: set, cell_id: str, trial: int, status: str, message: str) -> None:
     pending.discard((cell_id, trial))
     on_event({"event": "result", "cell_id": cell_id, "trial": trial, "status": status, "error": message,
@@ -198,6 +242,52 @@ def _wait_or_kill(proc: subprocess.Popen) -> None:
         proc.wait(timeout=EXIT_GRACE_S)
     except subprocess.TimeoutExpired:
         _kill(proc)
+
+
+def oom_kill_counter() -> tuple[str, int] | None:
+    """Return (file, count) of the kernel OOM killer's kills in this process's memory cgroup, or None if unreadable.
+
+    Workers inherit the parent's cgroup. The count is hierarchical: a kill of any process in
+    the cgroup (or below) raises it. cgroup v2: memory.events; v1: memory.oom_control.
+    """
+    root = Path("/sys/fs/cgroup")
+    v2, v1 = None, None
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, rel = line.split(":", 2)
+            if controllers == "":
+                v2 = rel.lstrip("/")
+            elif "memory" in controllers.split(","):
+                v1 = rel.lstrip("/")
+    except (OSError, ValueError):
+        pass
+    candidates = [root / v2 / "memory.events"] if v2 else []
+    candidates.append(root / "memory.events")  # a container's namespace root
+    if v1:
+        candidates.append(root / "memory" / v1 / "memory.oom_control")
+    candidates.append(root / "memory" / "memory.oom_control")
+    for path in candidates:
+        try:
+            for line in path.read_text().splitlines():
+                name, _, value = line.partition(" ")
+                if name == "oom_kill":
+                    return str(path), int(value)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def oom_kill_evidence(before: tuple[str, int] | None, after: tuple[str, int] | None) -> str | None:
+    """Return a sentence naming the evidence that the kernel's OOM killer acted between two counts, or None."""
+    if before is None or after is None or before[0] != after[0] or after[1] <= before[1]:
+        return None
+    return f"the kernel's OOM killer: oom_kill in {after[0]} rose from {before[1]} to {after[1]} while it ran"
+
+
+def _no_oom_evidence(before: tuple[str, int] | None) -> str:
+    if before is None:
+        return "no cgroup OOM-kill counter readable here, so not attributed to the kernel's OOM killer"
+    return f"not the kernel's OOM killer: oom_kill in {before[0]} did not rise"
 
 
 def _tail(path: Path, n_bytes: int = 3000) -> str:

@@ -73,6 +73,11 @@ def sol_tokens_per_s(weight_bytes: int, kv_per_token: int, context_len: int, bat
     return batch / step_s
 
 
+def bandwidth_cache_dir(engines_dir) -> Path:
+    """Return the folder that caches this machine's copy bandwidth: beside the engines, shared by all keys."""
+    return Path(engines_dir) / "_machine"
+
+
 def copy_bandwidth_file(cache_dir: Path, gpu_id: str) -> Path:
     """Return where the copy bandwidth of this host's GPU `gpu_id` is cached."""
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in f"{socket.gethostname()}-{gpu_id}")
@@ -101,7 +106,11 @@ def measure_copy_bandwidth(device, nbytes: int = 1 << 31, iters: int = 20) -> fl
 
 
 def copy_bandwidth(device, cache_dir: Path) -> dict:
-    """Return {'bandwidth_bytes_s', 'gpu', 'measured_at', 'cached'} for a CUDA device, measuring once per GPU."""
+    """Return {'bandwidth_bytes_s', 'gpu', 'measured_at', 'cached'} for a CUDA device, measuring once per GPU.
+
+    The measurement allocates 2 x 2 GiB: the worker takes it before the memory cap
+    (bench.memcap) is applied, so a capped backend only reads the cached figure.
+    """
     import torch
 
     props = torch.cuda.get_device_properties(device)

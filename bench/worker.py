@@ -45,7 +45,13 @@ def run_group(job: dict, emit: Callable[[dict], None]) -> None:
     backend.workload_files = sorted({item["workload_file"] for item in job["cells"]})
     t0 = time.perf_counter()
     try:
-        # Emulating a smaller device (gpu_memory_gb) must precede the first allocation.
+        if backend.measures_copy_bandwidth and key.device.startswith("cuda"):
+            from bench.sol import bandwidth_cache_dir, copy_bandwidth
+
+            # The bandwidth probe allocates 4 GiB: taken uncapped (once per machine and GPU,
+            # cached), so a tight gpu_memory_gb does not turn the group into an OOM.
+            copy_bandwidth(key.device, bandwidth_cache_dir(job["engines_dir"]))
+        # Emulating a smaller device (gpu_memory_gb) must precede the model's first allocation.
         memory_cap = apply_cap(key.device)
         artifact = backend.build(key, Path(job["engines_dir"]))
         t1 = time.perf_counter()
@@ -102,12 +108,8 @@ def run_group(job: dict, emit: Callable[[dict], None]) -> None:
                 tolerated = backend.tolerate_request_errors and metrics["completed"] > 0
                 if (metrics["output_len_mismatches"] or metrics["failed"]) and not tolerated:
                     # The harness checks the token count: a short or long output is not a result.
-                    status = "error"
-                    error = (
-                        f"{metrics['output_len_mismatches']} request(s) produced a different number of tokens "
-                        f"than asked ({metrics['total_output_tokens']} of {metrics['expected_output_tokens']}), "
-                        f"{metrics['failed']} failed"
-                    )
+                    status, error = "error", _length_error(out.timings, metrics)
+                    failed = True  # a wrong count repeats, as an error does
                 emit({"event": "result", "cell_id": cell.cell_id, "trial": trial, "status": status,
                       "error": error, "metrics": metrics, "extra": extra,
                       "samples": request_samples(out.timings), "started_at": started_at, "ended_at": time.time()})
@@ -120,6 +122,22 @@ def run_group(job: dict, emit: Callable[[dict], None]) -> None:
                 loaded.recover()
                 failed = True
     loaded.close()
+
+
+def _length_error(timings, metrics: dict, shown: int = 10) -> str:
+    """Return the error of a pass whose requests failed or came out short or long, naming the first ones."""
+    wrong = [t for t in timings if t.error is None and t.output_len != t.expected_output_len]
+    text = (f"{len(wrong)} request(s) produced a different number of tokens than asked "
+            f"({metrics['total_output_tokens']} of {metrics['expected_output_tokens']} in all)")
+    if wrong:
+        more = f" and {len(wrong) - shown} more" if len(wrong) > shown else ""
+        text += ": " + ", ".join(f"{t.request_id} gave {t.output_len} of {t.expected_output_len}"
+                                 for t in wrong[:shown]) + more
+    failed = [t for t in timings if t.error is not None]
+    text += f"; {len(failed)} failed"
+    if failed:
+        text += f" (first: {failed[0].request_id}: {failed[0].error})"
+    return text
 
 
 def _describe(exc: BaseException) -> str:

@@ -38,8 +38,11 @@ def test_exception_types():
 
 
 def test_exit_statuses():
-    assert classify_exit(-signal.SIGKILL) == "oom"  # killed by the kernel's OOM killer
-    assert classify_exit(137) == "oom"  # the same, as a shell reports it
+    assert classify_exit(-signal.SIGKILL) == "error"  # anyone can send a SIGKILL
+    evidence = "the kernel's OOM killer: oom_kill in memory.events rose from 0 to 1 while it ran"
+    assert classify_exit(-signal.SIGKILL, "", evidence) == "oom"
+    assert classify_exit(137, "", evidence) == "oom"  # the same, as a shell reports it
+    assert classify_exit(3, "", evidence) == "error"  # the OOM killer did not kill this one
     assert classify_exit(3, "") == "error"
     assert classify_exit(-signal.SIGSEGV, "Segmentation fault") == "error"
     assert classify_exit(None, "") == "error"

@@ -112,6 +112,13 @@ class Backend:
     # Serving backends count failed requests and length mismatches in the metrics and keep the
     # pass `ok` while at least one request completed (a server under load drops some requests).
     tolerate_request_errors: ClassVar[bool] = False
+    # Reads the device's copy bandwidth (bench.sol, speed-of-light): on CUDA devices the worker
+    # measures it before applying the memory cap, since the probe allocates GiBs.
+    measures_copy_bandwidth: ClassVar[bool] = False
+    # Serving backends (openai) time requests by their arrivals and limit those in flight. Offline
+    # backends hand the whole workload over at once, in batches: they refuse a workload that sets
+    # arrival pacing, which they would ignore while it still changed the cell id.
+    paces_requests: ClassVar[bool] = False
 
     @classmethod
     def normalize_options(cls, given: dict[str, Any]) -> dict[str, Any]:
@@ -137,6 +144,17 @@ class Backend:
                 f"precision {cell.precision!r} is not supported by backend {cls.name!r}: valid "
                 f"precisions are {choices(cls.precisions)}"
             )
+        if not cls.paces_requests:
+            wl = cell.workload
+            online = [f"{k} = {v!r}" for k, v, default in (("request_rate", wl.request_rate, None),
+                                                          ("burstiness", wl.burstiness, 1.0),
+                                                          ("max_concurrency", wl.max_concurrency, None)) if v != default]
+            if online:
+                raise BenchInputError(
+                    f"workload {wl.name!r} sets {', '.join(online)}, but backend {cls.name!r} replays requests offline "
+                    "(all due at once, in batches of max_batch_size) and would ignore it: remove it from the workload; "
+                    "arrival rates and concurrency apply to the 'openai' serving backend"
+                )
 
     def build(self, key, engines_dir: Path):  # pragma: no cover - protocol
         """Build (or find already built) the artifact for `key`; return it."""

@@ -5,7 +5,7 @@ decode step costs step_ms + step_ms_per_seq x batch size (so throughput grows wi
 and saturates, as on a real device). A memory model (weights + KV bytes per token) raises an
 out-of-memory when a batch's KV cache exceeds memory_gb (or the gpu_memory_gb cap, if lower);
 `oom_flaky_band` makes sizes just under the limit fail on alternate runs. `fail` injects worker
-failures.
+failures, `short_rows` rows that come out one token short.
 """
 
 from __future__ import annotations
@@ -37,6 +37,10 @@ class FakeBackend(Backend):
         ),
         "fail": Option("none", ("none", "crash", "hang", "error", "oom", "build-oom", "build-hang", "sigkill")),
         "seed": Option(0, kind=int, in_build_key=False),
+        "short_rows": Option(
+            0, kind=int, in_build_key=False, late=True,
+            help="the first N requests of each pass produce one token fewer than asked (the length check must fail)",
+        ),
     }
 
     def build(self, key, engines_dir: Path) -> dict:
@@ -116,6 +120,8 @@ class FakeLoaded(Loaded):
                 clock += step / 1000
                 steps.append(clock)
             for r in batch:
-                times = steps[: r.output_len]
-                timings.append(RequestTiming(r.id, r.input_len, r.output_len, r.output_len, start, times, times[-1]))
+                produced = r.output_len - 1 if len(timings) < opts["short_rows"] else r.output_len
+                times = steps[:produced]
+                timings.append(RequestTiming(r.id, r.input_len, r.output_len, produced, start, times,
+                                             times[-1] if times else start))
         return RunOutput(timings, 0.0, clock, {"peak_memory_bytes": int(peak), "virtual_clock": True})

@@ -43,6 +43,7 @@ CACHE_LEN_ROUND = 128
 class HFBackend(Backend):
     name = "hf"
     precisions = (*DTYPES, *TORCHAO)
+    measures_copy_bandwidth = True
     options = {
         "attn_implementation": Option(
             "sdpa", ("eager", "sdpa", "flash_attention_2", "flex_attention"), help="transformers attention kernel"
@@ -215,6 +216,17 @@ def _check_gpu(cell) -> None:
     index = int(cell.device.split(":")[1]) if ":" in cell.device else 0
     info = gpu_info(index)
     cc_text = info.get("compute_capability")
+    if info.get("gpu_count") and index >= info["gpu_count"]:
+        raise BenchInputError(f"device {cell.device!r}: this machine has {info['gpu_count']} GPU(s)")
+    if info.get("nvml_error"):
+        need = MIN_CC.get(cell.precision)
+        warnings.warn(
+            f"device {cell.device!r}: NVML failed: {info['nvml_error']}; "
+            + (f"precision {cell.precision!r} (needs compute capability {need[0]}.{need[1]}+) cannot be checked "
+               "before the run" if need else "the GPU cannot be checked before the run"),
+            stacklevel=3,
+        )
+        return
     if not info.get("gpu_count") or not cc_text:
         # Planning a GPU matrix on a machine without one is allowed; the check is then deferred to the GPU.
         need = MIN_CC.get(cell.precision)
@@ -226,8 +238,6 @@ def _check_gpu(cell) -> None:
                 stacklevel=3,
             )
         return
-    if index >= info["gpu_count"]:
-        raise BenchInputError(f"device {cell.device!r}: this machine has {info['gpu_count']} GPU(s)")
     cc = tuple(int(x) for x in cc_text.split("."))
     need = MIN_CC.get(cell.precision)
     if need and cc < need:
@@ -333,10 +343,11 @@ class HFLoaded(Loaded):
         self.kv_per_token = kv_bytes_per_token(cfg.to_dict(), torch.finfo(self.dtype).bits // 8)
         self.bandwidth = None
         if self.device.type == "cuda":
-            from bench.sol import copy_bandwidth
+            from bench.sol import bandwidth_cache_dir, copy_bandwidth
 
-            # Once per machine and GPU, cached beside the engines (a 2 GiB copy, about a second).
-            self.bandwidth = copy_bandwidth(self.device, Path(artifact.get("engines_dir", artifact["folder"])) / "_machine")
+            # Once per machine and GPU, cached beside the engines; the worker measured it before
+            # the memory cap (measures_copy_bandwidth), so this reads the cache.
+            self.bandwidth = copy_bandwidth(self.device, bandwidth_cache_dir(artifact.get("engines_dir", artifact["folder"])))
 
     def _sync(self):
         import torch
@@ -459,9 +470,9 @@ class HFLoaded(Loaded):
         chunked = prefill_len is not None and prompt_len > prefill_len
         with torch.inference_mode():
             if self.loop is not None:
-                out = self.loop.generate(ids, mask, max_new, cache_len or static_cache_len([batch]), marks, cuda,
-                                         prefill_len if chunked else None)
-                generated = out.shape[1]
+                new_tokens = self.loop.generate(ids, mask, max_new, cache_len or static_cache_len([batch]), marks,
+                                                cuda, prefill_len if chunked else None)
+                eos_ids = None
             else:
                 if chunked:  # the prompt but its last token goes in first; generate continues from that cache
                     gen.pop("cache_implementation", None)
@@ -470,15 +481,17 @@ class HFLoaded(Loaded):
                         static_len = gen.pop("max_cache_len", None) or cache_len or static_cache_len([batch])
                     cache = hf_loop.prefilled_cache(self.model, ids, mask, prefill_len, static_len)
                     gen[hf_loop.forward_names(self.model)[0]] = cache
-                out = self.model.generate(input_ids=ids, attention_mask=mask, **gen)
-                generated = out.shape[1] - prompt_len
+                new_tokens = self.model.generate(input_ids=ids, attention_mask=mask, **gen)[:, prompt_len:]
+                # generate pads rows finished at an EOS only when it stops at one (not by default here).
+                eos_ids = self.model.generation_config.eos_token_id
         self._sync()
         end = time.perf_counter()
         if cuda:
             marks = [start + start_ev.elapsed_time(ev) / 1000.0 for ev in marks]
+        produced = count_produced(new_tokens, out_lens, eos_ids)
         timings = []
-        for r in batch:
-            got = min(r.output_len, generated, len(marks))
+        for r, n in zip(batch, produced, strict=True):
+            got = min(n, len(marks))  # a token without a time mark is not counted either
             timings.append(
                 RequestTiming(
                     request_id=r.id,
@@ -510,6 +523,29 @@ class HFLoaded(Loaded):
 def _version(text: str) -> tuple[int, int]:
     parts = text.split(".")
     return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
+
+
+def count_produced(tokens, requested: list[int], eos_ids=None) -> list[int]:
+    """Return, per row, how many tokens the row produced within its own requested length.
+
+    tokens: (batch, width) generated ids; a position never written holds a negative id (the
+    harness loop's UNWRITTEN). A row counts the token ids among its first `requested[i]`
+    positions, so a row cut short, or a batch that stopped early, shows as short. eos_ids
+    (an id or a list): generation stopped rows at an EOS and padded them afterwards, so a row
+    ends at its first EOS. The count comes from the tokens, never from the request.
+    """
+    import torch
+
+    width = tokens.shape[1]
+    lens = torch.tensor(requested, device=tokens.device).clamp(max=width)
+    inside = torch.arange(width, device=tokens.device)[None, :] < lens[:, None]
+    produced = (tokens >= 0) & inside
+    eos_ids = [eos_ids] if isinstance(eos_ids, int) else list(eos_ids or ())
+    if eos_ids:
+        eos = torch.isin(tokens, torch.tensor(eos_ids, dtype=tokens.dtype, device=tokens.device)) & inside
+        after_eos = (eos.long().cumsum(-1) - eos.long()) > 0
+        produced &= ~after_eos
+    return produced.sum(-1).tolist()
 
 
 def _batch_len(batch) -> int:

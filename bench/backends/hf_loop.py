@@ -24,6 +24,8 @@ from itertools import pairwise
 
 # Prompt tokens past `prefill_len` are fed this many at a time (OOM probes, see `feed_prompt`).
 PREFILL_CHUNK = 16
+# What DecodeLoop.generate's output holds where no step wrote a token (never a token id).
+UNWRITTEN = -1
 
 
 def forward_names(model) -> tuple[str, bool]:
@@ -156,13 +158,14 @@ class DecodeLoop:
 
         ids/mask: (batch, prompt) left-padded, on the device. On CUDA the markers are events
         (recorded, not waited on); on CPU they are perf_counter times. prefill_len: see feed_prompt.
+        A position no step wrote holds -1 (UNWRITTEN), so the caller counts what was produced.
         """
         import torch
 
         batch, prompt = ids.shape
         if prompt + max_new > cache_len:
             raise ValueError(f"prompt {prompt} + output {max_new} exceeds the static cache length {cache_len}")
-        out = torch.empty((batch, max_new), dtype=torch.long, device=ids.device)
+        out = torch.full((batch, max_new), UNWRITTEN, dtype=torch.long, device=ids.device)
         state = self.prefill(ids, mask, cache_len, prefill_len)
 
         def keep(k: int, token) -> None:

@@ -39,6 +39,7 @@ class OpenAIBackend(Backend):
     name = "openai"
     precisions = ("server",)  # canonical label; any label matching PRECISION_RE is accepted
     tolerate_request_errors = True
+    paces_requests = True  # arrivals (request_rate, burstiness) and concurrency are what it measures under
     local_model = False  # `model` labels the served model; the harness never loads it
     options = {
         "base_url": Option("http://127.0.0.1:8000", kind=str, help="server address scheme://host:port (a trailing /v1 is dropped)"),

@@ -90,8 +90,10 @@ class Record:
     error: str | None = _doc("the failure's message and traceback tail", None)
     workload: dict = _doc("name, content_hash, num_requests, tokenizer, source and SHA-256, token totals", None)
     build: dict = _doc("build key hash, build and load seconds, compile cache state", None)
-    environment: dict = _doc("host, platform, python, cpu, torch, cuda, transformers, tensorrt_llm, torchao, "
-                             "GPU name/count/driver/memory/UUID, commit and dirty as the worker saw them", None)
+    environment: dict = _doc("the worker's environment: host, platform, python, cpu, torch, cuda, transformers, "
+                             "tensorrt_llm, torchao, gemlite, GPU name/count/driver/memory/compute capability/UUID "
+                             "(`gpu_uuid`: which board), `nvml_error` (only when NVML failed on a machine that has it), "
+                             "commit and dirty as the worker saw them, `pid` (which worker process)", None)
     started_at: float | None = _doc("Unix time the measured pass started", None)
     ended_at: float | None = _doc("Unix time it ended", None)
     schema_version: int = _doc("layout version of the line (2; schema-1 lines are read too)", SCHEMA_VERSION)
