@@ -282,7 +282,7 @@ class RunSettings:
     timeout_s: float = 1800.0  # per cell (all its trials), after the build
     build_timeout_s: float = 3600.0
     # Emulate a smaller device: cap the memory a cell may use, in GB (1e9 bytes); None = the
-    # whole device. Read by workers through bench.memcap.cap_bytes(); see docs/oom.md.
+    # whole device. Read by workers through bench.execution.memory_cap.cap_bytes(); see docs/oom.md.
     gpu_memory_gb: float | None = None
 
 

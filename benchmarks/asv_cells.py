@@ -4,7 +4,7 @@ asv treats every value as "bigger is worse", so nothing here returns tokens/s: e
 milliseconds per output token (the inverse of output throughput), the median E2E time per
 request, and peak memory (the device's on a GPU, the worker's RSS on the CPU). Values are the
 median over the matrix's trials (warm-up excluded), measured once per asv run in setup_cache
-by the real harness (bench.matrix.run_matrix: worker subprocesses, the result store).
+by the real harness (bench.execution.matrix.run_matrix: worker subprocesses, the result store).
 
 Which cells: BENCH_ASV_MATRIX=cpu (default) runs the CPU default model (hf backend, qwen-tiny)
 on a tiny ShareGPT slice; BENCH_ASV_MATRIX=gpu runs the h200-qwen7b preset's cells at batch 1
@@ -70,7 +70,7 @@ def measure(matrix) -> dict[str, dict[str, float]]:
     The figures are those `bench report` prints for the same records (bench.results.query: the
     run's rows, each the mean of its runs' means): ms per output token is 1000 / output tok/s.
     """
-    from bench.matrix import run_matrix
+    from bench.execution.matrix import run_matrix
     from bench.results import query
 
     with tempfile.TemporaryDirectory(prefix="bench-asv-") as tmp:

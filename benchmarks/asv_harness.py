@@ -21,11 +21,11 @@ except ImportError:
 def write_store(path: Path, cells: int = 32, runs: int = 3, slowdown: float = 1.0) -> Path:
     """Write a store of cells x runs fake-backend records, one trial per run (real metrics from the virtual clock)."""
     from bench.backends.fake import FakeLoaded
-    from bench.metrics import request_samples, summarize
+    from bench.results.metrics import request_samples, summarize
     from bench.results.records import RunContext, new_record
+    from bench.results.store import ResultStore
     from bench.spec import WorkloadSpec
-    from bench.store import ResultStore
-    from bench.workload import Request
+    from bench.workloads.workload import Request
 
     store = ResultStore(path)
     requests = [Request(f"r{i}", tuple(range(16 + i % 8)), 8 + i % 5) for i in range(32)]
@@ -58,13 +58,13 @@ class Workload:
 
     def setup(self):
         from bench.spec import WorkloadSpec
-        from bench.workload import build_workload
+        from bench.workloads.workload import build_workload
 
         self.spec = WorkloadSpec(name="asv", num_requests=32, max_input_len=256, max_total_len=512, max_output_len=32)
         build_workload(self.spec)  # warm: package data, tokenizer ranks
 
     def time_build_workload(self):
-        from bench.workload import build_workload
+        from bench.workloads.workload import build_workload
 
         build_workload(self.spec)
 
@@ -102,7 +102,7 @@ class Store:
         build_report([self.base], self.out)
 
     def time_compare(self):
-        from bench.compare import compare_stores
+        from bench.results.compare import compare_stores
 
         compare_stores(self.base, self.head)
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.report import browser  # noqa: E402
 from bench.report.build import build_report  # noqa: E402
-from bench.report.synthetic import synthetic_records, write_store  # noqa: E402
+from tests.support import browser  # noqa: E402
+from tests.support.synthetic import synthetic_records, write_store  # noqa: E402
 
 
 def main() -> int:

@@ -2,7 +2,7 @@
 
 Targets (issue #10): >= 1,000 requests/s and >= 20,000 streamed chunks/s against the local test
 server, TTFT error < 1 ms, and the client's own CPU time per request. The server runs in its
-own process (python -m bench.serving.testserver) so client and server do not share an event
+own process (python -m bench.serving.paced_server) so client and server do not share an event
 loop or the GIL. TTFT error = client TTFT (send -> first chunk read) - server TTFT (handler
 start -> first chunk written), matched per request by a prompt tag, on CLOCK_MONOTONIC, which
 both processes read through time.perf_counter on Linux. It therefore includes loopback
@@ -35,7 +35,7 @@ from bench.serving.client import ClientConfig, ServeRequest, replay  # noqa: E40
 
 def start_server(*args: str, record_file: str | None = None) -> tuple[subprocess.Popen, str]:
     """Return the server process and its base URL once it listens."""
-    cmd = [sys.executable, "-m", "bench.serving.testserver", "--port", "0", *args]
+    cmd = [sys.executable, "-m", "bench.serving.paced_server", "--port", "0", *args]
     if record_file:
         cmd += ["--record-file", record_file]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

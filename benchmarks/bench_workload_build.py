@@ -26,9 +26,9 @@ def main() -> int:
     ap.add_argument("--prompt-format", default="raw", choices=["raw", "chat"])
     args = ap.parse_args()
 
-    from bench.sharegpt import read_first_turns
     from bench.spec import WorkloadSpec
-    from bench.workload import build_workload
+    from bench.workloads.sharegpt import read_first_turns
+    from bench.workloads.workload import build_workload
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

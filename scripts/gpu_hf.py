@@ -46,7 +46,7 @@ def matrix_for(model, device, precision, workloads: dict, cells: list[dict], tri
 
 def harness(m, store: Path, engines: Path) -> list[dict]:
     """Return the records of running matrix m through bench's runner (worker subprocesses)."""
-    from bench.matrix import run_matrix
+    from bench.execution.matrix import run_matrix
     from bench.results import query
 
     summary = run_matrix(m, store, engines_dir=engines, workload_cache=store.parent / "workloads", show_progress=False,
@@ -97,7 +97,7 @@ def bare_generate(cell, workload_file: Path, engines: Path, reps: int) -> dict:
     import torch
 
     from bench.backends.hf import HFBackend, static_cache_len
-    from bench.workload import Workload, batches
+    from bench.workloads.workload import Workload, batches
 
     requests = Workload.from_json(workload_file.read_text()).requests
     backend = HFBackend()
@@ -239,7 +239,7 @@ def main() -> int:
         return m
 
     def bare(name, m):
-        from bench.workload import cached_workload
+        from bench.workloads.workload import cached_workload
 
         _, wfile = cached_workload(m.cells[0].workload, out / "workloads")
         b = bare_generate(m.cells[0], wfile, args.engines, reps=3)

@@ -36,11 +36,11 @@ def main() -> int:
                     help="LOWER,UPPER of the verification search (default 8,128 on the GPU); a tighter pair costs fewer probes")
     args = ap.parse_args()
 
-    from bench.oom import frontier_markdown, frontier_rows
-    from bench.oom_run import ProbeRunner, find_boundary
+    from bench.oom.probes import ProbeRunner, find_boundary
+    from bench.oom.search import frontier_markdown, frontier_rows
     from bench.results import query
+    from bench.results.store import ResultStore
     from bench.spec import Cell, WorkloadSpec
-    from bench.store import ResultStore
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -122,8 +122,8 @@ def verify_boundary(base, in_len, out_len, lower, upper, cap, store, out) -> dic
     """Return the probe boundary at (in_len, out_len) and what full worst-case runs at it and one above did."""
     from dataclasses import replace
 
-    from bench.matrix import run_matrix
-    from bench.oom_run import ProbeRunner, find_boundary
+    from bench.execution.matrix import run_matrix
+    from bench.oom.probes import ProbeRunner, find_boundary
     from bench.results import query
     from bench.spec import Matrix, RunSettings, with_workload
 

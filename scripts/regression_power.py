@@ -2,11 +2,11 @@
 
 Each simulated comparison draws BASE and HEAD trials from the fake backend's virtual clock
 (bench/backends/fake.py: per-decode-step Gaussian noise `noise`, `slowdown` multiplies every
-duration), run in-process, summarized by bench.metrics.summarize, and then multiplied by a
+duration), run in-process, summarized by bench.results.metrics.summarize, and then multiplied by a
 per-trial drift factor exp(N(0, trial_cv)). The drift stands for what a real machine adds
 between runs (clocks, thermals, co-tenants): the fake backend's per-step noise is independent
 per step, so it averages out over a trial's hundreds of steps and alone would make every test
-look perfect. Each comparison then goes through bench.compare.compare_metric, the function
+look perfect. Each comparison then goes through bench.results.compare.compare_metric, the function
 `bench compare` uses, with the default factor (5%) and confidence (99%).
 
     python3 scripts/regression_power.py [--comparisons 2000] [--trials 3] [--out DIR]
@@ -26,10 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.backends.fake import FakeLoaded  # noqa: E402
-from bench.compare import compare_metric  # noqa: E402
-from bench.metrics import summarize  # noqa: E402
-from bench.stats import REGRESSED  # noqa: E402
-from bench.workload import Request  # noqa: E402
+from bench.results.compare import compare_metric  # noqa: E402
+from bench.results.metrics import summarize  # noqa: E402
+from bench.results.stats import REGRESSED  # noqa: E402
+from bench.workloads.workload import Request  # noqa: E402
 
 REQUESTS = [Request(f"r{i}", tuple(range(16 + 4 * (i % 4))), 16 + 2 * (i % 3)) for i in range(16)]
 

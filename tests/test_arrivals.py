@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.arrivals import arrival_times, inter_arrival_cv
+from bench.workloads.arrivals import arrival_times, inter_arrival_cv
 
 
 def test_infinite_rate_sends_all_at_once():

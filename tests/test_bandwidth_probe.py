@@ -4,8 +4,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench import sol, worker
+from bench.backends import speed_of_light as sol
 from bench.backends.fake import FakeBackend
+from bench.execution import worker
 from bench.spec import BuildKey
 
 

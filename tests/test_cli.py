@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from bench.store import ResultStore
+from bench.results.store import ResultStore
 
 
 def bench(*args, timeout=300):
@@ -83,7 +83,7 @@ num_requests = 6
 def test_help_is_fast_and_lists_commands():
     out = bench("--help")
     assert out.returncode == 0 and "run" in out.stdout and "report" in out.stdout
-    probe = subprocess.run([sys.executable, "-c", "import bench.cli, bench.spec, bench.store, sys; "
+    probe = subprocess.run([sys.executable, "-c", "import bench.cli, bench.spec, bench.results.store, sys; "
                             "print(any(m in sys.modules for m in ('torch', 'transformers', 'plotly')))"],
                            capture_output=True, text=True)
     assert probe.stdout.strip() == "False"

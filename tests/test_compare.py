@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from bench.cli import main
-from bench.compare import compare_stores, to_markdown
 from bench.errors import BenchInputError
-from bench.matrix import run_matrix
+from bench.execution.matrix import run_matrix
+from bench.results.compare import compare_stores, to_markdown
 from bench.spec import parse_matrix
 from tests.conftest import ROOT
 

@@ -8,9 +8,9 @@ import json
 import pandas as pd
 import pytest
 
-from bench.report import browser
 from bench.report.build import build_report
-from bench.report.synthetic import synthetic_records, write_store
+from tests.support import browser
+from tests.support.synthetic import synthetic_records, write_store
 
 HOSTILE = "</script><script>window.__pwned=1</script><img src=x onerror=\"window.__pwned=2\">"
 

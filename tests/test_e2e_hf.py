@@ -2,9 +2,9 @@
 
 import pytest
 
-from bench.matrix import run_matrix
+from bench.execution.matrix import run_matrix
+from bench.results.store import ResultStore
 from bench.spec import parse_matrix
-from bench.store import ResultStore
 
 
 @pytest.mark.slow

@@ -114,7 +114,7 @@ def test_the_step_compiles_as_one_graph(tiny):
 def test_harness_loop_through_the_backend(tmp_path):
     """run() with decode_loop=harness: exact output lengths per request, one time per token."""
     from bench.backends.hf import HFBackend
-    from bench.workload import Request
+    from bench.workloads.workload import Request
 
     key = BuildKey("hf", "qwen-tiny", "fp32", "cpu", (("attn_implementation", "sdpa"), ("cache", "static"),
                                                       ("compile", "off"), ("decode_loop", "harness")))
@@ -136,7 +136,7 @@ def test_a_chunked_prompt_gives_the_same_tokens(tmp_path, cache, loop):
     import torch
 
     from bench.backends.hf import HFBackend
-    from bench.workload import Request
+    from bench.workloads.workload import Request
 
     key = BuildKey("hf", "qwen-tiny", "fp32", "cpu", (("attn_implementation", "sdpa"), ("cache", cache),
                                                       ("compile", "off"), ("decode_loop", loop)))
@@ -165,7 +165,7 @@ def test_a_chunked_prompt_gives_the_same_tokens(tmp_path, cache, loop):
 
 
 def test_an_hf_probe_prefills_the_real_prompt_length():
-    from bench.oom import frontier_rows, probe_cell
+    from bench.oom.search import frontier_rows, probe_cell
 
     plain, = matrix(cache="static").cells
     probe = probe_cell(plain, 4, 256, 256)

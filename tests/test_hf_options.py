@@ -2,7 +2,7 @@
 
 import pytest
 
-import bench.environment
+import bench.execution.environment
 from bench.backends import hf
 from bench.errors import BenchInputError
 from bench.spec import parse_matrix
@@ -24,7 +24,7 @@ def matrix(precision="bf16", device="cuda", model="qwen-tiny", **options):
 @pytest.fixture
 def gpu(monkeypatch):
     def set_gpu(info):
-        monkeypatch.setattr(bench.environment, "gpu_info", lambda index=0: dict(info))
+        monkeypatch.setattr(bench.execution.environment, "gpu_info", lambda index=0: dict(info))
     set_gpu(H100)
     return set_gpu
 
@@ -109,7 +109,7 @@ def test_unknown_architecture(gpu, tmp_path):
 
 
 def test_static_cache_len_is_fixed_per_workload():
-    from bench.workload import Request
+    from bench.workloads.workload import Request
 
     def req(i, n_in, n_out):
         return Request(str(i), tuple(range(n_in)), n_out)
@@ -143,7 +143,7 @@ def test_configure_compile_sets_generation_config():
 def test_static_cache_warmup_covers_every_batch_size(tmp_path):
     from bench.backends.hf import HFBackend
     from bench.spec import BuildKey
-    from bench.workload import Request
+    from bench.workloads.workload import Request
 
     key = BuildKey("hf", "qwen-tiny", "fp32", "cpu", (("attn_implementation", "sdpa"), ("cache", "static"), ("compile", "off")))
     backend = HFBackend()

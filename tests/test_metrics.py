@@ -1,7 +1,7 @@
 import pytest
 
 from bench.backends.base import RequestTiming
-from bench.metrics import summarize
+from bench.results.metrics import summarize
 
 
 def test_hand_computed_metrics():

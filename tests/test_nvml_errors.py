@@ -5,9 +5,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.environment import fingerprint, gpu_info
 from bench.errors import BenchInputError
-from bench.memcap import check_cap
+from bench.execution.environment import fingerprint, gpu_info
+from bench.execution.memory_cap import check_cap
 from bench.spec import parse_matrix
 
 

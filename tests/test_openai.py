@@ -12,12 +12,12 @@ pytest.importorskip("aiohttp")
 from bench.backends.base import RequestTiming  # noqa: E402
 from bench.backends.openai import OpenAIBackend, ServerError, normalize_base_url  # noqa: E402
 from bench.errors import BenchInputError  # noqa: E402
-from bench.metrics import goodput  # noqa: E402
+from bench.results.metrics import goodput  # noqa: E402
 from bench.serving.client import ClientConfig, ServeRequest, replay  # noqa: E402
 from bench.serving.load import arrival_times  # noqa: E402
+from bench.serving.paced_server import TestServer  # noqa: E402
 from bench.serving.sse import SSEDecoder  # noqa: E402
-from bench.serving.testserver import TestServer  # noqa: E402
-from bench.workload import Request  # noqa: E402
+from bench.workloads.workload import Request  # noqa: E402
 
 # Loose bound for a 2-core machine shared with other jobs; benchmarks/bench_openai_client.py
 # measures the real TTFT error (target < 1 ms) on an idle client.

@@ -2,10 +2,10 @@
 
 import pytest
 
-from bench.matrix import run_matrix
+from bench.execution.matrix import run_matrix
+from bench.results.store import ResultStore
 from bench.spec import BuildKey, parse_matrix
-from bench.store import ResultStore
-from bench.workload import Request
+from bench.workloads.workload import Request
 
 
 def test_a_short_row_of_the_fake_backend_fails_the_pass(tiny_sharegpt, tmp_path):

@@ -209,7 +209,7 @@ def _bench(*args):
 
 @pytest.mark.slow
 def test_bench_profile_end_to_end(tmp_path):
-    from bench.store import ResultStore
+    from bench.results.store import ResultStore
 
     proc = _bench("profile", "--matrix", str(_matrix(tmp_path)), "--only", "precision=fp32",
                   "--decode-steps", "2", "--warmup", "0")

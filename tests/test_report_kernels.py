@@ -1,4 +1,4 @@
-"""Profile records -> the dashboard's kernel panel (bench.report.kernels, bench report)."""
+"""Profile records -> the dashboard's kernel panel (bench.report.kernel_panel, bench report)."""
 
 import json
 import os
@@ -12,10 +12,10 @@ import pytest
 
 from bench.profiling.kernels import AttributedKernel, KernelTable, build_kernel_table
 from bench.report.build import build_report
-from bench.report.kernels import kernel_frame
-from bench.report.synthetic import synthetic_records, write_store
+from bench.report.kernel_panel import kernel_frame
 from bench.results.records import Profile, parse
 from tests.conftest import tiny_hf_matrix
+from tests.support.synthetic import synthetic_records, write_store
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = ROOT / "docs" / "data" / "h200-profile"  # real kernel tables, torch.profiler on an H200 (docs/profiling.md)

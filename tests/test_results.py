@@ -9,12 +9,12 @@ import pytest
 
 from bench.cli import main
 from bench.errors import BenchInputError
-from bench.matrix import run_matrix
+from bench.execution.matrix import run_matrix
 from bench.report.build import build_report
 from bench.results import query
 from bench.results.records import RunContext, schema_markdown
+from bench.results.store import ResultStore
 from bench.spec import parse_matrix
-from bench.store import ResultStore
 from tests.conftest import ROOT, make_record
 
 HF = {"backend": "hf", "model": "m", "precision": "bf16", "max_batch_size": 1, "device": "cpu", "options": {},
@@ -171,7 +171,7 @@ def test_compare_treats_each_process_as_one_sample(tmp_path):
                                  request_throughput=v / 100) for t in range(trials)]
         return store_of(tmp_path / f"{name}.jsonl", recs)
 
-    from bench.compare import compare_stores
+    from bench.results.compare import compare_stores
 
     with pytest.raises(BenchInputError, match="needs at least 2 runs"):
         compare_stores(side("b1", [100.0], trials=5), side("h1", [90.0], trials=5))
@@ -183,7 +183,7 @@ def test_compare_treats_each_process_as_one_sample(tmp_path):
 
 def test_compare_ignore_option_keeps_late_option_identity(tmp_path):
     """A record stored before a late option existed matches one stored after it, also with --ignore-option."""
-    from bench.compare import match_key
+    from bench.results.compare import match_key
 
     before = {"backend": "hf", "model": "m", "precision": "bf16", "max_batch_size": 1, "device": "cpu",
               "workload": {"name": "w"}, "options": {"cache": "static", "batching": "dataset"}}

@@ -2,9 +2,9 @@
 
 import json
 
-from bench.matrix import run_matrix
+from bench.execution.matrix import run_matrix
+from bench.results.store import ResultStore
 from bench.spec import parse_matrix
-from bench.store import ResultStore
 
 
 def matrix(tiny_sharegpt, **over):
@@ -108,8 +108,8 @@ def test_injected_error_is_error(tiny_sharegpt, tmp_path):
 def test_worker_failure_after_build_keeps_its_own_message(tiny_sharegpt, tmp_path):
     """A failure the worker reports itself (here: its workload file vanished) reaches the record
     with the worker's traceback, and the group goes on with a fresh worker for the next cell."""
-    from bench.runner import GroupItem, GroupJob, run_group
-    from bench.workload import cached_workload
+    from bench.execution.supervisor import GroupItem, GroupJob, run_group
+    from bench.workloads.workload import cached_workload
 
     m = matrix(tiny_sharegpt, max_batch_sizes=[1, 4], trials=1, warmup=0)
     _, wl_file = cached_workload(m.cells[0].workload, tmp_path / "cache")

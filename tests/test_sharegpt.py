@@ -1,7 +1,7 @@
 import io
 import json
 
-from bench.sharegpt import ParseReport, iter_records, read_first_turns
+from bench.workloads.sharegpt import ParseReport, iter_records, read_first_turns
 
 
 def parse(data: bytes, chunk=7):
@@ -58,7 +58,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from bench.errors import BenchInputError  # noqa: E402
-from bench.sharegpt import DatasetWarning, first_turns  # noqa: E402
+from bench.workloads.sharegpt import DatasetWarning, first_turns  # noqa: E402
 
 turn = st.fixed_dictionaries({"from": st.sampled_from(["human", "gpt"]), "value": st.text(max_size=20)})
 # Built so "id" is the first key, as in ShareGPT files (resynchronisation looks for it).

@@ -1,4 +1,4 @@
-"""bench.stats: hand-computed summaries, t quantiles, exact Mann-Whitney, verdicts, and the
+"""bench.results.stats: hand-computed summaries, t quantiles, exact Mann-Whitney, verdicts, and the
 false-alarm / detection targets on the fake backend's timing model."""
 
 import importlib.util
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from bench import stats
+from bench.results import stats
 from tests.conftest import ROOT
 
 

@@ -9,7 +9,7 @@ from bench.errors import BenchInputError
 from bench.report.data import report_data
 from bench.results import query
 from bench.results.records import Measurement, new_record
-from bench.store import ResultStore
+from bench.results.store import ResultStore
 from tests.conftest import make_record
 
 

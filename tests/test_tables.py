@@ -67,8 +67,8 @@ import os  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from bench.report.data import report_data  # noqa: E402
-from bench.report.synthetic import synthetic_records  # noqa: E402
 from bench.report.tables import environment_note, to_csv, to_html  # noqa: E402
+from tests.support.synthetic import synthetic_records  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "golden"
 

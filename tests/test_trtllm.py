@@ -83,7 +83,7 @@ def test_prebuilt_engine_smaller_than_cell_is_refused(tmp_path):
 
 
 def test_request_and_batch_limits():
-    from bench.workload import Request
+    from bench.workloads.workload import Request
 
     limits = {"max_batch_size": 4, "max_input_len": 10, "max_seq_len": 20}
     T.check_requests([Request("a", (1,) * 10, 10)], 4, limits)
@@ -136,8 +136,8 @@ def _calls(log: Path, event: str) -> list[dict]:
 
 @pytest.mark.slow
 def test_engine_end_to_end_builds_once_then_reuses(tmp_path, fake_trtllm):
-    from bench.matrix import run_matrix
-    from bench.store import ResultStore
+    from bench.execution.matrix import run_matrix
+    from bench.results.store import ResultStore
 
     m = _matrix(precisions=["fp16", "int8-wo"], max_batch_sizes=[2])
     store = tmp_path / "s.jsonl"
@@ -167,8 +167,8 @@ def test_engine_end_to_end_builds_once_then_reuses(tmp_path, fake_trtllm):
 
 @pytest.mark.slow
 def test_engine_build_oom_is_an_oom_row_and_leaves_no_engine(tmp_path, fake_trtllm, monkeypatch):
-    from bench.matrix import run_matrix
-    from bench.store import ResultStore
+    from bench.execution.matrix import run_matrix
+    from bench.results.store import ResultStore
 
     monkeypatch.setenv("FAKE_TRTLLM_OOM", "build")
     store = tmp_path / "s.jsonl"
@@ -185,7 +185,7 @@ def test_engine_build_oom_is_an_oom_row_and_leaves_no_engine(tmp_path, fake_trtl
 
 @pytest.mark.slow
 def test_pytorch_runtime_passes_runtime_batch_size(tmp_path, fake_trtllm, monkeypatch):
-    from bench.matrix import run_matrix
+    from bench.execution.matrix import run_matrix
 
     monkeypatch.setenv("BENCH_GPU_MEMORY_GB", "")
     m = _matrix(max_batch_sizes=[2], options={"runtime": "pytorch"})
@@ -205,7 +205,7 @@ def test_calibrated_build_uses_workload_prompts(tmp_path, monkeypatch):
     for name in [m for m in sys.modules if m.startswith("tensorrt_llm")]:
         monkeypatch.delitem(sys.modules, name)
     from bench.spec import BuildKey
-    from bench.workload import Request, Workload
+    from bench.workloads.workload import Request, Workload
 
     wl = Workload("w", [Request(f"r{i}", (1, 2, 3), 4) for i in range(5)], {}, "t")
     wl_file = tmp_path / "w.json"
@@ -225,7 +225,7 @@ def test_calibrated_build_uses_workload_prompts(tmp_path, monkeypatch):
 
 def _fake_calib_writer(calib_dir, model_dir, workload_files, n):
     # The real one decodes with the model's tokenizer (transformers); the count and layout are what matter.
-    from bench.workload import Workload
+    from bench.workloads.workload import Workload
 
     calib_dir.mkdir(parents=True, exist_ok=True)
     reqs = Workload.from_json(Path(workload_files[0]).read_text()).requests[:n]

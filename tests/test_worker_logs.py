@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from bench import runner
-from bench.runner import GroupItem, GroupJob, oom_kill_evidence, run_group
+from bench.execution import supervisor as runner
+from bench.execution.supervisor import GroupItem, GroupJob, oom_kill_evidence, run_group
 from bench.spec import parse_matrix
-from bench.workload import cached_workload
+from bench.workloads.workload import cached_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 # Imported by every worker at start-up (PYTHONPATH): the first worker prints an OOM line, as a

@@ -2,8 +2,8 @@ import pytest
 
 from bench.errors import BenchInputError
 from bench.spec import WorkloadSpec
-from bench.tokenizers import load_tokenizer
-from bench.workload import Workload, batches, build_workload, cached_workload
+from bench.workloads.tokenizers import load_tokenizer
+from bench.workloads.workload import Workload, batches, build_workload, cached_workload
 
 
 def test_qwen_tokenizer_is_qwen_7b_chat():
@@ -51,7 +51,7 @@ def test_cache_reuses_file(tiny_sharegpt, tmp_path):
 
 
 def test_batches():
-    from bench.workload import Request
+    from bench.workloads.workload import Request
 
     reqs = [Request(str(i), (1,) * (5 - i), 2) for i in range(5)]
     assert [len(b) for b in batches(reqs, 2)] == [2, 2, 1]
@@ -70,9 +70,9 @@ from pathlib import Path  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from bench.interchange import read_trtllm_jsonl, to_trtllm_jsonl  # noqa: E402
-from bench.workload import DROP_RULES, Request, drop_rule  # noqa: E402
-from bench.workload_stats import length_histogram, length_stats, percentile  # noqa: E402
+from bench.workloads.lengths import length_histogram, length_stats, percentile  # noqa: E402
+from bench.workloads.trtllm_dataset import read_trtllm_jsonl, to_trtllm_jsonl  # noqa: E402
+from bench.workloads.workload import DROP_RULES, Request, drop_rule  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -112,7 +112,7 @@ class Backend:
     # Serving backends count failed requests and length mismatches in the metrics and keep the
     # pass `ok` while at least one request completed (a server under load drops some requests).
     tolerate_request_errors: ClassVar[bool] = False
-    # Reads the device's copy bandwidth (bench.sol, speed-of-light): on CUDA devices the worker
+    # Reads the device's copy bandwidth (bench.backends.speed_of_light, speed-of-light): on CUDA devices the worker
     # measures it before applying the memory cap, since the probe allocates GiBs.
     measures_copy_bandwidth: ClassVar[bool] = False
     # Serving backends (openai) time requests by their arrivals and limit those in flight. Offline

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from bench.backends.base import Backend, Loaded, Option, RequestTiming, RunOutput
-from bench.memcap import cap_bytes
+from bench.execution.memory_cap import cap_bytes
 
 
 class FakeBackend(Backend):
@@ -76,7 +76,7 @@ class FakeLoaded(Loaded):
         return seen
 
     def run(self, requests, max_batch_size: int, options: dict) -> RunOutput:
-        from bench.workload import batches
+        from bench.workloads.workload import batches
 
         opts = FakeBackend.normalize_options(options)
         fail = opts["fail"]

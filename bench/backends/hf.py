@@ -18,8 +18,8 @@ from importlib import metadata, util
 from pathlib import Path
 
 from bench.backends.base import Backend, Loaded, Option, RequestTiming, RunOutput
+from bench.backends.speed_of_light import streamed_weight_bytes
 from bench.errors import BenchInputError
-from bench.sol import streamed_weight_bytes
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 # torchao precisions: the model loads in bf16, then torchao replaces the Linear weights.
@@ -78,7 +78,7 @@ class HFBackend(Backend):
             late=True,
         ),
         "batching": Option("dataset", ("dataset", "sorted"), in_build_key=False, help="request order within batches"),
-        # Set by OOM probes (bench.oom.probe_cell), rarely by hand: see hf_loop.feed_prompt.
+        # Set by OOM probes (bench.oom.search.probe_cell), rarely by hand: see hf_loop.feed_prompt.
         "prefill_len": Option(
             0,
             kind=int,
@@ -211,7 +211,7 @@ def _dist_version(dist: str) -> tuple[int, int]:
 
 def _check_gpu(cell) -> None:
     """Reject a precision the GPU cannot run, reading its compute capability through NVML (no CUDA context)."""
-    from bench.environment import gpu_info
+    from bench.execution.environment import gpu_info
 
     index = int(cell.device.split(":")[1]) if ":" in cell.device else 0
     info = gpu_info(index)
@@ -338,12 +338,12 @@ class HFLoaded(Loaded):
         tied = head is not None and getattr(head, "weight", None) is emb.weight  # gemlite's modules have no .weight
         self.streamed_weight_bytes = streamed_weight_bytes(self.weight_bytes, stored_bytes(emb.weight), tied)
         cfg = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
-        from bench.sol import kv_bytes_per_token
+        from bench.backends.speed_of_light import kv_bytes_per_token
 
         self.kv_per_token = kv_bytes_per_token(cfg.to_dict(), torch.finfo(self.dtype).bits // 8)
         self.bandwidth = None
         if self.device.type == "cuda":
-            from bench.sol import bandwidth_cache_dir, copy_bandwidth
+            from bench.backends.speed_of_light import bandwidth_cache_dir, copy_bandwidth
 
             # Once per machine and GPU, cached beside the engines; the worker measured it before
             # the memory cap (measures_copy_bandwidth), so this reads the cache.
@@ -364,7 +364,7 @@ class HFLoaded(Loaded):
         batches and a smaller last one) means the measured passes compile nothing. The first
         pass's time is the cold cost (compilation, graph capture), reported apart.
         """
-        from bench.workload import batches
+        from bench.workloads.workload import batches
 
         requests = list(requests)
         plan = batches(requests, max_batch_size, options.get("batching", "dataset"))
@@ -389,8 +389,8 @@ class HFLoaded(Loaded):
     def run(self, requests, max_batch_size: int, options: dict) -> RunOutput:
         import torch
 
-        from bench.sol import run_lower_bound_s
-        from bench.workload import batches
+        from bench.backends.speed_of_light import run_lower_bound_s
+        from bench.workloads.workload import batches
 
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)

@@ -193,7 +193,7 @@ class OpenAILoaded(Loaded):
         """Replay the requests against the server; return their timings and the client's figures."""
         import asyncio
 
-        from bench.metrics import goodput
+        from bench.results.metrics import goodput
         from bench.serving.client import ClientConfig, ServeRequest, replay
         from bench.serving.load import arrival_times
 
@@ -209,7 +209,7 @@ class OpenAILoaded(Loaded):
         else:
             arrivals = arrival_times(len(requests), rate, opts["burstiness"], opts["seed"])
         if prompt_mode(opts) == "text":
-            from bench.serving.text import decoder
+            from bench.workloads.prompt_text import decoder
 
             decode = decoder(opts["tokenizer"])
             prompts = [decode(r.prompt_ids) for r in requests]

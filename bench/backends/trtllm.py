@@ -389,22 +389,22 @@ def _weight_bytes(model: str, precision: str) -> int:
 
 
 def _gpu_memory_cap() -> float | None:
-    """Return the run's memory cap in GB (bench.memcap is the one place that carries it)."""
-    from bench.memcap import cap_bytes
+    """Return the run's memory cap in GB (bench.execution.memory_cap is the one place that carries it)."""
+    from bench.execution.memory_cap import cap_bytes
 
     cap = cap_bytes()
     return None if cap is None else cap / 1e9
 
 
 def _compute_capability(device: str) -> str | None:
-    from bench.environment import gpu_info
+    from bench.execution.environment import gpu_info
 
     index = int(device.split(":")[1]) if ":" in device else 0
     return gpu_info(index).get("compute_capability")
 
 
 def _total_gpu_memory(device: str) -> int | None:
-    from bench.environment import gpu_info
+    from bench.execution.environment import gpu_info
 
     index = int(device.split(":")[1]) if ":" in device else 0
     return gpu_info(index).get("gpu_memory_bytes")
@@ -452,7 +452,7 @@ def write_calibration_set(calib_dir: Path, model_dir: Path, workload_files: list
     """
     from transformers import AutoTokenizer
 
-    from bench.workload import Workload
+    from bench.workloads.workload import Workload
 
     if not workload_files:
         raise RuntimeError("calibration needs the workload's requests, but the worker passed no workload file")

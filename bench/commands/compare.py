@@ -35,7 +35,7 @@ def register(sub) -> None:
 
 
 def cmd_compare(args) -> int:
-    from bench.compare import compare_stores, to_markdown
+    from bench.results.compare import compare_stores, to_markdown
 
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None
     comparison = compare_stores(

@@ -60,12 +60,12 @@ def workload_lengths(spec) -> tuple[int, int]:
 def cmd_oom(args) -> int:
     from rich.console import Console
 
-    from bench.memcap import check_cap
-    from bench.oom import check_bounds, frontier_markdown, frontier_rows, probe_lengths
+    from bench.execution.memory_cap import check_cap
+    from bench.oom.search import check_bounds, frontier_markdown, frontier_rows, probe_lengths
     from bench.results import query
     from bench.results.records import new_context
+    from bench.results.store import ResultStore
     from bench.spec import load_matrix, narrow
-    from bench.store import ResultStore
 
     if args.matrix and args.preset:
         raise BenchInputError("give either --matrix FILE or --preset NAME, not both")
@@ -110,8 +110,8 @@ def cmd_oom(args) -> int:
 
 def _search_all(searches: dict, args, store: Path, cap, matrix, context, console, bounds: tuple[int, int]) -> int:
     """Run every configuration's boundary search; return how many could not be decided."""
-    from bench.oom import ProbeFailed
-    from bench.oom_run import ProbeRunner, find_boundary
+    from bench.oom.probes import ProbeRunner, find_boundary
+    from bench.oom.search import ProbeFailed
 
     lower, upper = bounds
     failed = 0

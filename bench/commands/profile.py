@@ -66,7 +66,7 @@ def cmd_profile(args) -> int:
     from bench.profiling.kernels import KernelTable
     from bench.results.query import check_store_path
     from bench.results.records import new_context
-    from bench.store import ResultStore
+    from bench.results.store import ResultStore
 
     out_root = Path(args.out)
     store_path = check_store_path(args.store or out_root / f"{matrix.name}.jsonl", must_exist=False)
@@ -98,7 +98,7 @@ def _print_profile(cell, record, tool: str, table) -> None:
 def profile_cell(cell, matrix, args, patterns: list[str], out_root: Path, nsys: str | None, context):
     """Return the Profile record of one cell after running its session (and nsys export)."""
     from bench.results.records import new_record
-    from bench.workload import cached_workload
+    from bench.workloads.workload import cached_workload
 
     wl, wl_file = cached_workload(cell.workload, Path("workloads/cache"))
     out_dir = (out_root / f"{cell.cell_id}-{args.tool}").resolve()

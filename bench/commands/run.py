@@ -42,7 +42,7 @@ def load_selected_matrix(args):
 def cmd_run(args) -> int:
     from rich.console import Console
 
-    from bench.matrix import run_matrix
+    from bench.execution.matrix import run_matrix
     from bench.report.build import build_report
     from bench.spec import check_baseline
 

@@ -82,8 +82,8 @@ def _count_requests(file: str) -> int:
 
 
 def cmd_build(args) -> int:
-    from bench.workload import build_workload
-    from bench.workload_stats import format_stats
+    from bench.workloads.lengths import format_stats
+    from bench.workloads.workload import build_workload
 
     spec = spec_from_args(args)
     wl = build_workload(spec)
@@ -98,8 +98,8 @@ def cmd_build(args) -> int:
 
 
 def cmd_show(args) -> int:
-    from bench.workload import build_workload
-    from bench.workload_stats import format_stats
+    from bench.workloads.lengths import format_stats
+    from bench.workloads.workload import build_workload
 
     if args.file and not args.set and Path(args.file).suffix == ".json":
         wl = _read_frozen(args.file)  # as built: with its own drop counts and parse report
@@ -110,7 +110,7 @@ def cmd_show(args) -> int:
 
 
 def _read_frozen(file: str):
-    from bench.workload import Workload
+    from bench.workloads.workload import Workload
 
     path = Path(file).expanduser()
     if not path.is_file():
@@ -122,7 +122,7 @@ def _read_frozen(file: str):
 
 
 def cmd_export(args) -> int:
-    from bench.interchange import to_trtllm_jsonl
+    from bench.workloads.trtllm_dataset import to_trtllm_jsonl
 
     wl = _read_frozen(args.file)
     out = Path(args.out)

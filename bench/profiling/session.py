@@ -49,7 +49,7 @@ def run_session(job: dict) -> dict:
     from bench.backends import backend_class
     from bench.profiling.nvtx import ModuleRanges, RangeStack
     from bench.spec import BuildKey, Cell
-    from bench.workload import Workload, batches
+    from bench.workloads.workload import Workload, batches
 
     key = BuildKey.from_dict(job["build_key"])
     cell = Cell.from_dict(job["cell"])
@@ -110,7 +110,7 @@ def run_session(job: dict) -> dict:
                 torch.cuda.cudart().cudaProfilerStop()
         else:
             raise ValueError(f"unknown tool {tool!r}")
-    from bench.environment import fingerprint
+    from bench.execution.environment import fingerprint
 
     result["environment"] = fingerprint(key.device)
     if stack.depth:

@@ -75,8 +75,8 @@ def _gc_paused():
 
 
 def _build_report(stores, out_dir, baseline, kernels, profiles, pool) -> dict[str, Path]:
-    from bench.oom import frontier_markdown, frontier_rows
-    from bench.report.kernels import kernel_frame
+    from bench.oom.search import frontier_markdown, frontier_rows
+    from bench.report.kernel_panel import kernel_frame
 
     records = query.load(stores)
     # OOM-probe records answer "what fits", not "how fast": they make the frontier table, not speedups;

@@ -168,7 +168,7 @@ def report_data(records: list[Record]) -> ReportData:
 
 
 def _tpot_ms(samples: pd.DataFrame, ttfts: list, e2els: list, outs: list) -> pd.Series:
-    """Return TPOT per sample as in bench.metrics: (E2E - TTFT) / (output_len - 1), only for outputs > 1 token."""
+    """Return TPOT per sample as in bench.results.metrics: (E2E - TTFT) / (output_len - 1), only for outputs > 1 token."""
     if not ttfts:
         return pd.Series([], dtype=object)
     ttft = np.array(ttfts, dtype=float)  # None -> NaN

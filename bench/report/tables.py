@@ -20,7 +20,7 @@ import json
 import pandas as pd
 
 from bench.errors import BenchInputError
-from bench.stats import run_spread
+from bench.results.stats import run_spread
 
 DEFAULT_BASELINE = {"backend": "hf", "precision": "bf16", "max_batch_size": 1}
 CELL_COLUMNS = ["workload", "backend", "model", "precision", "max_batch_size", "device", "options", "all_options"]
@@ -66,7 +66,7 @@ def aggregate(frame: pd.DataFrame, by_run: bool = False) -> pd.DataFrame:
     A metric's value is the mean of its runs' means (each run: one worker process, the mean of
     its trials); `<metric>__std` is the spread a table prints after ±: the standard deviation of
     the run means with two runs or more, else of the trials. Headline metrics also get
-    `<metric>__run_cv`, `__trial_cv` and the stability warnings of bench.stats.run_spread.
+    `<metric>__run_cv`, `__trial_cv` and the stability warnings of bench.results.stats.run_spread.
     by_run: one row per run context of a cell instead (history tables).
     """
     if frame.empty:
@@ -115,7 +115,7 @@ def aggregate(frame: pd.DataFrame, by_run: bool = False) -> pd.DataFrame:
 
 
 def _headline_spreads(cells: pd.DataFrame, ok: pd.DataFrame, keys: list[str]) -> None:
-    """Add run/trial coefficients of variation and stability warnings of the headline metrics (bench.stats)."""
+    """Add run/trial coefficients of variation and stability warnings of the headline metrics (bench.results.stats)."""
     warnings: dict = {}
     for m in HEADLINE:
         if m not in ok:
@@ -409,7 +409,7 @@ ENV_NOTE_KEYS = ("gpu_name", "gpu_count", "gpu_memory_bytes", "driver", "cuda", 
 
 def environment_note(frame: pd.DataFrame, records_env: list[dict]) -> str:
     """Return the environment lines printed under a table; flags mixed environments."""
-    from bench.environment import COMPARABILITY_KEYS
+    from bench.execution.environment import COMPARABILITY_KEYS
 
     seen: dict[str, set] = {k: set() for k in ENV_NOTE_KEYS}
     for env in records_env:

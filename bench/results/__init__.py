@@ -5,5 +5,5 @@ line with `records.new_record`; readers (tables, dashboard, `bench compare`, the
 the asv suite, scripts) load and select through `query`. A reported figure aggregates one run
 context of a cell (the latest) unless pooling is asked for; repeats come in two levels,
 trials inside a worker process and runs in fresh processes (docs/results.md).
-May import: bench (errors, spec's hashing), bench.environment, bench.stats; nothing that runs.
+May import: bench (errors, spec's hashing), bench.execution.environment, bench.results.stats; nothing that runs.
 """

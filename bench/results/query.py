@@ -9,7 +9,7 @@ Rules (docs/results.md, "Which records make a row"):
   contexts whose environment digest and workload agree; otherwise it is refused, as pyperf's
   Benchmark.add_run refuses runs whose metadata differ. A pooled row says so.
 - Inside a row, values come in two levels: trials inside a worker process, and runs (fresh
-  processes). A row's figure is the mean of its runs' means (bench.stats.run_spread).
+  processes). A row's figure is the mean of its runs' means (bench.results.stats.run_spread).
 
 Schema-1 stores carry no run ids: the loader starts a new reconstructed run context where the
 commit, the matrix or the memory cap changes, or where a (cell, trial) repeats (a `--redo`).
@@ -52,7 +52,7 @@ def check_store_path(path: str | Path, *, must_exist: bool = True) -> Path:
 
 def load(paths: Iterable[str | Path]) -> list[Record]:
     """Return the typed records of the given stores, in store order; BenchInputError on a bad path."""
-    from bench.store import ResultStore
+    from bench.results.store import ResultStore
 
     out: list[Record] = []
     for path in paths:
@@ -172,8 +172,8 @@ class CellRuns:
         return list(by_run.values())
 
     def spread(self, metric: str):
-        """Return the metric's bench.stats.RunSpread over runs and trials, or None without values."""
-        from bench.stats import run_spread
+        """Return the metric's bench.results.stats.RunSpread over runs and trials, or None without values."""
+        from bench.results.stats import run_spread
 
         values = self.values(metric)
         return run_spread(values, metric) if values else None
@@ -253,7 +253,7 @@ def _check_poolable(ranked: list[tuple[RunContext, list[Record]]]) -> None:
         if len(values) > 1:
             detail = ""
             if key == "env_digest":
-                from bench.environment import COMPARABILITY_KEYS
+                from bench.execution.environment import COMPARABILITY_KEYS
 
                 envs = [next((r.environment for r in rs if r.environment), {}) for _, rs in ranked]
                 diff = [k for k in COMPARABILITY_KEYS if len({str(e.get(k)) for e in envs}) > 1]

@@ -5,7 +5,7 @@ distribution with shape = burstiness and scale = 1 / (request_rate * burstiness)
 rate is request_rate for any burstiness; burstiness 1 is a Poisson process, < 1 is burstier,
 > 1 more uniform. The first request is due at 0. An infinite rate sends everything at 0.
 
-Self-contained on purpose (bench/arrivals.py may later generate the same arrivals into the
+Self-contained on purpose (bench/workloads/arrivals.py may later generate the same arrivals into the
 workload; the openai backend replays workload arrivals when they are present).
 """
 

@@ -11,7 +11,7 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Differences in these keys make results incomparable (compare/report warn about them).
 COMPARABILITY_KEYS = ("gpu_name", "gpu_count", "driver", "cuda", "torch", "transformers", "tensorrt_llm", "cpu")
 

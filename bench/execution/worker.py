@@ -2,7 +2,7 @@
 
 `run_group(job, emit)` is a plain function of (build group, cells) -> events, so an executor
 can place it anywhere (a local subprocess per GPU today; Ray or another launcher later).
-`python -m bench.worker` reads the job as JSON on stdin and writes one JSON event per line on
+`python -m bench.execution.worker` reads the job as JSON on stdin and writes one JSON event per line on
 its original stdout; everything libraries print goes to stderr instead.
 
 Events: {"event": "env"}, {"event": "built"}, {"event": "start", cell_id, trial},
@@ -21,8 +21,8 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.failures import classify_exception
-from bench.memcap import apply_cap, device_peak_bytes
+from bench.execution.failures import classify_exception
+from bench.execution.memory_cap import apply_cap, device_peak_bytes
 
 
 def _host_peak_rss_bytes() -> int:
@@ -32,11 +32,11 @@ def _host_peak_rss_bytes() -> int:
 def run_group(job: dict, emit: Callable[[dict], None]) -> None:
     """Build the job's artifact once, then warm up and measure each cell's trials, emitting events."""
     from bench.backends import backend_class
-    from bench.environment import fingerprint
-    from bench.metrics import efficiency_metrics, request_samples, summarize
+    from bench.execution.environment import fingerprint
+    from bench.execution.telemetry import Sampler
+    from bench.results.metrics import efficiency_metrics, request_samples, summarize
     from bench.spec import BuildKey, Cell
-    from bench.telemetry import Sampler
-    from bench.workload import Workload
+    from bench.workloads.workload import Workload
 
     key = BuildKey.from_dict(job["build_key"])
     emit({"event": "env", "environment": {**fingerprint(key.device), "pid": os.getpid()}})  # pid: which process
@@ -46,7 +46,7 @@ def run_group(job: dict, emit: Callable[[dict], None]) -> None:
     t0 = time.perf_counter()
     try:
         if backend.measures_copy_bandwidth and key.device.startswith("cuda"):
-            from bench.sol import bandwidth_cache_dir, copy_bandwidth
+            from bench.backends.speed_of_light import bandwidth_cache_dir, copy_bandwidth
 
             # The bandwidth probe allocates 4 GiB: taken uncapped (once per machine and GPU,
             # cached), so a tight gpu_memory_gb does not turn the group into an OOM.

@@ -10,7 +10,7 @@ chunk was written (time.perf_counter: CLOCK_MONOTONIC on Linux, the same clock a
 another process), so tests can compare the client's TTFT/ITL with what the server really did.
 
 `TestServer(...)` runs in a background thread of the calling process (tests);
-`python -m bench.serving.testserver --port 0` runs it as a process (benchmarks) and prints
+`python -m bench.serving.paced_server --port 0` runs it as a process (benchmarks) and prints
 `LISTENING http://127.0.0.1:PORT` once it accepts connections.
 """
 
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     """Serve on 127.0.0.1 until stdin closes (or the process is terminated)."""
     from aiohttp import web
 
-    p = argparse.ArgumentParser(prog="python -m bench.serving.testserver", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.serving.paced_server", description=__doc__.splitlines()[0])
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--ttft-ms", type=float, default=0.0)
     p.add_argument("--itl-ms", type=float, default=0.0)

@@ -1,7 +1,7 @@
 """Runs OOM probes through the worker machinery and stores each one as a result record.
 
-A probe is a cell (bench.oom.probe_cell) run by bench.runner like any other, with warmup 0 and
-one trial: an OOM is classified by bench.failures, a worker that dies is replaced, and each
+A probe is a cell (bench.oom.search.probe_cell) run by bench.execution.supervisor like any other, with warmup 0 and
+one trial: an OOM is classified by bench.execution.failures, a worker that dies is replaced, and each
 probe is stored as an OomProbe record (bench.results.records.new_record) carrying the `bench
 oom` invocation's run context and extra.probe = the worst case it stands for. Stored probes
 are reused (same cell, trial, cap and environment) unless `redo`, so a re-run of `bench oom`
@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.oom import Boundary, ProbeOutcome, probe_cell, search_boundary
+from bench.oom.search import Boundary, ProbeOutcome, probe_cell, search_boundary
 
 
 @dataclass
@@ -44,7 +44,7 @@ class ProbeRunner:
 
     def __call__(self, batch_size: int) -> ProbeOutcome:
         from bench.results import query
-        from bench.store import ResultStore
+        from bench.results.store import ResultStore
 
         cell = probe_cell(self.base_cell, batch_size, self.max_input_len, self.max_output_len, self.decode_steps)
         trial = self._trials.get(cell.cell_id, 0)
@@ -61,11 +61,11 @@ class ProbeRunner:
         return _outcome(batch_size, record, time.perf_counter() - started)
 
     def _run(self, cell, trial: int):
-        from bench.matrix import absorb_group_event, group_state
-        from bench.memcap import env_for
+        from bench.execution.matrix import absorb_group_event, group_state
+        from bench.execution.memory_cap import env_for
+        from bench.execution.supervisor import GroupItem, GroupJob, run_group
         from bench.results.records import new_record
-        from bench.runner import GroupItem, GroupJob, run_group
-        from bench.workload import cached_workload
+        from bench.workloads.workload import cached_workload
 
         workload, wl_file = cached_workload(cell.workload, Path(self.workload_cache))
         key = cell.build_key()

@@ -1,4 +1,4 @@
-"""Parent side of a build group: runs `bench.worker` in a subprocess with timeouts.
+"""Parent side of a build group: runs `bench.execution.worker` in a subprocess with timeouts.
 
 The parent never touches the GPU. It starts a worker for a build group, reads its events with
 a deadline (build timeout until the build is done, then a per-cell timeout), and turns every
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.failures import classify_exit, killed_by_sigkill
+from bench.execution.failures import classify_exit, killed_by_sigkill
 
 # How long a worker may take to exit after its last event before it is killed.
 EXIT_GRACE_S = 30.0
@@ -94,11 +94,11 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event) -
     """Run one worker over items. Return True if the group cannot go on (failure in the build)."""
     log_path, log = job.new_log()
     # The worker imports the same `bench` as this process, installed or not.
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])
     pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": pythonpath, **job.env}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.worker"],
+        [sys.executable, "-m", "bench.execution.worker"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=log,

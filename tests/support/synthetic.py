@@ -113,7 +113,7 @@ def write_store(path, records: list) -> None:
     """Write typed records as a JSON Lines store (one line each), replacing the file."""
     from pathlib import Path
 
-    from bench.store import ResultStore
+    from bench.results.store import ResultStore
 
     Path(path).unlink(missing_ok=True)
     store = ResultStore(path)

@@ -2,7 +2,7 @@
 
 Pure logic, no processes: `search_boundary(probe, lower, upper)` decides which batch sizes to
 probe, given any `probe(batch_size) -> ProbeOutcome` (a worker-backed one lives in
-bench.oom_run; tests pass a fake). Also here: the probe's worst-case shape (`probe_lengths`,
+bench.oom.probes; tests pass a fake). Also here: the probe's worst-case shape (`probe_lengths`,
 `probe_cell`) and the frontier table built from stored probe records (`frontier_rows`,
 `frontier_markdown`). Why a probe's peak bounds the full run's peak: docs/oom.md.
 """

@@ -6,7 +6,7 @@ or with --pool every compatible one: bench.results.query). For every matched cel
 each run (a fresh worker process) gives one sample, the mean of its trials: trials inside one
 process share its warm-up, compiled kernels and allocator state, so they cannot make a
 difference look significant. The runs of each side give a ratio head/base with a confidence
-interval (bench.stats.ratio_test) or an exact Mann-Whitney p-value, and a verdict that needs
+interval (bench.results.stats.ratio_test) or an exact Mann-Whitney p-value, and a verdict that needs
 both significance and a minimum factor; with fewer than two runs on a side the row is
 inconclusive and says to use --runs. A cell that ran on the base side but failed
 (oom/error/timeout) on the head side is a regression too.
@@ -22,11 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import stats
-from bench.environment import COMPARABILITY_KEYS
 from bench.errors import BenchInputError, choices
-from bench.metrics import DIRECTION
-from bench.results import query
+from bench.execution.environment import COMPARABILITY_KEYS
+from bench.results import query, stats
+from bench.results.metrics import DIRECTION
 from bench.spec import identity_options, short_hash
 
 DEFAULT_METRICS = (

@@ -6,7 +6,7 @@ random.shuffle; a record is dropped when its prompt or output is shorter than mi
 its prompt longer than max_input_len or prompt + output longer than max_total_len; stop at
 num_requests; optional oversampling with replacement). `synthetic` draws lengths (fixed,
 uniform or normal, as trtllm's prepare_dataset) and random ordinary token ids. `file` reads a
-frozen workload file or a trtllm-bench JSONL dataset. Arrival times come from bench.arrivals.
+frozen workload file or a trtllm-bench JSONL dataset. Arrival times come from bench.workloads.arrivals.
 
 Every built workload carries a content hash of its requests, recorded with every result, and
 its JSON form is byte-identical for the same spec and source on any machine.
@@ -101,7 +101,7 @@ class Workload:
 
 def build_workload(spec: WorkloadSpec) -> Workload:
     """Return the workload described by spec (tokenizing only as many records as needed)."""
-    from bench.tokenizers import load_tokenizer
+    from bench.workloads.tokenizers import load_tokenizer
 
     if spec.source == "file":
         return _from_file(spec)
@@ -127,7 +127,7 @@ def drop_rule(prompt_len: int, output_len: int, spec: WorkloadSpec, check_output
 
 
 def _sharegpt(spec: WorkloadSpec, tok) -> tuple[list[Request], dict, dict]:
-    from bench.sharegpt import read_first_turns
+    from bench.workloads.sharegpt import read_first_turns
 
     pairs, report, source_name = read_first_turns(spec.path)
     total = len(pairs)
@@ -233,7 +233,7 @@ def _synthetic(spec: WorkloadSpec, tok) -> tuple[list[Request], dict, dict]:
 
 
 def _with_arrivals(reqs: list[Request], spec: WorkloadSpec) -> list[Request]:
-    from bench.arrivals import arrival_times
+    from bench.workloads.arrivals import arrival_times
 
     times = arrival_times(len(reqs), spec.request_rate, spec.burstiness, spec.seed)
     return [replace(r, arrival_s=t) for r, t in zip(reqs, times, strict=True)]
@@ -241,7 +241,7 @@ def _with_arrivals(reqs: list[Request], spec: WorkloadSpec) -> list[Request]:
 
 def _from_file(spec: WorkloadSpec) -> Workload:
     """Return the workload in a frozen workload file or a trtllm-bench JSONL dataset."""
-    from bench.interchange import read_trtllm_jsonl
+    from bench.workloads.trtllm_dataset import read_trtllm_jsonl
 
     path = Path(spec.path).expanduser()
     data = path.read_bytes()
@@ -261,7 +261,7 @@ def _from_file(spec: WorkloadSpec) -> Workload:
         except (KeyError, TypeError) as exc:
             raise BenchInputError(f"workload {spec.name!r}: {str(path)!r} is not a valid workload file: {exc!r}") from exc
     if frozen is None:
-        from bench.tokenizers import load_tokenizer
+        from bench.workloads.tokenizers import load_tokenizer
 
         tok = load_tokenizer(spec.tokenizer)
         reqs = read_trtllm_jsonl(text, tok, where=f"workload {spec.name!r}: {str(path)!r}")

@@ -3,7 +3,7 @@
 The workload holds token ids; a text prompt is their decoding with the workload's tokenizer.
 The server re-tokenizes it (and a chat template adds tokens), so its prompt length can differ
 from the workload's: the client counts those differences (prompt_tokens_mismatches).
-Kept here rather than in bench/tokenizers.py so the serving path owns its one extra need.
+Kept here rather than in bench/workloads/tokenizers.py so the serving path owns its one extra need.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def decoder(tokenizer: str) -> Callable[[list[int]], str]:
         import tiktoken
         from tiktoken.load import load_tiktoken_bpe
 
-        from bench.tokenizers import QWEN_PAT_STR, QWEN_SPECIAL_START_ID, QWEN_SPECIALS
+        from bench.workloads.tokenizers import QWEN_PAT_STR, QWEN_SPECIAL_START_ID, QWEN_SPECIALS
 
         try:
             from importlib.resources import files

@@ -14,10 +14,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.execution.supervisor import GroupItem, GroupJob, run_group
 from bench.results.records import RunContext, new_context, new_record
-from bench.runner import GroupItem, GroupJob, run_group
+from bench.results.store import ResultStore
 from bench.spec import Cell, Matrix
-from bench.store import ResultStore
 
 
 @dataclass
@@ -95,10 +95,10 @@ def run_matrix(
     Runs go round the matrix (every group's run 0, then every group's run 1, ...), so slow drift
     of the machine spreads over all cells instead of biasing the last ones.
     """
-    from bench.memcap import check_cap, env_for
-    from bench.progress import MatrixProgress
+    from bench.execution.memory_cap import check_cap, env_for
+    from bench.execution.progress import MatrixProgress
     from bench.results.query import check_store_path, load
-    from bench.workload import cached_workload
+    from bench.workloads.workload import cached_workload
 
     started = time.monotonic()
     settings = matrix.settings
