@@ -167,17 +167,17 @@ class WorkloadSpec:
 
 
 def identity_options(backend: str, options: dict) -> dict:
-    """Return the options that identify a cell: all of them, except late options at their default.
+    """Return the options that identify a cell: all of them, except those declared keeps_ids_at_default at their default.
 
     Cell ids, build keys, labels and report frames all use this, so a record stored before a
-    late option existed and one stored after it show and match as the same configuration.
+    (later) option existed and one stored after it show and match as the same configuration.
     """
     from bench.backends import BACKENDS, backend_class
 
     if backend not in BACKENDS:  # a stored record of a backend this install does not have
         return dict(options)
     declared = backend_class(backend).options
-    return {k: v for k, v in options.items() if not (k in declared and declared[k].late and declared[k].default == v)}
+    return {k: v for k, v in options.items() if not (k in declared and declared[k].keeps_ids_at_default and declared[k].default == v)}
 
 
 @dataclass(frozen=True)

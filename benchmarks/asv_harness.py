@@ -21,7 +21,7 @@ except ImportError:
 def write_store(path: Path, cells: int = 32, runs: int = 3, slowdown: float = 1.0) -> Path:
     """Write a store of cells x runs fake-backend records, one trial per run (real metrics from the virtual clock)."""
     from bench.backends.fake import FakeLoaded
-    from bench.results.metrics import request_samples, summarize
+    from bench.results.metrics import pass_metrics, request_samples
     from bench.results.records import RunContext, new_record
     from bench.results.store import ResultStore
     from bench.spec import WorkloadSpec
@@ -43,7 +43,7 @@ def write_store(path: Path, cells: int = 32, runs: int = 3, slowdown: float = 1.
         for run in range(runs):
             out = loaded.run(requests, bs, {"noise": 0.02, "slowdown": slowdown, "seed": c})
             outcome = {"cell_id": f"{c:016x}", "trial": 0, "status": "ok",
-                       "metrics": summarize(out.timings, out.started, out.ended),
+                       "metrics": pass_metrics(out.timings, out.started, out.ended),
                        "samples": request_samples(out.timings), "extra": out.extra,
                        "started_at": float(run), "ended_at": float(run) + 1}
             store.append(new_record("measurement", copy.deepcopy(cell), outcome, context=context, run=run,

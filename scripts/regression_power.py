@@ -2,7 +2,7 @@
 
 Each simulated comparison draws BASE and HEAD trials from the fake backend's virtual clock
 (bench/backends/fake.py: per-decode-step Gaussian noise `noise`, `slowdown` multiplies every
-duration), run in-process, summarized by bench.results.metrics.summarize, and then multiplied by a
+duration), run in-process, summarized by bench.results.metrics.pass_metrics, and then multiplied by a
 per-trial drift factor exp(N(0, trial_cv)). The drift stands for what a real machine adds
 between runs (clocks, thermals, co-tenants): the fake backend's per-step noise is independent
 per step, so it averages out over a trial's hundreds of steps and alone would make every test
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.backends.fake import FakeLoaded  # noqa: E402
 from bench.results.compare import compare_metric  # noqa: E402
-from bench.results.metrics import summarize  # noqa: E402
+from bench.results.metrics import pass_metrics  # noqa: E402
 from bench.results.stats import REGRESSED  # noqa: E402
 from bench.workloads.workload import Request  # noqa: E402
 
@@ -44,7 +44,7 @@ def fake_trials(n: int, *, slowdown: float, step_noise: float, trial_cv: float, 
     loaded.run(REQUESTS[:max_batch_size], max_batch_size, options)  # warm-up, excluded as in the worker
     for _ in range(n):
         run = loaded.run(REQUESTS, max_batch_size, options)
-        value = summarize(run.timings, run.started, run.ended)[metric]
+        value = pass_metrics(run.timings, run.started, run.ended)[metric]
         d = math.exp(drift.gauss(0.0, trial_cv))
         out.append(value / d if metric.endswith("throughput") else value * d)
     return out

@@ -14,7 +14,7 @@ def build_only(tmp_path, device):
     """Run the worker on a fake build group without cells; return its events."""
     key = BuildKey("fake", "qwen-tiny", "bf16", device, ())
     events = []
-    worker.run_group({"build_key": key.to_dict(), "engines_dir": str(tmp_path / "engines"),
+    worker.measure_group({"build_key": key.to_dict(), "engines_dir": str(tmp_path / "engines"),
                       "settings": {"warmup": 0}, "cells": []}, events.append)
     return events
 

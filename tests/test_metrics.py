@@ -1,7 +1,7 @@
 import pytest
 
 from bench.backends.base import RequestTiming
-from bench.results.metrics import summarize
+from bench.results.metrics import pass_metrics
 
 
 def test_hand_computed_metrics():
@@ -12,7 +12,7 @@ def test_hand_computed_metrics():
         RequestTiming("r1", 10, 3, 3, 0.0, [0.5, 0.7, 0.9], 0.9),
         RequestTiming("r2", 20, 2, 2, 0.5, [1.0, 2.0], 2.0),
     ]
-    m = summarize(t, 0.0, 2.0)
+    m = pass_metrics(t, 0.0, 2.0)
     assert m["request_throughput"] == pytest.approx(1.0)
     assert m["output_throughput"] == pytest.approx(2.5)
     assert m["total_token_throughput"] == pytest.approx(17.5)
@@ -27,11 +27,11 @@ def test_hand_computed_metrics():
 
 def test_mismatch_and_failure_counted():
     t = [RequestTiming("a", 5, 4, 3, 0.0, [0.1, 0.2, 0.3], 0.3), RequestTiming("b", 5, 4, 0, 0.0, [], 0.0, error="boom")]
-    m = summarize(t, 0.0, 1.0)
+    m = pass_metrics(t, 0.0, 1.0)
     assert m["output_len_mismatches"] == 1 and m["failed"] == 1 and m["completed"] == 1
     assert m["expected_output_tokens"] == 8
 
 
 def test_zero_window_rejected():
     with pytest.raises(ValueError):
-        summarize([], 1.0, 1.0)
+        pass_metrics([], 1.0, 1.0)

@@ -108,7 +108,7 @@ def test_injected_error_is_error(tiny_sharegpt, tmp_path):
 def test_worker_failure_after_build_keeps_its_own_message(tiny_sharegpt, tmp_path):
     """A failure the worker reports itself (here: its workload file vanished) reaches the record
     with the worker's traceback, and the group goes on with a fresh worker for the next cell."""
-    from bench.execution.supervisor import GroupItem, GroupJob, run_group
+    from bench.execution.supervisor import GroupItem, GroupJob, supervise_group
     from bench.workloads.workload import cached_workload
 
     m = matrix(tiny_sharegpt, max_batch_sizes=[1, 4], trials=1, warmup=0)
@@ -117,7 +117,7 @@ def test_worker_failure_after_build_keeps_its_own_message(tiny_sharegpt, tmp_pat
     events = []
     job = GroupJob(m.cells[0].build_key(), items, tmp_path / "engines", warmup=0, build_timeout_s=30,
                    cell_timeout_s=30, log_dir=tmp_path / "logs", log_prefix="w")
-    run_group(job, events.append)
+    supervise_group(job, events.append)
     results = {e["cell_id"]: e for e in events if e.get("event") == "result"}
     first = results[m.cells[0].cell_id]
     assert first["status"] == "error" and "gone.json" in first["error"] and "FileNotFoundError" in first["error"]

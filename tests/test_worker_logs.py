@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from bench.execution import supervisor as runner
-from bench.execution.supervisor import GroupItem, GroupJob, oom_kill_evidence, run_group
+from bench.execution.supervisor import GroupItem, GroupJob, oom_kill_evidence, supervise_group
 from bench.spec import parse_matrix
 from bench.workloads.workload import cached_workload
 
@@ -33,7 +33,7 @@ def group(tiny_sharegpt, tmp_path, fail, sizes=(1, 4), env=None):
     job = GroupJob(m.cells[0].build_key(), items, tmp_path / "engines", warmup=0, build_timeout_s=30,
                    cell_timeout_s=30, log_dir=tmp_path / "logs", log_prefix="store-key", env=env or {})
     events = []
-    run_group(job, events.append)
+    supervise_group(job, events.append)
     return m, job, {e["cell_id"]: e for e in events if e.get("event") == "result"}
 
 

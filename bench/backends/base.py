@@ -26,7 +26,7 @@ class Option:
     help: str = ""
     # Added after results were stored: left out of cell ids and build keys while at its default,
     # so every earlier result keeps its id (bench compare, resume and asv history still match).
-    late: bool = False
+    keeps_ids_at_default: bool = False
 
     def check(self, name: str, value: Any, backend: str) -> None:
         if self.allowed is not None and value not in self.allowed:

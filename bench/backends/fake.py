@@ -38,7 +38,7 @@ class FakeBackend(Backend):
         "fail": Option("none", ("none", "crash", "hang", "error", "oom", "build-oom", "build-hang", "sigkill")),
         "seed": Option(0, kind=int, in_build_key=False),
         "short_rows": Option(
-            0, kind=int, in_build_key=False, late=True,
+            0, kind=int, in_build_key=False, keeps_ids_at_default=True,
             help="the first N requests of each pass produce one token fewer than asked (the length check must fail)",
         ),
     }

@@ -56,26 +56,26 @@ class HFBackend(Backend):
             "default",
             ("default", "coordinate-descent"),
             help="Inductor tuning: coordinate-descent turns batch-1 matmuls into tuned Triton reductions",
-            late=True,
+            keeps_ids_at_default=True,
         ),
         "freeze_weights": Option(
             "off",
             ("off", "on"),
             help="Inductor freezing: weights become constants of the compiled step, so projections that share "
             "an input (q/k/v, gate/up) run as one matmul; the concatenated copies cost extra device memory",
-            late=True,
+            keeps_ids_at_default=True,
         ),
         "quant_kernels": Option(
             "torchao",
             tuple(QUANT_KERNELS),
             help="kernels of the quantized precisions' matmuls: " + "; ".join(f"{k}: {v}" for k, v in QUANT_KERNELS.items()),
-            late=True,
+            keeps_ids_at_default=True,
         ),
         "decode_loop": Option(
             "generate",
             ("generate", "harness"),
             help="transformers' model.generate, or the harness's own greedy loop (static cache; no host sync per step)",
-            late=True,
+            keeps_ids_at_default=True,
         ),
         "batching": Option("dataset", ("dataset", "sorted"), in_build_key=False, help="request order within batches"),
         # Set by OOM probes (bench.oom.search.probe_cell), rarely by hand: see hf_loop.feed_prompt.
@@ -83,7 +83,7 @@ class HFBackend(Backend):
             0,
             kind=int,
             in_build_key=False,
-            late=True,
+            keeps_ids_at_default=True,
             help="prefill only the first N prompt tokens at once, the rest 16 at a time (0: the whole prompt)",
         ),
     }

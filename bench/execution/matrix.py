@@ -14,7 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.execution.supervisor import GroupItem, GroupJob, run_group
+from bench.execution.supervisor import GroupItem, GroupJob, supervise_group
 from bench.results.records import RunContext, new_context, new_record
 from bench.results.store import ResultStore
 from bench.spec import Cell, Matrix
@@ -177,7 +177,7 @@ def _run_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store: R
         env=env,
     )
     progress.current(f"building {key.backend}/{key.precision} ({key.key_hash[:8]})", None)
-    run_group(job, on_event)
+    supervise_group(job, on_event)
 
 
 def group_state(key) -> dict:

@@ -76,7 +76,7 @@ class GroupJob:
         }
 
 
-def run_group(job: GroupJob, on_event: Callable[[dict], None]) -> None:
+def supervise_group(job: GroupJob, on_event: Callable[[dict], None]) -> None:
     """Run the group's cells in worker subprocesses; call on_event for every worker event and
     for every synthesized failure result, until every (cell, trial) has an outcome."""
     pending = {(it.cell.cell_id, t) for it in job.items for t in it.trials}

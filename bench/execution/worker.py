@@ -1,6 +1,6 @@
 """Worker process: builds (or loads) one build group once and measures its cells.
 
-`run_group(job, emit)` is a plain function of (build group, cells) -> events, so an executor
+`measure_group(job, emit)` is a plain function of (build group, cells) -> events, so an executor
 can place it anywhere (a local subprocess per GPU today; Ray or another launcher later).
 `python -m bench.execution.worker` reads the job as JSON on stdin and writes one JSON event per line on
 its original stdout; everything libraries print goes to stderr instead.
@@ -29,12 +29,12 @@ def _host_peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
-def run_group(job: dict, emit: Callable[[dict], None]) -> None:
+def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
     """Build the job's artifact once, then warm up and measure each cell's trials, emitting events."""
     from bench.backends import backend_class
     from bench.execution.environment import fingerprint
     from bench.execution.telemetry import Sampler
-    from bench.results.metrics import efficiency_metrics, request_samples, summarize
+    from bench.results.metrics import efficiency_metrics, pass_metrics, request_samples
     from bench.spec import BuildKey, Cell
     from bench.workloads.workload import Workload
 
@@ -95,7 +95,7 @@ def run_group(job: dict, emit: Callable[[dict], None]) -> None:
             try:
                 with Sampler(cell.device) as sampler:  # NVML in a background thread; None figures on CPU
                     out = loaded.run(requests, cell.max_batch_size, cell.options_dict)
-                metrics = summarize(out.timings, out.started, out.ended)
+                metrics = pass_metrics(out.timings, out.started, out.ended)
                 extra = {**out.extra, "warmup": warmup, "telemetry": sampler.timeline}
                 metrics.update(extra.pop("metrics", {}))  # figures beyond the timings (goodput, achieved rate)
                 metrics.update(sampler.summary)
@@ -156,8 +156,8 @@ def main() -> int:
 
     job = json.loads(sys.stdin.read())
     try:
-        run_group(job, emit)
-    except Exception as exc:  # anything run_group did not classify itself
+        measure_group(job, emit)
+    except Exception as exc:  # anything measure_group did not classify itself
         emit({"event": "fatal", "status": classify_exception(exc), "error": _describe(exc), "phase": "run"})
         return 1
     return 0

@@ -63,7 +63,7 @@ class ProbeRunner:
     def _run(self, cell, trial: int):
         from bench.execution.matrix import absorb_group_event, group_state
         from bench.execution.memory_cap import env_for
-        from bench.execution.supervisor import GroupItem, GroupJob, run_group
+        from bench.execution.supervisor import GroupItem, GroupJob, supervise_group
         from bench.results.records import new_record
         from bench.workloads.workload import cached_workload
 
@@ -83,7 +83,7 @@ class ProbeRunner:
             if event.get("event") == "result":
                 results.append(event)
 
-        run_group(job, on_event)
+        supervise_group(job, on_event)
         outcome = dict(results[-1])
         outcome["extra"] = {**(outcome.get("extra") or {}), "probe": {
             "max_input_len": self.max_input_len, "max_output_len": self.max_output_len,

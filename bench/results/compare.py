@@ -86,7 +86,7 @@ class Comparison:
 def match_key(cell: dict, ignore_options: Sequence[str] = (), cap: float | None = None) -> str:
     """Return the key cells are matched on: the cell's identity (as cell_id hashes it) without the ignored options.
 
-    Late options at their default are left out as in cell_id, so a record stored before a late
+    Options declared keeps_ids_at_default are left out at their default, as in cell_id, so a record stored before such an
     option existed matches one stored after it.
     """
     options = identity_options(cell.get("backend"), cell.get("options") or {})

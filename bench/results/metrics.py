@@ -43,7 +43,7 @@ def _stats(name: str, values_s: Sequence[float]) -> dict[str, float | None]:
     return out
 
 
-def summarize(timings, started: float, ended: float) -> dict:
+def pass_metrics(timings, started: float, ended: float) -> dict:
     """Return the metrics dict of one run from its RequestTimings and its window (seconds)."""
     ok = [t for t in timings if t.error is None]
     duration = ended - started
