@@ -436,7 +436,7 @@ def runtime_llm_kwargs(key: dict, limits: dict) -> tuple[dict, dict]:
     )}
     kwargs = {"skip_tokenizer_init": True, "kv_cache_config": KvCacheConfig(**kv),
               "max_batch_size": limits["max_batch_size"], "max_num_tokens": limits["max_num_tokens"],
-              "max_seq_len": limits["max_seq_len"]}
+              "max_seq_len": limits["max_seq_len"], "max_input_len": limits["max_input_len"]}
     return kwargs, kv
 
 
