@@ -83,26 +83,38 @@ def _requests(n: int, input_len: int = 8, output_len: int = 6, same_prompt: bool
 
 
 def test_concurrent_streams_are_timed_when_tokens_arrive(tmp_path, standin):
-    """TTFT/ITL/E2E of every request match the executor's step time and its own timestamps."""
+    """TTFT/ITL/E2E of every request match the executor's step time and its own timestamps.
+
+    Read late (the sequential reader this replaces), requests 2..N drain queued steps back to
+    back: ITL ~ 0 and a harness TTFT whole steps after the engine's. Figures are compared with
+    the engine's own (return_perf_metrics), which a loaded machine stretches alike; pooled
+    figures are held to a few ms, single requests to a fraction of a step.
+    """
     step_ms = 30.0
     standin.configure(step_ms=step_ms)
     model = local_model(tmp_path)
     for max_batch_size in (4, 2):
         (out,) = _measure(T.TRTLLMBackend(), _cell(model, max_batch_size), _requests(4), tmp_path / "engines")
         engine = {e["request_id"]: e for e in out.extra["engine_request_timing"]}
+        all_itl, ttft_gaps, tpot_gaps = [], [], []
         for t in out.timings:
             assert t.output_len == 6 and len(t.token_times) == 6
-            itl_ms = [1000 * (b - a) for a, b in zip(t.token_times, t.token_times[1:], strict=False)]
-            # Read late, a stream's queued steps arrive back to back (ITL ~ 0): here each is one step.
-            assert min(itl_ms) > 0.6 * step_ms, (max_batch_size, t.request_id, itl_ms)
-            assert abs(statistics.median(itl_ms) - step_ms) < 0.25 * step_ms, (max_batch_size, t.request_id, itl_ms)
             e = engine[t.request_id]
+            engine_tpot_ms = 1000 * (e["engine_e2e_s"] - e["engine_ttft_s"]) / 5
+            assert engine_tpot_ms > step_ms - 1  # the executor's iterations are never shorter than a step
+            itl_ms = [1000 * (b - a) for a, b in zip(t.token_times, t.token_times[1:], strict=False)]
+            all_itl += itl_ms
+            assert abs(statistics.median(itl_ms) - engine_tpot_ms) < 0.3 * step_ms, (t.request_id, itl_ms, e)
             # The harness clock starts before generate_async, the engine's at its arrival: the
-            # harness may only add the submission overhead (a late reader would add whole steps;
-            # the bound leaves room for a loaded 2-core machine).
+            # harness may only add the submission overhead.
             ttft_ms, e2e_ms = 1000 * (t.token_times[0] - t.start), 1000 * (t.end - t.start)
-            assert 0 <= ttft_ms - 1000 * e["engine_ttft_s"] < 0.5 * step_ms, (max_batch_size, t.request_id, ttft_ms, e)
-            assert 0 <= e2e_ms - 1000 * e["engine_e2e_s"] < 0.5 * step_ms, (max_batch_size, t.request_id, e2e_ms, e)
+            ttft_gaps.append(ttft_ms - 1000 * e["engine_ttft_s"])
+            tpot_gaps.append((e2e_ms - ttft_ms) / 5 - engine_tpot_ms)
+            assert 0 <= ttft_gaps[-1] < step_ms, (max_batch_size, t.request_id, ttft_ms, e)
+            assert 0 <= e2e_ms - 1000 * e["engine_e2e_s"] < step_ms, (max_batch_size, t.request_id, e2e_ms, e)
+        assert 0.8 * step_ms < statistics.median(all_itl) < 2 * step_ms, all_itl
+        assert statistics.median(ttft_gaps) < 5, (max_batch_size, ttft_gaps)
+        assert statistics.median(abs(g) for g in tpot_gaps) < 2, (max_batch_size, tpot_gaps)
         if max_batch_size == 2:
             # In-flight batching: requests 3 and 4 wait for a free slot (6 steps), then one step more.
             for rid in ("r2", "r3"):
