@@ -1,26 +1,34 @@
 """TensorRT-LLM backend: engines built per precision and max_batch_size, or TRT-LLM's PyTorch runtime.
 
-Written against TensorRT-LLM 1.2's LLM API (names and signatures checked in its source, see
-docs/trtllm.md). NOT RUN ON HARDWARE YET: here it is tested against a stand-in module that
-enforces those signatures (tests/fake_tensorrt_llm). Two runtimes:
+Written against TensorRT-LLM 1.2.1's LLM API; every call is checked against 1.2.1's source in
+docs/trtllm.md (a table: call, 1.2.1 file::symbol, how the stand-in models it). NOT RUN ON
+HARDWARE YET: the tests drive it against a stand-in package rebuilt from that source
+(tests/fake_tensorrt_llm). Two runtimes:
 
 - runtime = "engine": `tensorrt_llm._tensorrt_engine.LLM` builds a TensorRT engine with a
-  `BuildConfig` (max_batch_size, max_input_len, max_seq_len baked in) and a `QuantConfig`; the
-  engine is saved with `LLM.save()` to engines/<build-key>/engine and loaded from there by the
-  next run with the same key. This path exists only up to release 1.2.x.
+  `BuildConfig` (max_batch_size, max_input_len, max_seq_len, max_num_tokens baked in) and a
+  `QuantConfig`, and starts its executor in the same constructor. The backend builds once with
+  the run's own executor settings (memory-capped KV cache, block reuse off, the engine's
+  limits), saves the engine to engines/<build-key>/engine and measures with that same LLM; a
+  later run with the same key loads the saved engine, passing the engine's own limits.
 - runtime = "pytorch": `tensorrt_llm.LLM` (no engine; max_batch_size is a runtime argument).
   Its quantization comes from pre-quantized checkpoints only, so it runs fp16 / bf16 here.
 
 Replay: every request goes in through `generate_async(prompt_token_ids, streaming=True)` at
-once, and the in-flight batcher holds at most max_batch_size sequences; each streamed step
-gives the request's token times. Output length is exact: max_tokens = min_tokens = the
-request's output length with ignore_eos.
+once and one thread per request reads its stream, so each token is timestamped when the
+executor delivers it (each result has its own queue that the executor fills; a late reader
+would drain queued steps at once). Output length is exact: max_tokens = min_tokens = the
+request's output length with ignore_eos. The engine's own per-request timestamps
+(return_perf_metrics) are kept beside the harness's.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
+import sys
+import threading
 import time
 from importlib import metadata
 from pathlib import Path
@@ -35,7 +43,9 @@ PRECISIONS = {
     "int8-wo": ("W8A16", None, "float16", False),
     "int4-wo": ("W4A16", None, "float16", False),
     "int4-awq": ("W4A16_AWQ", None, "float16", True),
-    "int8-sq": ("W8A8_SQ_PER_CHANNEL_PER_TOKEN_PLUGIN", None, "float16", True),
+    # The modelopt flow (quantization/mode.py MODELOPT_FLOW_QUANTIZATIONS) reads a local calibration
+    # folder; the *_PLUGIN SmoothQuant algorithms go through an older flow that cannot.
+    "int8-sq": ("W8A8_SQ_PER_CHANNEL", None, "float16", True),
     "fp8": ("FP8", "FP8", "bfloat16", True),
 }
 # The PyTorch runtime ignores QuantConfig (llmapi/llm_utils.py: "QuantConfig for pytorch backend is
@@ -43,15 +53,18 @@ PRECISIONS = {
 PYTORCH_PRECISIONS = ("fp16", "bf16")
 ENGINE_FILE = "rank0.engine"
 ENGINE_LAST_RELEASE = (1, 2)  # tensorrt_llm._tensorrt_engine exists up to 1.2.x
-# Architectures of tensorrt_llm/models/__init__.py MODEL_MAP that are decoder-only causal LMs.
+# Decoder-only causal LMs of tensorrt_llm/models/__init__.py MODEL_MAP (1.2.x has no Qwen3MoeForCausalLM).
 ENGINE_ARCHITECTURES = (
     "GPT2LMHeadModel", "GPTJForCausalLM", "GPTNeoXForCausalLM", "LlamaForCausalLM", "MistralForCausalLM",
     "MixtralForCausalLM", "InternLMForCausalLM", "InternLM2ForCausalLM", "BaichuanForCausalLM",
     "ChatGLMForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM", "QWenLMHeadModel", "QWenForCausalLM",
-    "Qwen2ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM",
+    "Qwen2ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3ForCausalLM",
     "DeepseekForCausalLM", "DeepseekV2ForCausalLM", "CohereForCausalLM", "DbrxForCausalLM",
 )
+BUILD_DEFAULT_MAX_NUM_TOKENS = 8192  # builder.py BuildConfig.max_num_tokens (and LLM args' runtime default)
 KV_OVERHEAD_GB = 2.0  # activations, workspace and CUDA context kept out of the KV budget
+# get_calib_dataloader tests these names before it looks for a local folder.
+CALIB_RESERVED_NAMES = ("cnn_dailymail", "scienceqa", "science_qa")
 
 
 class TRTLLMBackend(Backend):
@@ -63,11 +76,16 @@ class TRTLLMBackend(Backend):
     options = {
         "runtime": Option("engine", ("engine", "pytorch"), help="TensorRT engine (<= 1.2.x) or TRT-LLM's PyTorch runtime"),
         "engine_dir": Option("", kind=str, help="a prebuilt engine folder to load instead of building"),
-        "max_num_tokens": Option(0, kind=int, help="BuildConfig.max_num_tokens; 0 = TRT-LLM's default"),
+        "max_num_tokens": Option(0, kind=int, help="BuildConfig.max_num_tokens; 0 = TRT-LLM's default (8192, "
+                                 "clamped to max_batch_size x max_seq_len)"),
         "calib_requests": Option(64, kind=int, help="workload prompts used to calibrate int8-sq / int4-awq / fp8"),
         "nvtx": Option(False, (False, True), help="TRT-LLM NVTX markers and detailed engine layer names (profiling)"),
         "free_gpu_memory_fraction": Option(0.9, kind=float, help="KvCacheConfig: share of free memory for the KV cache"),
     }
+
+    def __init__(self):
+        # An engine built in this process keeps its LLM (and executor) for load(): no second load.
+        self._built_llms: dict[str, object] = {}
 
     @classmethod
     def validate(cls, cell) -> None:
@@ -88,6 +106,7 @@ class TRTLLMBackend(Backend):
             raise BenchInputError(f"option free_gpu_memory_fraction={frac} must be in (0, 1]")
         if opts.get("max_num_tokens", 0) < 0 or opts.get("calib_requests", 64) <= 0:
             raise BenchInputError("options max_num_tokens must be >= 0 and calib_requests > 0")
+        check_max_num_tokens_option(opts.get("max_num_tokens", 0), cell.workload.max_input_len)
         if cell.precision == "fp8":
             check_fp8_capability(_compute_capability(cell.device))
         check_lengths(cell.workload)
@@ -131,91 +150,144 @@ class TRTLLMBackend(Backend):
 
         model_dir = hf_checkpoint(key.model, folder)
         llm_kwargs = engine_llm_kwargs(key, model_dir, folder, getattr(self, "workload_files", []))
+        # The constructor also starts the executor: give it the run's settings, not 1.2.1's
+        # defaults (KV cache at 90 % of free memory, block reuse on, max_num_tokens 8192).
+        runtime_kwargs, kv = runtime_llm_kwargs(key.to_dict(), expected_engine_limits(key))
+        llm_kwargs.update(runtime_kwargs)
+        log_offset = _stderr_position()
         t0 = time.perf_counter()
-        llm = LLM(**llm_kwargs)
+        try:
+            llm = LLM(**llm_kwargs)
+        except AssertionError as exc:
+            # builder.py Builder.build_engine asserts 'Engine building failed, please check the error
+            # log.'; TensorRT's reason (e.g. its OutOfMemory line) went to the log only: attach it so
+            # bench.execution.failures can tell an OOM from any other failure.
+            raise RuntimeError(build_failure_message(exc, _stderr_since(log_offset))) from exc
         try:
             llm.save(str(engine_dir))
-        finally:
+            build_s = time.perf_counter() - t0
+            if not engine_built(engine_dir):  # a failed build can still leave config.json behind
+                raise RuntimeError(f"TensorRT-LLM build finished without {engine_dir / ENGINE_FILE}; see the log above")
+        except BaseException:
             llm.shutdown()
-        build_s = time.perf_counter() - t0
-        if not engine_built(engine_dir):  # a failed build can still leave config.json behind
-            raise RuntimeError(f"TensorRT-LLM build finished without {engine_dir / ENGINE_FILE}; see the log above")
+            raise
+        self._built_llms[str(folder)] = (llm, kv)
         artifact.update(engine_dir=str(engine_dir), build_info=engine_info(engine_dir, cached=False, build_s=build_s))
         return artifact
 
     def load(self, artifact: dict) -> TRTLLMLoaded:
-        return TRTLLMLoaded(artifact)
+        return TRTLLMLoaded(artifact, self._built_llms.pop(artifact["folder"], None))
 
 
 class TRTLLMLoaded(Loaded):
-    def __init__(self, artifact: dict):
+    def __init__(self, artifact: dict, built: tuple | None = None):
         key = artifact["key"]
         opts = key["options"]
         _profiling_env(opts["nvtx"])
-        from tensorrt_llm.llmapi import KvCacheConfig
-
         self.key = key
-        kv = kv_cache_limits(
-            gpu_memory_gb=_gpu_memory_cap(), total_memory_bytes=_total_gpu_memory(key["device"]),
-            weight_bytes=_weight_bytes(key["model"], key["precision"]), kv_bytes_per_token=_kv_bytes_per_token(key["model"]),
-            free_gpu_memory_fraction=opts["free_gpu_memory_fraction"],
-        )
-        kv_config = KvCacheConfig(**kv)
         if artifact["runtime"] == "engine":
-            from tensorrt_llm._tensorrt_engine import LLM
-
             self.limits = engine_limits(Path(artifact["engine_dir"]))
-            self.llm = LLM(model=artifact["engine_dir"], skip_tokenizer_init=True, kv_cache_config=kv_config)
+            if built is not None:  # the LLM that built the engine, already running with these limits
+                self.llm, self.kv_config = built
+            else:
+                from tensorrt_llm._tensorrt_engine import LLM
+
+                # LLM args' runtime max_num_tokens defaults to 8192 whatever the engine was built
+                # with (llm.py _TrtLLM._build_model): pass the engine's own limits.
+                kwargs, self.kv_config = runtime_llm_kwargs(key, self.limits)
+                self.llm = LLM(model=artifact["engine_dir"], **kwargs)
         else:
             from tensorrt_llm import LLM
 
             self.limits = {"max_batch_size": key["max_batch_size"], "max_input_len": key["max_input_len"],
-                           "max_seq_len": key["max_seq_len"]}
-            kwargs = dict(model=artifact["model_dir"], skip_tokenizer_init=True, dtype=PRECISIONS[key["precision"]][2],
-                          max_batch_size=key["max_batch_size"], max_seq_len=key["max_seq_len"], kv_cache_config=kv_config)
-            if opts["max_num_tokens"]:
-                kwargs["max_num_tokens"] = opts["max_num_tokens"]
-            self.llm = LLM(**kwargs)
+                           "max_seq_len": key["max_seq_len"], "max_num_tokens": opts["max_num_tokens"] or None}
+            kwargs, self.kv_config = runtime_llm_kwargs(key, self.limits)
+            if not opts["max_num_tokens"]:
+                del kwargs["max_num_tokens"]
+            self.llm = LLM(model=artifact["model_dir"], dtype=PRECISIONS[key["precision"]][2],
+                           trust_remote_code=needs_remote_code(key["model"]), **kwargs)
         from bench.models import resolve_model
 
         cfg = resolve_model(key["model"]).config
         eos = cfg.get("eos_token_id")
         self.end_id = (eos[0] if isinstance(eos, list) else eos) if eos is not None else 0
-        self.kv_config = kv
 
     def run(self, requests, max_batch_size: int, options: dict) -> RunOutput:
         from tensorrt_llm.llmapi import SamplingParams
 
         requests = list(requests)
         check_requests(requests, max_batch_size, self.limits)
+        readers = []
         started = time.perf_counter()
-        pending = []
         for r in requests:
             params = SamplingParams(
                 max_tokens=r.output_len, min_tokens=r.output_len, ignore_eos=True, end_id=self.end_id,
-                pad_id=self.end_id, detokenize=False, top_k=1,
+                pad_id=self.end_id, detokenize=False, top_k=1, return_perf_metrics=True,
             )
             start = time.perf_counter()
-            pending.append((r, start, self.llm.generate_async(list(r.prompt_ids), sampling_params=params, streaming=True)))
-        timings = [_stream_timing(r, start, result) for r, start, result in pending]
+            result = self.llm.generate_async(list(r.prompt_ids), sampling_params=params, streaming=True)
+            readers.append(StreamReader(r, start, result))
+        for reader in readers:
+            reader.join()
         ended = time.perf_counter()
-        return RunOutput(timings, started, ended, {"kv_cache_config": self.kv_config, "engine_limits": self.limits})
+        for reader in readers:
+            if reader.error is not None:
+                raise reader.error
+        extra = {"kv_cache_config": self.kv_config, "engine_limits": self.limits,
+                 "engine_request_timing": [reader.engine_timing() for reader in readers]}
+        return RunOutput([reader.timing() for reader in readers], started, ended, extra)
 
     def close(self) -> None:
         self.llm.shutdown()
 
 
-def _stream_timing(r, start: float, result) -> RequestTiming:
-    """Return the request's timing, iterating its streamed result (each step: new tokens)."""
-    times: list[float] = []
-    seen = 0
-    for step in result:  # GenerationResult.__next__ blocks until the next step arrives
-        now = time.perf_counter()
-        n = len(step.outputs[0].token_ids)
-        times.extend([now] * (n - seen))  # tokens of one step become available together
-        seen = n
-    return RequestTiming(request_id=r.id, input_len=r.input_len, expected_output_len=r.output_len,
-                         output_len=seen, start=start, token_times=times, end=times[-1] if times else start)
+class StreamReader:
+    """Reads one request's stream in its own thread, timestamping tokens as they arrive."""
+
+    def __init__(self, request, start: float, result):
+        self.request, self.start, self.result = request, start, result
+        self.times: list[float] = []
+        self.seen = 0
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._read, name=f"trtllm-stream-{request.id}", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            for step in self.result:  # GenerationResult.__next__: one queue.get() per executor step
+                now = time.perf_counter()
+                n = len(step.outputs[0].token_ids)
+                self.times.extend([now] * (n - self.seen))  # tokens of one step arrive together
+                self.seen = n
+        except BaseException as exc:  # re-raised by run() in the worker's thread, where it is classified
+            self.error = exc
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def timing(self) -> RequestTiming:
+        r = self.request
+        return RequestTiming(request_id=r.id, input_len=r.input_len, expected_output_len=r.output_len,
+                             output_len=self.seen, start=self.start, token_times=self.times,
+                             end=self.times[-1] if self.times else self.start)
+
+    def engine_timing(self) -> dict:
+        """Return the engine's own view of this request (return_perf_metrics), in seconds from its arrival."""
+        out = {"request_id": self.request.id, "cached_tokens": getattr(self.result, "cached_tokens", None)}
+        metrics = self.result.outputs[0].request_perf_metrics
+        if metrics is None:
+            return out
+        try:  # bindings (tensorrt_llm.bindings.executor.RequestPerfMetrics): not checked on hardware
+            t = metrics.timing_metrics
+            out.update(
+                engine_queue_s=(t.first_scheduled_time - t.arrival_time).total_seconds(),
+                engine_ttft_s=(t.first_token_time - t.arrival_time).total_seconds(),
+                engine_e2e_s=(t.last_token_time - t.arrival_time).total_seconds(),
+                kv_reused_blocks=metrics.kv_cache_metrics.num_reused_blocks,
+            )
+        except (AttributeError, TypeError) as exc:
+            out["engine_timing_error"] = f"{type(exc).__name__}: {exc}"
+        return out
 
 
 # --- pure helpers (tested without TensorRT-LLM) -------------------------------------------------
@@ -243,13 +315,13 @@ def require_tensorrt_llm(runtime: str, version: str | None = None) -> str:
     if version is None:
         raise RuntimeError(
             "backend 'trtllm' needs TensorRT-LLM, which is not installed in this Python: run inside NVIDIA's "
-            "release container nvcr.io/nvidia/tensorrt-llm/release:1.2.0 (docs/trtllm.md), or "
-            "pip install tensorrt_llm==1.2.0 on a machine with a supported NVIDIA GPU"
+            "release container nvcr.io/nvidia/tensorrt-llm/release:1.2.1 (docs/trtllm.md), or "
+            "pip install tensorrt_llm==1.2.1 on a machine with a supported NVIDIA GPU"
         )
     if runtime == "engine" and parse_version(version) > ENGINE_LAST_RELEASE:
         raise RuntimeError(
             f"TensorRT-LLM {version} has no TensorRT engine path (tensorrt_llm._tensorrt_engine ends with 1.2.x): "
-            "install tensorrt_llm 1.2.x (container nvcr.io/nvidia/tensorrt-llm/release:1.2.0) or set the "
+            "install tensorrt_llm 1.2.x (container nvcr.io/nvidia/tensorrt-llm/release:1.2.1) or set the "
             "option runtime = 'pytorch'"
         )
     if runtime == "pytorch" and parse_version(version) < (1, 0):
@@ -291,7 +363,22 @@ def check_architecture(config: dict, model: str, runtime: str) -> None:
     if runtime == "engine" and not any(a in ENGINE_ARCHITECTURES for a in archs):
         raise BenchInputError(
             f"model {model!r} (architectures {archs or 'missing'}, model_type {config.get('model_type')!r}) is not "
-            f"a causal LM that TensorRT-LLM's engine path can convert; supported: {', '.join(ENGINE_ARCHITECTURES)}"
+            "a causal LM that TensorRT-LLM 1.2.x's engine path can convert (tensorrt_llm/models MODEL_MAP); "
+            "the PyTorch runtime (option runtime = 'pytorch') loads more architectures; engine path supports: "
+            f"{', '.join(ENGINE_ARCHITECTURES)}"
+        )
+
+
+def check_max_num_tokens_option(max_num_tokens: int, max_input_len: int) -> None:
+    """Raise BenchInputError if a chosen max_num_tokens cannot hold the workload's longest prompt.
+
+    The engine runs a whole prompt in one iteration (no chunked context): a prompt longer than
+    max_num_tokens is never scheduled.
+    """
+    if max_num_tokens and max_num_tokens < max_input_len:
+        raise BenchInputError(
+            f"option max_num_tokens={max_num_tokens} is below the workload's max_input_len {max_input_len}: "
+            "prompts that long could never be scheduled; raise max_num_tokens or use 0 (TRT-LLM's default)"
         )
 
 
@@ -311,9 +398,46 @@ def check_requests(requests, max_batch_size: int, limits: dict) -> None:
 
 
 def engine_limits(engine_dir: Path) -> dict:
-    """Return max_batch_size / max_input_len / max_seq_len from an engine's config.json."""
+    """Return max_batch_size / max_input_len / max_seq_len / max_num_tokens from an engine's config.json."""
     build = json.loads((engine_dir / "config.json").read_text())["build_config"]
-    return {k: build[k] for k in ("max_batch_size", "max_input_len", "max_seq_len")}
+    return {k: build.get(k) for k in ("max_batch_size", "max_input_len", "max_seq_len", "max_num_tokens")}
+
+
+def engine_max_num_tokens(requested: int, max_batch_size: int, max_seq_len: int) -> int:
+    """Return the max_num_tokens an engine is built with: the request (or 8192), at most max_batch_size x max_seq_len.
+
+    As builder.py build() -> _common.check_max_num_tokens does with padding removal and context
+    FMHA on (1.2.1's defaults).
+    """
+    return min(requested or BUILD_DEFAULT_MAX_NUM_TOKENS, max_batch_size * max_seq_len)
+
+
+def expected_engine_limits(key) -> dict:
+    """Return the limits an engine built for `key` will have (what its executor must be given)."""
+    return {"max_batch_size": key.max_batch_size, "max_input_len": key.max_input_len, "max_seq_len": key.max_seq_len,
+            "max_num_tokens": engine_max_num_tokens(dict(key.options)["max_num_tokens"], key.max_batch_size,
+                                                    key.max_seq_len)}
+
+
+def runtime_llm_kwargs(key: dict, limits: dict) -> tuple[dict, dict]:
+    """Return (LLM keyword arguments for the executor, the KvCacheConfig arguments used).
+
+    KV cache: block reuse off (warm-up and trials replay the same prompts; KvCacheConfig's default
+    reuses cached prefixes) and sized inside the memory cap. Limits: the engine's own, because
+    the LLM args' runtime max_num_tokens defaults to 8192 whatever the engine holds.
+    """
+    from tensorrt_llm.llmapi import KvCacheConfig
+
+    kv = {"enable_block_reuse": False, **kv_cache_limits(
+        gpu_memory_gb=_gpu_memory_cap(), total_memory_bytes=_total_gpu_memory(key["device"]),
+        weight_bytes=_weight_bytes(key["model"], key["precision"]),
+        kv_bytes_per_token=_kv_bytes_per_token(key["model"], key["precision"]),
+        free_gpu_memory_fraction=key["options"]["free_gpu_memory_fraction"],
+    )}
+    kwargs = {"skip_tokenizer_init": True, "kv_cache_config": KvCacheConfig(**kv),
+              "max_batch_size": limits["max_batch_size"], "max_num_tokens": limits["max_num_tokens"],
+              "max_seq_len": limits["max_seq_len"], "max_input_len": limits["max_input_len"]}
+    return kwargs, kv
 
 
 def check_prebuilt_engine(engine_dir: Path, cell) -> None:
@@ -331,6 +455,8 @@ def check_prebuilt_engine(engine_dir: Path, cell) -> None:
             f"{limits['max_input_len']}, max_seq_len {limits['max_seq_len']}; the cell needs max_batch_size "
             f"{cell.max_batch_size}, max_input_len {wl.max_input_len}, max_seq_len {wl.max_total_len}"
         )
+    if limits["max_num_tokens"] is not None:
+        check_max_num_tokens_option(limits["max_num_tokens"], wl.max_input_len)
 
 
 def engine_built(engine_dir: Path) -> bool:
@@ -371,14 +497,17 @@ def kv_cache_limits(
     return kv
 
 
-def _kv_bytes_per_token(model: str) -> int:
+def _kv_bytes_per_token(model: str, precision: str = "fp16") -> int:
+    """Return KV-cache bytes per token: K and V, one value per layer x KV head x head dim."""
     from bench.models import resolve_model
 
     c = resolve_model(model).config
     heads = c["num_attention_heads"]
     kv_heads = c.get("num_key_value_heads") or heads
     head_dim = c.get("head_dim") or c["hidden_size"] // heads
-    return 2 * c["num_hidden_layers"] * kv_heads * head_dim * 2  # K and V, fp16/bf16 cache
+    # An FP8 (kv_cache_quant_algo) cache stores one byte per value: twice the tokens per byte.
+    per_value = 1 if PRECISIONS[precision][1] in ("FP8", "INT8") else 2
+    return 2 * c["num_hidden_layers"] * kv_heads * head_dim * per_value
 
 
 def _weight_bytes(model: str, precision: str) -> int:
@@ -410,11 +539,49 @@ def _total_gpu_memory(device: str) -> int | None:
     return gpu_info(index).get("gpu_memory_bytes")
 
 
+def build_failure_message(exc: BaseException, log_tail: str) -> str:
+    """Return the error text of a failed engine build: TensorRT-LLM's assertion plus what it logged meanwhile."""
+    text = f"TensorRT-LLM engine build failed: {type(exc).__name__}: {exc}"
+    if log_tail.strip():
+        text += "\n--- logged during the build (last lines) ---\n" + "\n".join(log_tail.strip().splitlines()[-40:])
+    return text
+
+
+def _stderr_position() -> int | None:
+    """Return the size of the file behind stderr (the worker's log), or None if stderr is not a file."""
+    try:
+        st = os.fstat(2)
+    except OSError:
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
+def _stderr_since(offset: int | None, limit: int = 16000) -> str:
+    """Return what this process wrote to its stderr file since `offset` (the last `limit` bytes)."""
+    if offset is None:
+        return ""
+    sys.stderr.flush()
+    try:
+        with open("/proc/self/fd/2", "rb") as fh:  # reopened for reading (Linux); C++ logs land here too
+            fh.seek(offset)
+            data = fh.read()
+    except OSError:
+        return ""
+    return data[-limit:].decode(errors="replace")
+
+
 def _profiling_env(nvtx: bool) -> None:
     # Read by TRT-LLM when it is imported / when its ranges run (docs/source/performance/perf-analysis.md).
     if nvtx:
         os.environ["TLLM_NVTX_DEBUG"] = "1"
         os.environ["TLLM_LLMAPI_ENABLE_NVTX"] = "1"
+
+
+def needs_remote_code(model: str) -> bool:
+    """Return True if the model's config.json maps to custom code (auto_map), e.g. a local Qwen-7B-Chat."""
+    from bench.models import resolve_model
+
+    return bool(resolve_model(model).config.get("auto_map"))
 
 
 def engine_llm_kwargs(key, model_dir: Path, folder: Path, workload_files: list) -> dict:
@@ -423,19 +590,29 @@ def engine_llm_kwargs(key, model_dir: Path, folder: Path, workload_files: list) 
 
     opts = dict(key.options)
     algo, kv_algo, dtype, calibrate = PRECISIONS[key.precision]
-    build = {"max_batch_size": key.max_batch_size, "max_input_len": key.max_input_len, "max_seq_len": key.max_seq_len}
-    if opts["max_num_tokens"]:
-        build["max_num_tokens"] = opts["max_num_tokens"]
+    build = {"max_batch_size": key.max_batch_size, "max_input_len": key.max_input_len, "max_seq_len": key.max_seq_len,
+             "max_num_tokens": engine_max_num_tokens(opts["max_num_tokens"], key.max_batch_size, key.max_seq_len)}
     if opts["nvtx"]:
         build["profiling_verbosity"] = "detailed"  # layer names in the engine, for the kernel table
-    kwargs = {"model": str(model_dir), "dtype": dtype, "build_config": BuildConfig(**build)}
+    # 1.2.1's BuildConfig is a plain pydantic model: it would silently drop a misspelt field.
+    unknown = set(build) - set(BuildConfig.model_fields)
+    if unknown:
+        raise RuntimeError(f"BuildConfig of this TensorRT-LLM has no field(s) {sorted(unknown)}")
+    kwargs = {"model": str(model_dir), "dtype": dtype, "build_config": BuildConfig(**build),
+              "trust_remote_code": needs_remote_code(key.model)}
     if algo is not None:
         quant = {"quant_algo": getattr(QuantAlgo, algo)}
         if kv_algo is not None:
             quant["kv_cache_quant_algo"] = getattr(QuantAlgo, kv_algo)
         kwargs["quant_config"] = QuantConfig(**quant)
     if calibrate:
-        calib_dir = write_calibration_set(folder / "calib", model_dir, workload_files, opts["calib_requests"])
+        calib_dir = folder / "calib"
+        if any(name in str(calib_dir).lower() for name in CALIB_RESERVED_NAMES):
+            raise RuntimeError(
+                f"calibration folder {calib_dir} contains one of {CALIB_RESERVED_NAMES}, which TensorRT-LLM's "
+                "get_calib_dataloader takes for a Hub dataset name: use an engines folder whose path avoids them"
+            )
+        calib_dir = write_calibration_set(calib_dir, model_dir, workload_files, opts["calib_requests"])
         kwargs["calib_config"] = CalibConfig(
             calib_dataset=str(calib_dir), calib_batches=opts["calib_requests"], calib_batch_size=1,
             calib_max_seq_length=key.max_input_len,

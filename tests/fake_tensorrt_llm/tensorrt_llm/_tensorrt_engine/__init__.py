@@ -1,3 +1,3 @@
-from tensorrt_llm._fake import EngineLLM as LLM
+from ..llmapi.llm import _TrtLLM as LLM
 
 __all__ = ["LLM"]

@@ -1,0 +1,4 @@
+from .result import CompletionOutput, GenerationResult
+from .utils import RequestError
+
+__all__ = ["CompletionOutput", "GenerationResult", "RequestError"]
