@@ -294,7 +294,7 @@ def test_reference_preset_runs_end_to_end_against_the_standin(tmp_path, fake_trt
     engines = tmp_path / "engines"
     _local_model(engines / "hf-checkpoints" / "qwen-7b-shape", resolve_model("qwen-7b-shape").config)
     m = narrow(preset, only={"backend": "trtllm", "max_batch_size": "4", "workload": "sharegpt-1024"},
-               requests=8, trials=1)
+               requests=8, trials=1, runs=1)  # one process each: the preset asks 2
     m = replace(m, cells=tuple(with_workload(c, output_len=16) for c in m.cells))
     assert len(m.cells) == 3
     summary = run_matrix(m, tmp_path / "s.jsonl", show_progress=False, engines_dir=engines,
