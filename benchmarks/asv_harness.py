@@ -8,14 +8,8 @@ building the speedup table and the full report (tables + dashboard), comparing t
 from __future__ import annotations
 
 import copy
-import sys
 import tempfile
 from pathlib import Path
-
-try:
-    import bench  # noqa: F401
-except ImportError:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def write_store(path: Path, cells: int = 32, trials: int = 3, slowdown: float = 1.0) -> Path:
