@@ -96,14 +96,16 @@ def dashboard(session: nox.Session) -> None:
 def asv(session: nox.Session) -> None:
     """`asv continuous` between two commits (default HEAD~1 HEAD); fails on a regression.
 
-    `nox -s asv -- BASE HEAD [more asv args]`. The factor is BENCH_ASV_FACTOR (default 1.10:
-    10% worse). asv builds a wheel of each commit and installs it, with the CPU torch, into a
-    virtualenv under .asv/env; then `asv publish` writes dashboards/asv, made to work offline and
-    opened in headless Chromium (benchmarks/asv_site.py). GPU machines: docs/regressions.md.
+    `nox -s asv -- BASE HEAD [more asv args]`. The factor is BENCH_ASV_FACTOR (default 1.25:
+    25% worse; the harness's CPU times moved by up to 14% between runs of one commit on a loaded
+    2-core machine; on a quiet, dedicated one use 1.10). asv builds a wheel of each commit and
+    installs it, with the CPU torch, into a virtualenv under .asv/env; then `asv publish` writes
+    dashboards/asv, made to work offline and opened in headless Chromium (benchmarks/asv_site.py).
+    GPU machines: docs/regressions.md.
     """
     session.install(ASV, "virtualenv")
     base, head, *extra = session.posargs if len(session.posargs) >= 2 else ["HEAD~1", "HEAD"]
-    factor = os.environ.get("BENCH_ASV_FACTOR", "1.10")
+    factor = os.environ.get("BENCH_ASV_FACTOR", "1.25")
     session.run("asv", "machine", "--yes", silent=True)
     continuous = ["asv", "continuous", "--factor", factor, "--launch-method", "spawn", *extra]
     try:
