@@ -1,7 +1,7 @@
 """Measure two commits in one existing Python environment with asv, compare them, publish the site.
 
     python -m benchmarks.asv_existing BASE HEAD [--repo PATH_OR_BUNDLE] [--factor 1.05]
-                                      [--bench asv_cells] [--results DIR] [--html DIR]
+                                      [--bench REGEX] [--results DIR] [--html DIR]
 
 For a machine where asv must not build environments: a GPU box whose Python already has CUDA
 torch (asv would install another torch per commit), with no internet. asv cannot install
@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("head")
     ap.add_argument("--repo", default=str(ROOT), help="git repository or bundle holding both commits (default: this checkout)")
     ap.add_argument("--factor", type=float, default=1.05, help="asv's factor: worse by more than this is a regression")
-    ap.add_argument("--bench", "-b", default="asv_cells", help="regular expression of the benchmarks to run")
+    ap.add_argument("--bench", "-b", help="regular expression of the benchmarks to run (default: all; a published "
+                    "site then has a graph for every benchmark)")
     ap.add_argument("--results", default=None, help="asv results folder (default: the config's, .asv/results)")
     ap.add_argument("--html", default=None, help="published site folder (default: the config's, dashboards/asv)")
     ap.add_argument("--quick", action="store_true", help="asv --quick (one sample per benchmark; a check that it runs)")
@@ -111,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         env = {**os.environ, "BENCH_ASV_PROJECT": str(tree), "BENCH_COMMIT": commit, "BENCH_DIRTY": "0"}
         print(f"== {commit[:8]}: benchmarks from {ROOT / 'benchmarks'}, bench from {tree}", flush=True)
         run_asv("run", "--config", str(conf_path), "-E", f"existing:{sys.executable}", "--set-commit-hash", commit,
-            "--launch-method", "spawn", "--bench", args.bench, "--show-stderr", *(["--quick"] if args.quick else []),
+            "--launch-method", "spawn", "--show-stderr", *(["--bench", args.bench] if args.bench else []),
+            *(["--quick"] if args.quick else []),
             env=env)
 
     from asv.commands.compare import Compare
