@@ -1,7 +1,7 @@
 """Measure two commits in one existing Python environment with asv, compare them, publish the site.
 
     python -m benchmarks.asv_existing BASE HEAD [--repo PATH_OR_BUNDLE] [--factor 1.05]
-                                      [--bench REGEX] [--results DIR] [--html DIR]
+                                      [--bench REGEX] [--results DIR] [--html DIR] [--resume]
 
 For a machine where asv must not build environments: a GPU box whose Python already has CUDA
 torch (asv would install another torch per commit), with no internet. asv cannot install
@@ -86,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", default=None, help="asv results folder (default: the config's, .asv/results)")
     ap.add_argument("--html", default=None, help="published site folder (default: the config's, dashboards/asv)")
     ap.add_argument("--quick", action="store_true", help="asv --quick (one sample per benchmark; a check that it runs)")
+    ap.add_argument("--resume", action="store_true",
+                    help="skip benchmarks that already have a successful result for the commit in --results "
+                         "(a second call after one that ran out of time)")
     args = ap.parse_args(argv)
     try:
         import asv  # noqa: F401
@@ -115,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         code = run_asv("run", "--config", str(conf_path), "-E", f"existing:{sys.executable}",
                        "--set-commit-hash", commit, "--launch-method", "spawn", "--show-stderr",
                        *(["--bench", args.bench] if args.bench else []), *(["--quick"] if args.quick else []),
-                       env=env, ok=(0, 2))
+                       *(["--skip-existing-successful"] if args.resume else []), env=env, ok=(0, 2))
         if code == 2:  # asv: some benchmarks failed; the comparison marks one failing only at HEAD with "!"
             print(f"note: some benchmarks failed at {commit[:8]} (their errors are above)", flush=True)
 

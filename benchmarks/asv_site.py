@@ -152,8 +152,8 @@ def serve(html_dir: Path):
 
         def do_GET(self):  # noqa: N802 (http.server's name)
             path = self.path.split("?")[0]
-            page = root / (path.lstrip("/") or "index.html")
-            if page.suffix == ".html" and page.is_file():
+            page = (root / (path.lstrip("/") or "index.html")).resolve()
+            if page.suffix == ".html" and page.is_file() and page.is_relative_to(root):
                 body = page.read_text(encoding="utf-8").replace("<head>", "<head>" + _HOOK, 1).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/html; charset=utf-8")
@@ -193,7 +193,8 @@ def open_page(url: str, timeout: float = 120, screenshot: Path | None = None) ->
     if browser.chromium() is None:
         raise RuntimeError("no chromium binary on PATH (Debian: apt-get install -y chromium)")
     # A tall window: asv's grid draws a plot only once it is scrolled into view.
-    args = ["--window-size=1400,8000", "--virtual-time-budget=8000", "--enable-logging=stderr", "--v=0"]
+    size = "1400,1000" if screenshot else "1400,8000"
+    args = [f"--window-size={size}", "--virtual-time-budget=8000", "--enable-logging=stderr", "--v=0"]
     args += [f"--screenshot={screenshot}"] if screenshot else ["--dump-dom"]
     with tempfile.TemporaryDirectory(prefix="bench-chromium-") as profile:
         proc = subprocess.run([browser.chromium(), *browser.FLAGS, f"--user-data-dir={profile}", *args, url],
