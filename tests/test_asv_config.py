@@ -45,3 +45,20 @@ def test_gate_and_tracked_selections_cover_the_suite_once():
              "asv_harness.Store.time_compare", "asv_harness.Workload.time_build_workload"]
     assert [bool(gated.search(n)) + bool(tracked.search(n)) for n in names] == [1, 1, 1, 1]
     assert tracked.search("asv_cells.ModelCell.track_e2el_median_ms") and not gated.search("asv_cells.ModelCell.x")
+
+
+def test_suite_labels_need_no_bench_import_and_match_the_parsed_matrices(monkeypatch):
+    # asv discovers the suite against every commit's tree: labels come from the matrices as data,
+    # and must be the cells measure() reports.
+    import warnings
+
+    from benchmarks import asv_cells
+
+    for which in ("cpu", "gpu"):
+        monkeypatch.setenv("BENCH_ASV_MATRIX", which)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # 'cuda' without NVML: bench warns it cannot check the GPU
+            cells = asv_cells._cpu_or_gpu_matrix().cells
+        assert asv_cells._labels(asv_cells._cpu_or_gpu_data()) == [f"{c.precision}/bs{c.max_batch_size}" for c in cells]
+    fake = asv_cells._fake_matrix().cells
+    assert asv_cells.FakeCell.params == [f"{c.precision}/bs{c.max_batch_size}" for c in fake]
