@@ -97,8 +97,8 @@ def asv(session: nox.Session) -> None:
     """`asv continuous` between two commits (default HEAD~1 HEAD); fails on a regression.
 
     `nox -s asv -- BASE HEAD [more asv args]`. The factor is BENCH_ASV_FACTOR (default 1.25:
-    25% worse; the harness's CPU times moved by up to 14% between runs of one commit on a loaded
-    2-core machine; on a quiet, dedicated one use 1.10). asv builds a wheel of each commit and
+    25% worse, above the noise of the harness's CPU times on a loaded 2-core machine and below a
+    30% slowdown; on a quiet, dedicated machine use 1.10). asv builds a wheel of each commit and
     installs it, with the CPU torch, into a virtualenv under .asv/env; then `asv publish` writes
     dashboards/asv, made to work offline and opened in headless Chromium (benchmarks/asv_site.py).
     GPU machines: docs/regressions.md.
