@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -95,49 +96,52 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         sys.exit("error: asv is not installed in this Python (pip install asv; offline: docs/regressions.md lists the wheels)")
 
-    work = Path(tempfile.mkdtemp(prefix="bench-asv-existing-"))
-    repo = Path(args.repo).resolve()
-    if repo.is_file():  # a bundle: clone it to read commits and dates from
-        subprocess.run(["git", "-c", "advice.detachedHead=false", "clone", "--quiet", str(repo), str(work / "repo")],
-                       check=True)
-        repo = work / "repo"
-    commits = [resolve(repo, args.base), resolve(repo, args.head)]
+    work = Path(tempfile.mkdtemp(prefix="bench-asv-existing-"))  # trees, config, bundle clone
+    try:
+        repo = Path(args.repo).resolve()
+        if repo.is_file():  # a bundle: clone it to read commits and dates from
+            subprocess.run(["git", "-c", "advice.detachedHead=false", "clone", "--quiet", str(repo), str(work / "repo")],
+                           check=True)
+            repo = work / "repo"
+        commits = [resolve(repo, args.base), resolve(repo, args.head)]
 
-    conf = load_conf(ROOT / "asv.conf.json")
-    conf.update(repo=str(repo), benchmark_dir=str(ROOT / "benchmarks"),
-                results_dir=str(Path(args.results or ROOT / conf["results_dir"]).resolve()),
-                html_dir=str(Path(args.html or ROOT / conf["html_dir"]).resolve()),
-                env_dir=str(work / "env"))
-    conf_path = work / "asv.conf.json"
-    conf_path.write_text(json.dumps(conf, indent=1))
-    run_asv("machine", "--yes", "--config", str(conf_path), quiet=True)
-    for commit in commits:
-        tree = extract(repo, commit, work / "trees" / commit)
-        env = {**os.environ, "BENCH_ASV_PROJECT": str(tree), "BENCH_COMMIT": commit, "BENCH_DIRTY": "0"}
-        print(f"== {commit[:8]}: benchmarks from {ROOT / 'benchmarks'}, bench from {tree}", flush=True)
-        code = run_asv("run", "--config", str(conf_path), "-E", f"existing:{sys.executable}",
-                       "--set-commit-hash", commit, "--launch-method", "spawn", "--show-stderr",
-                       *(["--bench", args.bench] if args.bench else []), *(["--quick"] if args.quick else []),
-                       *(["--skip-existing-successful"] if args.resume else []), env=env, ok=(0, 2))
-        if code == 2:  # asv: some benchmarks failed; the comparison marks one failing only at HEAD with "!"
-            print(f"note: some benchmarks failed at {commit[:8]} (their errors are above)", flush=True)
+        conf = load_conf(ROOT / "asv.conf.json")
+        conf.update(repo=str(repo), benchmark_dir=str(ROOT / "benchmarks"),
+                    results_dir=str(Path(args.results or ROOT / conf["results_dir"]).resolve()),
+                    html_dir=str(Path(args.html or ROOT / conf["html_dir"]).resolve()),
+                    env_dir=str(work / "env"))
+        conf_path = work / "asv.conf.json"
+        conf_path.write_text(json.dumps(conf, indent=1))
+        run_asv("machine", "--yes", "--config", str(conf_path), quiet=True)
+        for commit in commits:
+            tree = extract(repo, commit, work / "trees" / commit)
+            env = {**os.environ, "BENCH_ASV_PROJECT": str(tree), "BENCH_COMMIT": commit, "BENCH_DIRTY": "0"}
+            print(f"== {commit[:8]}: benchmarks from {ROOT / 'benchmarks'}, bench from {tree}", flush=True)
+            code = run_asv("run", "--config", str(conf_path), "-E", f"existing:{sys.executable}",
+                           "--set-commit-hash", commit, "--launch-method", "spawn", "--show-stderr",
+                           *(["--bench", args.bench] if args.bench else []), *(["--quick"] if args.quick else []),
+                           *(["--skip-existing-successful"] if args.resume else []), env=env, ok=(0, 2))
+            if code == 2:  # asv: some benchmarks failed; the comparison marks one failing only at HEAD with "!"
+                print(f"note: some benchmarks failed at {commit[:8]} (their errors are above)", flush=True)
 
-    from asv.commands.compare import Compare
-    from asv.config import Config
-    from asv.machine import Machine
+        from asv.commands.compare import Compare
+        from asv.config import Config
+        from asv.machine import Machine
 
-    # The table `asv compare` prints, and its verdict, which the command itself does not return.
-    names = {c: f"{c[:8]} ({n})" for c, n in zip(commits, (args.base, args.head), strict=True)}
-    worsened, improved = Compare.print_table(Config.load(str(conf_path)), commits[0], commits[1], factor=args.factor,
-                                             split=False, only_changed=False, sort="default", commit_names=names,
-                                             machine=Machine.get_unique_machine_name())
-    verdict = "PERFORMANCE DECREASED" if worsened else "improved" if improved else "no significant change"
-    print(f"\n{names[commits[0]]} -> {names[commits[1]]}: {verdict} (factor {args.factor})")
-    run_asv("publish", "--config", str(conf_path))
-    from benchmarks import asv_site
+        # The table `asv compare` prints, and its verdict, which the command itself does not return.
+        names = {c: f"{c[:8]} ({n})" for c, n in zip(commits, (args.base, args.head), strict=True)}
+        worsened, improved = Compare.print_table(Config.load(str(conf_path)), commits[0], commits[1], factor=args.factor,
+                                                 split=False, only_changed=False, sort="default", commit_names=names,
+                                                 machine=Machine.get_unique_machine_name())
+        verdict = "PERFORMANCE DECREASED" if worsened else "improved" if improved else "no significant change"
+        print(f"\n{names[commits[0]]} -> {names[commits[1]]}: {verdict} (factor {args.factor})")
+        run_asv("publish", "--config", str(conf_path))
+        from benchmarks import asv_site
 
-    print(f"site: {conf['html_dir']} ({len(asv_site.localize(conf['html_dir']))} CDN references made local)")
-    return 1 if worsened else 0
+        print(f"site: {conf['html_dir']} ({len(asv_site.localize(conf['html_dir']))} CDN references made local)")
+        return 1 if worsened else 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
