@@ -65,20 +65,28 @@ def _fake_matrix():
     return parse_matrix(data)
 
 
-def measure(matrix) -> dict[str, dict[str, float]]:
+def measure(matrix, keep_store: str | Path | None = None) -> dict[str, dict[str, float]]:
     """Return {cell label without options: {ms_per_output_token, e2el_median_ms, peak_memory_gb}}.
 
     The figures are those `bench report` prints for the same records (bench.results.query: the
     run's rows, each the mean of its runs' means): ms per output token is 1000 / output tok/s.
+    keep_store (or BENCH_ASV_STORE_DIR): where the result store is kept, so `bench report` and
+    `bench compare` can read the very records asv tracked.
     """
+    import shutil
+
     from bench.execution.matrix import run_matrix
     from bench.results import query
 
+    keep_dir = keep_store or os.environ.get("BENCH_ASV_STORE_DIR")
     with tempfile.TemporaryDirectory(prefix="bench-asv-") as tmp:
-        store = Path(tmp) / "results.jsonl"
+        store = Path(tmp) / f"{matrix.name}.jsonl"
         run_matrix(matrix, store, engines_dir=Path(tmp) / "engines", workload_cache=Path(tmp) / "wl",
                    show_progress=False, command="asv")
         rows = query.select(query.measurements(query.load([store]))).rows
+        if keep_dir:
+            Path(keep_dir).mkdir(parents=True, exist_ok=True)
+            shutil.copy(store, Path(keep_dir) / store.name)
     out = {}
     for row in rows:
         if not row.ok_records:

@@ -188,7 +188,7 @@ def open_page(url: str, timeout: float = 120, screenshot: Path | None = None) ->
     """Return {errors, points, boxes, path, error_message, console} read from the page at url after it settles.
 
     points: per flot plot, the points it draws; boxes: the visible boxes asv made for plots."""
-    from bench.report import browser
+    from tests.support import browser
 
     if browser.chromium() is None:
         raise RuntimeError("no chromium binary on PATH (Debian: apt-get install -y chromium)")
@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     replaced = localize(args.html_dir)
     print(f"asv site {args.html_dir}: {len(replaced)} CDN references now point at vendor/ copies")
-    from bench.report import browser
+    from tests.support import browser
 
     if browser.chromium() is None:
         print("not opened: no chromium on PATH (Debian: apt-get install -y chromium)")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.report import browser
 from benchmarks import asv_site
+from tests.support import browser
 
 asv = pytest.importorskip("asv")
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,7 +85,7 @@ def test_a_copy_that_is_not_the_cdn_file_is_refused(tmp_path, monkeypatch):
 def published(tmp_path_factory):
     """Return the html folder asv published from a three-benchmark suite run at two commits."""
     tmp = tmp_path_factory.mktemp("asvsite")
-    commits = subprocess.run(["git", "-C", str(ROOT), "rev-list", "--max-count=2", "HEAD"],
+    commits = subprocess.run(["git", "-C", str(ROOT), "rev-list", "--first-parent", "--max-count=2", "HEAD"],
                              capture_output=True, text=True, check=True).stdout.split()
     if len(commits) < 2:
         pytest.skip("needs two commits in the checkout to label two asv result sets")

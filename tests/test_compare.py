@@ -160,7 +160,7 @@ def test_asv_suite_flags_planted_regression(tmp_path):
     conf_path = tmp_path / "asv.conf.json"
     conf_path.write_text(json.dumps(conf))
     env = {**os.environ, "HOME": str(tmp_path)}  # asv's machine file goes here, not in the user's home
-    git = ["git", "-C", str(ROOT), "rev-list", "--max-count=3", "HEAD"]
+    git = ["git", "-C", str(ROOT), "rev-list", "--first-parent", "--max-count=3", "HEAD"]
     commits = subprocess.run(git, capture_output=True, text=True, check=True).stdout.split()
     if len(commits) < 3:
         pytest.skip("needs three commits in the checkout to label three asv result sets")
