@@ -4,15 +4,16 @@ import pytest
 
 from bench.backends import speed_of_light as sol
 from bench.execution import telemetry
-from bench.models import QWEN_7B_SHAPE
+from bench.models import QWEN_7B_SHAPE, kv_bytes_per_token
 from bench.results.metrics import efficiency_metrics
 
 
 def test_kv_bytes_per_token_qwen7b_bf16():
     # 2 (K,V) x 32 layers x 32 kv heads x 128 head dim x 2 bytes = 524288 = 512 KiB
-    assert sol.kv_bytes_per_token(QWEN_7B_SHAPE, 2) == 524288
+    assert kv_bytes_per_token(QWEN_7B_SHAPE, 2) == 524288
     gqa = {"num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 128, "num_hidden_layers": 2}
-    assert sol.kv_bytes_per_token(gqa, 4) == 2 * 2 * 2 * 32 * 4
+    assert kv_bytes_per_token(gqa, 4) == 2 * 2 * 2 * 32 * 4
+    assert kv_bytes_per_token({**gqa, "head_dim": 64}, 2) == 2 * 2 * 2 * 64 * 2  # an explicit head_dim wins
 
 
 def test_a_step_streams_every_weight_but_an_untied_embedding_table():

@@ -338,7 +338,7 @@ class HFLoaded(Loaded):
         tied = head is not None and getattr(head, "weight", None) is emb.weight  # gemlite's modules have no .weight
         self.streamed_weight_bytes = streamed_weight_bytes(self.weight_bytes, stored_bytes(emb.weight), tied)
         cfg = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
-        from bench.backends.speed_of_light import kv_bytes_per_token
+        from bench.models import kv_bytes_per_token
 
         self.kv_per_token = kv_bytes_per_token(cfg.to_dict(), torch.finfo(self.dtype).bits // 8)
         self.bandwidth = None

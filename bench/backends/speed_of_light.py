@@ -19,14 +19,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
-def kv_bytes_per_token(config: dict, kv_dtype_bytes: int) -> int:
-    """Return the KV-cache bytes one token occupies: 2 (K and V) x layers x kv heads x head dim x dtype."""
-    heads = config["num_attention_heads"]
-    kv_heads = config.get("num_key_value_heads") or heads
-    head_dim = config.get("head_dim") or config["hidden_size"] // heads
-    return 2 * config["num_hidden_layers"] * kv_heads * head_dim * kv_dtype_bytes
-
-
 def streamed_weight_bytes(weight_bytes: int, embedding_bytes: int, tied: bool) -> int:
     """Return the weight bytes a decode step reads: every weight but the input embedding table.
 

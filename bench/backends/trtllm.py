@@ -372,13 +372,9 @@ def kv_cache_limits(
 
 
 def _kv_bytes_per_token(model: str) -> int:
-    from bench.models import resolve_model
+    from bench.models import kv_bytes_per_token, resolve_model
 
-    c = resolve_model(model).config
-    heads = c["num_attention_heads"]
-    kv_heads = c.get("num_key_value_heads") or heads
-    head_dim = c.get("head_dim") or c["hidden_size"] // heads
-    return 2 * c["num_hidden_layers"] * kv_heads * head_dim * 2  # K and V, fp16/bf16 cache
+    return kv_bytes_per_token(resolve_model(model).config, 2)  # fp16/bf16 cache
 
 
 def _weight_bytes(model: str, precision: str) -> int:
