@@ -14,12 +14,13 @@ import json
 import os
 import time
 import warnings
-from importlib import metadata, util
+from importlib import util
 from pathlib import Path
 
 from bench.backends.base import Backend, Loaded, Option, RequestTiming, RunOutput
 from bench.backends.speed_of_light import streamed_weight_bytes
 from bench.errors import BenchInputError
+from bench.execution.environment import installed_version, major_minor
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 # torchao precisions: the model loads in bf16, then torchao replaces the Linear weights.
@@ -140,7 +141,7 @@ class HFBackend(Backend):
                 raise BenchInputError(
                     "attn_implementation='flash_attention_2' runs on CUDA in fp16/bf16 only: use 'sdpa' here"
                 )
-        if attn == "flex_attention" and _dist_version("torch") < (2, 5):
+        if attn == "flex_attention" and major_minor(installed_version("torch") or "0") < (2, 5):
             raise BenchInputError(
                 "attn_implementation='flex_attention' needs torch >= 2.5 (torch.nn.attention.flex_attention): "
                 "upgrade torch or use 'sdpa'"
@@ -202,13 +203,6 @@ class HFBackend(Backend):
         return HFLoaded(artifact)
 
 
-def _dist_version(dist: str) -> tuple[int, int]:
-    try:
-        return _version(metadata.version(dist))
-    except metadata.PackageNotFoundError:
-        return (0, 0)
-
-
 def _check_gpu(cell) -> None:
     """Reject a precision the GPU cannot run, reading its compute capability through NVML (no CUDA context)."""
     from bench.execution.environment import gpu_info
@@ -264,16 +258,9 @@ def _check_architecture(model: str, config: dict) -> None:
 
     if model_type not in CONFIG_MAPPING_NAMES:
         raise BenchInputError(
-            f"model {model!r}: transformers {_installed('transformers')} does not know model_type {model_type!r}; "
+            f"model {model!r}: transformers {installed_version('transformers') or '(not installed)'} does not know model_type {model_type!r}; "
             "upgrade transformers (`pip install -U transformers`) or point `model` at a supported architecture"
         )
-
-
-def _installed(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "(not installed)"
 
 
 class HFLoaded(Loaded):
@@ -297,7 +284,7 @@ class HFLoaded(Loaded):
         ref = resolve_model(key["model"])
         kwargs = {"attn_implementation": opts["attn_implementation"]}
         # transformers >= 4.56 calls it `dtype`; older releases only know `torch_dtype`.
-        dtype_kw = "dtype" if _version(transformers.__version__) >= (4, 56) else "torch_dtype"
+        dtype_kw = "dtype" if major_minor(transformers.__version__) >= (4, 56) else "torch_dtype"
         kwargs[dtype_kw] = self.dtype
         if ref.path:
             self.model = AutoModelForCausalLM.from_pretrained(ref.path, **kwargs).to(self.device)
@@ -518,11 +505,6 @@ class HFLoaded(Loaded):
         del self.model
         self.loop = None  # it holds the model and its static caches
         self.recover()
-
-
-def _version(text: str) -> tuple[int, int]:
-    parts = text.split(".")
-    return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
 
 
 def count_produced(tokens, requested: list[int], eos_ids=None) -> list[int]:

@@ -22,11 +22,11 @@ from __future__ import annotations
 import json
 import os
 import time
-from importlib import metadata
 from pathlib import Path
 
 from bench.backends.base import Backend, Loaded, Option, RequestTiming, RunOutput
 from bench.errors import BenchInputError
+from bench.execution.environment import installed_version, major_minor
 
 # precision -> (QuantAlgo member, kv_cache_quant_algo member, activation dtype, needs calibration)
 PRECISIONS = {
@@ -221,38 +221,22 @@ def _stream_timing(r, start: float, result) -> RequestTiming:
 # --- pure helpers (tested without TensorRT-LLM) -------------------------------------------------
 
 
-def installed_version() -> str | None:
-    """Return the installed tensorrt_llm version, read from package metadata (no import)."""
-    for dist in ("tensorrt_llm", "tensorrt-llm"):
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def parse_version(text: str) -> tuple[int, int]:
-    """Return (major, minor) of a version string such as '1.2.0rc5' or '0.21.0'."""
-    parts = text.split(".")
-    return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0) if len(parts) > 1 else 0
-
-
 def require_tensorrt_llm(runtime: str, version: str | None = None) -> str:
     """Return the installed version; RuntimeError naming what to install if it cannot serve `runtime`."""
-    version = version if version is not None else installed_version()
+    version = version if version is not None else installed_version("tensorrt_llm", "tensorrt-llm")
     if version is None:
         raise RuntimeError(
             "backend 'trtllm' needs TensorRT-LLM, which is not installed in this Python: run inside NVIDIA's "
             "release container nvcr.io/nvidia/tensorrt-llm/release:1.2.0 (docs/trtllm.md), or "
             "pip install tensorrt_llm==1.2.0 on a machine with a supported NVIDIA GPU"
         )
-    if runtime == "engine" and parse_version(version) > ENGINE_LAST_RELEASE:
+    if runtime == "engine" and major_minor(version) > ENGINE_LAST_RELEASE:
         raise RuntimeError(
             f"TensorRT-LLM {version} has no TensorRT engine path (tensorrt_llm._tensorrt_engine ends with 1.2.x): "
             "install tensorrt_llm 1.2.x (container nvcr.io/nvidia/tensorrt-llm/release:1.2.0) or set the "
             "option runtime = 'pytorch'"
         )
-    if runtime == "pytorch" and parse_version(version) < (1, 0):
+    if runtime == "pytorch" and major_minor(version) < (1, 0):
         raise RuntimeError(f"TensorRT-LLM {version} predates the PyTorch runtime of the LLM API: install 1.x")
     return version
 
