@@ -17,7 +17,7 @@ PACKAGE = ROOT / "bench"
 # The pipeline, in order. Each stage lists the modules or packages it holds (a package holds
 # its submodules).
 STAGES: list[tuple[str, tuple[str, ...]]] = [
-    ("spec", ("bench", "bench.errors", "bench.spec", "bench.models")),
+    ("spec", ("bench", "bench.errors", "bench.spec", "bench.models", "bench.files")),
     ("workloads", ("bench.workloads",)),
     ("execution", ("bench.execution", "bench.backends", "bench.serving")),
     ("results", ("bench.results",)),

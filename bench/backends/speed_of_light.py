@@ -18,6 +18,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench.files import write_atomic
+
 
 def streamed_weight_bytes(weight_bytes: int, embedding_bytes: int, tied: bool) -> int:
     """Return the weight bytes a decode step reads: every weight but the input embedding table.
@@ -115,6 +117,5 @@ def copy_bandwidth(device, cache_dir: Path) -> dict:
         except (OSError, json.JSONDecodeError):
             pass  # a broken cache file is measured again
     data = {"bandwidth_bytes_s": measure_copy_bandwidth(device), "gpu": props.name, "measured_at": time.time()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data))
+    write_atomic(path, json.dumps(data))
     return {**data, "cached": False}

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from bench.cli import parse_pairs
 from bench.errors import BenchInputError
+from bench.files import write_atomic
 
 
 def register(sub) -> None:
@@ -97,12 +98,7 @@ def cmd_oom(args) -> int:
     with ResultStore(store).writer():
         failed = _search_all(searches, args, store, cap, matrix, context, console, (lower, upper))
     table = frontier_markdown(frontier_rows(query.load([store]))) if store.exists() else frontier_markdown([])
-    out_dir = Path(args.report_dir or f"dashboards/{matrix.name}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "oom-frontier.md"
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text(table)
-    tmp.replace(path)
+    path = write_atomic(Path(args.report_dir or f"dashboards/{matrix.name}") / "oom-frontier.md", table)
     print(table)
     console.print(f"frontier: {path}")
     return 1 if failed else 0
