@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.cli import parse_pairs
+from bench.cli import add_matrix_arguments, load_selected_matrix
 from bench.errors import BenchInputError
 from bench.files import write_atomic
 
@@ -16,9 +16,7 @@ def register(sub) -> None:
         description="Probes each configuration of the matrix with one full batch of worst-case requests "
         "(see docs/oom.md); the matrix's max_batch_sizes are ignored except as default bounds.",
     )
-    r.add_argument("--preset", help="built-in matrix (see `bench presets`)")
-    r.add_argument("--matrix", help="matrix TOML file")
-    r.add_argument("--only", help="search only matching cells, e.g. precision=bf16")
+    add_matrix_arguments(r, "search only matching cells, e.g. precision=bf16")
     r.add_argument("--lengths", help="input x output lengths to search, e.g. 1024x1024,2048x2048 "
                    "(default: each workload's max_input_len x its longest output)")
     r.add_argument("--lower", type=int, help="smallest batch size to probe (default: the matrix's smallest)")
@@ -66,12 +64,8 @@ def cmd_oom(args) -> int:
     from bench.results import query
     from bench.results.records import new_context
     from bench.results.store import ResultStore
-    from bench.spec import load_matrix, narrow
 
-    if args.matrix and args.preset:
-        raise BenchInputError("give either --matrix FILE or --preset NAME, not both")
-    matrix = load_matrix(args.matrix) if args.matrix else load_matrix(args.preset or "default", preset=True)
-    matrix = narrow(matrix, only=parse_pairs(args.only, "--only"))
+    matrix = load_selected_matrix(args)
     sizes = sorted({c.max_batch_size for c in matrix.cells})
     lower = args.lower if args.lower is not None else sizes[0]
     upper = args.upper if args.upper is not None else sizes[-1]
