@@ -226,32 +226,6 @@ def test_bench_profile_end_to_end(tmp_path):
     assert (Path(extra["kernel_table"]).parent / "categories.csv").is_file()
 
 
-def test_figures_side_by_side(tmp_path):
-    from bench.profiling.figures import (
-        kernels_per_instance_figure,
-        profile_frame,
-        time_per_instance_figure,
-    )
-
-    records = []
-    for prec, norm_k, attn_k in (("bf16", 8, 28), ("fp16", 1, 3)):
-        inst = {f"Qwen2RMSNorm:n{i}": {i} for i in range(2)} | {"Qwen2Attention:a": {9}}
-        kernels = [_k(f"k{j}", 2.0, (f"Qwen2RMSNorm:n{i}", i)) for i in range(2) for j in range(norm_k)]
-        kernels += [_k(f"a{j}", 1.0, ("Qwen2Attention:a", 9)) for j in range(attn_k)]
-        path = build_kernel_table(kernels, inst, source="t", unit="gpu_kernel").save(tmp_path / f"{prec}.json")
-        records.append({"status": "ok", "cell_id": prec, "extra": {"kernel_table": str(path)},
-                        "cell": {"backend": "hf", "precision": prec, "max_batch_size": 1,
-                                 "options": {"attn_implementation": "sdpa", "batching": "dataset"}}})
-    records.append({"status": "error", "cell_id": "x", "extra": {}})
-    frame = profile_frame(records)
-    assert set(frame["config"]) == {"hf attn_implementation=sdpa"}
-    fig = kernels_per_instance_figure(frame)
-    by = {(tr.name, tr.xaxis): list(tr.y) for tr in fig.data}
-    assert by == {("bf16", "x"): [8], ("fp16", "x"): [1], ("bf16", "x2"): [28], ("fp16", "x2"): [3]}
-    times = {(tr.name, tr.xaxis): list(tr.y) for tr in time_per_instance_figure(frame).data}
-    assert times[("bf16", "x")] == [16.0] and times[("fp16", "x2")] == [3.0]
-
-
 def test_bench_profile_bad_input(tmp_path):
     proc = _bench("profile", "--matrix", str(_matrix(tmp_path, '["hf", "fake"]')))
     assert proc.returncode == 2 and "backend(s) ['fake']" in proc.stderr

@@ -61,12 +61,6 @@ def run_lower_bound_s(
     return sum(batch_lower_bound_s(b, weight_bytes, kv_per_token, bandwidth_bytes_s) for b in batches)
 
 
-def sol_tokens_per_s(weight_bytes: int, kv_per_token: int, context_len: int, batch: int, bandwidth_bytes_s: float) -> float:
-    """Return the decode speed-of-light in output tokens/s for `batch` rows at one context length."""
-    step_s = decode_step_bytes(weight_bytes, kv_per_token, [context_len] * batch) / bandwidth_bytes_s
-    return batch / step_s
-
-
 def bandwidth_cache_dir(engines_dir) -> Path:
     """Return the folder that caches this machine's copy bandwidth: beside the engines, shared by all keys."""
     return Path(engines_dir) / "_machine"

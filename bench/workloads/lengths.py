@@ -1,13 +1,10 @@
-"""Length statistics of a workload: summary figures and histogram data (pure functions).
+"""Length statistics of a workload: the summary figures `bench workload show` prints (pure functions).
 
-The dashboard calls length_histogram(workload) for its input/output length plot; `bench
-workload show` prints length_stats(workload). Percentiles are numpy.percentile's (linear
-interpolation between ranks), as everywhere in the harness.
+The dashboard draws its length histograms from the stored samples (bench.report.figures).
+Percentiles are numpy.percentile's (linear interpolation between ranks), as everywhere in the harness.
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -31,25 +28,6 @@ def length_stats(workload_or_requests) -> dict:
     if not ins:
         raise ValueError("a workload without requests has no length statistics")
     return {"num_requests": len(ins), "input": describe(ins), "output": describe(outs)}
-
-
-def histogram(values: list[int], bins: int = 20) -> dict[str, list[int]]:
-    """Return {"edges": bins + 1 integer edges, "counts": bins counts}; bins are [lo, hi)."""
-    lo, hi = min(values), max(values) + 1  # the last edge is exclusive, so max lands in a bin
-    width = max(1, math.ceil((hi - lo) / bins))
-    n = math.ceil((hi - lo) / width)
-    counts = [0] * n
-    for x in values:
-        counts[(x - lo) // width] += 1
-    return {"edges": [lo + i * width for i in range(n + 1)], "counts": counts}
-
-
-def length_histogram(workload_or_requests, bins: int = 20) -> dict[str, dict[str, list[int]]]:
-    """Return histogram data {"input": {...}, "output": {...}} of a workload's token lengths."""
-    ins, outs = _lengths(workload_or_requests)
-    if not ins:
-        raise ValueError("a workload without requests has no length histogram")
-    return {"input": histogram(ins, bins), "output": histogram(outs, bins)}
 
 
 def format_stats(workload) -> str:
