@@ -24,9 +24,8 @@ from bench.files import write_atomic
 def streamed_weight_bytes(weight_bytes: int, embedding_bytes: int, tied: bool) -> int:
     """Return the weight bytes a decode step reads: every weight but the input embedding table.
 
-    A step looks up one embedding row per sequence (a few KB), not the table; a tied table is
-    still read whole, as the output projection. Counting the table (1.24 GB of Qwen-7B's 15.4
-    GB in bf16) would lower the speed-of-light and flatter every cell's % of it.
+    A step looks up one embedding row per sequence, not the table (a tied table is still read
+    whole, as the output projection); counting it would flatter every cell's % of speed-of-light.
     """
     return weight_bytes if tied else weight_bytes - embedding_bytes
 
