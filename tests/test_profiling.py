@@ -159,6 +159,65 @@ def test_ranges_stay_balanced_when_forward_raises():
     assert not model._forward_hooks and not model._forward_pre_hooks  # hooks removed on exit
 
 
+class _FakeNvtxDomain:
+    def __init__(self, name, calls):
+        self.name, self.calls = name, calls
+
+    def get_event_attributes(self, message=None, color=None, category=None, payload=None):
+        return {"message": message}
+
+    def push_range(self, attributes=None):
+        self.calls.append(("push", self.name, attributes["message"]))
+
+    def pop_range(self):
+        self.calls.append(("pop", self.name, None))
+
+
+def test_nvtx_ranges_go_to_the_harness_domain_through_the_nvtx_package(monkeypatch):
+    import types
+
+    from bench.profiling.nvtx import NVTX_DOMAIN, ModuleRanges, RangeStack
+
+    calls = []
+    fake = types.ModuleType("nvtx")
+    fake.get_domain = lambda name=None: _FakeNvtxDomain(name, calls)
+    monkeypatch.setitem(sys.modules, "nvtx", fake)
+    model, x = _toy()
+    stack = RangeStack(record_function=False, nvtx=True)
+    assert stack.nvtx_domain == NVTX_DOMAIN == "bench"
+    with ModuleRanges(model, ["*RMSNorm"], stack=stack, phases=False):
+        model(x)
+    assert calls == [("push", "bench", "ToyRMSNorm:norm1"), ("pop", "bench", None),
+                     ("push", "bench", "ToyRMSNorm:norm2"), ("pop", "bench", None)]
+
+
+def test_nvtx_ranges_fall_back_to_torch_markers_without_the_package(monkeypatch):
+    import torch
+
+    from bench.profiling.nvtx import RangeStack
+
+    monkeypatch.setitem(sys.modules, "nvtx", None)  # `import nvtx` raises ImportError
+    calls = []
+    monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda label: calls.append(("push", label)))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: calls.append(("pop",)))
+    stack = RangeStack(record_function=False, nvtx=True)
+    assert stack.nvtx_domain is None  # NVTX's default domain
+    with stack.range("batch:0"):
+        pass
+    assert calls == [("push", "batch:0"), ("pop",)]
+
+
+def test_the_real_nvtx_package_accepts_the_harness_domain_without_a_tool():
+    nvtx = pytest.importorskip("nvtx")
+    from bench.profiling.nvtx import nvtx_markers
+
+    push, pop, domain = nvtx_markers()
+    assert domain == "bench"
+    push("batch:0")  # no tool attached: the package's domain is a no-op, never an error
+    pop()
+    assert nvtx.get_domain(domain) is not None
+
+
 def test_unmatched_pattern_warns_with_classes():
     from bench.profiling.nvtx import match_modules
 
