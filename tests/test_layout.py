@@ -198,3 +198,42 @@ def test_relative_imports_resolve_and_listed_exceptions_pass(tmp_path):
 ])
 def test_where_modules_sit(module, stage):
     assert stage_of(module) == stage
+
+
+def _documented_modules() -> list[tuple[str, str]]:
+    """Return (stage, module) for every module the module table of docs/architecture.md names."""
+    import re
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text.split("## Modules", 1)[1].split("\n## ", 1)[0]
+    out = []
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or cells[0] in ("stage", "---"):
+            continue
+        folder = None
+        for name in re.findall(r"`([\w/]+(?:\.py|/\*\.py))`", cells[1]):
+            if "/" in name:
+                folder = name.rsplit("/", 1)[0]
+            elif folder:
+                name = f"{folder}/{name}"
+            out.append((cells[0], name))
+    return out
+
+
+def test_architecture_doc_lists_every_module_in_its_stage():
+    documented = _documented_modules()
+    named = set()
+    for stage, name in documented:
+        paths = sorted(PACKAGE.glob(name.replace("bench/", "", 1))) if "*" in name else [
+            PACKAGE / name.replace("bench/", "", 1)]
+        assert paths and all(p.is_file() for p in paths), f"docs/architecture.md names {name}, which does not exist"
+        for path in paths:
+            module = module_name(path, PACKAGE)
+            expected = {"oom": "analysis", "profiling": "analysis"}.get(stage, stage)
+            assert stage_of(module) == expected, f"docs/architecture.md puts {module} in {stage}; the code: {stage_of(module)}"
+            named.add(path)
+    missing = [str(p.relative_to(ROOT)) for p in sorted(PACKAGE.rglob("*.py"))
+               if p not in named and p.name not in ("__main__.py",) and not (p.name == "__init__.py" and p.parent != PACKAGE
+                                                                              and p.parent.name != "backends")]
+    assert not missing, f"docs/architecture.md's module table does not name: {missing}"
