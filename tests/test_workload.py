@@ -17,6 +17,17 @@ def test_qwen_tokenizer_is_qwen_7b_chat():
     assert ids == want
 
 
+def test_qwen_tokenizer_normalizes_text_to_nfc_as_qwen_7b_chat_does():
+    # QWenTokenizer.tokenize runs unicodedata.normalize("NFC", text) before its BPE: a decomposed
+    # "ö" (o + U+0308) must get the ids of the composed one, in raw and in chat prompts.
+    tok = load_tokenizer("qwen-7b-chat")
+    composed, decomposed = "Schr\u00f6dinger's cat", "Schro\u0308dinger's cat"
+    assert decomposed.encode() != composed.encode()  # different bytes, so a plain BPE gives different ids
+    assert tok.encode(decomposed) == tok.encode(composed)
+    assert tok.decode(tok.encode(decomposed)) == composed
+    assert tok.chat(decomposed) == tok.chat(composed)
+
+
 def test_build_is_deterministic_and_filtered(tiny_sharegpt):
     spec = WorkloadSpec("w", path=str(tiny_sharegpt), num_requests=10, max_output_len=8, seed=3)
     a, b = build_workload(spec), build_workload(spec)

@@ -25,7 +25,9 @@ from bench.errors import BenchInputError
 from bench.files import write_atomic
 from bench.spec import WorkloadSpec, canonical_json, short_hash
 
-WORKLOAD_FORMAT = 1
+# Part of a cached workload's key: bumped when the same spec builds different requests (2: Qwen
+# text is NFC-normalized before encoding), so a cache built before is rebuilt, not replayed.
+WORKLOAD_FORMAT = 2
 # Why a candidate record was not used, in the order the rules are checked (one count each).
 DROP_RULES = ("prompt_too_short", "output_too_short", "prompt_too_long", "total_too_long")
 
