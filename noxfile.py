@@ -1,4 +1,4 @@
-"""nox sessions: tests, lint, bench-matrix, dashboard, asv, asv-planted.
+"""nox sessions: tests, lint, bench-matrix, dashboard, asv, asv-planted, micro-benchmarks.
 
 On a machine without a CUDA GPU the sessions install torch's CPU build first (torch==2.13.0),
 so nothing pulls a multi-GB CUDA wheel. On a machine whose Python already has torch with CUDA
@@ -90,6 +90,20 @@ def dashboard(session: nox.Session) -> None:
     if not REUSE:
         _install(session)
     session.run("python", "-m", "bench", "report", *session.posargs)
+
+
+@nox.session(name="micro-benchmarks")
+def micro_benchmarks(session: nox.Session) -> None:
+    """The harness's own hot paths under pytest-benchmark: workload build, store load, report build, SSE parsing.
+
+    Not part of `tests` (benchmarks/micro is outside testpaths). Each run is saved as JSON under
+    .benchmarks/ and compared with the latest saved run of this machine; pass e.g.
+    `-- --benchmark-compare-fail=median:25%` to fail on a slowdown (docs/regressions.md).
+    """
+    _install(session, "test")
+    session.run("python", "-m", "pytest", "benchmarks/micro", "-p", "no:cacheprovider", "--benchmark-only",
+                "--benchmark-autosave", "--benchmark-compare", "--benchmark-sort=name",
+                "--benchmark-columns=min,median,iqr,ops,rounds", *session.posargs)
 
 
 @nox.session

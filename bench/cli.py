@@ -31,6 +31,24 @@ def parse_pairs(text: str | None, flag: str = "--baseline") -> dict | None:
     return out
 
 
+def add_matrix_arguments(parser: argparse.ArgumentParser, only_help: str) -> None:
+    """Add --preset, --matrix and --only, the flags that choose a command's cells (load_selected_matrix)."""
+    parser.add_argument("--preset", help="built-in matrix (see `bench presets`)")
+    parser.add_argument("--matrix", help="matrix TOML file")
+    parser.add_argument("--only", help=only_help)
+
+
+def load_selected_matrix(args):
+    """Return the matrix named by --matrix / --preset, narrowed by --only (and --requests/--trials/--runs if given)."""
+    from bench.spec import load_matrix, narrow
+
+    if args.matrix and args.preset:
+        raise BenchInputError("give either --matrix FILE or --preset NAME, not both")
+    matrix = load_matrix(args.matrix) if args.matrix else load_matrix(args.preset or "default", preset=True)
+    return narrow(matrix, only=parse_pairs(args.only, "--only"), requests=getattr(args, "requests", None),
+                  trials=getattr(args, "trials", None), runs=getattr(args, "runs", None))
+
+
 def build_parser() -> argparse.ArgumentParser:
     import bench.commands
 

@@ -49,6 +49,21 @@ QWEN_TINY = {
 NAMED_MODELS: dict[str, dict] = {"qwen-tiny": QWEN_TINY, "qwen-7b-shape": QWEN_7B_SHAPE}
 
 
+def head_dim(config: dict) -> int:
+    """Return the width of one attention head: the config's head_dim, else hidden_size / heads."""
+    return config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+
+
+def kv_heads(config: dict) -> int:
+    """Return the number of key/value heads (GQA), the attention heads when the config has none."""
+    return config.get("num_key_value_heads") or config["num_attention_heads"]
+
+
+def kv_bytes_per_token(config: dict, kv_dtype_bytes: int) -> int:
+    """Return the KV-cache bytes one token occupies: 2 (K and V) x layers x kv heads x head dim x dtype."""
+    return 2 * config["num_hidden_layers"] * kv_heads(config) * head_dim(config) * kv_dtype_bytes
+
+
 @dataclass(frozen=True)
 class ModelRef:
     """What a cell's `model` string resolves to: a named config or a local directory."""
@@ -62,10 +77,9 @@ class ModelRef:
         """Return the parameter count implied by the config (decoder-only, Qwen2-style)."""
         c = self.config
         h, layers, vocab = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
-        heads, kv = c["num_attention_heads"], c.get("num_key_value_heads") or c["num_attention_heads"]
-        head_dim = c.get("head_dim") or h // heads
-        attn = h * heads * head_dim + 2 * h * kv * head_dim + heads * head_dim * h
-        attn_bias = (heads + 2 * kv) * head_dim
+        heads, kv, hd = c["num_attention_heads"], kv_heads(c), head_dim(c)
+        attn = h * heads * hd + 2 * h * kv * hd + heads * hd * h
+        attn_bias = (heads + 2 * kv) * hd
         mlp = 3 * h * c["intermediate_size"]
         per_layer = attn + attn_bias + mlp + 2 * h
         embed = vocab * h * (1 if c.get("tie_word_embeddings") else 2)

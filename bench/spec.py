@@ -197,15 +197,12 @@ class Cell:
         return dict(self.options)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["options"] = dict(self.options)
-        return d
+        return _to_json_form(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> Cell:
-        d = dict(d)
+        d = _from_json_form(d)
         d["workload"] = WorkloadSpec(**d["workload"])
-        d["options"] = tuple(sorted(d.get("options", {}).items()))
         return cls(**d)
 
     @property
@@ -241,6 +238,20 @@ class Cell:
         )
 
 
+def _to_json_form(key) -> dict:
+    """Return a Cell's or BuildKey's fields as a dict whose options are a dict (their JSON form)."""
+    d = asdict(key)
+    d["options"] = dict(key.options)
+    return d
+
+
+def _from_json_form(d: dict) -> dict:
+    """Return the fields of a JSON-form Cell or BuildKey with options as the sorted tuple the frozen type holds."""
+    d = dict(d)
+    d["options"] = tuple(sorted(d.get("options", {}).items()))
+    return d
+
+
 @dataclass(frozen=True)
 class BuildKey:
     """The part of a cell that determines a built artifact; cells sharing it share a worker."""
@@ -255,15 +266,11 @@ class BuildKey:
     max_seq_len: int | None = None
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["options"] = dict(self.options)
-        return d
+        return _to_json_form(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> BuildKey:
-        d = dict(d)
-        d["options"] = tuple(sorted(d.get("options", {}).items()))
-        return cls(**d)
+        return cls(**_from_json_form(d))
 
     @property
     def key_hash(self) -> str:

@@ -35,3 +35,13 @@ def test_mismatch_and_failure_counted():
 def test_zero_window_rejected():
     with pytest.raises(ValueError):
         pass_metrics([], 1.0, 1.0)
+
+
+def test_tpot_has_one_definition_for_a_request_and_for_a_frame_column():
+    import numpy as np
+
+    from bench.results.metrics import time_per_output_token
+
+    assert time_per_output_token(110.0, 10.0, 11) == pytest.approx(10.0)  # (110 - 10) / (11 - 1)
+    column = time_per_output_token(np.array([110.0, 50.0]), np.array([10.0, 10.0]), np.array([11, 5]))
+    assert column.tolist() == pytest.approx([10.0, 10.0])

@@ -1,6 +1,5 @@
 """nsys SQLite reader: real exports from two nsys versions, and databases built with the documented schema."""
 
-import os
 import sqlite3
 import stat
 from pathlib import Path
@@ -18,19 +17,10 @@ from bench.profiling.nsys_collector import (
     table_from_sqlite,
 )
 
-
-def _shared_nsys() -> Path | None:
-    for base in (Path(__file__).resolve().parents[2] / "shared", Path(os.environ.get("BENCH_SHARED_DIR", "/nonexistent"))):
-        if (base / "data" / "nsys").is_dir():
-            return base / "data" / "nsys"
-    return None
+# Real exports from two nsys versions, vendored with their license and source (tests/data/nsys/README.md).
+REAL = Path(__file__).resolve().parent / "data" / "nsys"
 
 
-REAL = _shared_nsys()
-needs_real = pytest.mark.skipif(REAL is None, reason="real nsys exports not found (shared/data/nsys or $BENCH_SHARED_DIR)")
-
-
-@needs_real
 def test_real_export_nsys2022_nvtx_ranges_and_duplicate_runtime_rows():
     # nsys 2022.2, schema 2.9.1: NVTX text in `text` or via textId, two runtime rows per launch
     # (cudaLaunchKernel around cudaLaunchKernel_v7000) that must not double-count.
@@ -49,7 +39,6 @@ def test_real_export_nsys2022_nvtx_ranges_and_duplicate_runtime_rows():
     assert row.kernel == "saxpy(double *, double *, double *, double, int)"
 
 
-@needs_real
 def test_real_export_nsys2024_without_nvtx():
     path = REAL / "cloverleaf-cuda_nsys2024.5.sqlite"
     kernels, instances, info = read_sqlite(path)

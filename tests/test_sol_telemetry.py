@@ -4,15 +4,16 @@ import pytest
 
 from bench.backends import speed_of_light as sol
 from bench.execution import telemetry
-from bench.models import QWEN_7B_SHAPE
+from bench.models import QWEN_7B_SHAPE, kv_bytes_per_token
 from bench.results.metrics import efficiency_metrics
 
 
 def test_kv_bytes_per_token_qwen7b_bf16():
     # 2 (K,V) x 32 layers x 32 kv heads x 128 head dim x 2 bytes = 524288 = 512 KiB
-    assert sol.kv_bytes_per_token(QWEN_7B_SHAPE, 2) == 524288
+    assert kv_bytes_per_token(QWEN_7B_SHAPE, 2) == 524288
     gqa = {"num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 128, "num_hidden_layers": 2}
-    assert sol.kv_bytes_per_token(gqa, 4) == 2 * 2 * 2 * 32 * 4
+    assert kv_bytes_per_token(gqa, 4) == 2 * 2 * 2 * 32 * 4
+    assert kv_bytes_per_token({**gqa, "head_dim": 64}, 2) == 2 * 2 * 2 * 64 * 2  # an explicit head_dim wins
 
 
 def test_a_step_streams_every_weight_but_an_untied_embedding_table():
@@ -31,19 +32,24 @@ def test_decode_step_and_batch_bound_by_hand():
     assert sol.batch_lower_bound_s([], 1000, 10, 1.0) == 0.0
 
 
+def sol_tokens_per_s(weight_bytes, kv_per_token, context_len, batch, bandwidth_bytes_s):
+    """Decode speed-of-light in output tokens/s for `batch` rows at one context length."""
+    return batch / (sol.decode_step_bytes(weight_bytes, kv_per_token, [context_len] * batch) / bandwidth_bytes_s)
+
+
 def test_sol_tokens_per_s_matches_the_probe_figure():
     # Qwen-7B shape in bf16 at 4.28 TB/s, batch 1, context 256: about 275 tok/s.
     from bench.models import resolve_model
 
     w = resolve_model("qwen-7b-shape").num_parameters * 2
-    rate = sol.sol_tokens_per_s(w, 524288, 256, 1, 4.28e12)
+    rate = sol_tokens_per_s(w, 524288, 256, 1, 4.28e12)
     assert 265 < rate < 285  # the issue's figure, every weight counted
     # What a step reads: less the 1.24 GB embedding table; at the H200's 4.24 TB/s, about 296 tok/s.
     emb = QWEN_7B_SHAPE["vocab_size"] * QWEN_7B_SHAPE["hidden_size"] * 2
     streamed = sol.streamed_weight_bytes(w, emb, tied=False)
     assert streamed == pytest.approx(14.20e9, rel=1e-3)
-    assert sol.sol_tokens_per_s(streamed, 524288, 256, 1, 4.24e12) == pytest.approx(296, abs=1)
-    assert sol.sol_tokens_per_s(100, 0, 0, 4, 1000.0) == pytest.approx(40.0)
+    assert sol_tokens_per_s(streamed, 524288, 256, 1, 4.24e12) == pytest.approx(296, abs=1)
+    assert sol_tokens_per_s(100, 0, 0, 4, 1000.0) == pytest.approx(40.0)
 
 
 def test_copy_bandwidth_file_names_host_and_gpu(tmp_path):

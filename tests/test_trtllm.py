@@ -13,6 +13,7 @@ import pytest
 
 from bench.backends import trtllm as T
 from bench.errors import BenchInputError
+from bench.execution.environment import installed_version, major_minor
 from bench.spec import parse_matrix
 
 FAKE = Path(__file__).parent / "fake_tensorrt_llm"
@@ -30,7 +31,7 @@ def _matrix(**over):
 
 
 def test_version_checks_name_what_to_install(monkeypatch):
-    monkeypatch.setattr(T, "installed_version", lambda: None)
+    monkeypatch.setattr(T, "installed_version", lambda *dists: None)
     with pytest.raises(RuntimeError, match="nvcr.io/nvidia/tensorrt-llm/release:1.2.1"):
         T.require_tensorrt_llm("engine")
     assert T.require_tensorrt_llm("engine", version="1.2.0rc5") == "1.2.0rc5"
@@ -40,7 +41,13 @@ def test_version_checks_name_what_to_install(monkeypatch):
     assert T.require_tensorrt_llm("pytorch", version="1.3.0")
     with pytest.raises(RuntimeError, match="PyTorch runtime"):
         T.require_tensorrt_llm("pytorch", version="0.21.0")
-    assert T.parse_version("1.2.0rc5") == (1, 2) and T.parse_version("0.21.0") == (0, 21)
+
+
+def test_major_minor_reads_release_candidates_local_builds_and_bare_majors():
+    assert major_minor("1.2.0rc5") == (1, 2) and major_minor("0.21.0") == (0, 21)
+    assert major_minor("2.13.0+cpu") == (2, 13) and major_minor("2.6a0") == (2, 6) and major_minor("5") == (5, 0)
+    assert installed_version("surely-not-installed-dist", "pytest") == installed_version("pytest") is not None
+    assert installed_version("surely-not-installed-dist") is None
 
 
 def test_validation_refuses_bad_cells_before_any_run():

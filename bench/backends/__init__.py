@@ -1,8 +1,11 @@
-"""Backend registry. Importing a backend module is cheap: heavy libraries load inside methods.
+"""Backends and their registry. Importing a backend module is cheap: heavy libraries load inside methods.
 
 Each backend module defines a class derived from `bench.backends.base.Backend` that declares
 its precisions and options (used by the matrix validation before any run) and implements
-build / load / run / close in the worker process.
+build / load / run / close in the worker process; `speed_of_light` holds the decode-step
+bound and the copy-bandwidth probe. May import: the spec stage, workloads, execution
+(environment, memory cap), serving and bench.results.metrics; never the store or reports.
+bench.spec looks the registry up lazily (the one listed exception in tests/test_layout.py).
 """
 
 from __future__ import annotations

@@ -14,12 +14,13 @@ import json
 import os
 import time
 import warnings
-from importlib import metadata, util
+from importlib import util
 from pathlib import Path
 
 from bench.backends.base import Backend, Loaded, Option, RequestTiming, RunOutput
 from bench.backends.speed_of_light import streamed_weight_bytes
 from bench.errors import BenchInputError
+from bench.execution.environment import installed_version, major_minor
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 # torchao precisions: the model loads in bf16, then torchao replaces the Linear weights.
@@ -140,7 +141,7 @@ class HFBackend(Backend):
                 raise BenchInputError(
                     "attn_implementation='flash_attention_2' runs on CUDA in fp16/bf16 only: use 'sdpa' here"
                 )
-        if attn == "flex_attention" and _dist_version("torch") < (2, 5):
+        if attn == "flex_attention" and major_minor(installed_version("torch") or "0") < (2, 5):
             raise BenchInputError(
                 "attn_implementation='flex_attention' needs torch >= 2.5 (torch.nn.attention.flex_attention): "
                 "upgrade torch or use 'sdpa'"
@@ -202,13 +203,6 @@ class HFBackend(Backend):
         return HFLoaded(artifact)
 
 
-def _dist_version(dist: str) -> tuple[int, int]:
-    try:
-        return _version(metadata.version(dist))
-    except metadata.PackageNotFoundError:
-        return (0, 0)
-
-
 def _check_gpu(cell) -> None:
     """Reject a precision the GPU cannot run, reading its compute capability through NVML (no CUDA context)."""
     from bench.execution.environment import gpu_info
@@ -264,16 +258,9 @@ def _check_architecture(model: str, config: dict) -> None:
 
     if model_type not in CONFIG_MAPPING_NAMES:
         raise BenchInputError(
-            f"model {model!r}: transformers {_installed('transformers')} does not know model_type {model_type!r}; "
+            f"model {model!r}: transformers {installed_version('transformers') or '(not installed)'} does not know model_type {model_type!r}; "
             "upgrade transformers (`pip install -U transformers`) or point `model` at a supported architecture"
         )
-
-
-def _installed(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "(not installed)"
 
 
 class HFLoaded(Loaded):
@@ -297,7 +284,7 @@ class HFLoaded(Loaded):
         ref = resolve_model(key["model"])
         kwargs = {"attn_implementation": opts["attn_implementation"]}
         # transformers >= 4.56 calls it `dtype`; older releases only know `torch_dtype`.
-        dtype_kw = "dtype" if _version(transformers.__version__) >= (4, 56) else "torch_dtype"
+        dtype_kw = "dtype" if major_minor(transformers.__version__) >= (4, 56) else "torch_dtype"
         kwargs[dtype_kw] = self.dtype
         if ref.path:
             self.model = AutoModelForCausalLM.from_pretrained(ref.path, **kwargs).to(self.device)
@@ -338,7 +325,7 @@ class HFLoaded(Loaded):
         tied = head is not None and getattr(head, "weight", None) is emb.weight  # gemlite's modules have no .weight
         self.streamed_weight_bytes = streamed_weight_bytes(self.weight_bytes, stored_bytes(emb.weight), tied)
         cfg = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
-        from bench.backends.speed_of_light import kv_bytes_per_token
+        from bench.models import kv_bytes_per_token
 
         self.kv_per_token = kv_bytes_per_token(cfg.to_dict(), torch.finfo(self.dtype).bits // 8)
         self.bandwidth = None
@@ -520,11 +507,6 @@ class HFLoaded(Loaded):
         self.recover()
 
 
-def _version(text: str) -> tuple[int, int]:
-    parts = text.split(".")
-    return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
-
-
 def count_produced(tokens, requested: list[int], eos_ids=None) -> list[int]:
     """Return, per row, how many tokens the row produced within its own requested length.
 
@@ -593,19 +575,9 @@ def configure_compile(model, mode: str, cache: str) -> None:
 def configure_inductor(tuning: str, freeze: bool = False) -> None:
     """Set Inductor's tuning for this worker's compiles (before the first one).
 
-    coordinate-descent: with it, Inductor rewrites a matmul whose batch side is 1 into a
-    multiply + sum reduction (torch/_inductor/decomposition.py: "Our matrix vector multiplies
-    only achieve peak bandwidth with coordinate descent tuning"), which can also absorb a
-    weight-only dequantisation; the reductions' launch configs are then tuned by coordinate
-    descent. gpt-fast and torchao's recommended settings turn it on. Slower first compile.
-
-    freeze: Inductor's freezing (compiles under no_grad only, as the harness runs): parameters
-    become constants of the graph, constant folding runs on them, and the freezing patterns
-    (torch/_inductor/fx_passes/freezing_patterns.py) concatenate the weights of matmuls that
-    share an input, so Qwen2's q/k/v projections become one matmul and gate/up another. The
-    concatenated weights are new tensors beside the model's own (the eager prefill still uses
-    those): about 9 GB more for a Qwen-7B shape in bf16. int8 -> float dequantisations are
-    not folded (Inductor keeps weight-only quantisation's int8 weights).
+    coordinate-descent turns batch-1 matmuls into tuned reductions; freeze makes weights graph
+    constants so matmuls sharing an input run as one, at the memory of concatenated copies
+    (docs/hf-backend.md: why, and what each measured).
     """
     import torch._inductor.config as inductor
 
@@ -644,22 +616,13 @@ def tuned_kernel_configs(folder: Path) -> dict:
 
 
 def quantize(model, precision: str, kernels: str = "torchao", unwrap: bool = False) -> bool:
-    """Quantize the model's Linear layers in place to `precision` (int8wo, int4wo, fp8).
+    """Quantize the model's Linear layers in place to `precision` (int8wo, int4wo, fp8); return whether
+    torchao's weights were unwrapped.
 
-    Return whether torchao's weights were unwrapped (see below).
-
-    kernels "torchao": torchao's quantize_ replaces each Linear weight with a torchao tensor.
-    kernels "gemlite" (int8wo): each Linear becomes gemlite's module (symmetric per-channel int8
-    weights, bf16 activations), whose matmul is a torch custom op running gemlite's Triton
-    kernels (a split-K GEMV at batch 1); no tensor subclass, Inductor settings left alone.
-
-    unwrap (for compiled steps): torchao's weights are tensor subclasses, and a compiled
-    function whose inputs are subclasses takes them apart in Python on every call. At batch 1
-    that host work outlasts the GPU step: an 8-layer int8wo step kept the H200 only 41 % busy,
-    and the 32-layer cell ran at 93 tok/s, against 276 tok/s unwrapped (docs/gpu-results.md).
-    torchao's unwrap_tensor_subclass stores each weight as its plain inner tensors (a
-    parametrization rebuilds the subclass in forward), so the compiled graph's inputs are plain
-    tensors and the rebuild is traced into the graph. Same weights, same matmuls.
+    kernels: "torchao" (tensor subclasses) or "gemlite" (int8wo: gemlite's Triton modules). unwrap,
+    for compiled steps: a compiled function takes subclass inputs apart in Python on every call,
+    which outlasts a batch-1 GPU step; unwrapped, the graph's inputs are plain tensors and the
+    rebuild is traced into it (docs/hf-backend.md, "Quantized precisions in a compiled step").
     """
     if kernels == "gemlite":
         _gemlite_int8(model)
@@ -686,8 +649,7 @@ def quantize(model, precision: str, kernels: str = "torchao", unwrap: bool = Fal
     else:  # pragma: no cover - validate() keeps other values out
         raise ValueError(precision)
     q.quantize_(model, config)
-    # fp8 stays wrapped: dynamo (torch 2.11) cannot trace the rebuild of torchao's Float8Tensor
-    # ("Failed to convert args/kwargs to proxy": its Float8MMConfig), measured on the H200.
+    # fp8 stays wrapped: dynamo cannot trace the rebuild of torchao's Float8Tensor (docs/hf-backend.md).
     if unwrap and precision in UNWRAPPED:
         from torchao.utils import unwrap_tensor_subclass
 

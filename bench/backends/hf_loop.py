@@ -1,19 +1,11 @@
 """The harness's own greedy decode loop for the hf backend (option decode_loop = "harness").
 
-transformers' `model.generate` synchronises the host with the GPU at every step (it asks
-whether all rows are finished) and then spends about 2 ms of Python per step on logits
-processors, stopping criteria and input preparation (measured on the H200: a compiled
-Qwen-7B-shaped step's kernels take 4.84 ms, generate's step 6.84 ms; docs/gpu-results.md).
-Our requests have exact output lengths and greedy decoding, so the number of steps is known
-in advance and no step needs the host to look at a token: this loop runs the prefill, then
-`max_new - 1` one-token steps through the same transformers model forward and StaticCache,
-with the step compiled as one function (torch.compile with the cell's mode; CUDA graphs for
-reduce-overhead / max-autotune), and never synchronises until the batch is done. The host
-therefore runs ahead of the GPU and the step costs what its kernels cost.
-
-This is the loop transformers' own docs show for static cache + torch.compile
-("decode_one_tokens"), not a different model: the tokens equal model.generate's greedy
-tokens (tested on CPU). Timing: a CUDA event per token, read once after the batch.
+`model.generate` syncs the host at every step and spends Python time between steps
+(docs/hf-backend.md has the figures). Exact output lengths make the step count known, so this
+loop runs the prefill, then `max_new - 1` compiled one-token steps through the same model and
+StaticCache without ever syncing until the batch is done: the step costs what its kernels cost.
+It is transformers' documented static-cache loop ("decode_one_tokens"); its tokens equal
+generate's greedy tokens (tested on CPU).
 """
 
 from __future__ import annotations

@@ -18,21 +18,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-
-def kv_bytes_per_token(config: dict, kv_dtype_bytes: int) -> int:
-    """Return the KV-cache bytes one token occupies: 2 (K and V) x layers x kv heads x head dim x dtype."""
-    heads = config["num_attention_heads"]
-    kv_heads = config.get("num_key_value_heads") or heads
-    head_dim = config.get("head_dim") or config["hidden_size"] // heads
-    return 2 * config["num_hidden_layers"] * kv_heads * head_dim * kv_dtype_bytes
+from bench.files import write_atomic
 
 
 def streamed_weight_bytes(weight_bytes: int, embedding_bytes: int, tied: bool) -> int:
     """Return the weight bytes a decode step reads: every weight but the input embedding table.
 
-    A step looks up one embedding row per sequence (a few KB), not the table; a tied table is
-    still read whole, as the output projection. Counting the table (1.24 GB of Qwen-7B's 15.4
-    GB in bf16) would lower the speed-of-light and flatter every cell's % of it.
+    A step looks up one embedding row per sequence, not the table (a tied table is still read
+    whole, as the output projection); counting it would flatter every cell's % of speed-of-light.
     """
     return weight_bytes if tied else weight_bytes - embedding_bytes
 
@@ -65,12 +58,6 @@ def run_lower_bound_s(
 ) -> float:
     """Return the lower limit (s) on a run of static batches, one after the other."""
     return sum(batch_lower_bound_s(b, weight_bytes, kv_per_token, bandwidth_bytes_s) for b in batches)
-
-
-def sol_tokens_per_s(weight_bytes: int, kv_per_token: int, context_len: int, batch: int, bandwidth_bytes_s: float) -> float:
-    """Return the decode speed-of-light in output tokens/s for `batch` rows at one context length."""
-    step_s = decode_step_bytes(weight_bytes, kv_per_token, [context_len] * batch) / bandwidth_bytes_s
-    return batch / step_s
 
 
 def bandwidth_cache_dir(engines_dir) -> Path:
@@ -123,6 +110,5 @@ def copy_bandwidth(device, cache_dir: Path) -> dict:
         except (OSError, json.JSONDecodeError):
             pass  # a broken cache file is measured again
     data = {"bandwidth_bytes_s": measure_copy_bandwidth(device), "gpu": props.name, "measured_at": time.time()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data))
+    write_atomic(path, json.dumps(data))
     return {**data, "cached": False}

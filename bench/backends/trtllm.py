@@ -30,11 +30,11 @@ import stat
 import sys
 import threading
 import time
-from importlib import metadata
 from pathlib import Path
 
 from bench.backends.base import Backend, Loaded, Option, RequestTiming, RunOutput
 from bench.errors import BenchInputError
+from bench.execution.environment import installed_version, major_minor
 
 # precision -> (QuantAlgo member, kv_cache_quant_algo member, activation dtype, needs calibration)
 PRECISIONS = {
@@ -293,38 +293,22 @@ class StreamReader:
 # --- pure helpers (tested without TensorRT-LLM) -------------------------------------------------
 
 
-def installed_version() -> str | None:
-    """Return the installed tensorrt_llm version, read from package metadata (no import)."""
-    for dist in ("tensorrt_llm", "tensorrt-llm"):
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def parse_version(text: str) -> tuple[int, int]:
-    """Return (major, minor) of a version string such as '1.2.0rc5' or '0.21.0'."""
-    parts = text.split(".")
-    return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0) if len(parts) > 1 else 0
-
-
 def require_tensorrt_llm(runtime: str, version: str | None = None) -> str:
     """Return the installed version; RuntimeError naming what to install if it cannot serve `runtime`."""
-    version = version if version is not None else installed_version()
+    version = version if version is not None else installed_version("tensorrt_llm", "tensorrt-llm")
     if version is None:
         raise RuntimeError(
             "backend 'trtllm' needs TensorRT-LLM, which is not installed in this Python: run inside NVIDIA's "
             "release container nvcr.io/nvidia/tensorrt-llm/release:1.2.1 (docs/trtllm.md), or "
             "pip install tensorrt_llm==1.2.1 on a machine with a supported NVIDIA GPU"
         )
-    if runtime == "engine" and parse_version(version) > ENGINE_LAST_RELEASE:
+    if runtime == "engine" and major_minor(version) > ENGINE_LAST_RELEASE:
         raise RuntimeError(
             f"TensorRT-LLM {version} has no TensorRT engine path (tensorrt_llm._tensorrt_engine ends with 1.2.x): "
             "install tensorrt_llm 1.2.x (container nvcr.io/nvidia/tensorrt-llm/release:1.2.1) or set the "
             "option runtime = 'pytorch'"
         )
-    if runtime == "pytorch" and parse_version(version) < (1, 0):
+    if runtime == "pytorch" and major_minor(version) < (1, 0):
         raise RuntimeError(f"TensorRT-LLM {version} predates the PyTorch runtime of the LLM API: install 1.x")
     return version
 
@@ -498,16 +482,12 @@ def kv_cache_limits(
 
 
 def _kv_bytes_per_token(model: str, precision: str = "fp16") -> int:
-    """Return KV-cache bytes per token: K and V, one value per layer x KV head x head dim."""
-    from bench.models import resolve_model
+    """Return KV-cache bytes per token of the model at this precision's cache dtype."""
+    from bench.models import kv_bytes_per_token, resolve_model
 
-    c = resolve_model(model).config
-    heads = c["num_attention_heads"]
-    kv_heads = c.get("num_key_value_heads") or heads
-    head_dim = c.get("head_dim") or c["hidden_size"] // heads
     # An FP8 (kv_cache_quant_algo) cache stores one byte per value: twice the tokens per byte.
     per_value = 1 if PRECISIONS[precision][1] in ("FP8", "INT8") else 2
-    return 2 * c["num_hidden_layers"] * kv_heads * head_dim * per_value
+    return kv_bytes_per_token(resolve_model(model).config, per_value)
 
 
 def _weight_bytes(model: str, precision: str) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 
 def register(sub) -> None:
@@ -35,6 +34,7 @@ def register(sub) -> None:
 
 
 def cmd_compare(args) -> int:
+    from bench.files import write_atomic
     from bench.results.compare import compare_stores, to_markdown
 
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None
@@ -47,9 +47,7 @@ def cmd_compare(args) -> int:
     markdown = to_markdown(comparison)
     print(markdown)
     if args.markdown:
-        path = Path(args.markdown)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(markdown, encoding="utf-8")
+        write_atomic(args.markdown, markdown)
     for w in comparison.warnings:
         print(f"bench compare: warning: {w}", file=sys.stderr)
     n = len(comparison.regressions)

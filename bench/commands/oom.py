@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.cli import parse_pairs
+from bench.cli import add_matrix_arguments, load_selected_matrix
 from bench.errors import BenchInputError
+from bench.files import write_atomic
 
 
 def register(sub) -> None:
@@ -15,9 +16,7 @@ def register(sub) -> None:
         description="Probes each configuration of the matrix with one full batch of worst-case requests "
         "(see docs/oom.md); the matrix's max_batch_sizes are ignored except as default bounds.",
     )
-    r.add_argument("--preset", help="built-in matrix (see `bench presets`)")
-    r.add_argument("--matrix", help="matrix TOML file")
-    r.add_argument("--only", help="search only matching cells, e.g. precision=bf16")
+    add_matrix_arguments(r, "search only matching cells, e.g. precision=bf16")
     r.add_argument("--lengths", help="input x output lengths to search, e.g. 1024x1024,2048x2048 "
                    "(default: each workload's max_input_len x its longest output)")
     r.add_argument("--lower", type=int, help="smallest batch size to probe (default: the matrix's smallest)")
@@ -65,12 +64,8 @@ def cmd_oom(args) -> int:
     from bench.results import query
     from bench.results.records import new_context
     from bench.results.store import ResultStore
-    from bench.spec import load_matrix, narrow
 
-    if args.matrix and args.preset:
-        raise BenchInputError("give either --matrix FILE or --preset NAME, not both")
-    matrix = load_matrix(args.matrix) if args.matrix else load_matrix(args.preset or "default", preset=True)
-    matrix = narrow(matrix, only=parse_pairs(args.only, "--only"))
+    matrix = load_selected_matrix(args)
     sizes = sorted({c.max_batch_size for c in matrix.cells})
     lower = args.lower if args.lower is not None else sizes[0]
     upper = args.upper if args.upper is not None else sizes[-1]
@@ -97,12 +92,7 @@ def cmd_oom(args) -> int:
     with ResultStore(store).writer():
         failed = _search_all(searches, args, store, cap, matrix, context, console, (lower, upper))
     table = frontier_markdown(frontier_rows(query.load([store]))) if store.exists() else frontier_markdown([])
-    out_dir = Path(args.report_dir or f"dashboards/{matrix.name}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "oom-frontier.md"
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text(table)
-    tmp.replace(path)
+    path = write_atomic(Path(args.report_dir or f"dashboards/{matrix.name}") / "oom-frontier.md", table)
     print(table)
     console.print(f"frontier: {path}")
     return 1 if failed else 0

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench.cli import add_matrix_arguments, load_selected_matrix
 from bench.errors import BenchInputError
 
 PROFILABLE_BACKENDS = ("hf",)  # backends whose loaded object exposes a torch model (`.model`)
@@ -24,9 +25,7 @@ PROFILABLE_BACKENDS = ("hf",)  # backends whose loaded object exposes a torch mo
 
 def register(sub) -> None:
     p = sub.add_parser("profile", help="kernel counts per RMSNorm/attention call and a trace, for a few decode steps")
-    p.add_argument("--preset", help="built-in matrix (see `bench presets`)")
-    p.add_argument("--matrix", help="matrix TOML file")
-    p.add_argument("--only", help="profile only matching cells, e.g. precision=bf16,max_batch_size=1")
+    add_matrix_arguments(p, "profile only matching cells, e.g. precision=bf16,max_batch_size=1")
     p.add_argument("--tool", choices=("torch", "nsys"), default="torch", help="collector (default torch.profiler)")
     p.add_argument("--decode-steps", type=int, default=4, help="decode steps in the window (after one prefill)")
     p.add_argument("--batches", type=int, default=1, help="batches of max_batch_size requests in the window")
@@ -41,7 +40,6 @@ def register(sub) -> None:
 
 
 def cmd_profile(args) -> int:
-    from bench.commands.run import load_selected_matrix
     from bench.profiling.nvtx import DEFAULT_PATTERNS
 
     if args.decode_steps < 1 or args.batches < 1 or args.warmup < 0:

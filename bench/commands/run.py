@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.cli import parse_pairs
+from bench.cli import add_matrix_arguments, load_selected_matrix, parse_pairs
 from bench.errors import BenchInputError
 
 
 def register(sub) -> None:
     r = sub.add_parser("run", help="run a matrix (default: the CPU preset 'default') and print its speedup table")
-    r.add_argument("--preset", help="built-in matrix (see `bench presets`)")
-    r.add_argument("--matrix", help="matrix TOML file")
+    add_matrix_arguments(r, "run only matching cells, e.g. precision=bf16,max_batch_size=1|8")
     r.add_argument("--store", help="result store (default results/<matrix>.jsonl)")
-    r.add_argument("--only", help="run only matching cells, e.g. precision=bf16,max_batch_size=1|8")
     r.add_argument("--requests", type=int, help="override every workload's num_requests (a quick slice)")
     r.add_argument("--trials", type=int, help="override the matrix's trials per worker process")
     r.add_argument("--runs", type=int, help="override the matrix's runs: fresh worker processes per cell, each with "
@@ -26,17 +24,6 @@ def register(sub) -> None:
     r.add_argument("--report-dir", help="where tables and dashboard go (default dashboards/<matrix>)")
     r.add_argument("--baseline", help="speedup baseline, e.g. backend=hf,precision=bf16,max_batch_size=1")
     r.set_defaults(func=cmd_run)
-
-
-def load_selected_matrix(args):
-    """Return the matrix named by --matrix / --preset, narrowed by --only/--requests/--trials."""
-    from bench.spec import load_matrix, narrow
-
-    if args.matrix and args.preset:
-        raise BenchInputError("give either --matrix FILE or --preset NAME, not both")
-    matrix = load_matrix(args.matrix) if args.matrix else load_matrix(args.preset or "default", preset=True)
-    return narrow(matrix, only=parse_pairs(args.only, "--only"), requests=args.requests, trials=args.trials,
-                  runs=getattr(args, "runs", None))
 
 
 def cmd_run(args) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.errors import BenchInputError
+from bench.files import write_atomic
 
 
 def register(sub) -> None:
@@ -87,11 +88,7 @@ def cmd_build(args) -> int:
 
     spec = spec_from_args(args)
     wl = build_workload(spec)
-    out = Path(args.out or f"workloads/{spec.name}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text(wl.to_json())
-    tmp.replace(out)
+    out = write_atomic(args.out or f"workloads/{spec.name}.json", wl.to_json())
     print(format_stats(wl))
     print(f"wrote {out}")
     return 0
@@ -125,8 +122,6 @@ def cmd_export(args) -> int:
     from bench.workloads.trtllm_dataset import to_trtllm_jsonl
 
     wl = _read_frozen(args.file)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(to_trtllm_jsonl(wl))
+    out = write_atomic(args.out, to_trtllm_jsonl(wl))
     print(f"wrote {len(wl.requests)} requests to {out} (trtllm-bench --dataset format)")
     return 0

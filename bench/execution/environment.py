@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -53,11 +54,21 @@ def git_commit(root: Path) -> dict:
         return unknown
 
 
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
+def installed_version(*dists: str) -> str | None:
+    """Return the installed version of the first of `dists` that is installed (package metadata, no import)."""
+    for dist in dists:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def major_minor(version: str) -> tuple[int, int]:
+    """Return (major, minor) of a version string such as '2.13.0+cpu', '1.2.0rc5' or '5'."""
+    parts = version.split(".")
+    minor = re.match(r"\d*", parts[1]).group() if len(parts) > 1 else ""
+    return int(parts[0]), int(minor or 0)
 
 
 def _cpu_name() -> str:
@@ -134,13 +145,13 @@ def fingerprint(device: str = "cpu") -> dict:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpu": _cpu_name(),
-        "bench": _version("bench"),
+        "bench": installed_version("bench"),
         "torch": None,
         "cuda": None,
-        "transformers": _version("transformers"),
-        "tensorrt_llm": _version("tensorrt_llm") or _version("tensorrt-llm"),
-        "torchao": _version("torchao"),
-        "gemlite": _version("gemlite"),
+        "transformers": installed_version("transformers"),
+        "tensorrt_llm": installed_version("tensorrt_llm", "tensorrt-llm"),
+        "torchao": installed_version("torchao"),
+        "gemlite": installed_version("gemlite"),
         **project_commit(),
     }
     if "torch" in sys.modules or device.startswith("cuda"):
@@ -149,7 +160,7 @@ def fingerprint(device: str = "cpu") -> dict:
         env["torch"] = torch.__version__
         env["cuda"] = torch.version.cuda
     else:
-        env["torch"] = _version("torch")
+        env["torch"] = installed_version("torch")
     if device.startswith("cuda"):
         index = int(device.split(":")[1]) if ":" in device else 0
         env.update(gpu_info(index))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.execution.supervisor import GroupItem, GroupJob, supervise_group
-from bench.results.records import RunContext, new_context, new_record
+from bench.results.records import FINAL_FAILURES, RunContext, new_context, new_record
 from bench.results.store import ResultStore
 from bench.spec import Cell, Matrix
 
@@ -42,7 +42,7 @@ def plan(matrix: Matrix, records, context: RunContext, redo: bool = False) -> li
     """Return the cells still to measure, in matrix order, each with its context and runs.
 
     A cell is done when its latest run context (at this memory cap) holds `runs` runs of `trials`
-    ok trials, or ended in a final failure (oom, unsupported). An unfinished context measured at
+    ok trials, or ended in a final failure (oom). An unfinished context measured at
     this same commit is resumed (its missing runs join it); otherwise the cell starts afresh in
     this invocation's context. A run (one worker process) counts only when all its trials are ok.
     """
@@ -60,7 +60,7 @@ def plan(matrix: Matrix, records, context: RunContext, redo: bool = False) -> li
             out.append(PlannedCell(cell, context, list(range(want_runs))))
             continue
         latest, latest_recs = _contexts(recs)[0]
-        if not any(r.ok for r in latest_recs) and latest_recs[-1].status in ("oom", "unsupported"):
+        if not any(r.ok for r in latest_recs) and latest_recs[-1].status in FINAL_FAILURES:
             continue  # a batch that did not fit does not fit on a re-run (--redo measures again)
         ok_trials: dict[int, int] = {}
         for r in latest_recs:

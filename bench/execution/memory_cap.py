@@ -6,7 +6,7 @@ from one place: `cap_bytes()`. How each kind of cell honours it:
 
 - torch on CUDA (hf): `torch.cuda.set_per_process_memory_fraction(cap / total)` before the
   model is loaded; PyTorch's caching allocator then raises torch.OutOfMemoryError past the cap.
-  The CUDA context and driver memory (~0.5 GB) are outside the allocator and not counted.
+  The CUDA context and driver memory are outside the allocator and not counted (docs/oom.md).
 - engines (trtllm): the KV cache memory budget is the cap minus the engine's own weights and
   activations (the backend reads `cap_bytes()`; see docs/oom.md).
 - CPU cells: an address-space limit (RLIMIT_AS) on the worker process. It counts virtual memory,

@@ -152,10 +152,9 @@ class KernelTable:
         )
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=1, sort_keys=True, allow_nan=False))
-        return path
+        from bench.files import write_atomic
+
+        return write_atomic(path, json.dumps(self.to_dict(), indent=1, sort_keys=True, allow_nan=False))
 
     @classmethod
     def load(cls, path: str | Path) -> KernelTable:

@@ -6,17 +6,38 @@ module name (`lm_head`). A forward pre-hook pushes a range and a forward hook re
 always-call hooks while the exception unwinds, innermost module first).
 
 A range is pushed through every mechanism asked for: `record_function` (what torch.profiler
-sees, and the only one on CPU, so the same logic is tested there) and NVTX (what nsys sees,
-torch.cuda.nvtx on a GPU). Labels are "group:detail" (see bench.profiling.kernels).
+sees, and the only one on CPU, so the same logic is tested there) and NVTX (what nsys sees).
+NVTX ranges go to their own domain, NVTX_DOMAIN, through the `nvtx` package (the `nvtx`
+extra), so an nsys session can keep or drop the harness's ranges apart from a library's;
+without the package they fall back to torch.cuda.nvtx's markers in the default domain.
+Labels are "group:detail" (see bench.profiling.kernels).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 DEFAULT_PATTERNS = ("*RMSNorm", "*Attention", "*MLP", "*DecoderLayer", "lm_head")
+NVTX_DOMAIN = "bench"
+
+
+def nvtx_markers() -> tuple[Callable[[str], object], Callable[[], object], str | None]:
+    """Return (push, pop, domain name) of the NVTX markers the harness uses.
+
+    The nvtx package's domain NVTX_DOMAIN when the package is installed (a no-op unless a tool
+    such as nsys is attached); otherwise torch.cuda.nvtx's range_push/range_pop, domain None
+    (NVTX's default domain).
+    """
+    try:
+        import nvtx
+    except ImportError:
+        import torch
+
+        return torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop, None
+    domain = nvtx.get_domain(NVTX_DOMAIN)
+    return (lambda label: domain.push_range(domain.get_event_attributes(message=label))), domain.pop_range, NVTX_DOMAIN
 
 
 class RangeStack:
@@ -25,6 +46,7 @@ class RangeStack:
     def __init__(self, record_function: bool = True, nvtx: bool = False):
         self.record_function = record_function
         self.nvtx = nvtx
+        self._nvtx_push, self._nvtx_pop, self.nvtx_domain = nvtx_markers() if nvtx else (None, None, None)
         self._open: list = []  # (label, record_function context or None)
         self.labels: set[str] = set()
         self.pushed = 0
@@ -37,9 +59,7 @@ class RangeStack:
             ctx = record_function(label)
             ctx.__enter__()
         if self.nvtx:
-            import torch
-
-            torch.cuda.nvtx.range_push(label)
+            self._nvtx_push(label)
         self._open.append((label, ctx))
         self.labels.add(label)
         self.pushed += 1
@@ -51,9 +71,7 @@ class RangeStack:
         if label is not None and top != label:
             raise RuntimeError(f"unbalanced ranges: popping {label!r} but the innermost open range is {top!r}")
         if self.nvtx:
-            import torch
-
-            torch.cuda.nvtx.range_pop()
+            self._nvtx_pop()
         if ctx is not None:
             ctx.__exit__(None, None, None)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.errors import BenchInputError
+from bench.files import write_atomic as _write
 from bench.report import figures as F
 from bench.report.data import report_data
 from bench.report.tables import (
@@ -227,9 +228,3 @@ def _kernel_page(kernels: pd.DataFrame | None, title: str, warns: list[str]) -> 
     precisions = sorted(str(p) for p in kernels.precision.dropna().unique()) if kernels is not None else []
     return dashboard_html([], [{"heading": "Kernels", "figures": _kernel_figures(kernels)}], title, precisions, warns,
                           "<p class='note'>no workload results in these stores: kernel profiles only</p>")
-
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)

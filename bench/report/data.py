@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchInputError
+from bench.results.metrics import time_per_output_token
 from bench.results.records import EXTRA_METRICS, Record
 from bench.spec import identity_options
 
@@ -168,14 +169,14 @@ def report_data(records: list[Record]) -> ReportData:
 
 
 def _tpot_ms(samples: pd.DataFrame, ttfts: list, e2els: list, outs: list) -> pd.Series:
-    """Return TPOT per sample as in bench.results.metrics: (E2E - TTFT) / (output_len - 1), only for outputs > 1 token."""
+    """Return TPOT per sample (bench.results.metrics.time_per_output_token), NaN for outputs of one token."""
     if not ttfts:
         return pd.Series([], dtype=object)
     ttft = np.array(ttfts, dtype=float)  # None -> NaN
     e2el = np.array(e2els, dtype=float)
     out = np.array(outs, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(~np.isnan(ttft) & ~np.isnan(e2el) & (out > 1), (e2el - ttft) / (out - 1), np.nan)
+        tpot = np.where(~np.isnan(ttft) & ~np.isnan(e2el) & (out > 1), time_per_output_token(e2el, ttft, out), np.nan)
     return pd.Series(tpot, index=samples.index)
 
 

@@ -64,14 +64,9 @@ def _label(cell: dict, with_batch: bool) -> str:
 def _annotation_kernels(table) -> dict[str, list[float]]:
     """Return per category [launches, us] of pseudo-kernels that are the harness's own range markers.
 
-    Only kernel tables written before the collector learnt to drop these markers (the H200
-    tables in docs/data/h200-profile/, 2026-11-30) contain them; newer tables give {}.
-
-    torch.profiler on a GPU reports each record_function range a second time as a device-side
-    user annotation named after the range label ("Qwen2RMSNorm:model.layers.0..."); linked to
-    no operator, it lands in the (no range) group, once, and the name-based categories count it
-    (real H200 eager tables: 162 of them, 87% of the summed time, since each spans its module's call). Rows of (no range) are
-    exclusive, so subtracting them from the categories is exact.
+    torch.profiler on a GPU repeats each record_function range as a device-side annotation named
+    after its label, which lands in (no range) and would count as a kernel; older tables hold
+    them (docs/profiling.md), newer ones give {}. (no range) rows are exclusive: subtracting is exact.
     """
     from bench.profiling.kernels import NO_RANGE
 

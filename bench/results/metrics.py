@@ -43,6 +43,14 @@ def _stats(name: str, values_s: Sequence[float]) -> dict[str, float | None]:
     return out
 
 
+def time_per_output_token(e2el, ttft, output_len):
+    """Return TPOT = (E2E - TTFT) / (output_len - 1), in e2el's unit; elementwise for numpy arrays.
+
+    Defined for outputs of more than one token: each caller says what a one-token output gets.
+    """
+    return (e2el - ttft) / (output_len - 1)
+
+
 def pass_metrics(timings, started: float, ended: float) -> dict:
     """Return the metrics dict of one run from its RequestTimings and its window (seconds)."""
     ok = [t for t in timings if t.error is None]
@@ -57,7 +65,7 @@ def pass_metrics(timings, started: float, ended: float) -> dict:
         e2e = t.end - t.start
         e2el.append(e2e)
         if t.output_len > 1 and t.token_times:
-            tpot.append((e2e - (t.token_times[0] - t.start)) / (t.output_len - 1))
+            tpot.append(time_per_output_token(e2e, t.token_times[0] - t.start, t.output_len))
     total_input = sum(t.input_len for t in ok)
     total_output = sum(t.output_len for t in ok)
     metrics = {
@@ -94,7 +102,8 @@ def goodput(timings, duration_s: float, slo_ms: dict[str, float]) -> float | Non
             continue
         ttft = t.token_times[0] - t.start
         e2el = t.end - t.start
-        values = {"ttft": ttft, "e2el": e2el, "tpot": (e2el - ttft) / (t.output_len - 1) if t.output_len > 1 else 0.0}
+        values = {"ttft": ttft, "e2el": e2el,
+                  "tpot": time_per_output_token(e2el, ttft, t.output_len) if t.output_len > 1 else 0.0}
         good += all(values[k] <= bound for k, bound in slo.items())
     return good / duration_s
 

@@ -24,7 +24,6 @@ from pathlib import Path
 
 from bench.errors import BenchInputError
 from bench.results.records import (
-    FINAL_FAILURES,
     Measurement,
     OomProbe,
     Profile,
@@ -262,11 +261,6 @@ def _check_poolable(ranked: list[tuple[RunContext, list[Record]]]) -> None:
                 f"cannot pool the runs of {label}: they ran in different {what}{detail}; their figures are not "
                 "comparable. Drop --pool (each row then shows the latest run), or report the stores separately"
             )
-
-
-def final_failure(row: CellRuns) -> bool:
-    """Return True when a cell's run ended in a failure that a re-run repeats (oom, unsupported)."""
-    return not row.ok_records and row.latest.status in FINAL_FAILURES
 
 
 # ---- baselines -------------------------------------------------------------------------------

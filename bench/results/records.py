@@ -23,9 +23,9 @@ from bench import SCHEMA_VERSION
 from bench.errors import BenchInputError
 
 KINDS = ("measurement", "oom-probe", "profile")
-STATUSES = ("ok", "oom", "error", "timeout", "unsupported")
+STATUSES = ("ok", "oom", "error", "timeout")
 # A cell whose latest run ended in one of these is not run again unless asked (--redo).
-FINAL_FAILURES = ("oom", "unsupported")
+FINAL_FAILURES = ("oom",)
 
 
 def _doc(text: str, default: Any = MISSING) -> Any:
@@ -82,7 +82,7 @@ class Record:
     context: RunContext = _doc("the run context (table below)")
     run: int = _doc("which worker process of the context measured it (0-based; pyperf's run)", 0)
     trial: int = _doc("which measured pass inside that process (0-based)", 0)
-    status: str = _doc("ok, oom, error, timeout, unsupported", "ok")
+    status: str = _doc("ok, oom, error, timeout", "ok")
     metrics: dict | None = _doc("the pass's metrics (below); null for failures", None)
     extra: dict = _doc("backend figures: parameters, weight bytes, peak memory, telemetry, warm-up costs; "
                        "probes: `probe`; profiles: `kernel_table`, `trace`, `profile`", None)

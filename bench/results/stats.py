@@ -115,10 +115,6 @@ class Summary:
         """Return std / |mean| (the coefficient of variation; inf when the mean is 0)."""
         return self.std / abs(self.mean) if self.mean else (0.0 if self.std == 0 else math.inf)
 
-    @property
-    def stable(self) -> bool:
-        return not self.warnings
-
 
 def summarize(values: Sequence[float], name: str = "value") -> Summary:
     """Return the Summary of one metric's trial values (NaN/None dropped; ValueError if none)."""

@@ -1,30 +1,20 @@
-"""Length statistics of a workload: summary figures and histogram data (pure functions).
+"""Length statistics of a workload: the summary figures `bench workload show` prints (pure functions).
 
-The dashboard calls length_histogram(workload) for its input/output length plot; `bench
-workload show` prints length_stats(workload). Percentiles interpolate linearly between
-ranks, as numpy.percentile does by default.
+The dashboard draws its length histograms from the stored samples (bench.report.figures).
+Percentiles are numpy.percentile's (linear interpolation between ranks), as everywhere in the harness.
 """
 
 from __future__ import annotations
 
-import math
+import numpy as np
 
 STAT_KEYS = ("min", "mean", "p50", "p90", "max")
 
 
-def percentile(sorted_values: list[int], q: float) -> float:
-    """Return the q-th percentile (0..100) of already sorted values, linear interpolation."""
-    if not sorted_values:
-        raise ValueError("percentile of an empty list")
-    k = (len(sorted_values) - 1) * q / 100
-    lo, hi = math.floor(k), math.ceil(k)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
-
-
 def describe(values: list[int]) -> dict[str, float]:
     """Return min, mean, p50, p90 and max of values."""
-    v = sorted(values)
-    return {"min": v[0], "mean": sum(v) / len(v), "p50": percentile(v, 50), "p90": percentile(v, 90), "max": v[-1]}
+    p50, p90 = np.percentile(values, [50, 90])
+    return {"min": min(values), "mean": sum(values) / len(values), "p50": float(p50), "p90": float(p90), "max": max(values)}
 
 
 def _lengths(workload_or_requests) -> tuple[list[int], list[int]]:
@@ -38,25 +28,6 @@ def length_stats(workload_or_requests) -> dict:
     if not ins:
         raise ValueError("a workload without requests has no length statistics")
     return {"num_requests": len(ins), "input": describe(ins), "output": describe(outs)}
-
-
-def histogram(values: list[int], bins: int = 20) -> dict[str, list[int]]:
-    """Return {"edges": bins + 1 integer edges, "counts": bins counts}; bins are [lo, hi)."""
-    lo, hi = min(values), max(values) + 1  # the last edge is exclusive, so max lands in a bin
-    width = max(1, math.ceil((hi - lo) / bins))
-    n = math.ceil((hi - lo) / width)
-    counts = [0] * n
-    for x in values:
-        counts[(x - lo) // width] += 1
-    return {"edges": [lo + i * width for i in range(n + 1)], "counts": counts}
-
-
-def length_histogram(workload_or_requests, bins: int = 20) -> dict[str, dict[str, list[int]]]:
-    """Return histogram data {"input": {...}, "output": {...}} of a workload's token lengths."""
-    ins, outs = _lengths(workload_or_requests)
-    if not ins:
-        raise ValueError("a workload without requests has no length histogram")
-    return {"input": histogram(ins, bins), "output": histogram(outs, bins)}
 
 
 def format_stats(workload) -> str:

@@ -1,12 +1,15 @@
 """Tokenizers: Qwen-7B-Chat's exact BPE through tiktoken, or a local model's AutoTokenizer.
 
 A workload records its tokenizer's identity (name plus a hash of the vocabulary file), so a
-result says exactly which token ids were replayed.
+result says exactly which token ids were replayed. Qwen's text is NFC-normalized before
+encoding, as Qwen-7B-Chat's own QWenTokenizer.tokenize does (tokenization_qwen.py:
+`text = unicodedata.normalize("NFC", text)`), so a decomposed "ö" gets Qwen's ids.
 """
 
 from __future__ import annotations
 
 import hashlib
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -68,19 +71,22 @@ def _qwen_tiktoken() -> Tokenizer:
     im_start, im_end = specials["<|im_start|>"], specials["<|im_end|>"]
     nl = enc.encode_ordinary("\n")
 
+    def encode(text: str) -> list[int]:
+        return enc.encode_ordinary(unicodedata.normalize("NFC", text))
+
     def chat(query: str) -> list[int]:
         # Qwen-7B-Chat's make_context(chat_format="chatml") with no history.
         def role(r: str, content: str) -> list[int]:
-            return enc.encode_ordinary(r) + nl + enc.encode_ordinary(content)
+            return encode(r) + nl + encode(content)
 
         system = [im_start] + role("system", QWEN_SYSTEM_PROMPT) + [im_end]
-        return system + nl + [im_start] + role("user", query) + [im_end] + nl + [im_start] + enc.encode_ordinary("assistant") + nl
+        return system + nl + [im_start] + role("user", query) + [im_end] + nl + [im_start] + encode("assistant") + nl
 
     digest = hashlib.sha256(data).hexdigest()[:12]
     return Tokenizer(
         identity=f"qwen-7b-chat:tiktoken:qwen.tiktoken@{digest}",
         vocab_size=enc.n_vocab,
-        encode=enc.encode_ordinary,
+        encode=encode,
         chat=chat,
         ordinary_ids=range(QWEN_SPECIAL_START_ID),
         decode=enc.decode,

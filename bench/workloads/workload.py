@@ -22,9 +22,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from bench.errors import BenchInputError
+from bench.files import write_atomic
 from bench.spec import WorkloadSpec, canonical_json, short_hash
 
-WORKLOAD_FORMAT = 1
+# Part of a cached workload's key: bumped when the same spec builds different requests (2: Qwen
+# text is NFC-normalized before encoding), so a cache built before is rebuilt, not replayed.
+WORKLOAD_FORMAT = 2
 # Why a candidate record was not used, in the order the rules are checked (one count each).
 DROP_RULES = ("prompt_too_short", "output_too_short", "prompt_too_long", "total_too_long")
 
@@ -312,10 +315,7 @@ def cached_workload(spec: WorkloadSpec, cache_dir: Path) -> tuple[Workload, Path
         except (ValueError, KeyError, BenchInputError):
             pass  # a damaged cache file is rebuilt, never trusted
     wl = build_workload(spec)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(wl.to_json())
-    tmp.replace(path)  # atomic: a reader never sees half a file
+    write_atomic(path, wl.to_json())  # a reader never sees half a file
     return wl, path
 
 
