@@ -130,12 +130,16 @@ def test_load_checks_the_model_list():
     with TestServer(models=("a", "b")) as srv:
         assert OpenAIBackend().load({"options": {"base_url": srv.base_url + "/v1/"}}).model == "a"
         assert OpenAIBackend().load({"options": {"base_url": srv.base_url, "model_name": "b"}}).model == "b"
-        with pytest.raises(ServerError, match=r"'c' is not served .*\['a', 'b'\]"):
+        with pytest.raises(ServerError, match=r"'c' is not served .*\['a', 'b'\], and a one-token request .*http_404"):
             OpenAIBackend().load({"options": {"base_url": srv.base_url, "model_name": "c"}})
     with TestServer(models_status=404) as srv:  # no /v1/models: a one-token request proves it works
         with pytest.raises(ServerError, match="set the option model_name"):
             OpenAIBackend().load({"options": {"base_url": srv.base_url}})
         assert OpenAIBackend().load({"options": {"base_url": srv.base_url, "model_name": "x"}}).model == "x"
+    with TestServer(models_status=500) as srv:  # transformers serve 5.17 without a hub cache: a broken model list
+        with pytest.raises(ServerError, match="answered HTTP 500 .*set the option model_name"):
+            OpenAIBackend().load({"options": {"base_url": srv.base_url}})
+        assert OpenAIBackend().load({"options": {"base_url": srv.base_url, "model_name": "/models/x"}}).model == "/models/x"
     with TestServer(models_status=404, mode="bad_json") as srv:
         with pytest.raises(ServerError, match="test request failed"):
             OpenAIBackend().load({"options": {"base_url": srv.base_url, "model_name": "x"}})

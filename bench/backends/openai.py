@@ -172,6 +172,10 @@ def probe_server(base_url: str, model_name: str, endpoint: str, api_key: str | N
         status, body = asyncio.run(list_models(base_url, api_key=api_key))
     except Exception as exc:  # connection refused, DNS, timeout: aiohttp raises several types
         raise ServerError(f"cannot reach the OpenAI-compatible server at {base_url}: {type(exc).__name__}: {exc}; {fix}") from None
+    if status in (401, 403):
+        raise ServerError(f"{base_url} refused the request (HTTP {status}): put the API key in the environment "
+                          "variable named by the option api_key_env")
+    served = None
     if status == 200:
         data = body.get("data") if isinstance(body, dict) else None
         if not isinstance(data, list) or not all(isinstance(m, dict) and "id" in m for m in data):
@@ -182,23 +186,21 @@ def probe_server(base_url: str, model_name: str, endpoint: str, api_key: str | N
             if not served:
                 raise ServerError(f"{base_url}/v1/models lists no model; set the option model_name")
             return served[0]
-        if model_name not in served:
-            raise ServerError(f"model_name {model_name!r} is not served by {base_url}: it serves {served}")
-        return model_name
-    if status in (401, 403):
-        raise ServerError(f"{base_url} refused the request (HTTP {status}): put the API key in the environment "
-                          "variable named by the option api_key_env")
-    if status not in (404, 405) or not model_name:
-        raise ServerError(f"{base_url}/v1/models answered HTTP {status} ({str(body)[:200]!r}); "
-                          + ("set the option model_name" if status in (404, 405) else fix))
-    # No model list (some frontends): one tiny streamed request proves the endpoint works.
-    cfg = ClientConfig(base_url, endpoint, model_name, timeout_s=60, ignore_eos=False, min_tokens=False, api_key=api_key)
+        if model_name in served:
+            return model_name
+    elif not model_name:
+        raise ServerError(f"{base_url}/v1/models answered HTTP {status} ({str(body)[:200]!r}); set the option model_name")
+    # No usable model list (absent, or broken: transformers serve 5.17 answers HTTP 500 without a hub
+    # cache), or a list without model_name: one plain one-token streamed request decides.
+    cfg = ClientConfig(base_url, endpoint, model_name, timeout_s=60, ignore_eos=False, min_tokens=False,
+                       include_usage=False, api_key=api_key)
     (timing,), _ = asyncio.run(replay(cfg, [ServeRequest("probe", "Hello", 1, 1)]))
-    if timing.error and timing.error.startswith("http_4"):  # it answers, but refuses a field: found out per cell
+    if timing.error is None:
         return model_name
-    if timing.error:
-        raise ServerError(f"{base_url}: a one-token test request failed: {timing.error}")
-    return model_name
+    if served is not None:
+        raise ServerError(f"model_name {model_name!r} is not served by {base_url}: it lists {served}, and a one-token "
+                          f"request for it answered {timing.error}")
+    raise ServerError(f"{base_url}/v1/models answered HTTP {status}, and a one-token test request failed: {timing.error}")
 
 
 @dataclass
@@ -234,8 +236,7 @@ class RequestPlan:
         return self.ignore_eos or self.min_tokens
 
 
-# Which option turns each request feature off, and the words by which a server's refusal names it.
-FEATURE_OPTION = {"ignore_eos": "ignore_eos", "min_tokens": "min_tokens", "include_usage": "include_usage", "prompt": "prompt"}
+# The words by which a server's refusal names each request feature (each feature is also the option that sets it).
 REFUSAL_WORDS = {"ignore_eos": ("ignore_eos",), "min_tokens": ("min_tokens",), "include_usage": ("stream_options",),
                  "prompt": ("prompt",)}
 UNKNOWN_FIELD_WORDS = ("unexpected field", "extra inputs", "extra fields", "unrecognized", "unknown field", "not permitted")
@@ -291,11 +292,10 @@ def find_request_plan(base_url: str, endpoint: str, model: str, api_key: str | N
             raise ServerError(f"{where} refused a test request: {timing.error}; sent {plan.sent()}. If it rejects one "
                               "of these, set ignore_eos, min_tokens or include_usage = false, or prompt = 'text'")
         for feature in refused:
-            option = FEATURE_OPTION[feature]
-            if opts[option] not in ("auto",) or (feature == "prompt" and chat):
+            if opts[feature] != "auto":
                 wanted = "'text'" if feature == "prompt" else "false"
-                raise ServerError(f"{where} refused {feature} ({timing.error[:200]}), which option {option} = "
-                                  f"{opts[option]!r} requires; set {option} = {wanted} (or 'auto')")
+                raise ServerError(f"{where} refused {feature} ({timing.error[:200]}), which option {feature} = "
+                                  f"{opts[feature]!r} requires; set {feature} = {wanted} (or 'auto')")
             plan.rejected[feature] = timing.error[:200]
             if feature == "prompt":
                 plan.prompt = "text"

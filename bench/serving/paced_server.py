@@ -11,7 +11,7 @@ chunks, as vLLM and transformers serve send one), short (one token fewer than as
 some requests fail, most do not). Servers differ in what they accept: `reject_fields` answers
 HTTP 422 naming the fields when a request carries any of them (transformers serve's
 "Unexpected fields"), `text_prompts_only` answers HTTP 400 to token-id prompts, `usage=False`
-never sends usage. With `record=True` it logs, per request, when its handler started and when
+never sends usage, a model it does not list gets HTTP 404. With `record=True` it logs, per request, when its handler started and when
 each chunk was written (time.perf_counter: CLOCK_MONOTONIC on Linux, the same clock as the
 client in another process), so tests can compare the client's TTFT/ITL with what the server
 really did.
@@ -99,6 +99,9 @@ def make_app(cfg: ServerConfig, log: list[ServedRequest]):
         entry = ServedRequest(request.path, body, t_recv)
         if cfg.record:
             log.append(entry)
+        if cfg.models_status == 200 and body.get("model") not in cfg.models:  # as vLLM: an unknown model is a 404
+            return web.json_response({"object": "error", "message": f"The model `{body.get('model')}` does not exist."},
+                                     status=404)
         rejected = sorted(set(cfg.reject_fields) & set(body))
         if rejected:
             return web.json_response({"detail": f"Unexpected fields in the request: {set(rejected)}"}, status=422)
