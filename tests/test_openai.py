@@ -313,3 +313,19 @@ def test_served_model_needs_no_local_config():
     assert parse_matrix(base).cells[0].model == "Qwen/Qwen2-7B-Instruct"
     with pytest.raises(BenchInputError, match="unknown model"):
         parse_matrix({**base, "backends": ["openai", "hf"], "precisions": ["server", "bf16"]})
+
+
+def test_which_features_a_refusal_names():
+    from bench.backends.openai import RequestPlan, refused_features
+
+    plan = RequestPlan(prompt="token_ids", ignore_eos=True, min_tokens=True, include_usage=True)
+    # transformers serve; a pydantic server that forbids extras without naming them; vLLM's prompt length error
+    assert refused_features("http_422: Unexpected fields in the request: {'min_tokens', 'ignore_eos'}", plan) == [
+        "ignore_eos", "min_tokens"]
+    assert refused_features("http_400: prompt must be a string.", plan) == ["prompt"]
+    assert refused_features("http_422: Extra inputs are not permitted", plan) == ["ignore_eos", "min_tokens",
+                                                                                   "include_usage"]
+    assert refused_features("http_400: stream_options is only allowed for streaming", plan) == ["include_usage"]
+    assert refused_features("http_400: bad request", plan) == []
+    text = RequestPlan(prompt="text", ignore_eos=False, min_tokens=False, include_usage=True)
+    assert refused_features("http_400: prompt must be a string.", text) == []  # nothing it names was sent
