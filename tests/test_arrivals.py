@@ -1,10 +1,11 @@
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.workloads.arrivals import arrival_times, inter_arrival_cv
+from bench.workloads.arrivals import arrival_times, inter_arrival_cv, offered_rate
 
 
 def test_infinite_rate_sends_all_at_once():
@@ -36,3 +37,47 @@ def test_burstiness_sets_the_spread_of_gaps(burstiness):
 def test_bad_rate_is_rejected():
     with pytest.raises(ValueError):
         arrival_times(3, -1.0)
+
+
+def vllm_delays(n: int, request_rate: float, burstiness: float, seed: int) -> list[float]:
+    """Transcription of the delay schedule of vLLM's `get_request` (vllm/benchmarks/serve.py), constant rate, no ramp-up.
+
+    `vllm bench serve` seeds numpy's global generator with --seed before it samples; the loop,
+    the cumulative sum and the rescaling to n / rate below are vLLM's lines.
+    """
+    np.random.seed(seed)
+    delay_ts = []
+    for _ in range(n):
+        current_request_rate = request_rate
+        if current_request_rate == float("inf"):
+            delay_ts.append(0)
+        elif burstiness == float("inf"):
+            delay_ts.append(1.0 / current_request_rate)
+        else:
+            theta = 1.0 / (current_request_rate * burstiness)
+            delay_ts.append(np.random.gamma(shape=burstiness, scale=theta))
+    for i in range(1, len(delay_ts)):
+        delay_ts[i] += delay_ts[i - 1]
+    if delay_ts[-1] != 0:
+        target_total_delay_s = n / request_rate
+        normalize_factor = target_total_delay_s / delay_ts[-1]
+        delay_ts = [delay * normalize_factor for delay in delay_ts]
+    return delay_ts
+
+
+@pytest.mark.parametrize(("n", "rate", "burstiness", "seed"), [
+    (100, 4.0, 1.0, 0), (100, 1.0, 1.0, 0), (37, 16.0, 0.25, 7), (500, 2.5, 4.0, 123), (1, 3.0, 1.0, 0),
+    (10, 8.0, math.inf, 0), (5, math.inf, 1.0, 0),
+])
+def test_same_schedule_as_vllm_get_request(n, rate, burstiness, seed):
+    ours = arrival_times(n, rate, burstiness, seed)
+    theirs = vllm_delays(n, rate, burstiness, seed)
+    assert ours == pytest.approx(theirs, abs=1e-6)
+
+
+def test_offered_rate_is_the_label():
+    # The issue this generator fixes: without the rescaling, seed 0 offered 3.37 req/s for a label of 4.
+    times = arrival_times(100, 4.0, 1.0, 0)
+    assert offered_rate(times) == pytest.approx(4.0, rel=1e-6)
+    assert offered_rate([0.0, 0.0]) is None and offered_rate([]) is None
+    assert times[0] > 0  # the first request waits its gap too, as in vLLM

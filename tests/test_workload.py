@@ -202,7 +202,8 @@ def test_golden_hashes_pin_bytes_across_machines(tiny_sharegpt):
     assert (syn.content_hash, share.content_hash) == (GOLDEN_SYN, GOLDEN_SHARE)
 
 
-GOLDEN_SYN, GOLDEN_SHARE = "65eaab1ec4f448a9", "a86236226f968982"
+# Arrival times are vLLM's schedule since issue 20 (numpy's legacy gamma generator): both hashes changed then.
+GOLDEN_SYN, GOLDEN_SHARE = "073c55a82c3a5611", "ec84ba1b2a4b730c"
 
 
 def test_same_spec_gives_byte_identical_file_in_fresh_processes(tiny_sharegpt, tmp_path):

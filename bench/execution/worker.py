@@ -106,7 +106,12 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
                 metrics["peak_host_rss_gb"] = _host_peak_rss_bytes() / 1e9
                 status, error = "ok", None
                 tolerated = backend.tolerate_request_errors and metrics["completed"] > 0
-                if (metrics["output_len_mismatches"] or metrics["failed"]) and not tolerated:
+                pass_error = extra.pop("pass_error", None)
+                if pass_error and tolerated:
+                    # The backend judged the pass (too many failed requests, wrong lengths): an error that keeps its figures.
+                    status, error = "error", pass_error
+                    failed = True
+                elif (metrics["output_len_mismatches"] or metrics["failed"]) and not tolerated:
                     # The harness checks the token count: a short or long output is not a result.
                     status, error = "error", _length_error(out.timings, metrics)
                     failed = True  # a wrong count repeats, as an error does

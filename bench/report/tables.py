@@ -43,7 +43,15 @@ OPTIONAL = [
     ("peak_memory_gb", "peak mem (GB)", "{:.2f}"),
     ("tokens_per_joule", "tok/J", "{:.2f}"),
     ("sol_pct", "% SOL", "{:.0f}"),
+    # serving (openai backend): offered vs achieved load, failed requests, goodput under the SLO, ITL
+    ("offered_request_rate", "offered req/s", "{:.2f}"),
+    ("achieved_request_rate", "achieved req/s", "{:.2f}"),
+    ("failed", "failed", "{:g}"),
+    ("request_goodput", "goodput (req/s)", "{:.3f}"),
+    ("itl_median_ms", "ITL p50 (ms)", "{:.2f}"),
 ]
+# Shown only in tables with a serving row: every backend records them, offline ones always 0 / per step.
+SERVING_ONLY = {"failed", "itl_median_ms"}
 
 
 def _fill(frame: pd.DataFrame) -> pd.DataFrame:
@@ -103,6 +111,7 @@ def aggregate(frame: pd.DataFrame, by_run: bool = False) -> pd.DataFrame:
     cells.loc[cells.trials > 0, "status"] = "ok"
     cells.loc[cells.trials > 0, "error"] = None
     _headline_spreads(cells, ok, keys)
+    cells = cells.copy()  # the joins above leave many blocks
     order = f.drop_duplicates(keys).set_index(keys).index  # first-seen order, as the stores list them
     cells = cells.reindex(order).reset_index()
     cells = cells.astype(object).where(cells.notna(), None)
@@ -228,8 +237,9 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
         table.attrs["show_run"] = bool(g.run_id.nunique() > 1 or (g.contexts > 1).any())
         if g.gpu_memory_gb.notna().any():
             table.insert(3, "gpu_memory_gb", g.gpu_memory_gb)
+        serving = bool((g.backend == "openai").any())
         for metric, _, _ in OPTIONAL:
-            if metric in g and g[metric].notna().any():
+            if metric in g and g[metric].notna().any() and (serving or metric not in SERVING_ONLY):
                 table[metric] = g[metric]
         if (g.environment != "").any() and g.environment.nunique() > 1:
             table["environment"] = g.environment

@@ -10,13 +10,18 @@ them at once). A chunk counts as a token event when it has choices and either no
 text/content, or empty text without a finish_reason and without a chat `role` (a token that
 decoded to nothing yet, e.g. half of a UTF-8 character). A chat role-only chunk and an empty
 final chunk carrying just finish_reason are not tokens. When one chunk carries several tokens,
-the gap before it is one ITL sample (it is not divided among its tokens), as vLLM does; TPOT
-uses the token count. Output tokens come from the server's usage (stream_options
-include_usage) when it sends one, else from the number of token events (exact only for
-servers that stream one token per chunk; `output_tokens_source` says which was used).
+the gap before it is one ITL sample (it is not divided among its tokens), as vLLM does. `end`
+is the last chunk that carried choices (vLLM's latency); a trailing usage-only chunk and
+`data: [DONE]` do not move it.
 
-Nothing a server does crashes a pass: HTTP errors, connection errors, timeouts, non-SSE or
-non-OpenAI bodies and streams cut before `data: [DONE]` become the request's `error`.
+A stream that ends cleanly (the response completed, no partial event left) is a success with
+or without `data: [DONE]`, as in vLLM and guidellm; `Received.saw_done` says which. The
+client does not decide output token counts: `Received` carries the server's usage and the
+streamed text, and the caller (the openai backend) picks the count; `RequestTiming.output_len`
+is left at the usage count, or at the number of token events when the server sent none.
+
+Nothing a server does crashes a pass: every failure becomes the request's `error`, as
+"<kind>: <detail>" with kind one of ERROR_KINDS (`error_kind` reads it back).
 """
 
 from __future__ import annotations
@@ -30,6 +35,20 @@ from bench.backends.base import RequestTiming
 from bench.serving.sse import SSEDecoder
 
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+# How a request can fail (the prefix of RequestTiming.error). http_<status> stands for any HTTP status.
+ERROR_KINDS = {
+    "http_<status>": "the server answered with an HTTP error status",
+    "connection": "no connection (refused, reset before an answer, DNS)",
+    "timeout": "no complete answer within timeout_s",
+    "cut": "the stream broke off (incomplete chunked body, or a partial event at the end)",
+    "stream_error": "the server sent an error event inside the stream",
+    "bad_response": "not an OpenAI stream (wrong content type, a chunk that is not JSON, no completion chunks)",
+}
+
+
+def error_kind(error: str) -> str:
+    """Return the kind of a request error made by this client ('http_500', 'cut', ...)."""
+    return error.split(":", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -62,6 +81,16 @@ class ServeRequest:
 
 
 @dataclass
+class Received:
+    """What one stream carried beyond its timing: the server's counts, the text, the end marker."""
+
+    text: str = ""
+    completion_tokens: int | None = None  # usage.completion_tokens (None: the server sent no usage)
+    prompt_tokens: int | None = None
+    saw_done: bool = False
+
+
+@dataclass
 class StreamStats:
     """What the client saw beyond per-request timings (for the record's extra and metrics)."""
 
@@ -71,9 +100,8 @@ class StreamStats:
     send_lag_s: list[float] = field(default_factory=list)  # actual send - due time
     client_cpu_s: float = 0.0
     chunks: int = 0
-    usage_counted: int = 0  # requests whose output length came from the server's usage
-    prompt_tokens_mismatches: int = 0  # server's usage.prompt_tokens != our input_len
     unknown_events: int = 0
+    received: list[Received] = field(default_factory=list)  # per request, in input order
 
 
 def build_payload(cfg: ClientConfig, req: ServeRequest) -> bytes:
@@ -91,98 +119,105 @@ def build_payload(cfg: ClientConfig, req: ServeRequest) -> bytes:
     if cfg.min_tokens:
         body["min_tokens"] = req.max_tokens
     if cfg.include_usage:
-        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": False}
+        body["stream_options"] = {"include_usage": True}
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def _is_token(choice: dict, chat: bool) -> bool:
+def _token_text(choice: dict, chat: bool) -> str | None:
+    """Return the text of a token event (possibly ''), None when the chunk is not a token."""
     if chat:
         delta = choice.get("delta") or {}
         text = delta.get("content")
         if text is None or (text == "" and "role" in delta):
-            return False
+            return None
     else:
         text = choice.get("text")
         if text is None:
-            return False
-    return bool(text) or not choice.get("finish_reason")
+            return None
+    return text if (text or not choice.get("finish_reason")) else None
 
 
 async def _stream_one(session, cfg: ClientConfig, req: ServeRequest, body: bytes, headers: dict,
-                      stats: StreamStats) -> RequestTiming:
+                      stats: StreamStats) -> tuple[RequestTiming, Received]:
     import aiohttp
 
     chat = cfg.endpoint == "chat"
     times: list[float] = []
-    usage_tokens = None
+    pieces: list[str] = []
+    got = Received()
     error = None
-    done = False
+    answered = False
     start = time.perf_counter()
     end = start
     try:
         async with session.post(cfg.url, data=body, headers=headers) as resp:
+            answered = True
             if resp.status != 200:
                 text = (await resp.text(errors="replace"))[:300]
-                error = f"HTTP {resp.status}: {text}"
+                error = f"http_{resp.status}: {text}"
             elif "text/event-stream" not in resp.headers.get("Content-Type", ""):
                 text = (await resp.text(errors="replace"))[:200]
-                error = (f"not a server-sent-event stream (Content-Type {resp.headers.get('Content-Type')!r}): "
-                         f"{text!r}; is this an OpenAI-compatible endpoint?")
+                error = (f"bad_response: not a server-sent-event stream (Content-Type "
+                         f"{resp.headers.get('Content-Type')!r}): {text!r}; is this an OpenAI-compatible endpoint?")
             else:
                 decoder = SSEDecoder()
                 async for data in resp.content.iter_any():
                     now = time.perf_counter()
                     for payload in decoder.feed(data):
                         if payload == b"[DONE]":
-                            done = True
-                            end = now
+                            got.saw_done = True
                             continue
                         try:
                             event = json.loads(payload)
                         except ValueError:
-                            error = f"chunk is not JSON: {payload[:120]!r}"
+                            error = f"bad_response: chunk is not JSON: {payload[:120]!r}"
                             break
                         if not isinstance(event, dict):
                             stats.unknown_events += 1
                             continue
+                        if "error" in event:
+                            error = f"stream_error: {str(event['error'])[:300]}"
+                            break
                         choices = event.get("choices")
                         if choices:
                             stats.chunks += 1
-                            if _is_token(choices[0], chat):
+                            end = now
+                            text = _token_text(choices[0], chat)
+                            if text is not None:
                                 times.append(now)
+                                pieces.append(text)
                         usage = event.get("usage")
                         if usage:
-                            usage_tokens = usage.get("completion_tokens")
-                            if usage.get("prompt_tokens") not in (None, req.input_len):
-                                stats.prompt_tokens_mismatches += 1
-                        if "error" in event:
-                            error = f"server error in stream: {str(event['error'])[:300]}"
-                        elif not choices and not usage and "choices" not in event:
+                            got.completion_tokens = usage.get("completion_tokens")
+                            got.prompt_tokens = usage.get("prompt_tokens")
+                        elif not choices and "choices" not in event:
                             stats.unknown_events += 1
                     if error:
                         break
-                if error is None and not done:
-                    pending = decoder.pending[:80]
-                    error = (f"stream ended before 'data: [DONE]' after {len(times)} token chunk(s)"
-                             + (f" (partial event {pending!r})" if pending else ""))
+                if error is None and decoder.pending.strip():
+                    error = (f"cut: the stream ended inside an event after {len(times)} token chunk(s) "
+                             f"(partial event {decoder.pending[:80]!r})")
                 if error is None and not times:
-                    error = "stream had no completion chunks (no 'choices' with text): not an OpenAI-compatible stream"
+                    error = "bad_response: the stream had no completion chunks (no 'choices' with text)"
     except asyncio.TimeoutError:
         error = f"timeout: no complete answer within timeout_s={cfg.timeout_s:g} s"
     except aiohttp.ClientPayloadError as exc:
-        error = f"stream cut: {exc}"
+        error = f"cut: {exc}"
     except aiohttp.ClientConnectorError as exc:
-        error = f"connection error: {exc}"
+        error = f"connection: {exc}"
+    except aiohttp.ServerDisconnectedError as exc:
+        error = f"{'cut' if answered else 'connection'}: server disconnected ({exc})"
     except aiohttp.ClientError as exc:
-        error = f"{type(exc).__name__}: {exc}"
+        error = f"{'cut' if answered else 'connection'}: {type(exc).__name__}: {exc}"
     if error is not None:
         end = time.perf_counter()
+    got.text = "".join(pieces)
     output_len = len(times)
-    if usage_tokens is not None and error is None:
-        output_len = int(usage_tokens)
-        stats.usage_counted += 1
-    return RequestTiming(req.id, req.input_len, req.max_tokens, output_len, start, times, end,
-                         arrival=req.arrival_s, error=error)
+    if got.completion_tokens is not None and error is None:
+        output_len = int(got.completion_tokens)
+    timing = RequestTiming(req.id, req.input_len, req.max_tokens, output_len, start, times, end,
+                           arrival=req.arrival_s, error=error)
+    return timing, got
 
 
 def _raise_fd_limit() -> None:
@@ -212,11 +247,11 @@ async def replay(cfg: ClientConfig, requests: list[ServeRequest], max_concurrenc
     connector = aiohttp.TCPConnector(limit=max_concurrency or 0, keepalive_timeout=60)
     timeout = aiohttp.ClientTimeout(total=cfg.timeout_s)
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
-    results: list[RequestTiming | None] = [None] * len(requests)
+    results: list[tuple[RequestTiming, Received] | None] = [None] * len(requests)
 
     async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False) as session:
 
-        async def one(i: int, due: float) -> None:
+        async def one(i: int) -> None:
             if sem is None:
                 results[i] = await _stream_one(session, cfg, requests[i], bodies[i], headers, stats)
                 return
@@ -233,10 +268,11 @@ async def replay(cfg: ClientConfig, requests: list[ServeRequest], max_concurrenc
             if delay > 0:
                 await asyncio.sleep(delay)
             stats.send_lag_s.append(max(0.0, time.perf_counter() - due))
-            tasks.append(asyncio.create_task(one(i, due)))
+            tasks.append(asyncio.create_task(one(i)))
         await asyncio.gather(*tasks)
         stats.client_cpu_s = time.process_time() - cpu0
-    timings = [r for r in results if r is not None]
+    timings = [r[0] for r in results if r is not None]
+    stats.received = [r[1] for r in results if r is not None]
     for t in timings:
         t.arrival = t0 + t.arrival  # absolute, on the same clock as start/token_times
     stats.send_times = sorted(t.start for t in timings)

@@ -1,13 +1,20 @@
 """A paced OpenAI-compatible streaming server for tests and client benchmarks (loopback only).
 
-It answers GET /v1/models, POST /v1/completions and /v1/chat/completions with an SSE stream:
+It answers GET /v1/models, GET /health, POST /v1/completions and /v1/chat/completions with an SSE stream:
 wait `ttft_s`, then emit max_tokens (+ `extra_tokens`) tokens, `tokens_per_chunk` per chunk,
 `itl_s` apart, then a usage chunk (when asked for with stream_options.include_usage) and
-`data: [DONE]`. `mode` injects failures: http500, bad_json (200 with a non-OpenAI JSON body),
-cut (connection closed after `cut_after` chunks), hang (never answers), no_done (stream ends
-without [DONE]). With `record=True` it logs, per request, when its handler started and when each
-chunk was written (time.perf_counter: CLOCK_MONOTONIC on Linux, the same clock as the client in
-another process), so tests can compare the client's TTFT/ITL with what the server really did.
+`data: [DONE]`. `mode` injects one failure into every request: http500, bad_json (200 with a
+non-OpenAI JSON body), cut (connection closed after `cut_after` chunks), hang (never answers),
+no_done (stream ends cleanly without [DONE]), stream_error (an error event after `cut_after`
+chunks, as vLLM and transformers serve send one), short (one token fewer than asked).
+`fault_plan` varies it per request: the k-th POST gets fault_plan[k % len] (a fault server:
+some requests fail, most do not). Servers differ in what they accept: `reject_fields` answers
+HTTP 422 naming the fields when a request carries any of them (transformers serve's
+"Unexpected fields"), `text_prompts_only` answers HTTP 400 to token-id prompts, `usage=False`
+never sends usage, a model it does not list gets HTTP 404. With `record=True` it logs, per request, when its handler started and when
+each chunk was written (time.perf_counter: CLOCK_MONOTONIC on Linux, the same clock as the
+client in another process), so tests can compare the client's TTFT/ITL with what the server
+really did.
 
 `TestServer(...)` runs in a background thread of the calling process (tests);
 `python -m bench.serving.paced_server --port 0` runs it as a process (benchmarks) and prints
@@ -24,7 +31,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-MODES = ("ok", "http500", "bad_json", "cut", "hang", "no_done")
+MODES = ("ok", "http500", "bad_json", "cut", "hang", "no_done", "stream_error", "short")
 
 
 @dataclass
@@ -39,6 +46,9 @@ class ServerConfig:
     models_status: int = 200  # 404: a server without /v1/models
     usage: bool = True  # honour stream_options.include_usage
     record: bool = False
+    fault_plan: tuple[str, ...] = ()  # per request, cycling: a mode each (overrides `mode`)
+    reject_fields: tuple[str, ...] = ()  # HTTP 422 when a request carries any of these fields
+    text_prompts_only: bool = False  # HTTP 400 for token-id prompts
 
 
 @dataclass
@@ -66,6 +76,7 @@ def make_app(cfg: ServerConfig, log: list[ServedRequest]):
     from aiohttp import web
 
     cache: dict = {}
+    counter = [0]  # POSTs seen, for fault_plan
 
     def chunk(chat: bool, k: int, finish: str | None, first: bool) -> bytes:
         key = (chat, k, finish, first)
@@ -78,6 +89,9 @@ def make_app(cfg: ServerConfig, log: list[ServedRequest]):
             return web.json_response({"detail": "Not Found"}, status=cfg.models_status)
         return web.json_response({"object": "list", "data": [{"id": m, "object": "model"} for m in cfg.models]})
 
+    async def health(request):
+        return web.json_response({"status": "ok"})
+
     async def generate(request):
         t_recv = time.perf_counter()
         body = await request.json()
@@ -85,13 +99,23 @@ def make_app(cfg: ServerConfig, log: list[ServedRequest]):
         entry = ServedRequest(request.path, body, t_recv)
         if cfg.record:
             log.append(entry)
-        if cfg.mode == "http500":
+        if cfg.models_status == 200 and body.get("model") not in cfg.models:  # as vLLM: an unknown model is a 404
+            return web.json_response({"object": "error", "message": f"The model `{body.get('model')}` does not exist."},
+                                     status=404)
+        rejected = sorted(set(cfg.reject_fields) & set(body))
+        if rejected:
+            return web.json_response({"detail": f"Unexpected fields in the request: {set(rejected)}"}, status=422)
+        if cfg.text_prompts_only and not isinstance(body.get("prompt", ""), str):
+            return web.json_response({"detail": "prompt must be a string."}, status=400)
+        mode = cfg.fault_plan[counter[0] % len(cfg.fault_plan)] if cfg.fault_plan else cfg.mode
+        counter[0] += 1
+        if mode == "http500":
             return web.json_response({"object": "error", "message": "injected failure"}, status=500)
-        if cfg.mode == "bad_json":
+        if mode == "bad_json":
             return web.json_response({"result": "hello", "tokens": [1, 2, 3]})
-        if cfg.mode == "hang":
+        if mode == "hang":
             await asyncio.sleep(3600)
-        n = max(0, int(body.get("max_tokens", 16)) + cfg.extra_tokens)
+        n = max(0, int(body.get("max_tokens", 16)) + cfg.extra_tokens - (mode == "short"))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
         if cfg.ttft_s:
@@ -107,21 +131,26 @@ def make_app(cfg: ServerConfig, log: list[ServedRequest]):
             if cfg.record:
                 entry.t_chunks.append(time.perf_counter())
             chunks += 1
-            if cfg.mode == "cut" and chunks >= cfg.cut_after:
+            if mode == "cut" and chunks >= cfg.cut_after:
                 request.transport.close()  # mid-stream: no terminating chunk, no [DONE]
+                return resp
+            if mode == "stream_error" and chunks >= cfg.cut_after:
+                await resp.write(b'data: {"error": {"message": "injected failure", "code": 500}}\n\n')
+                await resp.write_eof()
                 return resp
         if cfg.usage and (body.get("stream_options") or {}).get("include_usage"):
             prompt = body.get("prompt", "")
             usage = {"prompt_tokens": len(prompt) if isinstance(prompt, list) else len(str(prompt).split()),
                      "completion_tokens": n, "total_tokens": n}
             await resp.write(b"data: " + json.dumps({"id": "cmpl-test", "choices": [], "usage": usage}).encode() + b"\n\n")
-        if cfg.mode != "no_done":
+        if mode != "no_done":
             await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
 
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", health)
     app.router.add_post("/v1/completions", generate)
     app.router.add_post("/v1/chat/completions", generate)
     return app
@@ -181,11 +210,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--itl-ms", type=float, default=0.0)
     p.add_argument("--tokens-per-chunk", type=int, default=1)
     p.add_argument("--mode", choices=MODES, default="ok")
+    p.add_argument("--fault-plan", default="", help="comma-separated modes, one per request in turn (overrides --mode)")
+    p.add_argument("--cut-after", type=int, default=2, help="chunks before a cut or an error event")
+    p.add_argument("--no-usage", action="store_true", help="never send usage (as a server without stream_options)")
+    p.add_argument("--reject-fields", default="", help="comma-separated request fields answered with HTTP 422")
+    p.add_argument("--text-prompts-only", action="store_true", help="HTTP 400 for token-id prompts")
     p.add_argument("--uvloop", action="store_true", help="use uvloop if installed")
     p.add_argument("--record-file", help="on exit, write each request's prompt, t_recv and chunk times here (JSON)")
     args = p.parse_args(argv)
-    cfg = ServerConfig(ttft_s=args.ttft_ms / 1000, itl_s=args.itl_ms / 1000,
-                       tokens_per_chunk=args.tokens_per_chunk, mode=args.mode, record=bool(args.record_file))
+    plan = tuple(m for m in args.fault_plan.split(",") if m)
+    if set(plan) - set(MODES):
+        p.error(f"--fault-plan: unknown mode(s) {sorted(set(plan) - set(MODES))}; modes are {', '.join(MODES)}")
+    cfg = ServerConfig(ttft_s=args.ttft_ms / 1000, itl_s=args.itl_ms / 1000, tokens_per_chunk=args.tokens_per_chunk,
+                       mode=args.mode, cut_after=args.cut_after, usage=not args.no_usage, record=bool(args.record_file),
+                       fault_plan=plan, reject_fields=tuple(f for f in args.reject_fields.split(",") if f),
+                       text_prompts_only=args.text_prompts_only)
     log: list[ServedRequest] = []
     if args.uvloop:
         try:
@@ -209,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     asyncio.run(serve())
     if args.record_file:
         with open(args.record_file, "w") as fh:
-            json.dump([{"prompt": e.body.get("prompt"), "t_recv": e.t_recv, "t_chunks": e.t_chunks} for e in log], fh)
+            json.dump([{"prompt": e.body.get("prompt", e.body.get("messages")), "max_tokens": e.body.get("max_tokens"),
+                        "t_recv": e.t_recv, "t_chunks": e.t_chunks} for e in log], fh)
     return 0
 
 
