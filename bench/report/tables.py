@@ -110,8 +110,7 @@ def aggregate(frame: pd.DataFrame, by_run: bool = False) -> pd.DataFrame:
     cells["runs"] = cells.runs.fillna(0).astype(int)
     cells.loc[cells.trials > 0, "status"] = "ok"
     cells.loc[cells.trials > 0, "error"] = None
-    _headline_spreads(cells, ok, keys)
-    cells = cells.copy()  # the joins above leave many blocks
+    cells = _headline_spreads(cells, ok, keys).copy()  # copy: the joins above leave many blocks
     order = f.drop_duplicates(keys).set_index(keys).index  # first-seen order, as the stores list them
     cells = cells.reindex(order).reset_index()
     cells = cells.astype(object).where(cells.notna(), None)
@@ -123,13 +122,13 @@ def aggregate(frame: pd.DataFrame, by_run: bool = False) -> pd.DataFrame:
     return cells.copy()  # one block per dtype: later .assign calls stay fast
 
 
-def _headline_spreads(cells: pd.DataFrame, ok: pd.DataFrame, keys: list[str]) -> None:
-    """Add run/trial coefficients of variation and stability warnings of the headline metrics (bench.results.stats)."""
+def _headline_spreads(cells: pd.DataFrame, ok: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Return cells with run/trial coefficients of variation and stability warnings of the headline metrics."""
+    new: dict[str, dict] = {f"{m}__{x}": {} for m in HEADLINE for x in ("run_cv", "trial_cv")}
     warnings: dict = {}
     for m in HEADLINE:
         if m not in ok:
             continue
-        run_cv, trial_cv = {}, {}
         for key, g in ok.groupby(keys, dropna=False):
             key = key if isinstance(key, tuple) else (key,)
             values = [v.dropna().tolist() for _, v in g.groupby("run_key", sort=False)[m]]
@@ -137,12 +136,12 @@ def _headline_spreads(cells: pd.DataFrame, ok: pd.DataFrame, keys: list[str]) ->
             if not values:
                 continue
             spread = run_spread(values, m)
-            run_cv[key], trial_cv[key] = spread.run_cv, spread.trial_cv
+            new[f"{m}__run_cv"][key], new[f"{m}__trial_cv"][key] = spread.run_cv, spread.trial_cv
             if m == "output_throughput" and spread.runs > 1 and spread.warnings:
                 warnings[key] = "; ".join(spread.warnings)
-        cells[f"{m}__run_cv"] = pd.Series(run_cv, dtype=float).reindex(cells.index)
-        cells[f"{m}__trial_cv"] = pd.Series(trial_cv, dtype=float).reindex(cells.index)
-    cells["stability"] = pd.Series(warnings, dtype=object).reindex(cells.index)
+    columns = {name: pd.Series(values, dtype=float).reindex(cells.index) for name, values in new.items()}
+    columns["stability"] = pd.Series(warnings, dtype=object).reindex(cells.index)
+    return pd.concat([cells, pd.DataFrame(columns, index=cells.index)], axis=1)
 
 
 def _option_value(row, key: str):
