@@ -78,7 +78,9 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool) -> dict[st
     from bench.oom.search import frontier_markdown, frontier_rows
     from bench.report.kernel_panel import kernel_frame
 
-    records = query.load(stores)
+    per_store = [query.load([s]) for s in stores]
+    records = [r for recs in per_store for r in recs]
+    labels = store_labels(per_store)
     # OOM-probe records answer "what fits", not "how fast": they make the frontier table, not speedups;
     # profile records hold kernel tables: they make the kernel panel.
     probes = query.probes(records)
@@ -102,8 +104,7 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool) -> dict[st
         if profiled:
             out.mkdir(parents=True, exist_ok=True)
             extra_paths["dashboard"] = out / "dashboard.html"
-            title = "bench: " + ", ".join(Path(s).stem for s in stores)
-            _write(extra_paths["dashboard"], _kernel_page(kernels, title, kernel_warnings))
+            _write(extra_paths["dashboard"], _kernel_page(kernels, _title(labels), kernel_warnings))
         for w in kernel_warnings:
             warnings.warn(w, stacklevel=3)
         return {**frontier, **extra_paths, "warnings": kernel_warnings}
@@ -125,8 +126,8 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool) -> dict[st
         data.warnings.extend(t.attrs.get("warnings", []))
     env_note = environment_note(frame, data.environments)
     markdown = to_markdown(tables, env_note, history)
-    title = "bench: " + ", ".join(Path(s).stem for s in stores)
-    page = _dashboard(data, cells, tables, kernels, title, env_note, _comparison_frames(runs, stores), history)
+    comparison = _comparison_frames([query.measurements(recs) for recs in per_store], labels)
+    page = _dashboard(data, cells, tables, kernels, _title(labels), env_note, comparison, history)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"markdown": out / "speedup.md", "csv": out / "speedup.csv", "html": out / "speedup.html",
              "dashboard": out / "dashboard.html"}
@@ -150,13 +151,42 @@ def _stored_baseline(selection) -> dict:
     return named[0] if named else DEFAULT_BASELINE
 
 
-def _comparison_frames(runs: list, stores: list) -> dict[str, pd.DataFrame]:
-    """Return {store (or commit): frame of its chosen records} for the comparison view (2+ stores or commits)."""
-    by_store = len({r.store for r in runs}) > 1
+def store_labels(per_store: list[list]) -> list[str]:
+    """Return one label per store from its records' run contexts (machine, commit, date); repeats get '#n'."""
+    from bench.report.data import source_label
+
+    labels = [source_label(recs) if recs else "empty store" for recs in per_store]
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label if labels.count(label) == 1 else f"{label} #{seen[label]}")
+    return out
+
+
+def _title(labels: list[str]) -> str:
+    return "bench: " + "; ".join(dict.fromkeys(labels))
+
+
+def _comparison_frames(runs_per_store: list[list], labels: list[str]) -> dict[str, pd.DataFrame]:
+    """Return {source label: frame of its chosen records} for the comparison view (2+ stores, or 2+ commits in one).
+
+    Stores are told apart by which file their records came from and named by their run
+    contexts, so two stores of the same file name from different machines stay two sides.
+    """
     groups: dict[str, list] = {}
-    for r in runs:
-        label = r.store if by_store else (r.context.commit or "unknown")[:12]
-        groups.setdefault(label, []).append(r)
+    if sum(1 for runs in runs_per_store if runs) > 1:
+        for label, runs in zip(labels, runs_per_store, strict=True):
+            if runs:
+                groups[label] = runs
+    else:
+        from bench.report.data import source_label
+
+        runs = [r for rs in runs_per_store for r in rs]
+        by_commit: dict[str, list] = {}
+        for r in runs:
+            by_commit.setdefault(r.context.commit or "unknown", []).append(r)
+        groups = {source_label(recs): recs for recs in by_commit.values()}
     if len(groups) < 2:
         return {}
     return {g: report_data(query.select(recs).records).frame for g, recs in groups.items()}
