@@ -345,10 +345,12 @@ def kernel_bars(kernels: pd.DataFrame) -> dict:
         raise ValueError(f"kernel table needs columns {', '.join(KERNEL_COLUMNS)} and range or category; missing "
                          f"{', '.join(missing + ([] if cat in kernels else ['range/category']))}")
     data = []
+    colors = series_colors(f"{b} {p}" for b, p in zip(kernels.backend, kernels.precision, strict=True))
     for (backend, precision), g in kernels.groupby(["backend", "precision"], sort=True):
         name = esc(f"{backend} {precision}")
         for axis, metric in (("", "kernels_per_instance"), ("2", "time_per_instance_us")):
             data.append({"type": "bar", "name": name, "legendgroup": name, "showlegend": axis == "",
+                         "marker": {"color": colors[f"{backend} {precision}"]},
                          "x": [esc(c) for c in g[cat]], "y": pd.to_numeric(g[metric], errors="coerce").tolist(),
                          "xaxis": "x" + axis, "yaxis": "y" + axis, "meta": {"precision": precision}})
     return {"data": data, "layout": _layout(
