@@ -91,7 +91,7 @@ def test_dry_run_prints_the_estimate_and_runs_nothing(tmp_path, capsys, monkeypa
     _matrix(tmp_path)
     assert main(["run", "--matrix", "m.toml", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "estimate from stored records: 0 s" in out and "not known (2 cell(s)" in out
+    assert "no stored figure for any of the 2 cell(s)" in out
     assert not (tmp_path / "results" / "est.jsonl").exists()
     assert main(["run", "--matrix", "m.toml", "--no-progress", "--report-dir", "d"]) == 0
     capsys.readouterr()

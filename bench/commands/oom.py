@@ -94,10 +94,11 @@ def cmd_oom(args) -> int:
     return 1 if failed else 0
 
 
-def plan_searches(matrix, settings: OomSettings) -> tuple[dict, tuple[int, int], float | None]:
+def plan_searches(matrix, settings: OomSettings, check_devices: bool = True) -> tuple[dict, tuple[int, int], float | None]:
     """Return (one search per configuration and length pair, the batch-size bounds, the cap); BenchInputError if bad.
 
     A configuration is a cell with its batch size and workload set aside. Nothing runs here.
+    check_devices=False skips the cap's check against the device (planning on another machine).
     """
     from bench.execution.memory_cap import check_cap
     from bench.oom.search import check_bounds, probe_lengths
@@ -107,7 +108,8 @@ def plan_searches(matrix, settings: OomSettings) -> tuple[dict, tuple[int, int],
     upper = settings.upper if settings.upper is not None else sizes[-1]
     check_bounds(lower, upper, settings.strategy)
     cap = settings.gpu_memory_gb if settings.gpu_memory_gb is not None else matrix.settings.gpu_memory_gb
-    check_cap(cap, [c.device for c in matrix.cells])
+    if check_devices:
+        check_cap(cap, [c.device for c in matrix.cells])
     searches: dict = {}
     for cell in matrix.cells:
         pairs = settings.lengths or [workload_lengths(cell.workload)]

@@ -52,6 +52,10 @@ class Estimate:
     def text(self) -> str:
         """Return the estimate in words: total, per cell, what is not known."""
         known = [c for c in self.cells if c.total_s is not None]
+        if self.cells and not known:
+            return (f"estimate: no stored figure for any of the {len(self.cells)} cell(s) still to run (nor for their build "
+                    "keys and batch sizes), so no estimate; after a first run, --dry-run estimates from its records "
+                    "(or pass --history STORE of an earlier run)")
         lines = [f"estimate from stored records: {self.known_s:.0f} s ({self.known_s / 60:.1f} min) for {len(known)} of "
                  f"{len(self.cells)} cell(s) still to run, worker loads included"]
         for c in self.cells:
@@ -139,3 +143,47 @@ def estimate_run(matrix, planned, records, output_tokens) -> Estimate:
         else:
             est.loads_unknown += runs
     return est
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def estimate_probes(searches: list[tuple], max_probes: int, records) -> tuple[int, float | None, str]:
+    """Return (most probes, stored seconds per probe or None, a line of text) for `bench oom` searches.
+
+    searches: (cell, input, output) per search; max_probes: the most a search may take
+    (bench.oom.search.probe_budget). A probe is one worker process: its stored time is its
+    build + load + pass (the process's start is not recorded).
+    """
+    from bench.results.records import OomProbe
+
+    keys = {c.build_key().key_hash for c, _, _ in searches}
+    seconds = [float(r.build.get("build_s") or 0.0) + float(r.build.get("load_s") or 0.0)
+               + (r.ended_at - r.started_at) for r in records
+               if isinstance(r, OomProbe) and r.build.get("key_hash") in keys and r.build.get("load_s") is not None
+               and r.started_at is not None and r.ended_at is not None]
+    per = _mean(seconds)
+    n = len(searches) * max_probes
+    if per is None:
+        return n, None, f"OOM search: at most {n} probes (fresh worker processes); no stored probe of these configurations: time not known"
+    return n, per, (f"OOM search: at most {n} probes x {per:.1f} s (stored probes: build + load + pass; process start "
+                    f"not counted) = at most {n * per:.0f} s")
+
+
+def estimate_profiles(cells, records) -> tuple[float | None, str]:
+    """Return (stored seconds for the sessions, or None, a line of text) for `bench profile` of these cells."""
+    from bench.results.records import Profile
+
+    ids = {c.cell_id for c in cells}
+    by_cell: dict[str, list[float]] = {}
+    for r in records:
+        if isinstance(r, Profile) and r.cell_id in ids and r.started_at is not None and r.ended_at is not None:
+            by_cell.setdefault(r.cell_id, []).append(r.ended_at - r.started_at)
+    known = {cid: _mean(v) for cid, v in by_cell.items()}
+    missing = [c.label for c in cells if c.cell_id not in known]
+    total = sum(known.values())
+    text = f"profile: {len(cells)} session(s); stored session times cover {len(known)}: {total:.0f} s"
+    if missing:
+        text += "; not known: " + "; ".join(missing)
+    return (total if known else None), text

@@ -63,7 +63,7 @@ def series_labels(cells: pd.DataFrame) -> pd.Series:
                 opts = json.loads(o) if o else {}
             except (TypeError, ValueError):
                 return str(o)
-            return ", ".join(f"{k}={opts.get(k, '-')}" for k in keys)
+            return ", ".join(f"{k}={opts[k]}" for k in keys if k in opts)
 
         label = label + " [" + source.map(shown) + "]"
     if cells.gpu_memory_gb.notna().any():

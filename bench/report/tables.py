@@ -204,18 +204,19 @@ def varying_options(all_options) -> list[str]:
         except (TypeError, ValueError):
             parsed.append({})
     keys = sorted(set().union(*parsed)) if parsed else []
-    return [k for k in keys if len({json.dumps(p.get(k), sort_keys=True) for p in parsed}) > 1]
+    # A key only some rows have (another backend's option) varies only if those rows disagree on it.
+    return [k for k in keys if len({json.dumps(p[k], sort_keys=True) for p in parsed if k in p}) > 1]
 
 
 def _options_shown(all_options, keys: list[str]) -> list[str]:
-    """Return per row 'k=v, ...' of the given keys (the options that vary)."""
+    """Return per row 'k=v, ...' of the given keys (the options that vary) that the row has."""
     out = []
     for o in all_options:
         try:
             opts = json.loads(o) if o else {}
         except (TypeError, ValueError):
             opts = {}
-        out.append(", ".join(f"{k}={opts.get(k, '-')}" for k in keys))
+        out.append(", ".join(f"{k}={opts[k]}" for k in keys if k in opts))
     return out
 
 
