@@ -30,8 +30,11 @@ def register(sub) -> None:
     p.add_argument("--matrix", help="matrix TOML file")
     p.add_argument("--only", help="profile only matching cells, e.g. precision=bf16,max_batch_size=1")
     p.add_argument("--tool", choices=("torch", "nsys"), default="torch", help="collector (default torch.profiler)")
-    p.add_argument("--decode-steps", type=int, default=4, help="decode steps in the window (after one prefill)")
-    p.add_argument("--batches", type=int, default=1, help="batches of max_batch_size requests in the window")
+    p.add_argument("--decode-steps", type=int, default=4,
+                   help="decode steps in the window (after one prefill; harness-loop cells: the steps alone)")
+    p.add_argument("--batches", type=int, default=1,
+                   help="batches of max_batch_size requests in the window (generate cells; harness-loop cells "
+                        "profile the first batch's decode steps)")
     p.add_argument("--warmup", type=int, default=1, help="unmeasured windows before timing")
     p.add_argument("--patterns", default=None,
                    help="comma-separated module class/name patterns for ranges (default *RMSNorm,*Attention,*MLP,*DecoderLayer,lm_head)")

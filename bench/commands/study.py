@@ -82,6 +82,14 @@ def _table(data: dict, key: str, allowed: set, where: str) -> dict:
     return value
 
 
+def _typed(table: dict, key: str, default, kind: type, where: str):
+    """Return table[key] (or the default), checked to be of `kind`; BenchInputError naming the key otherwise."""
+    value = table.get(key, default)
+    if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+        raise BenchInputError(f"{where} {key} must be {'true or false' if kind is bool else kind.__name__}, got {value!r}")
+    return value
+
+
 def study_plan(path: Path, matrix, check_devices: bool = True) -> StudyPlan:
     """Return the checked plan of the study the matrix file's [study] table describes; BenchInputError if bad."""
     from bench.cli import parse_pairs
@@ -111,18 +119,24 @@ def study_plan(path: Path, matrix, check_devices: bool = True) -> StudyPlan:
             if bad:
                 raise BenchInputError(f"[study.oom] searches #{i + 1}: unknown key {sorted(bad)[0]!r}; valid keys are "
                                       f"{choices(SEARCH_KEYS)}")
-            settings = OomSettings(lengths=tuple(parse_lengths(search["lengths"])) if search.get("lengths") else None,
-                                   lower=search.get("lower"), upper=search.get("upper"),
-                                   strategy=oom.get("strategy", "grow"), decode_steps=oom.get("decode_steps", 4),
-                                   confirm=oom.get("confirm", True))
+            where = f"[study.oom] searches #{i + 1}:"
+            lengths = _typed(search, "lengths", None, str, where)
+            settings = OomSettings(lengths=tuple(parse_lengths(lengths)) if lengths else None,
+                                   lower=_typed(search, "lower", None, int, where), upper=_typed(search, "upper", None, int, where),
+                                   strategy=_typed(oom, "strategy", "grow", str, "[study.oom]"),
+                                   decode_steps=_typed(oom, "decode_steps", 4, int, "[study.oom]"),
+                                   confirm=_typed(oom, "confirm", True, bool, "[study.oom]"))
             plan_searches(oom_matrix, settings, check_devices=check_devices)  # validates lengths, bounds, cap
             oom_settings.append(settings)
     profile_matrix, profile_settings = None, None
     if prof:
         profile_matrix = narrow(matrix, only=parse_pairs(prof.get("only"), "[study.profile] only"))
         check_profilable(profile_matrix.cells)
-        profile_settings = ProfileSettings(tool=prof.get("tool", "torch"), decode_steps=prof.get("decode_steps", 4),
-                                           batches=prof.get("batches", 1), warmup=prof.get("warmup", 1))
+        where = "[study.profile]"
+        profile_settings = ProfileSettings(tool=_typed(prof, "tool", "torch", str, where),
+                                           decode_steps=_typed(prof, "decode_steps", 4, int, where),
+                                           batches=_typed(prof, "batches", 1, int, where),
+                                           warmup=_typed(prof, "warmup", 1, int, where))
         profile_settings.check()
         if profile_settings.tool != "torch":
             raise BenchInputError("[study.profile] tool: the study profiles with torch.profiler; run `bench profile "
