@@ -65,7 +65,7 @@ def series_labels(cells: pd.DataFrame) -> pd.Series:
                 return str(o)
             return ", ".join(f"{k}={opts[k]}" for k in keys if k in opts)
 
-        label = label + " [" + source.map(shown) + "]"
+        label = label + source.map(lambda o: f" [{shown(o)}]" if shown(o) else "")
     if cells.gpu_memory_gb.notna().any():
         label = label + cells.gpu_memory_gb.map(lambda v: "" if v is None or pd.isna(v) else f" cap {v:g} GB")
     return label

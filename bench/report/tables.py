@@ -242,6 +242,7 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
             "precision": g.precision,
             "max_batch_size": g.max_batch_size,
             "options": g.options,
+            "all_options": g.all_options,  # defaults filled in: what the figures' series labels compare
             "options_varying": _options_shown(g.all_options, varying),
             "status": g.status,
             "runs": g.runs,
