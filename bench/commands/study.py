@@ -222,12 +222,19 @@ def cmd_study(args) -> int:
         elif step == "report":
             failed["report"] = _report(stores, report_dir, plan.matrix, console, commands["report"])
         timings[step] = time.monotonic() - t0
-    summary = {"matrix": name, "steps_s": timings, "failed": failed, "commands": commands,
-               "stores": {k: str(v) for k, v in stores.items()}}
     report_dir.mkdir(parents=True, exist_ok=True)
-    (report_dir / "study.json").write_text(json.dumps(summary, indent=1))
+    path = report_dir / "study.json"
+    # A study run in parts (--steps run, then --steps oom,profile,report) keeps every part's figures.
+    summary = json.loads(path.read_text()) if path.is_file() else {}
+    if summary.get("matrix") != name:
+        summary = {}
+    summary = {"matrix": name, "steps_s": {**summary.get("steps_s", {}), **timings},
+               "failed": {**summary.get("failed", {}), **failed}, "commands": commands,
+               "stores": {k: str(v) for k, v in stores.items()}}
+    path.write_text(json.dumps(summary, indent=1))
     console.print("study: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
-                  + f"; total {sum(timings.values()):.0f} s; {report_dir / 'study.json'}")
+                  + f"; this invocation {sum(timings.values()):.0f} s; all steps so far "
+                  f"{sum(summary['steps_s'].values()):.0f} s; {path}")
     return 1 if any(failed.values()) else 0
 
 
