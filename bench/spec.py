@@ -306,6 +306,7 @@ AXES = ("backends", "models", "precisions", "max_batch_sizes", "workloads", "dev
 TOP_KEYS = set(AXES) | {
     "name", "description", "model", "device", "options", "include", "exclude", "workload",
     "trials", "warmup", "runs", "timeout_s", "build_timeout_s", "baseline", "gpu_memory_gb",
+    "study",  # read by `bench study` (bench/commands/study.py): its OOM search and profile settings
 }
 RULE_KEYS = {"backend", "model", "precision", "max_batch_size", "workload", "device"}
 
@@ -417,6 +418,12 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
     cells = [c for c in cells if not any(_matches(c, rule) for rule in excludes)]
 
     for i, rule in enumerate(_rules(data.get("include", []), "include")):
+        # [options.<backend>] tables of backends the rule leaves out do not apply to its cells, and
+        # the rule's own option values win over those tables' (as over the common ones).
+        rule_backends = _as_list(rule.get("backend", backends))
+        rule_options = {k: v for k, v in rule.items() if k not in RULE_KEYS}
+        options = {k: {kk: vv for kk, vv in v.items() if kk not in rule_options} if isinstance(v, dict) else v
+                   for k, v in raw_options.items() if not isinstance(v, dict) or k in rule_backends}
         sub = {
             "backends": rule.get("backend", backends),
             "models": rule.get("model", models),
@@ -425,7 +432,7 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
             "workloads": rule.get("workload", workload_names),
             "devices": rule.get("device", devices),
             "workload": workload_defs,
-            "options": {**raw_options, **{k: v for k, v in rule.items() if k not in RULE_KEYS}},
+            "options": {**options, **rule_options},
         }
         try:
             cells.extend(parse_matrix(sub).cells)

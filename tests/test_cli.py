@@ -70,7 +70,7 @@ num_requests = 6
 ''')
     out = bench("run", "--matrix", str(path), "--no-progress")
     assert out.returncode == 0, out.stderr
-    assert "| fake | int4 | 2 |" in out.stdout and "generation speedup" in out.stdout
+    assert "| fake | qwen-tiny | int4 | 2 |" in out.stdout and "generation speedup" in out.stdout
     assert len(list(ResultStore("results/fakes.jsonl").records())) == 8
     rep = bench("report", "results/fakes.jsonl", "--baseline", "backend=fake,precision=int4,max_batch_size=1")
     assert rep.returncode == 0 and "baseline: fake/int4/bs1" in rep.stdout

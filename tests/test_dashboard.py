@@ -70,3 +70,69 @@ def test_empty_sections_show_notes(tmp_path):
     status = browser.page_status(paths["dashboard"])
     assert status["state"] == "ok", status
 
+
+
+def _figures(page: str) -> list[dict]:
+    data = page[page.index("id='bench-data'>") + len("id='bench-data'>"):]
+    return json.loads(data[: data.index("</script>")])["figures"]
+
+
+def _figure(figs: list[dict], title_start: str) -> dict:
+    return next(f for f in figs if f["layout"]["title"]["text"].startswith(title_start))
+
+
+def test_series_keep_their_colour_and_failure_markers_never_hide_a_point(built):
+    _, paths = built
+    figs = _figures(paths["dashboard"].read_text())
+    lines = _figure(figs, "Output throughput vs max_batch_size")
+    boxes = _figure(figs, "Latency per request")
+    line_color = {t["name"]: t["line"]["color"] for t in lines["data"] if t["mode"] == "lines+markers"}
+    ttft = {t["name"]: t["marker"]["color"] for t in boxes["data"] if t["xaxis"] == "x"}
+    tpot = {t["name"]: t["marker"]["color"] for t in boxes["data"] if t["xaxis"] == "x2"}
+    assert ttft and ttft == tpot  # TPOT boxes: the TTFT boxes' (and the legend's) colours
+    assert all(line_color[name] == color for name, color in ttft.items())  # and the throughput lines'
+    assert len(set(line_color.values())) == len(line_color)  # one colour per series
+    # every failure marker sits at its own (x, y), above every measured point
+    measured = [(x, y) for t in lines["data"] if t["mode"] == "lines+markers" for x, y in zip(t["x"], t["y"], strict=True)]
+    failed = [(x, y) for t in lines["data"] if t["mode"] == "markers+text" for x, y in zip(t["x"], t["y"], strict=True)]
+    assert failed and len(set(failed)) == len(failed)
+    assert min(y for _, y in failed) > max(y for _, y in measured)
+    assert lines["layout"]["yaxis"]["rangemode"] == "tozero"
+
+
+def test_speedup_heatmap_diverges_around_one(built):
+    import math
+
+    _, paths = built
+    heat = _figure(_figures(paths["dashboard"].read_text()), "Generation speedup")
+    axis = heat["layout"]["coloraxis"]
+    assert axis["cmid"] == 0 and axis["cmin"] == -axis["cmax"]  # log2 of the speedup: 1.0x in the middle
+    assert axis["colorscale"][2] == [0.5, "#f7f7f7"]  # white at 1.0x
+    (trace,) = heat["data"]
+    texts = [(z, t) for zrow, trow in zip(trace["z"], trace["text"], strict=True) for z, t in zip(zrow, trow, strict=True)]
+    centre = [t for z, t in texts if z == 0.0]
+    assert centre and all(t == "1.00x" for t in centre)  # the baseline sits at the centre
+    for z, t in texts:
+        if z is not None:
+            assert math.isclose(2 ** z, float(t.rstrip("x")), rel_tol=0.01)
+    assert "1x" in axis["colorbar"]["ticktext"]
+
+
+def _moved(records, host, gpu):
+    return [dataclasses.replace(r, environment={**r.environment, "host": host, "gpu_name": gpu}) for r in records]
+
+
+def test_stores_of_the_same_name_from_two_machines_stay_apart(tmp_path):
+    recs = synthetic_records(backends=("hf",), precisions=("bf16",), batch_sizes=(1, 4), trials=1, requests=4,
+                             telemetry=False)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    write_store(tmp_path / "a" / "default.jsonl", _moved(recs, "box-a", "NVIDIA H200"))
+    write_store(tmp_path / "b" / "default.jsonl", _moved(recs, "box-b", "NVIDIA A10"))
+    paths = build_report([tmp_path / "a" / "default.jsonl", tmp_path / "b" / "default.jsonl"], tmp_path / "out")
+    page = paths["dashboard"].read_text()
+    comparisons = [f for f in _figures(page) if f["layout"]["title"]["text"].startswith("Output tok/s ratio")]
+    assert comparisons, "two stores of one name must still be compared, not merged"
+    title = comparisons[0]["layout"]["title"]["text"]
+    assert "box-a (NVIDIA H200)" in title and "box-b (NVIDIA A10)" in title and "default" not in title
+    assert "<title>bench: box-a (NVIDIA H200) · 0123456" in page

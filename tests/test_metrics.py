@@ -45,3 +45,34 @@ def test_tpot_has_one_definition_for_a_request_and_for_a_frame_column():
     assert time_per_output_token(110.0, 10.0, 11) == pytest.approx(10.0)  # (110 - 10) / (11 - 1)
     column = time_per_output_token(np.array([110.0, 50.0]), np.array([10.0, 10.0]), np.array([11, 5]))
     assert column.tolist() == pytest.approx([10.0, 10.0])
+
+
+def test_decode_throughput_is_the_rate_after_each_first_token():
+    # r1: first token 0.5, end 0.9 (2 tokens after it); r2: first 1.0, end 2.0 (1 token after it).
+    # Decode intervals [0.5, 0.9] and [1.0, 2.0] do not overlap: 3 tokens / 1.4 s.
+    t = [
+        RequestTiming("r1", 10, 3, 3, 0.0, [0.5, 0.7, 0.9], 0.9),
+        RequestTiming("r2", 20, 2, 2, 0.5, [1.0, 2.0], 2.0),
+    ]
+    m = pass_metrics(t, 0.0, 2.0)
+    assert m["decode_throughput"] == pytest.approx(3 / 1.4)
+    assert m["output_throughput"] == pytest.approx(2.5)  # end to end: prefill time counts
+
+
+def test_decode_throughput_counts_overlapping_requests_once():
+    # One batch of two rows: both first tokens at 1.0 (a long prefill), ends 2.0 and 2.8.
+    # Union of [1, 2] and [1, 2.8] is 1.8 s; 4 + 9 tokens after the first.
+    t = [
+        RequestTiming("a", 900, 5, 5, 0.0, [1.0, 1.25, 1.5, 1.75, 2.0], 2.0),
+        RequestTiming("b", 900, 10, 10, 0.0, [1.0 + 0.2 * k for k in range(10)], 2.8),
+    ]
+    m = pass_metrics(t, 0.0, 3.0)
+    assert m["decode_throughput"] == pytest.approx(13 / 1.8)
+    # the prefill second makes end-to-end throughput lower than the generation speed
+    assert m["output_throughput"] == pytest.approx(15 / 3.0)
+    assert m["output_throughput"] < m["decode_throughput"]
+
+
+def test_decode_throughput_none_without_a_second_token():
+    t = [RequestTiming("a", 5, 1, 1, 0.0, [0.1], 0.1)]
+    assert pass_metrics(t, 0.0, 1.0)["decode_throughput"] is None

@@ -1,5 +1,6 @@
 """Ranges, attribution and KernelTable logic, on the CPU (operators stand in for kernels)."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -314,3 +315,73 @@ def test_device_side_range_annotations_are_not_kernels():
     names = sorted(k.name for k in kernels)
     assert names == ["void rms_kernel<bf16>", "void unlinked_kernel"]
     assert unlinked == 1 and instances == {label: {1}}
+
+
+def test_kernels_launched_directly_inside_a_range_belong_to_it():
+    """A CUDA graph replay inside a decode-step range: its kernels link to the range event itself
+    (no aten operator between), and count in that range, not in (no range)."""
+    from types import SimpleNamespace
+
+    from bench.profiling.torch_collector import attribute_events
+
+    cuda, cpu = SimpleNamespace(name="CUDA"), SimpleNamespace(name="CPU")
+    label = "decode_step:1"
+    span = SimpleNamespace(elapsed_us=lambda: 4.0)
+    graph_kernels = [SimpleNamespace(name="triton_red_fused_mean_pow_rsqrt_0", duration=4.0),
+                     SimpleNamespace(name="nvjet_tst_gemv", duration=9.0),
+                     SimpleNamespace(name=label, duration=50.0)]  # the range's own device-side marker
+    step = SimpleNamespace(name=label, id=7, device_type=cpu, cpu_parent=None, kernels=graph_kernels)
+    devices = [SimpleNamespace(name=k.name, device_type=cuda, time_range=span) for k in graph_kernels]
+    kernels, instances, unlinked = attribute_events([step, *devices], {label}, "gpu_kernel")
+    assert sorted(k.name for k in kernels) == ["nvjet_tst_gemv", "triton_red_fused_mean_pow_rsqrt_0"]
+    assert all(k.ranges == ((label, 7),) for k in kernels) and unlinked == 0
+    table = build_kernel_table(kernels, instances, source="t", unit="gpu_kernel")
+    assert table.range("decode_step").kernels_per_instance == 2
+
+
+@pytest.mark.slow
+def test_profile_warms_up_with_the_measured_shapes_and_times_decode_steps(tmp_path):
+    """A harness-loop cell: the static cache has the workload's length (as a measured pass), not the
+    short window's; the window is decode steps only, each in its own range."""
+    from bench.backends.hf import static_cache_len
+    from bench.results.store import ResultStore
+    from bench.workloads.workload import Workload, batches
+
+    matrix = tmp_path / "h.toml"
+    matrix.write_text("""
+name = "htest"
+backends = ["hf"]
+model = "qwen-tiny"
+device = "cpu"
+precisions = ["fp32"]
+max_batch_sizes = [2]
+workloads = ["w"]
+[options]
+cache = "static"
+decode_loop = "harness"
+[workload.w]
+source = "synthetic"
+length_dist = "uniform"
+num_requests = 6
+input_min = 4
+input_max = 300
+output_min = 100
+output_max = 200
+max_input_len = 300
+max_total_len = 520
+""")
+    proc = _bench("profile", "--matrix", str(matrix), "--decode-steps", "3", "--warmup", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "3 decode steps after the prefill (harness loop)" in proc.stdout
+    (rec,) = list(ResultStore("profiles/htest.jsonl").records())
+    window = rec["extra"]["profile"]["window"]
+    (wl_file,) = Path("workloads/cache").glob("w-*.json")
+    requests = Workload.from_json(wl_file.read_text()).requests
+    short_window = [[dataclasses.replace(r, output_len=4) for r in requests[:2]]]
+    assert window["static_cache_len"] == static_cache_len(batches(requests, 2)) > static_cache_len(short_window)
+    assert window["kind"] == "decode" and window["module_ranges"] is True  # an uncompiled step keeps its module ranges
+    table = KernelTable.load(rec["extra"]["kernel_table"])
+    groups = {r.range for r in table.ranges}
+    assert table.range("decode_step").instances == 3 and "prefill" not in groups
+    assert table.range("Qwen2RMSNorm").instances == 3 * 5  # decode steps only: 3 forwards x 5 norms
+    assert rec["extra"]["profile"]["step_ms"] > 0

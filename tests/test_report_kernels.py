@@ -144,8 +144,9 @@ def test_bench_profile_then_report_draws_measured_numbers(tmp_path):
         i = counts["x"].index(label)
         assert counts["y"][i] == table.range(group).kernels_per_instance > 0
         assert times["y"][i] == pytest.approx(table.range(group).gpu_us_per_instance_median)
-    # prefill + 2 decode steps: category rows are per forward pass
-    steps = table.range("prefill").instances + table.range("decode_step").instances
+    # prefill + 2 decode steps: category rows are per decode step, from the kernels inside the decode-step ranges
+    steps = table.range("decode_step").instances
     i = counts["x"].index("gemm kernels")
-    gemm = next(c for c in table.categories if c.category == "gemm")
-    assert steps == 3 and counts["y"][i] == pytest.approx(gemm.kernels / steps)
+    gemm = sum(r.kernels for r in table.rows if r.range == "decode_step" and r.category == "gemm")
+    assert steps == 2 and counts["y"][i] == pytest.approx(gemm / steps)
+    assert "Kernels of one decode step" in (tmp_path / "dash" / "report.md").read_text()

@@ -1,13 +1,11 @@
 """bench.results.stats: hand-computed summaries, t quantiles, exact Mann-Whitney, verdicts, and the
 false-alarm / detection targets on the fake backend's timing model."""
 
-import importlib.util
 import math
 
 import pytest
 
 from bench.results import stats
-from tests.conftest import ROOT
 
 
 def test_summary_median_mad_iqr_and_warnings():
@@ -89,10 +87,9 @@ def test_verdict_needs_significance_and_factor_and_knows_direction():
 
 
 def _power():
-    spec = importlib.util.spec_from_file_location("regression_power", ROOT / "scripts" / "regression_power.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from bench.results import power
+
+    return power
 
 
 def test_false_alarm_and_detection_targets_on_fake_timing_model():

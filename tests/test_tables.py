@@ -13,11 +13,11 @@ def frame(rows):
 
 ROWS = [
     {"cell_id": "a", "trial": 0, "status": "ok", "backend": "hf", "precision": "bf16", "max_batch_size": 1,
-     "request_throughput": 0.12, "output_throughput": 60.0},
+     "request_throughput": 0.12, "output_throughput": 60.0, "decode_throughput": 64.0},
     {"cell_id": "a", "trial": 1, "status": "ok", "backend": "hf", "precision": "bf16", "max_batch_size": 1,
-     "request_throughput": 0.12, "output_throughput": 62.0},
+     "request_throughput": 0.12, "output_throughput": 62.0, "decode_throughput": 66.0},
     {"cell_id": "b", "trial": 0, "status": "ok", "backend": "trtllm", "precision": "int4", "max_batch_size": 2,
-     "request_throughput": 0.5, "output_throughput": 333.6},
+     "request_throughput": 0.5, "output_throughput": 333.6, "decode_throughput": 520.0},
     {"cell_id": "c", "trial": 0, "status": "oom", "backend": "trtllm", "precision": "int4", "max_batch_size": 4,
      "request_throughput": None, "output_throughput": None},
 ]
@@ -27,13 +27,18 @@ def test_speedups_spread_and_oom_rows():
     t = speedup_table(frame(ROWS))["w"]
     assert list(t.backend) == ["hf", "trtllm", "trtllm"]
     assert t.loc[1, "throughput_speedup"] == pytest.approx(0.5 / 0.12)
-    assert t.loc[1, "generation_speedup"] == pytest.approx(333.6 / 61.0)
+    # generation speedup: the decode phase's rate, not end-to-end tok/s
+    assert t.loc[1, "generation_speedup"] == pytest.approx(520.0 / 65.0)
     headers, rows = render_rows(t)
+    col = {h: i for i, h in enumerate(headers)}
+    assert headers[:4] == ["backend", "model", "precision", "max_batch_size"]  # no option varies: no options column
     # one run of two trials: the ± is the spread between trials, and the row says so
-    assert rows[0][3] == "0.120 ± 0.000" and rows[0][4] == "61.0 ± 1.4" and rows[0][7:9] == ["1 × 2", "— / 2.3%"]
-    assert rows[2][3:7] == ["OOM"] * 4
+    assert rows[0][col["req/s"]] == "0.120 ± 0.000" and rows[0][col["output tok/s"]] == "61.0 ± 1.4"
+    assert rows[0][col["generation tok/s"]] == "65.0 ± 1.4"
+    assert rows[0][col["runs × trials"]] == "1 × 2" and rows[0][col["tok/s spread: runs / trials"]] == "— / 2.3%"
+    assert rows[2][col["req/s"]:col["generation speedup"] + 1] == ["OOM"] * 5
     md = to_markdown({"w": t})
-    assert "| trtllm | int4 | 2 | 0.500 | 333.6 | 4.17x | 5.47x | 1 × 1 | — / — |" in md
+    assert "| trtllm | m | int4 | 2 | 0.500 | 333.6 | 520.0 | 4.17x | 8.00x | 1 × 1 | — / — |" in md
 
 
 def test_runs_give_the_spread_between_processes():
@@ -45,7 +50,8 @@ def test_runs_give_the_spread_between_processes():
     assert t.loc[0, "output_throughput"] == pytest.approx(105.5)
     assert t.loc[0, "output_throughput__std"] == pytest.approx(7.0710678)  # std of (100.5, 110.5)
     headers, (row,) = render_rows(t)
-    assert row[7] == "2 × 2" and row[8] == "6.7% / 0.7% ⚠"
+    col = {h: i for i, h in enumerate(headers)}
+    assert row[col["runs × trials"]] == "2 × 2" and row[col["tok/s spread: runs / trials"]] == "6.7% / 0.7% ⚠"
     assert t.attrs["warnings"] and "differ by 6.7%" in t.attrs["warnings"][0]
 
 
@@ -117,3 +123,33 @@ def test_mixed_gpus_warn_and_show_environment_column():
 def test_empty_records():
     with pytest.raises(BenchInputError, match="empty"):
         report_data([])
+
+
+def test_rows_show_model_lengths_and_only_the_options_that_vary():
+    from tests.conftest import make_record
+
+    wl = {"name": "sg", "source": "sharegpt", "max_input_len": 1024, "max_total_len": 2048, "max_output_len": 32}
+
+    def cell(bs, cache, compile_):
+        return {"backend": "fake", "model": "qwen-7b-shape", "precision": "bf16", "max_batch_size": bs, "device": "cuda",
+                "options": {"attn": "sdpa", "cache": cache, "compile": compile_}, "workload": wl}
+
+    metrics = {"completed": 4, "total_input_tokens": 1650, "total_output_tokens": 126, "request_throughput": 1.0}
+    recs = [
+        make_record("e", cell=cell(1, "dynamic", "off"), output_throughput=20.0, decode_throughput=28.0, **metrics),
+        make_record("c", cell=cell(1, "static", "reduce-overhead"), output_throughput=100.0, decode_throughput=190.0,
+                    **metrics),
+        make_record("o", status="oom", cell=cell(16, "static", "reduce-overhead")),
+    ]
+    data = report_data(recs)
+    (table,) = speedup_table(data.frame, {"backend": "fake", "max_batch_size": 1, "cache": "dynamic"}).values()
+    headers, rows = render_rows(table)
+    col = {h: i for i, h in enumerate(headers)}
+    assert [r[col["options"]] for r in rows] == ["cache=dynamic, compile=off", "cache=static, compile=reduce-overhead",
+                                                 "cache=static, compile=reduce-overhead"]  # attn=sdpa is everywhere
+    assert {r[col["model"]] for r in rows} == {"qwen-7b-shape"}
+    # mean of 4 requests' lengths, and the workload's limits; an OOM row still says what it was asked
+    assert rows[0][col["tokens in / out: mean (limit)"]] == "412 (≤1024) / 32 (≤32)"
+    assert rows[2][col["tokens in / out: mean (limit)"]] == "– (≤1024) / – (≤32)"
+    # throughput speedup is end to end (5x); generation speedup the decode rate's (190 / 28)
+    assert rows[1][col["generation speedup"]] == f"{190 / 28:.2f}x" and table.loc[1, "generation_speedup"] != 5.0

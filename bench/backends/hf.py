@@ -428,12 +428,7 @@ class HFLoaded(Loaded):
         from bench.backends import hf_loop
 
         prompt_len = max(r.input_len for r in batch)
-        ids = torch.full((len(batch), prompt_len), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), prompt_len), dtype=torch.long)
-        for i, r in enumerate(batch):  # left padding: the prompt ends where generation starts
-            ids[i, prompt_len - r.input_len :] = torch.tensor(r.prompt_ids)
-            mask[i, prompt_len - r.input_len :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
+        ids, mask = left_padded(batch, self.pad_id, self.device)
         out_lens = [r.output_len for r in batch]
         max_new = max(out_lens)
         lens = torch.tensor(out_lens, device=self.device)
@@ -505,6 +500,19 @@ class HFLoaded(Loaded):
         del self.model
         self.loop = None  # it holds the model and its static caches
         self.recover()
+
+
+def left_padded(batch, pad_id: int, device):
+    """Return (ids, mask) of a batch's prompts, left-padded to the longest, on `device`: the prompt ends where generation starts."""
+    import torch
+
+    prompt_len = max(r.input_len for r in batch)
+    ids = torch.full((len(batch), prompt_len), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(batch), prompt_len), dtype=torch.long)
+    for i, r in enumerate(batch):
+        ids[i, prompt_len - r.input_len :] = torch.tensor(r.prompt_ids)
+        mask[i, prompt_len - r.input_len :] = 1
+    return ids.to(device), mask.to(device)
 
 
 def count_produced(tokens, requested: list[int], eos_ids=None) -> list[int]:

@@ -5,6 +5,7 @@ nsys; the parent never touches the GPU. Per cell it writes, under
 profiles/<matrix>/<cell_id>-<tool>/: kernel_table.json (+ .md, categories.csv), the Chrome
 trace (torch) or the nsys report and its SQLite export (nsys), session.log; and it appends one
 record to profiles/<matrix>.jsonl whose extra["kernel_table"] and extra["trace"] point there.
+`profile_matrix` is the library entry (`bench study` calls it too).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench.cli import add_matrix_arguments, load_selected_matrix
@@ -27,8 +29,11 @@ def register(sub) -> None:
     p = sub.add_parser("profile", help="kernel counts per RMSNorm/attention call and a trace, for a few decode steps")
     add_matrix_arguments(p, "profile only matching cells, e.g. precision=bf16,max_batch_size=1")
     p.add_argument("--tool", choices=("torch", "nsys"), default="torch", help="collector (default torch.profiler)")
-    p.add_argument("--decode-steps", type=int, default=4, help="decode steps in the window (after one prefill)")
-    p.add_argument("--batches", type=int, default=1, help="batches of max_batch_size requests in the window")
+    p.add_argument("--decode-steps", type=int, default=4,
+                   help="decode steps in the window (after one prefill; harness-loop cells: the steps alone)")
+    p.add_argument("--batches", type=int, default=1,
+                   help="batches of max_batch_size requests in the window (generate cells; harness-loop cells "
+                        "profile the first batch's decode steps)")
     p.add_argument("--warmup", type=int, default=1, help="unmeasured windows before timing")
     p.add_argument("--patterns", default=None,
                    help="comma-separated module class/name patterns for ranges (default *RMSNorm,*Attention,*MLP,*DecoderLayer,lm_head)")
@@ -39,72 +44,115 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_profile, requests=None, trials=None)
 
 
-def cmd_profile(args) -> int:
-    from bench.profiling.nvtx import DEFAULT_PATTERNS
+@dataclass(frozen=True)
+class ProfileSettings:
+    """How `bench profile` profiles each cell (its flags)."""
 
-    if args.decode_steps < 1 or args.batches < 1 or args.warmup < 0:
-        raise BenchInputError("--decode-steps and --batches must be >= 1 and --warmup >= 0")
-    patterns = [p.strip() for p in args.patterns.split(",") if p.strip()] if args.patterns else list(DEFAULT_PATTERNS)
-    if not patterns:
-        raise BenchInputError("--patterns is empty: give class-name globs such as '*RMSNorm,*Attention'")
-    matrix = load_selected_matrix(args)
-    if not matrix.cells:
+    tool: str = "torch"
+    decode_steps: int = 4
+    batches: int = 1
+    warmup: int = 1
+    timeout: float = 1800.0
+    patterns: tuple[str, ...] = ()  # () = bench.profiling.nvtx.DEFAULT_PATTERNS
+    nsys: str | None = None  # the nsys executable (tool nsys), already checked
+
+    def check(self) -> None:
+        if self.decode_steps < 1 or self.batches < 1 or self.warmup < 0:
+            raise BenchInputError("--decode-steps and --batches must be >= 1 and --warmup >= 0")
+
+
+def check_profilable(cells) -> None:
+    """Raise BenchInputError unless every cell's backend can be profiled (a torch model to put ranges on)."""
+    if not cells:
         raise BenchInputError("no cell to profile: the selection (--only) matches nothing")
-    bad = sorted({c.backend for c in matrix.cells if c.backend not in PROFILABLE_BACKENDS})
+    bad = sorted({c.backend for c in cells if c.backend not in PROFILABLE_BACKENDS})
     if bad:
         raise BenchInputError(
             f"bench profile puts ranges on a torch model; backend(s) {bad} have none: narrow with "
             f"--only backend=hf (profilable: {list(PROFILABLE_BACKENDS)}), or profile an engine with nsys directly"
         )
-    nsys = None
+
+
+def cmd_profile(args) -> int:
+    from bench.profiling.nvtx import DEFAULT_PATTERNS
+
+    patterns = [p.strip() for p in args.patterns.split(",") if p.strip()] if args.patterns else list(DEFAULT_PATTERNS)
+    if not patterns:
+        raise BenchInputError("--patterns is empty: give class-name globs such as '*RMSNorm,*Attention'")
+    settings = ProfileSettings(tool=args.tool, decode_steps=args.decode_steps, batches=args.batches, warmup=args.warmup,
+                               timeout=args.timeout, patterns=tuple(patterns))
+    settings.check()
+    matrix = load_selected_matrix(args)
+    check_profilable(matrix.cells)
     if args.tool == "nsys":
         from bench.profiling.nsys_collector import find_nsys
 
         nsys, _ = find_nsys(args.nsys)  # missing or too old: BenchInputError before any work
+        settings = replace(settings, nsys=nsys)
+    store_path = Path(args.store) if args.store else Path(args.out) / f"{matrix.name}.jsonl"
+    _, failed = profile_matrix(matrix, settings, Path(args.out), store_path)
+    return 1 if failed else 0
+
+
+def profile_matrix(matrix, settings: ProfileSettings, out_root: Path, store_path: Path, printer=print) -> tuple[list, int]:
+    """Profile every cell of the matrix in its own session process; return (the Profile records, how many failed).
+
+    Records go to store_path (one per cell, appended as each finishes); files under
+    out_root/<matrix>/<cell_id>-<tool>/. `printer` gets each cell's summary text.
+    """
     from bench.profiling.kernels import KernelTable
+    from bench.profiling.nvtx import DEFAULT_PATTERNS
     from bench.results.query import check_store_path
     from bench.results.records import new_context
     from bench.results.store import ResultStore
 
-    out_root = Path(args.out)
-    store_path = check_store_path(args.store or out_root / f"{matrix.name}.jsonl", must_exist=False)
-    context = new_context("profile", matrix=matrix.name, warmup=args.warmup)
-    failed = 0
+    settings.check()
+    check_profilable(matrix.cells)
+    if not settings.patterns:
+        settings = replace(settings, patterns=tuple(DEFAULT_PATTERNS))
+    store_path = check_store_path(store_path, must_exist=False)
+    context = new_context("profile", matrix=matrix.name, warmup=settings.warmup)
+    failed, records = 0, []
     with ResultStore(store_path).writer() as store:
         for cell in matrix.cells:
-            record = profile_cell(cell, matrix, args, patterns, out_root / matrix.name, nsys, context)
+            record = profile_cell(cell, matrix, settings, list(settings.patterns), Path(out_root) / matrix.name,
+                                  settings.nsys, context)
             store.append(record)
+            records.append(record)
             if record.status != "ok":
                 failed += 1
                 print(f"{cell.label}: {record.status}: {record.error[:2000]}", file=sys.stderr)
                 continue
-            _print_profile(cell, record, args.tool, KernelTable.load(record.kernel_table))
+            printer(_profile_text(cell, record, settings.tool, KernelTable.load(record.kernel_table)))
     print(f"profile records: {store_path}", file=sys.stderr)
-    return 1 if failed else 0
+    return records, failed
 
 
-def _print_profile(cell, record, tool: str, table) -> None:
+def _profile_text(cell, record, tool: str, table) -> str:
     prof = record.extra["profile"]
-    print(f"## {cell.label} ({tool})\n")
-    print(f"window: {prof['window']['decode_steps']} decode steps; wall {prof['profiled_window_s'] * 1e3:.1f} ms "
-          f"profiled vs {prof['unprofiled_window_s'] * 1e3:.1f} ms unprofiled "
-          f"({prof['profiled_window_s'] / prof['unprofiled_window_s']:.2f}x)\n")
-    print(table.to_markdown(top=5))
-    print(f"kernel table: {record.kernel_table}; trace: {record.extra.get('trace')}\n")
+    window = prof["window"]
+    what = (f"{window['decode_steps']} decode steps after the prefill (harness loop)" if window.get("kind") == "decode"
+            else f"{window['decode_steps']} decode steps")
+    step = f"; {prof['step_ms']:.3f} ms per decode step unprofiled" if prof.get("step_ms") else ""
+    return (f"## {cell.label} ({tool})\n\n"
+            f"window: {what}; static cache {window.get('static_cache_len') or '-'}; wall {prof['profiled_window_s'] * 1e3:.1f} ms "
+            f"profiled vs {prof['unprofiled_window_s'] * 1e3:.1f} ms unprofiled "
+            f"({prof['profiled_window_s'] / prof['unprofiled_window_s']:.2f}x){step}\n\n"
+            + table.to_markdown(top=5) + f"\nkernel table: {record.kernel_table}; trace: {record.extra.get('trace')}\n")
 
 
-def profile_cell(cell, matrix, args, patterns: list[str], out_root: Path, nsys: str | None, context):
+def profile_cell(cell, matrix, settings, patterns: list[str], out_root: Path, nsys: str | None, context):
     """Return the Profile record of one cell after running its session (and nsys export)."""
     from bench.results.records import new_record
     from bench.workloads.workload import cached_workload
 
     wl, wl_file = cached_workload(cell.workload, Path("workloads/cache"))
-    out_dir = (out_root / f"{cell.cell_id}-{args.tool}").resolve()
+    out_dir = (out_root / f"{cell.cell_id}-{settings.tool}").resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     job = {
         "build_key": cell.build_key().to_dict(), "cell": cell.to_dict(), "workload_file": str(Path(wl_file).resolve()),
-        "engines_dir": str(Path("engines").resolve()), "tool": args.tool, "decode_steps": args.decode_steps,
-        "batches": args.batches, "warmup": args.warmup, "patterns": patterns, "out_dir": str(out_dir),
+        "engines_dir": str(Path("engines").resolve()), "tool": settings.tool, "decode_steps": settings.decode_steps,
+        "batches": settings.batches, "warmup": settings.warmup, "patterns": patterns, "out_dir": str(out_dir),
     }
     job_file, result_file = out_dir / "job.json", out_dir / "session.json"
     job_file.write_text(json.dumps(job, indent=1))
@@ -114,7 +162,7 @@ def profile_cell(cell, matrix, args, patterns: list[str], out_root: Path, nsys: 
         from bench.profiling.nsys_collector import profile_command
 
         argv = profile_command(nsys, out_dir / "report", argv)
-    outcome = {"trial": 0, "status": "ok", "metrics": None, "extra": {"tool": args.tool}, "error": None,
+    outcome = {"trial": 0, "status": "ok", "metrics": None, "extra": {"tool": settings.tool}, "error": None,
                "started_at": time.time()}
     environment = {}
     root = str(Path(__file__).resolve().parents[2])
@@ -123,20 +171,20 @@ def profile_cell(cell, matrix, args, patterns: list[str], out_root: Path, nsys: 
     log_path = out_dir / "session.log"
     try:
         with open(log_path, "wb") as log:
-            proc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=args.timeout)
+            proc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=settings.timeout)
         if proc.returncode != 0 or not result_file.is_file():
             raise RuntimeError(f"profiling session exited with status {proc.returncode}; log {log_path}:\n"
                                + _tail(log_path))
         session = json.loads(result_file.read_text())
         if nsys:
             session.update(_read_nsys(nsys, out_dir, cell))
-        outcome["extra"] = {"tool": args.tool, "kernel_table": session.pop("kernel_table"),
+        outcome["extra"] = {"tool": settings.tool, "kernel_table": session.pop("kernel_table"),
                             "trace": session.pop("trace", None),
                             "profile": {k: v for k, v in session.items() if k != "environment"}}
         environment = session.get("environment", {})
         _write_side_tables(Path(outcome["extra"]["kernel_table"]))
     except subprocess.TimeoutExpired:
-        outcome.update(status="timeout", error=f"profiling session ran past {args.timeout} s; log {log_path}")
+        outcome.update(status="timeout", error=f"profiling session ran past {settings.timeout} s; log {log_path}")
     except (RuntimeError, BenchInputError, OSError, ValueError, KeyError) as exc:
         outcome.update(status="error", error=f"{type(exc).__name__}: {exc}")
     outcome["ended_at"] = time.time()

@@ -42,10 +42,10 @@ def cmd_report(args) -> int:
         warnings.simplefilter("always")
         paths = build_report(stores, out, parse_pairs(args.baseline), kernels=load_kernels(args.kernels),
                              profiles=profiles, pool=args.pool)
-    if "markdown" in paths:
-        print(paths["markdown"].read_text())
+    if "report" in paths:
+        print(paths["report"].read_text())
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
-    written = ", ".join(str(paths[k]) for k in ("markdown", "csv", "html", "kernels", "frontier") if k in paths)
+    written = ", ".join(str(paths[k]) for k in ("report", "markdown", "csv", "html", "kernels", "frontier") if k in paths)
     print(f"tables: {written}; dashboard: {paths.get('dashboard', '(none: no workload results)')}", file=sys.stderr)
     return 0

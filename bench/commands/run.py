@@ -19,11 +19,40 @@ def register(sub) -> None:
     r.add_argument("--redo", action="store_true",
                    help="measure cells already in the store again, as a new run (appended; the table shows the latest "
                         "run of each cell and lists earlier ones as history)")
-    r.add_argument("--dry-run", action="store_true", help="validate and list the cells, run nothing")
+    r.add_argument("--dry-run", action="store_true",
+                   help="validate and list the cells, estimate the duration from stored records, run nothing")
+    r.add_argument("--history", action="append", default=[],
+                   help="more result stores whose records the --dry-run estimate may use (repeatable; the target store "
+                        "is always read)")
     r.add_argument("--no-progress", action="store_true")
     r.add_argument("--report-dir", help="where tables and dashboard go (default dashboards/<matrix>)")
     r.add_argument("--baseline", help="speedup baseline, e.g. backend=hf,precision=bf16,max_batch_size=1")
     r.set_defaults(func=cmd_run)
+
+
+def run_estimate(matrix, store: Path, history: list, redo: bool = False):
+    """Return the bench.results.estimate.Estimate of running the matrix into `store`, from the stored records."""
+    from bench.execution.matrix import plan
+    from bench.results import query
+    from bench.results.estimate import estimate_run
+    from bench.results.records import new_context
+    from bench.workloads.workload import cached_workload
+
+    target = [query.load([store])] if store.exists() else []
+    extra = [query.load([h]) for h in history]
+    records = [r for recs in target + extra for r in recs]
+    st = matrix.settings
+    context = new_context("run", matrix=matrix.name, baseline=matrix.baseline, gpu_memory_gb=st.gpu_memory_gb,
+                          runs=st.runs, trials=st.trials, warmup=st.warmup)
+    planned = plan(matrix, [r for recs in target for r in recs], context, redo)
+    tokens: dict = {}
+
+    def output_tokens(spec):
+        if spec not in tokens:
+            tokens[spec] = sum(r.output_len for r in cached_workload(spec, Path("workloads/cache"))[0].requests)
+        return tokens[spec]
+
+    return estimate_run(matrix, planned, records, output_tokens)
 
 
 def cmd_run(args) -> int:
@@ -43,6 +72,7 @@ def cmd_run(args) -> int:
     if args.dry_run:
         for c in matrix.cells:
             print(f"{c.cell_id}  {c.label}")
+        print(run_estimate(matrix, store, args.history, redo=args.redo).text())
         return 0
     summary = run_matrix(matrix, store, redo=args.redo, show_progress=not args.no_progress, console=console)
     console.print(

@@ -10,6 +10,7 @@ bench.oom.probes; tests pass a fake). Also here: the probe's worst-case shape (`
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -66,6 +67,23 @@ def check_bounds(lower, upper, strategy: str = "grow") -> None:
         raise BenchInputError(f"the batch-size bounds are inverted: lower {lower} > upper {upper}; swap them")
     if strategy not in STRATEGIES:
         raise BenchInputError(f"unknown search strategy {strategy!r}: valid strategies are {choices(STRATEGIES)}")
+
+
+def probe_budget(lower: int, upper: int, strategy: str = "bisect") -> int:
+    """Return the most probes a noise-free search may use (including the confirmation probe).
+
+    bisect: the first probe at `lower`, ceil(log2(upper - lower + 1)) bisection steps over the
+    remaining sizes, one confirmation. With lower = 1 this is the bound
+    ceil(log2(upper / lower)) + 2 exactly. (For lower > 1 no search can meet that target at
+    integer resolution: there are upper - lower + 2 possible answers.)
+    grow: lower, at most ceil(log2(upper / lower)) doublings, then a bisection of the last
+    doubling's gap (at most ceil(log2(gap)) probes), one confirmation.
+    """
+    if strategy == "bisect":
+        return 1 + math.ceil(math.log2(upper - lower + 1)) + 1
+    doublings = math.ceil(math.log2(upper / lower)) if upper > lower else 0
+    gap = max(1, min(upper - lower, upper // 2))
+    return 1 + doublings + math.ceil(math.log2(gap)) + 1
 
 
 def search_boundary(

@@ -2,11 +2,27 @@
 
 Runs in its own process (`python -m bench.profiling.session JOB.json RESULT.json`), like the
 measurement worker, so the `bench profile` parent never touches the GPU and nsys can wrap
-exactly this process. The window is the first batch of the cell's workload (max_batch_size
-requests) cut to `decode_steps` + 1 new tokens: one prefill and `decode_steps` decode steps.
+exactly this process.
 
-Order: warm-up windows (kernel selection, allocator growth, compilation), one unprofiled
-window (its wall time is the reference), then the profiled window with ranges:
+Shapes are the measured pass's: the cell's shapes are fixed from its whole workload first, as
+the measurement worker's warm-up does (a static cache gets the workload's length, not the short
+window's), then the warm-up windows run the very window that is timed and profiled, so nothing
+compiles inside the profile.
+
+Two windows:
+- generate cells (decode_loop = "generate"): the first `batches` batches of the workload
+  (max_batch_size requests each), each cut to `decode_steps` + 1 new tokens: one prefill and
+  `decode_steps` decode steps through the backend's own pass, with ranges around modules,
+  the prefill and each decode step (hooks on the model);
+- harness-loop cells (decode_loop = "harness"): `decode_steps` steps of the cell's DecodeLoop
+  on the first batch, after its prefill, which runs before the timer and the profiler start:
+  the window is decode steps only, each inside a "decode_step:k" range opened from outside the
+  step. Module hooks are put only on an uncompiled step: inside a compiled step they would be
+  traced into another graph than the measured one (and a CUDA graph replays no host hooks);
+  compiled generate cells get no module or phase hooks for the same reason.
+
+Order: warm-up windows, one unprofiled window (its wall time is the reference), then the
+profiled window:
 - tool "torch": record_function ranges + torch.profiler -> KernelTable + Chrome trace here;
 - tool "nsys": NVTX ranges, cudaProfilerStart/Stop around the window; the parent reads the
   report nsys writes.
@@ -42,6 +58,64 @@ def wall(fn, cuda: bool) -> float:
     return time.perf_counter() - t0
 
 
+class GenerateWindow:
+    """The backend's own pass over the window's batches: prefill and decode steps, ranges from hooks."""
+
+    kind = "generate"
+
+    def __init__(self, loaded, cell, chunks):
+        self.loaded, self.cell, self.chunks = loaded, cell, chunks
+
+    def prepare(self) -> None:
+        """Nothing to do before a window: each pass prefills its own batches."""
+
+    def __call__(self, ranges=None) -> None:
+        for i, chunk in enumerate(self.chunks):
+            if ranges is None:
+                self.loaded.run(chunk, self.cell.max_batch_size, self.cell.options_dict)
+            else:
+                with ranges.batch(i):
+                    self.loaded.run(chunk, self.cell.max_batch_size, self.cell.options_dict)
+
+
+class DecodeWindow:
+    """`steps` decode steps of the cell's DecodeLoop after a prefill done by `prepare` (outside the window)."""
+
+    kind = "decode"
+
+    def __init__(self, loaded, chunk, steps: int):
+        from bench.backends.hf import left_padded, static_cache_len
+
+        self.loop, self.steps = loaded.loop, steps
+        self.ids, self.mask = left_padded(chunk, loaded.pad_id, loaded.device)
+        # The measured pass's cache length (fixed from the workload), or this batch's own.
+        self.cache_len = getattr(loaded, "cache_len", None) or static_cache_len([chunk])
+        if self.ids.shape[1] + steps + 1 > self.cache_len:
+            raise RuntimeError(f"the window needs {self.ids.shape[1] + steps + 1} cache positions, but the cell's static "
+                               f"cache holds {self.cache_len} (fixed from its workload): lower --decode-steps")
+        self.state: dict | None = None
+
+    def prepare(self) -> None:
+        """Prefill the batch into the loop's (reset) cache: the window then starts at the first decode step."""
+        import torch
+
+        with torch.inference_mode():
+            self.state = self.loop.prefill(self.ids, self.mask, self.cache_len)
+        if self.ids.is_cuda:
+            torch.cuda.synchronize()  # the prefill's kernels must not run into the timed or profiled window
+
+    def __call__(self, ranges=None) -> None:
+        import torch
+
+        with torch.inference_mode():
+            for k in range(1, self.steps + 1):
+                if ranges is None:
+                    self.loop.decode(self.state, 1)
+                else:
+                    with ranges.stack.range(f"decode_step:{k}"):
+                        self.loop.decode(self.state, 1)
+
+
 def run_session(job: dict) -> dict:
     """Return the session's result: wall times, the KernelTable (torch tool) and file paths."""
     import torch
@@ -59,31 +133,40 @@ def run_session(job: dict) -> dict:
     if model is None:
         raise RuntimeError(f"backend {key.backend!r} exposes no torch model to put ranges on")
     workload = Workload.from_json(Path(job["workload_file"]).read_text())
+    options = cell.options_dict
+    # The measured pass's shapes: the worker's warm-up fixes them from the whole workload (no pass runs here).
+    loaded.warmup(workload.requests, cell.max_batch_size, options, 0)
     reqs = window_requests(workload.requests, cell.max_batch_size, job["decode_steps"], job.get("batches", 1))
-    chunks = batches(reqs, cell.max_batch_size, cell.options_dict.get("batching", "dataset"))
+    chunks = batches(reqs, cell.max_batch_size, options.get("batching", "dataset"))
     cuda = loaded.device.type == "cuda" if hasattr(loaded, "device") else torch.cuda.is_available()
+    compiled = options.get("compile", "off") != "off"
+    if getattr(loaded, "loop", None) is not None:
+        window = DecodeWindow(loaded, chunks[0], job["decode_steps"])
+        chunks = chunks[:1]
+    else:
+        window = GenerateWindow(loaded, cell, chunks)
+    hooks = not compiled  # hooks inside a compiled step would change the graph the profile shows
     tool = job["tool"]
     out_dir = Path(job["out_dir"])
-
-    def window(ranges=None):
-        for i, chunk in enumerate(chunks):
-            if ranges is None:
-                loaded.run(chunk, cell.max_batch_size, cell.options_dict)
-            else:
-                with ranges.batch(i):
-                    loaded.run(chunk, cell.max_batch_size, cell.options_dict)
 
     def timed(fn) -> float:
         return wall(fn, cuda)
 
     for _ in range(job.get("warmup", 1)):
+        window.prepare()
         window()
+    window.prepare()
     unprofiled_s = timed(window)
     stack = RangeStack(record_function=tool == "torch", nvtx=tool == "nsys" and cuda)
     result = {"tool": tool, "unprofiled_window_s": unprofiled_s, "cuda": cuda,
-              "window": {"requests": len(reqs), "batches": len(chunks), "decode_steps": job["decode_steps"],
-                         "prompt_tokens": [r.input_len for r in reqs]}}
-    with ModuleRanges(model, job["patterns"], stack=stack) as ranges:
+              "window": {"kind": window.kind, "requests": sum(len(c) for c in chunks), "batches": len(chunks),
+                         "decode_steps": job["decode_steps"], "prompt_tokens": [r.input_len for c in chunks for r in c],
+                         "static_cache_len": getattr(loaded, "cache_len", None), "module_ranges": hooks}}
+    if window.kind == "decode":
+        result["step_ms"] = unprofiled_s / job["decode_steps"] * 1e3
+    patterns = job["patterns"] if hooks else []
+    window.prepare()
+    with ModuleRanges(model, patterns, stack=stack, phases=hooks and window.kind == "generate") as ranges:
         result["ranges_matched"] = len(ranges.targets)
         if tool == "torch":
             from bench.profiling.torch_collector import profile_call

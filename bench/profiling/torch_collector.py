@@ -118,18 +118,20 @@ def attribute_events(events, labels: set[str], unit: str) -> tuple[list[Attribut
             if fe.name not in host_names:
                 device_kernels[fe.name] += 1
             continue
-        if fe.name in labels:
+        is_range = fe.name in labels
+        if is_range:
             instances[fe.name].add(fe.id)
-            continue
         if unit == "gpu_kernel":
-            units = [(k.name, float(k.duration)) for k in fe.kernels]
-        elif _is_cpu_unit(fe):  # CPU-only: operators stand in for kernels
+            # A launch with no operator between it and a range (a CUDA graph replay inside a
+            # decode-step range) is linked to the range event itself: it belongs to that range.
+            units = [(k.name, float(k.duration)) for k in fe.kernels if k.name not in host_names]
+        elif _is_cpu_unit(fe) and not is_range:  # CPU-only: operators stand in for kernels
             units = [(fe.name, float(fe.cpu_time_total))]
         else:
             units = []
         if not units:
             continue
-        ranges = []
+        ranges = [(fe.name, fe.id)] if is_range else []
         parent = fe.cpu_parent
         while parent is not None:
             if parent.name in labels:

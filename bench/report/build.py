@@ -77,9 +77,11 @@ def _gc_paused():
 
 def _build_report(stores, out_dir, baseline, kernels, profiles, pool) -> dict[str, Path]:
     from bench.oom.search import frontier_markdown, frontier_rows
-    from bench.report.kernel_panel import kernel_frame
+    from bench.report.kernel_panel import kernel_frame, kernel_summary_markdown
 
-    records = query.load(stores)
+    per_store = [query.load([s]) for s in stores]
+    records = [r for recs in per_store for r in recs]
+    labels = store_labels(per_store)
     # OOM-probe records answer "what fits", not "how fast": they make the frontier table, not speedups;
     # profile records hold kernel tables: they make the kernel panel.
     probes = query.probes(records)
@@ -87,6 +89,7 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool) -> dict[st
     runs = query.measurements(records)
     out = Path(out_dir)
     frontier, extra_paths, kernel_warnings = {}, {}, []
+    sections: dict[str, str] = {}  # Markdown sections beside the speedup tables: OOM frontier, kernels per step
     if profiled:
         kf = kernel_frame(profiled, base_dirs=sorted({Path(s).parent for s in [*stores, *profiles]}))
         kernel_warnings = kf.warnings
@@ -95,16 +98,20 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool) -> dict[st
             out.mkdir(parents=True, exist_ok=True)
             extra_paths["kernels"] = out / "kernels.csv"
             _write(extra_paths["kernels"], kf.frame.to_csv(index=False))
+            sections["Kernels of one decode step (bench profile)"] = kernel_summary_markdown(kf.summary)
     if probes:
         out.mkdir(parents=True, exist_ok=True)
         frontier = {"frontier": out / "oom-frontier.md"}
-        _write(frontier["frontier"], frontier_markdown(frontier_rows(probes)))
+        sections["OOM frontier (bench oom)"] = frontier_markdown(frontier_rows(probes))
+        _write(frontier["frontier"], sections["OOM frontier (bench oom)"])
+    title = _title(labels)
     if not runs and (probes or profiled):
-        if profiled:
-            out.mkdir(parents=True, exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
+        extra_paths["report"] = out / "report.md"
+        _write(extra_paths["report"], report_markdown(title, "", sections))
+        if profiled or probes:
             extra_paths["dashboard"] = out / "dashboard.html"
-            title = "bench: " + ", ".join(Path(s).stem for s in stores)
-            _write(extra_paths["dashboard"], _kernel_page(kernels, title, kernel_warnings))
+            _write(extra_paths["dashboard"], _kernel_page(kernels, title, kernel_warnings, sections))
         for w in kernel_warnings:
             warnings.warn(w, stacklevel=3)
         return {**frontier, **extra_paths, "warnings": kernel_warnings}
@@ -126,12 +133,13 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool) -> dict[st
         data.warnings.extend(t.attrs.get("warnings", []))
     env_note = environment_note(frame, data.environments)
     markdown = to_markdown(tables, env_note, history)
-    title = "bench: " + ", ".join(Path(s).stem for s in stores)
-    page = _dashboard(data, cells, tables, kernels, title, env_note, _comparison_frames(runs, stores), history)
+    comparison = _comparison_frames([query.measurements(recs) for recs in per_store], labels)
+    page = _dashboard(data, cells, tables, kernels, title, env_note, comparison, history, sections)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"markdown": out / "speedup.md", "csv": out / "speedup.csv", "html": out / "speedup.html",
-             "dashboard": out / "dashboard.html"}
+             "dashboard": out / "dashboard.html", "report": out / "report.md"}
     _write(paths["markdown"], markdown)
+    _write(paths["report"], report_markdown(title, to_markdown(tables, "", history), sections, env_note))
     _write(paths["csv"], to_csv(tables))
     _write(paths["html"], "<!DOCTYPE html><html><head><meta charset='utf-8'><title>speedup tables</title></head><body>"
            + to_html(tables, env_note, history) + "</body></html>\n")
@@ -139,6 +147,18 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool) -> dict[st
     for w in data.warnings:
         warnings.warn(w, stacklevel=3)  # the caller of build_report
     return {**paths, **frontier, **extra_paths, "warnings": list(data.warnings)}
+
+
+def report_markdown(title: str, speedups: str, sections: dict[str, str], environment: str = "") -> str:
+    """Return the one Markdown report: the speedup tables, then the OOM frontier and the kernel table, then the environment."""
+    parts = [f"# {title}", ""]
+    if speedups:
+        parts += ["## Speedup tables", "", speedups]
+    for heading, text in sections.items():
+        parts += [f"## {heading}", "", text]
+    if environment:
+        parts += [environment, ""]
+    return "\n".join(parts)
 
 
 def _stored_baseline(selection) -> dict:
@@ -151,20 +171,49 @@ def _stored_baseline(selection) -> dict:
     return named[0] if named else DEFAULT_BASELINE
 
 
-def _comparison_frames(runs: list, stores: list) -> dict[str, pd.DataFrame]:
-    """Return {store (or commit): frame of its chosen records} for the comparison view (2+ stores or commits)."""
-    by_store = len({r.store for r in runs}) > 1
+def store_labels(per_store: list[list]) -> list[str]:
+    """Return one label per store from its records' run contexts (machine, commit, date); repeats get '#n'."""
+    from bench.report.data import source_label
+
+    labels = [source_label(recs) if recs else "empty store" for recs in per_store]
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label if labels.count(label) == 1 else f"{label} #{seen[label]}")
+    return out
+
+
+def _title(labels: list[str]) -> str:
+    return "bench: " + "; ".join(dict.fromkeys(labels))
+
+
+def _comparison_frames(runs_per_store: list[list], labels: list[str]) -> dict[str, pd.DataFrame]:
+    """Return {source label: frame of its chosen records} for the comparison view (2+ stores, or 2+ commits in one).
+
+    Stores are told apart by which file their records came from and named by their run
+    contexts, so two stores of the same file name from different machines stay two sides.
+    """
     groups: dict[str, list] = {}
-    for r in runs:
-        label = r.store if by_store else (r.context.commit or "unknown")[:12]
-        groups.setdefault(label, []).append(r)
+    if sum(1 for runs in runs_per_store if runs) > 1:
+        for label, runs in zip(labels, runs_per_store, strict=True):
+            if runs:
+                groups[label] = runs
+    else:
+        from bench.report.data import source_label
+
+        runs = [r for rs in runs_per_store for r in rs]
+        by_commit: dict[str, list] = {}
+        for r in runs:
+            by_commit.setdefault(r.context.commit or "unknown", []).append(r)
+        groups = {source_label(recs): recs for recs in by_commit.values()}
     if len(groups) < 2:
         return {}
     return {g: report_data(query.select(recs).records).frame for g, recs in groups.items()}
 
 
 def _dashboard(data, cells: pd.DataFrame, tables: dict, kernels: pd.DataFrame | None, title: str, env_note: str,
-               comparison_frames: dict, history: dict) -> str:
+               comparison_frames: dict, history: dict, tables_md: dict[str, str]) -> str:
     from bench.report.dashboard import dashboard_html
 
     ambiguous = cells.groupby("workload").length.nunique()
@@ -202,10 +251,9 @@ def _dashboard(data, cells: pd.DataFrame, tables: dict, kernels: pd.DataFrame | 
         if h is not None and len(h):
             figs.append(("History: earlier runs of these cells", F.history_points(c, h, key), ""))
         sections.append({"key": key, "figures": figs, "table_html": to_html({key: table}, "", history)})
-    kernel_figs = _kernel_figures(kernels)
     env_html = to_html({}, env_note)
     precisions = sorted(str(p) for p in cells.precision.dropna().unique())
-    return dashboard_html(sections, [{"heading": "Kernels", "figures": kernel_figs}], title, precisions, data.warnings, env_html)
+    return dashboard_html(sections, _global_sections(kernels, tables_md), title, precisions, data.warnings, env_html)
 
 
 def _kernel_figures(kernels: pd.DataFrame | None) -> list[tuple]:
@@ -221,10 +269,25 @@ def _kernel_figures(kernels: pd.DataFrame | None) -> list[tuple]:
     return [("RMSNorm, attention and other kernels", F.kernel_bars(kernels), note)]
 
 
-def _kernel_page(kernels: pd.DataFrame | None, title: str, warns: list[str]) -> str:
-    """Return a dashboard with the kernel panel alone (stores holding only profile records)."""
+def _global_sections(kernels: pd.DataFrame | None, tables_md: dict[str, str]) -> list[dict]:
+    """Return the sections shown under every workload: the OOM frontier table, then the kernels (table and panel)."""
+    from bench.report.dashboard import markdown_table_html
+
+    out = []
+    for heading, text in tables_md.items():
+        if heading.startswith("OOM frontier"):
+            out.append({"heading": heading, "figures": [], "html": markdown_table_html(text)})
+    kernel_md = next((t for h, t in tables_md.items() if h.startswith("Kernels")), None)
+    out.append({"heading": "Kernels", "figures": _kernel_figures(kernels),
+                "html": markdown_table_html(kernel_md) if kernel_md else ""})
+    return out
+
+
+def _kernel_page(kernels: pd.DataFrame | None, title: str, warns: list[str], tables_md: dict[str, str]) -> str:
+    """Return a dashboard with the kernel panel and OOM frontier alone (stores holding no measurements)."""
     from bench.report.dashboard import dashboard_html
 
     precisions = sorted(str(p) for p in kernels.precision.dropna().unique()) if kernels is not None else []
-    return dashboard_html([], [{"heading": "Kernels", "figures": _kernel_figures(kernels)}], title, precisions, warns,
-                          "<p class='note'>no workload results in these stores: kernel profiles only</p>")
+    return dashboard_html([], _global_sections(kernels, tables_md), title, precisions, warns,
+                          "<p class='note'>no workload results in these stores: kernel profiles and OOM probes only</p>")
+

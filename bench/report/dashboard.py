@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 
 import numpy as np
 
@@ -121,6 +122,31 @@ refresh();
 """
 
 
+def markdown_table_html(text: str) -> str:
+    """Return the pipe tables of a Markdown text as HTML tables (cells escaped); other lines as notes."""
+    out, rows = [], []
+
+    def flush():
+        if rows:
+            head, *body = rows
+            out.append("<table class='speedup'><thead><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in head)
+                       + "</tr></thead><tbody>" + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
+                                                          for r in body) + "</tbody></table>")
+            rows.clear()
+
+    for line in text.splitlines():
+        if line.startswith("|"):
+            cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            if not all(set(c) <= set("-: ") for c in cells):
+                rows.append(cells)
+        else:
+            flush()
+            if line.strip():
+                out.append(f"<p class='note'>{html.escape(line.strip())}</p>")
+    flush()
+    return "\n".join(out)
+
+
 def dashboard_html(
     sections: list[dict],
     global_sections: list[dict],
@@ -132,7 +158,8 @@ def dashboard_html(
     """Return the dashboard page.
 
     sections: one per workload table: {"key", "figures": [(heading, fig dict or None, note)], "table_html"};
-    global_sections: {"heading", "figures": [...]} shown under every workload (kernels).
+    global_sections: {"heading", "figures": [...], "html": optional table HTML} shown under every workload
+    (the OOM frontier, kernels).
     """
     import plotly.io as pio
     from plotly.offline import get_plotlyjs
@@ -154,7 +181,7 @@ def dashboard_html(
         body.append(f"<section class='workload' data-workload='{i}'><h2>{html.escape(sec['key'])}</h2>\n"
                     + "\n".join(blocks) + "\n<h3>Speedup table</h3>\n" + sec["table_html"] + "</section>")
     for sec in global_sections:
-        blocks = [fig_block(*f) for f in sec["figures"]]
+        blocks = [sec.get("html", "")] + [fig_block(*f) for f in sec["figures"]]
         body.append(f"<section class='global'><h2>{html.escape(sec['heading'])}</h2>\n" + "\n".join(blocks) + "</section>")
     wopts = "".join(f"<option value='{i}'>{html.escape(s['key'])}</option>" for i, s in enumerate(sections))
     popts = "<option value='all'>all</option>" + "".join(

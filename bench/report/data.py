@@ -4,8 +4,9 @@ telemetry timelines, and the warnings a reader must see (mixed environments).
 Which records reach here is decided by bench.results.query (one run context per cell unless
 pooling is asked for); tables and figures never touch records. The record frame has the cell's
 fields, its run context (run id, run = worker process, environment digest), the workload's
-length setting, the GPU memory cap, per-record environment fields and a short environment
-label, and every numeric metric (`tokens_per_joule` / `sol_pct` also from `extra`).
+length setting and its input/output length limits, the GPU memory cap, per-record environment
+fields and a short environment label, every numeric metric (`tokens_per_joule` / `sol_pct`
+also from `extra`) and the pass's mean input and output lengths.
 """
 
 from __future__ import annotations
@@ -53,6 +54,22 @@ def length_label(workload: dict) -> str:
     return ", ".join(parts)
 
 
+def length_limits(workload: dict) -> tuple[int | None, int | None, bool]:
+    """Return (input limit, output limit, exact) of a workload spec, in tokens.
+
+    A synthetic workload of fixed lengths gives its lengths, exact=True; a uniform one its
+    maxima. Otherwise the input limit is max_input_len and the output limit the fixed
+    output_len or the max_output_len cap (None when only max_total_len bounds it).
+    """
+    if not workload:
+        return None, None, False
+    if workload.get("source") == "synthetic":
+        exact = workload.get("length_dist", "fixed") == "fixed"
+        return (workload.get("input_max") or workload.get("input_len"),
+                workload.get("output_max") or workload.get("output_len"), exact)
+    return workload.get("max_input_len"), workload.get("output_len") or workload.get("max_output_len"), False
+
+
 def _number(v):
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
@@ -80,6 +97,7 @@ def _row(rec: Record) -> dict:
         "device": cell.get("device"),
         "workload": wl.get("name"),
         "length": length_label(wl),
+        **dict(zip(("input_len_limit", "output_len_limit", "lengths_exact"), length_limits(wl), strict=True)),
         "options": json.dumps(identity_options(cell.get("backend"), cell.get("options", {})), sort_keys=True),
         "all_options": json.dumps(cell.get("options", {}), sort_keys=True),
         "gpu_memory_gb": _number(ctx.gpu_memory_gb),
@@ -94,6 +112,11 @@ def _row(rec: Record) -> dict:
     for k, v in (rec.metrics or {}).items():
         if isinstance(v, (int, float)) or v is None:
             row[k] = v
+    done = _number((rec.metrics or {}).get("completed"))
+    if done:  # the pass's mean lengths, from its token totals
+        for side in ("input", "output"):
+            total = _number(rec.metrics.get(f"total_{side}_tokens"))
+            row[f"mean_{side}_len"] = None if total is None else total / done
     extra = rec.extra
     for k in EXTRA_METRICS:
         if row.get(k) is None and _number(extra.get(k)) is not None:
@@ -190,6 +213,28 @@ def _check(data: ReportData) -> None:
                 f"workload {workload!r} mixes environments ({'; '.join(labels)}): results are not directly "
                 "comparable; the tables show an environment column"
             )
+
+
+def source_label(records: list[Record]) -> str:
+    """Return a label of where records come from: machine (host, GPU), commit(s) and date(s) of their run contexts.
+
+    Stores are named by this, not by file name: two `default.jsonl` from different machines
+    get different labels, e.g. 'gpu-7 (NVIDIA H200) · 1a2b3c4 · 2026-12-01 10:02'.
+    """
+    import time
+
+    envs = [r.environment for r in records if r.environment]
+    hosts = sorted({str(e.get("host")) for e in envs if e.get("host")})
+    gpus = sorted({str(e.get("gpu_name")) for e in envs if e.get("gpu_name")})
+    machine = ", ".join(hosts) or "unknown host"
+    if gpus:
+        machine += f" ({', '.join(gpus)})"
+    contexts = {r.context.run_id: r.context for r in records}.values()
+    commits = sorted({(c.commit or "commit?")[:7] + ("+dirty" if c.dirty else "") for c in contexts})
+    starts = sorted(c.started_at for c in contexts if c.started_at is not None)
+    dates = [time.strftime("%Y-%m-%d %H:%M", time.gmtime(t)) for t in (starts[0], starts[-1])] if starts else []
+    when = "undated" if not dates else dates[0] if dates[0] == dates[1] else f"{dates[0]} to {dates[1]}"
+    return f"{machine} · {', '.join(commits) or 'commit?'} · {when}"
 
 
 def environment_labels(frame: pd.DataFrame) -> pd.Series:

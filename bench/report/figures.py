@@ -6,6 +6,11 @@ options, errors, workload names) goes through `esc` first: plotly.js renders tra
 text and titles as a small HTML subset, so an unescaped '<img onerror=...>' in a model name
 would be markup; escaped, plotly shows it literally. Traces that belong to one precision carry
 meta.precision, which the page's precision filter uses.
+
+One series (backend, precision, and the model and options where they vary) has one colour in
+every figure of a section (`series_colors`), so the TTFT and TPOT boxes, the throughput lines
+and the legend agree. Ratios (speedups, comparisons) use a diverging scale centred at 1.0x on
+a log axis, so 0.99x and 1.01x both sit near the middle. Throughput axes start at 0.
 """
 
 from __future__ import annotations
@@ -17,6 +22,13 @@ import numpy as np
 import pandas as pd
 
 OOM_COLOR = "crimson"
+# Series colours, in order (plotly's and D3's qualitative palettes, without crimson-like reds
+# next to the failure markers' crimson).
+PALETTE = ("#636efa", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692", "#b6e880", "#ff97ff", "#fecb52",
+           "#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+# Ratio heatmaps: red below 1.0x, white at 1.0x, blue above (ColorBrewer RdBu, reversed so faster is blue).
+DIVERGING = [[0.0, "#b2182b"], [0.25, "#ef8a62"], [0.5, "#f7f7f7"], [0.75, "#67a9cf"], [1.0, "#2166ac"]]
+RATIO_TICKS = (1 / 256, 1 / 64, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 0.8, 1.0, 1.25, 2, 4, 8, 16, 64, 256)
 
 
 def esc(value) -> str:
@@ -32,13 +44,51 @@ def _options_text(options: str) -> str:
 
 
 def series_labels(cells: pd.DataFrame) -> pd.Series:
-    """Return one label per row: backend precision, plus options and memory cap where they vary."""
+    """Return one label per row: backend precision, plus the model, options and memory cap where they vary.
+
+    Options: only the keys whose value differs between rows (defaults filled in), e.g.
+    "hf bf16 [cache=static, compile=reduce-overhead]".
+    """
+    from bench.report.tables import varying_options
+
     label = cells.backend.astype(str) + " " + cells.precision.astype(str)
-    if cells.options.nunique() > 1:
-        label = label + " [" + cells.options.map(_options_text) + "]"
+    if "model" in cells and cells.model.astype(str).nunique() > 1:
+        label = cells.model.astype(str) + " " + label
+    source = cells["all_options"] if "all_options" in cells else cells.options
+    source = source.where(source.notna(), cells.options)
+    keys = varying_options(source)
+    if keys:
+        def shown(o):
+            try:
+                opts = json.loads(o) if o else {}
+            except (TypeError, ValueError):
+                return str(o)
+            return ", ".join(f"{k}={opts[k]}" for k in keys if k in opts)
+
+        label = label + source.map(lambda o: f" [{shown(o)}]" if shown(o) else "")
     if cells.gpu_memory_gb.notna().any():
         label = label + cells.gpu_memory_gb.map(lambda v: "" if v is None or pd.isna(v) else f" cap {v:g} GB")
     return label
+
+
+def series_colors(labels) -> dict[str, str]:
+    """Return {label: colour}: the labels sorted, coloured in palette order (the same in every figure of a section)."""
+    return {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(sorted(set(map(str, labels))))}
+
+
+def ratio_scale(ratios: list[list]) -> tuple[list[list], dict]:
+    """Return (log2 of each ratio, the coloraxis): diverging, centred at 1.0x, symmetric, ticks labelled as ratios."""
+    import math
+
+    logs = [[math.log2(v) if v is not None and not pd.isna(v) and v > 0 else None for v in row] for row in ratios]
+    reach = max([abs(v) for row in logs for v in row if v is not None] + [math.log2(1.25)])
+    # fine ticks (0.8x, 1.25x) only on a narrow scale, where they do not crowd the 1x tick
+    ticks = [t for t in RATIO_TICKS if abs(math.log2(t)) <= reach + 1e-9
+             and (reach < 2 or abs(math.log2(t)) in (0, *range(1, 64, 2 if reach > 6 else 1)))]
+    axis = {"colorscale": DIVERGING, "cmin": -reach, "cmax": reach, "cmid": 0.0,
+            "colorbar": {"title": {"text": "x"}, "tickvals": [math.log2(t) for t in ticks],
+                         "ticktext": [f"{t:g}x" for t in ticks]}}
+    return logs, axis
 
 
 def _fmt(v, spec="{:.4g}") -> str:
@@ -88,8 +138,13 @@ def _nanmax(values: np.ndarray) -> float:
 
 
 def throughput_vs_batch(cells: pd.DataFrame, title: str) -> dict:
-    """Return output tok/s vs max_batch_size, one line per backend x precision, failed cells marked x."""
+    """Return output tok/s vs max_batch_size, one line per series, failed cells marked x in a band above.
+
+    Failure markers sit above the highest measured point, one row of the band per series, so
+    no marker lands on a measured point or on another series' marker.
+    """
     cells = cells.assign(_label=series_labels(cells)).reset_index(drop=True)
+    colors = series_colors(cells._label)
     data = []
     y_top = cells.output_throughput.max() if cells.output_throughput.notna().any() else 1.0
     # Columns as arrays and each cell's hover text once; groups index into them (no per-row pandas access).
@@ -101,34 +156,47 @@ def throughput_vs_batch(cells: pd.DataFrame, title: str) -> dict:
     def hover(positions) -> list[str]:
         return [cell_hover(records[i]) for i in positions]
 
+    band = 0  # which row of the failure band the next failing series takes
     for (label, precision), idx in _groups(cells, ["_label", "precision"]):
         idx = idx[np.argsort(bs_all[idx], kind="quicksort")]  # as sort_values("max_batch_size")
         ok_mask = status_all[idx] == "ok"
         ok, failed = idx[ok_mask], idx[~ok_mask]
+        color = colors[label]
         data.append({"type": "scatter", "mode": "lines+markers", "name": esc(label), "legendgroup": esc(label),
-                     "x": bs_all[ok].tolist(), "y": tp_all[ok].tolist(),
-                     "hovertext": hover(ok), "hoverinfo": "text", "meta": {"precision": precision}})
+                     "x": bs_all[ok].tolist(), "y": tp_all[ok].tolist(), "line": {"color": color},
+                     "marker": {"color": color}, "hovertext": hover(ok), "hoverinfo": "text", "meta": {"precision": precision}})
         if len(failed):
-            y_mark = _nanmax(tp_all[ok]) if len(ok) else y_top
+            band += 1
+            y_mark = float(y_top) * (1 + 0.07 * band)
             data.append({"type": "scatter", "mode": "markers+text", "name": esc(f"{label}: {', '.join(sorted(set(status_all[failed])))}"),
                          "legendgroup": esc(label), "showlegend": False,
                          "x": bs_all[failed].tolist(), "y": [y_mark] * len(failed),
-                         "text": [esc(str(st).upper()) for st in status_all[failed]], "textposition": "top center",
-                         "marker": {"symbol": "x", "size": 12, "color": OOM_COLOR},
+                         "text": [esc(str(st).upper()) for st in status_all[failed]], "textposition": "middle right",
+                         "marker": {"symbol": "x", "size": 12, "color": OOM_COLOR, "line": {"color": color, "width": 2}},
                          "hovertext": hover(failed), "hoverinfo": "text",
                          "meta": {"precision": precision}})
     ticks = sorted(cells.max_batch_size.unique().tolist())
     return {"data": data, "layout": _layout(f"Output throughput vs max_batch_size — {title}", xaxis={
         "title": {"text": "max_batch_size"}, "type": "log", "tickvals": ticks, "ticktext": [str(t) for t in ticks]},
-        yaxis={"title": {"text": "output tokens/s"}})}
+        yaxis={"title": {"text": "output tokens/s (failures marked x above the points)"}, "rangemode": "tozero"})}
 
 
 def speedup_heatmap(table: pd.DataFrame, title: str) -> dict:
-    """Return a heatmap of generation speedup (rows backend x precision, columns max_batch_size); failures labelled."""
+    """Return a heatmap of generation speedup (rows series, columns max_batch_size); failures labelled.
+
+    Colours: diverging, centred at 1.0x on a log2 scale. Tables whose records have no
+    generation speed (stored before it existed) show the end-to-end output tok/s ratio, and
+    the title says so.
+    """
     t = table.copy()
     if "gpu_memory_gb" not in t:
         t["gpu_memory_gb"] = None
     t["_label"] = series_labels(t)
+    metric, what = "generation_speedup", "Generation speedup"
+    if "generation_speedup" not in t or pd.to_numeric(t.generation_speedup, errors="coerce").isna().all():
+        metric, what = "output_speedup", "Output tok/s ratio (end to end; no generation speed stored)"
+    if metric not in t:
+        t[metric] = None
     cols = [str(b) for b in sorted(t.max_batch_size.unique())]
     # One trace for all rows: plotly.js misplaces texttemplate labels of several heatmaps on one
     # categorical axis, so the heatmap shows every precision (the precision filter leaves it alone).
@@ -136,23 +204,26 @@ def speedup_heatmap(table: pd.DataFrame, title: str) -> dict:
     labels = list(dict.fromkeys(t._label))
     # (label, batch size) -> (status, speedup); the first row wins if a label repeats a batch size.
     cell: dict[tuple[str, str], tuple] = {}
-    for key in zip(t._label, t.max_batch_size.astype(str), t.status, t.generation_speedup, strict=True):
+    for key in zip(t._label, t.max_batch_size.astype(str), t.status, t[metric], strict=True):
         cell.setdefault(key[:2], key[2:])
-    z, text = [], []
+    ratios, text = [], []
     for label in labels:
         got = [cell.get((label, c)) for c in cols]
-        z.append([None if g is None or g[0] != "ok" else float(g[1]) for g in got])
-        text.append(["" if g is None else (f"{g[1]:.2f}x" if g[0] == "ok" else esc(str(g[0]).upper())) for g in got])
+        ratios.append([None if g is None or g[0] != "ok" or g[1] is None or pd.isna(g[1]) else float(g[1]) for g in got])
+        text.append(["" if g is None else ((f"{g[1]:.2f}x" if g[1] is not None and not pd.isna(g[1]) else "n/a")
+                                           if g[0] == "ok" else esc(str(g[0]).upper())) for g in got])
+    z, coloraxis = ratio_scale(ratios)
     data = [{"type": "heatmap", "x": cols, "y": [esc(x) for x in labels], "z": z, "text": text, "texttemplate": "%{text}",
              "coloraxis": "coloraxis", "hovertemplate": "%{y}, bs %{x}: %{text}<extra></extra>"}]
     return {"data": data, "layout": _layout(
-        f"Generation speedup vs {table.attrs.get('baseline')} — {title}", xaxis={"title": {"text": "max_batch_size"}, "type": "category"},
-        yaxis={"type": "category", "automargin": True}, coloraxis={"colorscale": "Viridis", "colorbar": {"title": {"text": "x"}}})}
+        f"{what} vs {table.attrs.get('baseline')} — {title}", xaxis={"title": {"text": "max_batch_size"}, "type": "category"},
+        yaxis={"type": "category", "automargin": True}, coloraxis=coloraxis)}
 
 
 def latency_boxes(cells: pd.DataFrame, samples: pd.DataFrame, title: str) -> dict:
     """Return TTFT and TPOT distributions per cell as boxes (p25-p75, median, whiskers p5-p95) from per-request samples."""
     cells = cells.assign(_label=series_labels(cells))
+    colors = series_colors(cells._label)
     s = samples.merge(cells[["cell_id", "gpu_memory_gb", "_label", "precision", "max_batch_size"]], on=["cell_id", "gpu_memory_gb"])
     data = []
     qs = [0.05, 0.25, 0.5, 0.75, 0.95]
@@ -163,7 +234,9 @@ def latency_boxes(cells: pd.DataFrame, samples: pd.DataFrame, title: str) -> dic
         q = vals.groupby(["_label", "precision", "max_batch_size"])[metric].quantile(qs).unstack()
         for (label, precision), g in q.groupby(level=[0, 1], sort=True):
             bs = [str(b) for b in g.index.get_level_values(2)]
+            # TTFT and TPOT boxes of a series: one colour (marker, outline), the legend's.
             data.append({"type": "box", "name": esc(label), "legendgroup": esc(label), "showlegend": axis == "",
+                         "marker": {"color": colors[label]}, "line": {"color": colors[label]},
                          "x": bs, "q1": g[0.25].tolist(), "median": g[0.5].tolist(), "q3": g[0.75].tolist(),
                          "lowerfence": g[0.05].tolist(), "upperfence": g[0.95].tolist(),
                          "xaxis": "x" + axis, "yaxis": "y" + axis, "meta": {"precision": precision}})
@@ -177,6 +250,7 @@ def latency_boxes(cells: pd.DataFrame, samples: pd.DataFrame, title: str) -> dic
 def oom_frontier(cells: pd.DataFrame, title: str) -> dict:
     """Return the largest max_batch_size that ran per backend x precision (bars) and the smallest that failed (x)."""
     cells = cells.assign(_label=series_labels(cells))
+    colors = series_colors(cells._label)
     data = []
     for (label, precision), g in cells.groupby(["_label", "precision"], sort=True):
         ok = g[g.status == "ok"].max_batch_size
@@ -189,6 +263,7 @@ def oom_frontier(cells: pd.DataFrame, title: str) -> dict:
             if first_fail.error:
                 hover += "<br>" + esc(str(first_fail.error)[:200])
         data.append({"type": "bar", "orientation": "h", "y": [esc(label)], "x": [best], "name": esc(label), "showlegend": False,
+                     "marker": {"color": colors[label]},
                      "hovertext": [hover], "hoverinfo": "text", "meta": {"precision": precision}})
         if first_fail is not None:
             data.append({"type": "scatter", "mode": "markers", "y": [esc(label)], "x": [int(first_fail.max_batch_size)],
@@ -217,6 +292,7 @@ def length_histograms(samples: pd.DataFrame, title: str) -> dict:
 def telemetry_lines(cells: pd.DataFrame, telemetry: pd.DataFrame, title: str) -> dict:
     """Return power and memory over a measured pass, one line per cell (its last trial with telemetry)."""
     cells = cells.assign(_label=series_labels(cells))
+    colors = series_colors(cells._label)
     t = telemetry.merge(cells[["cell_id", "gpu_memory_gb", "_label", "precision", "max_batch_size"]], on=["cell_id", "gpu_memory_gb"])
     last = t.groupby(["cell_id", "gpu_memory_gb"], dropna=False).trial.transform("max")
     t = t[t.trial == last].reset_index(drop=True)
@@ -229,7 +305,7 @@ def telemetry_lines(cells: pd.DataFrame, telemetry: pd.DataFrame, title: str) ->
         x = t_s[idx].tolist()
         for axis, metric in (("", "power_w"), ("2", "memory_gb")):
             data.append({"type": "scattergl", "mode": "lines", "name": name, "legendgroup": name, "showlegend": axis == "",
-                         "x": x, "y": metrics[metric][idx].tolist(), "xaxis": "x" + axis, "yaxis": "y" + axis,
+                         "line": {"color": colors[label]}, "x": x, "y": metrics[metric][idx].tolist(), "xaxis": "x" + axis, "yaxis": "y" + axis,
                          "meta": {"precision": precision}})
     return {"data": data, "layout": _layout(
         f"Telemetry over the measured pass — {title}", height=460,
@@ -254,7 +330,8 @@ def history_points(cells: pd.DataFrame, history: pd.DataFrame, title: str) -> di
         })
     return {"data": data, "layout": _layout(
         f"Output tok/s per run (hollow: earlier runs, not in the table) — {title}",
-        xaxis={"title": {"text": "run (date, commit)"}, "type": "category"}, yaxis={"title": {"text": "output tokens/s"}})}
+        xaxis={"title": {"text": "run (date, commit)"}, "type": "category"},
+        yaxis={"title": {"text": "output tokens/s"}, "rangemode": "tozero"})}
 
 
 KERNEL_COLUMNS = ("backend", "precision", "kernels_per_instance", "time_per_instance_us")
@@ -268,10 +345,12 @@ def kernel_bars(kernels: pd.DataFrame) -> dict:
         raise ValueError(f"kernel table needs columns {', '.join(KERNEL_COLUMNS)} and range or category; missing "
                          f"{', '.join(missing + ([] if cat in kernels else ['range/category']))}")
     data = []
+    colors = series_colors(f"{b} {p}" for b, p in zip(kernels.backend, kernels.precision, strict=True))
     for (backend, precision), g in kernels.groupby(["backend", "precision"], sort=True):
         name = esc(f"{backend} {precision}")
         for axis, metric in (("", "kernels_per_instance"), ("2", "time_per_instance_us")):
             data.append({"type": "bar", "name": name, "legendgroup": name, "showlegend": axis == "",
+                         "marker": {"color": colors[f"{backend} {precision}"]},
                          "x": [esc(c) for c in g[cat]], "y": pd.to_numeric(g[metric], errors="coerce").tolist(),
                          "xaxis": "x" + axis, "yaxis": "y" + axis, "meta": {"precision": precision}})
     return {"data": data, "layout": _layout(
@@ -286,14 +365,14 @@ def comparison_heatmap(ratios: pd.DataFrame, title: str, a: str, b: str) -> dict
     cols = [str(x) for x in sorted(r.max_batch_size.unique())]
     r = r.sort_values(["precision", "_label"], kind="stable")
     labels = list(dict.fromkeys(r._label))
-    z, text = [], []
+    ratios, text = [], []
     for label in labels:
         row = r[r._label == label].set_index(r[r._label == label].max_batch_size.astype(str))
-        z.append([None if c not in row.index or pd.isna(row.loc[c, "ratio"]) else float(row.loc[c, "ratio"]) for c in cols])
+        ratios.append([None if c not in row.index or pd.isna(row.loc[c, "ratio"]) else float(row.loc[c, "ratio"]) for c in cols])
         text.append(["" if c not in row.index else esc(row.loc[c, "text"]) for c in cols])
+    z, coloraxis = ratio_scale(ratios)
     data = [{"type": "heatmap", "x": cols, "y": [esc(x) for x in labels], "z": z, "text": text, "texttemplate": "%{text}",
              "coloraxis": "coloraxis", "hovertemplate": "%{y}, bs %{x}: %{text}<extra></extra>"}]
     return {"data": data, "layout": _layout(
         f"Output tok/s ratio {b} / {a} (matched by cell_id) — {title}", xaxis={"title": {"text": "max_batch_size"}, "type": "category"},
-        yaxis={"type": "category", "automargin": True},
-        coloraxis={"colorscale": "RdBu", "cmid": 1.0, "colorbar": {"title": {"text": "ratio"}}})}
+        yaxis={"type": "category", "automargin": True}, coloraxis=coloraxis)}

@@ -6,11 +6,15 @@ the frame `bench.report.figures.kernel_bars` draws, one row per (profiled cell, 
 
 - range rows ("RMSNorm", "attention"): module range groups matched by class-name globs, per
   call (instance) of the module: mean kernels per call, median kernel time per call;
-- category rows ("norm kernels", "attention kernels", "gemm kernels", ...): the window's
-  kernels of each name category (bench.profiling.kernels.categorize), per forward pass
-  (prefill or decode step; per window where the table has no step ranges). Compiled graphs
-  and engines fuse across module boundaries, so their module ranges vanish; these rows still
-  show how many norm and attention kernels run and how long they take.
+- category rows ("norm kernels", "attention kernels", "gemm kernels", ...): kernels of each
+  name category (bench.profiling.kernels.categorize), per decode step where the table has
+  decode-step ranges holding kernels (the kernels inside them), else the window's per forward
+  pass (prefill or decode step; per window where the table has no step ranges). Compiled
+  graphs and engines fuse across module boundaries, so their module ranges vanish; these rows
+  still show how many norm and attention kernels run and how long they take.
+
+`kernel_summary_markdown` gives the same figures as one table, a row per profiled cell: the
+study's "one decode step, eager vs compiled" table.
 
 Pure: records and files in, DataFrame and warnings out; nothing is written.
 """
@@ -29,6 +33,7 @@ RANGE_PANELS: dict[str, tuple[str, ...]] = {
     "attention": ("*Attention", "*Attention2", "*Attn"),
 }
 STEP_RANGES = ("prefill", "decode_step")  # range groups whose instances are forward passes
+DECODE_STEP = "decode_step"
 COLUMNS = ("backend", "precision", "range", "kind", "per", "kernels_per_instance", "time_per_instance_us",
            "instances", "unit", "source", "cell_id", "kernel_table")
 
@@ -37,6 +42,7 @@ COLUMNS = ("backend", "precision", "range", "kind", "per", "kernels_per_instance
 class KernelFrame:
     frame: pd.DataFrame  # COLUMNS; empty when no record had a readable table
     warnings: list[str] = field(default_factory=list)
+    summary: list[dict] = field(default_factory=list)  # one per profiled cell: totals per step (kernel_summary_markdown)
 
 
 def resolve_table(path: str, base_dirs: list[Path]) -> Path | None:
@@ -92,19 +98,86 @@ def table_rows(table, panels: dict[str, tuple[str, ...]] = RANGE_PANELS, window:
         rows.append({"range": label, "kind": "range", "per": "call", "instances": n,
                      "kernels_per_instance": sum(r.kernels_per_instance * r.instances for r in hits) / n,
                      "time_per_instance_us": sum(r.gpu_us_per_instance_median * r.instances for r in hits) / n})
-    steps = sum(r.instances for r in table.ranges if r.range in STEP_RANGES)
-    if not steps and window:
-        steps = int(window.get("batches") or 1) * (int(window.get("decode_steps") or 0) + 1)
-    per, n = ("forward pass", steps) if steps else ("window", 1)
-    markers = _annotation_kernels(table)
-    for c in table.categories:
-        launches = c.kernels - markers.get(c.category, [0, 0.0])[0]
-        us = c.total_us - markers.get(c.category, [0, 0.0])[1]
+    per, n, cats = _per_step(table, window)
+    for category, (launches, us) in cats.items():
         if launches <= 0:
             continue
-        rows.append({"range": f"{c.category} kernels", "kind": "category", "per": per, "instances": n,
+        rows.append({"range": f"{category} kernels", "kind": "category", "per": per, "instances": n,
                      "kernels_per_instance": launches / n, "time_per_instance_us": us / n})
     return rows
+
+
+def _per_step(table, window: dict | None) -> tuple[str, int, dict[str, tuple[float, float]]]:
+    """Return (what a row is per, how many of those, {category: (launches, us)} in them), categories in table order.
+
+    Per decode step when decode-step ranges hold kernels; else per forward pass (prefill and
+    decode-step ranges, or the window's batches x (decode steps + 1)) over the whole window,
+    less the range markers of old tables; else per window.
+    """
+    from bench.profiling.kernels import CATEGORIES
+
+    decode = next((r for r in table.ranges if r.range == DECODE_STEP), None)
+    if decode is not None and decode.total_us > 0 and decode.kernels_per_instance > 0:
+        cats: dict[str, list[float]] = {}
+        for row in table.rows:
+            if row.range == DECODE_STEP:
+                slot = cats.setdefault(row.category, [0, 0.0])
+                slot[0] += row.kernels
+                slot[1] += row.total_us
+        return "decode step", decode.instances, {c: tuple(cats[c]) for c in CATEGORIES if c in cats}
+    steps = sum(r.instances for r in table.ranges if r.range in STEP_RANGES)
+    if not steps and window:
+        if window.get("kind") == "decode":  # a decode-only window without step ranges
+            steps = int(window.get("decode_steps") or 0)
+        else:
+            steps = int(window.get("batches") or 1) * (int(window.get("decode_steps") or 0) + 1)
+    per, n = (("decode step" if window and window.get("kind") == "decode" else "forward pass"), steps) if steps else (
+        "window", 1)
+    markers = _annotation_kernels(table)
+    cats = {c.category: (c.kernels - markers.get(c.category, [0, 0.0])[0], c.total_us - markers.get(c.category, [0, 0.0])[1])
+            for c in table.categories}
+    return per, n, cats
+
+
+def summary_row(table, window: dict | None, profile: dict) -> dict:
+    """Return one cell's totals per step: all kernels, norm and attention kernels and time, module calls, step time."""
+    per, n, cats = _per_step(table, window)
+    out = {"per": per, "steps": n, "kernels": sum(k for k, _ in cats.values()) / n,
+           "kernel_us": sum(u for _, u in cats.values()) / n}
+    for c in ("norm", "attention"):
+        k, u = cats.get(c, (0, 0.0))
+        out[f"{c}_kernels"], out[f"{c}_us"] = k / n, u / n
+    for label, globs in RANGE_PANELS.items():
+        hits = [r for r in table.ranges if any(fnmatch.fnmatchcase(r.range, g) for g in globs)]
+        calls = sum(r.instances for r in hits)
+        out[f"{label}_per_call"] = (sum(r.kernels_per_instance * r.instances for r in hits) / calls,
+                                    sum(r.gpu_us_per_instance_median * r.instances for r in hits) / calls) if calls else None
+    out["step_ms"] = profile.get("step_ms")
+    out["unit"] = table.unit
+    return out
+
+
+def kernel_summary_markdown(summary: list[dict]) -> str:
+    """Return the per-step kernel table: one row per profiled cell (eager vs compiled side by side)."""
+    if not summary:
+        return "_no kernel profiles_\n"
+    unit = "kernels" if all(s["unit"] == "gpu_kernel" for s in summary) else "kernels (CPU ops on CPU)"
+    time_unit = "us" if all(s["unit"] == "gpu_kernel" for s in summary) else "us (CPU time on CPU)"
+    headers = ["configuration", "precision", "batch", "per", f"{unit}", f"{time_unit}", "norm kernels", f"norm {time_unit}",
+               "attention kernels", f"attention {time_unit}", "RMSNorm call: kernels, us", "attention call: kernels, us",
+               "step ms (unprofiled)"]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+
+    def call(v):
+        return "- (fused: no module ranges)" if v is None else f"{v[0]:.1f}, {v[1]:.1f}"
+
+    for s in summary:
+        cells = [s["configuration"], str(s["precision"]), str(s["batch"]), f"{s['per']} (x{s['steps']})",
+                 f"{s['kernels']:.0f}", f"{s['kernel_us']:.0f}", f"{s['norm_kernels']:.1f}", f"{s['norm_us']:.1f}",
+                 f"{s['attention_kernels']:.1f}", f"{s['attention_us']:.1f}", call(s["RMSNorm_per_call"]),
+                 call(s["attention_per_call"]), "-" if s.get("step_ms") is None else f"{s['step_ms']:.2f}"]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def kernel_frame(records: list, base_dirs: list[str | Path] = (),
@@ -125,7 +198,7 @@ def kernel_frame(records: list, base_dirs: list[str | Path] = (),
     for rec in sorted(ok, key=lambda r: r.context.started_at or 0.0):
         latest[(rec.cell_id, rec.tool)] = rec
     batch_sizes = {rec.cell.get("max_batch_size") for rec in latest.values()}
-    rows, warns = [], []
+    rows, warns, summary = [], [], []
     for rec in latest.values():
         cell = rec.cell
         name = rec.kernel_table
@@ -140,9 +213,12 @@ def kernel_frame(records: list, base_dirs: list[str | Path] = (),
         except BenchInputError as exc:
             warns.append(f"{exc}: left out of the kernel panel")
             continue
-        window = (rec.extra.get("profile") or {}).get("window")
+        profile = rec.extra.get("profile") or {}
+        window = profile.get("window")
         base = {"backend": _label(cell, len(batch_sizes) > 1), "precision": cell.get("precision"),
                 "unit": table.unit, "source": table.source, "cell_id": rec.cell_id, "kernel_table": str(path)}
         rows += [{**base, **r} for r in table_rows(table, panels, window)]
-    return KernelFrame(pd.DataFrame(rows, columns=list(COLUMNS)), warns)
+        summary.append({"configuration": _label(cell, False), "precision": cell.get("precision"),
+                        "batch": cell.get("max_batch_size"), **summary_row(table, window, profile)})
+    return KernelFrame(pd.DataFrame(rows, columns=list(COLUMNS)), warns, summary)
 

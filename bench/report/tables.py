@@ -1,8 +1,11 @@
 """Speedup tables in the reference report's format, from a results frame.
 
-One row per cell (one run context: bench.results.query chose the records): backend, precision,
-max_batch_size, req/s, output tok/s, throughput speedup (req/s over the baseline's) and
-generation speedup (output tok/s over the baseline's); a cell that did not fit shows OOM.
+One row per cell (one run context: bench.results.query chose the records): backend, model,
+precision, the options that vary inside the table, max_batch_size, the input/output lengths
+(mean, and the workload's limit), req/s, output tok/s (end to end), generation tok/s (the
+decode phase's rate, bench.results.metrics.decode_throughput), throughput speedup (req/s over
+the baseline's) and generation speedup (generation tok/s over the baseline's); a cell that did
+not fit shows OOM.
 Figures are the mean of the runs' means (fresh worker processes, each the mean of its trials),
 ± the spread between runs, or between trials when the cell ran in one process; the
 `runs × trials` and `spread` columns say which, and a row whose runs disagree is flagged.
@@ -29,10 +32,11 @@ RUN_COLUMNS = ["run_id", "run", "run_key", "run_started_at", "run_label", "env_d
 NOT_METRICS = set(CELL_COLUMNS) | set(RUN_COLUMNS) | {
     "store", "cell_id", "trial", "status", "gpu_name", "gpu_count", "driver", "cuda", "torch", "transformers",
     "tensorrt_llm", "torchao", "cpu", "commit", "dirty", "error", "started_at", "schema_version", "length",
-    "gpu_memory_gb", "environment",
+    "gpu_memory_gb", "environment", "input_len_limit", "output_len_limit", "lengths_exact",
 }
 # Metrics whose spread between runs and within runs the tables show (and judge for stability).
 HEADLINE = ("request_throughput", "output_throughput")
+LIMITS = ["input_len_limit", "output_len_limit", "lengths_exact"]
 # Optional columns shown when any cell has them: (metric, header, format)
 OPTIONAL = [
     ("ttft_median_ms", "TTFT p50 (ms)", "{:.1f}"),
@@ -58,7 +62,8 @@ def _fill(frame: pd.DataFrame) -> pd.DataFrame:
     """Return the frame with the report's optional key columns present (hand-made frames lack them)."""
     f = frame.copy()
     defaults = (("gpu_memory_gb", None), ("length", ""), ("environment", ""), ("gpu_name", None), ("run", 0),
-                ("run_id", "?"), ("run_label", ""), ("run_started_at", None), ("all_options", None))
+                ("run_id", "?"), ("run_label", ""), ("run_started_at", None), ("all_options", None),
+                ("input_len_limit", None), ("output_len_limit", None), ("lengths_exact", False))
     for col, default in defaults:
         if col not in f:
             f[col] = default
@@ -85,7 +90,7 @@ def aggregate(frame: pd.DataFrame, by_run: bool = False) -> pd.DataFrame:
     f[metric_cols] = f[metric_cols].apply(pd.to_numeric, errors="coerce")
     # The latest outcome decides a cell without ok trials: an ok re-run after an error counts; OOM stays OOM.
     latest = f.sort_values("started_at", na_position="first", kind="stable").groupby(keys, dropna=False, sort=False).tail(1)
-    cells = latest.set_index(keys)[CELL_COLUMNS + ["length", "gpu_name", "status", "error"]
+    cells = latest.set_index(keys)[CELL_COLUMNS + ["length"] + LIMITS + ["gpu_name", "status", "error"]
                                    + ([] if by_run else ["run_id"]) + ["run_label", "run_started_at"]]
     ok = f[f.status == "ok"]
     per_run = ok.groupby(keys + ["run_key"], dropna=False)[metric_cols].mean()
@@ -198,6 +203,31 @@ def _options_text(options: str) -> str:
         return str(options)
 
 
+def varying_options(all_options) -> list[str]:
+    """Return the option keys whose value differs between rows (all_options: JSON of each row's options, defaults filled)."""
+    parsed = []
+    for o in all_options:
+        try:
+            parsed.append(json.loads(o) if o else {})
+        except (TypeError, ValueError):
+            parsed.append({})
+    keys = sorted(set().union(*parsed)) if parsed else []
+    # A key only some rows have (another backend's option) varies only if those rows disagree on it.
+    return [k for k in keys if len({json.dumps(p[k], sort_keys=True) for p in parsed if k in p}) > 1]
+
+
+def _options_shown(all_options, keys: list[str]) -> list[str]:
+    """Return per row 'k=v, ...' of the given keys (the options that vary) that the row has."""
+    out = []
+    for o in all_options:
+        try:
+            opts = json.loads(o) if o else {}
+        except (TypeError, ValueError):
+            opts = {}
+        out.append(", ".join(f"{k}={opts[k]}" for k in keys if k in opts))
+    return out
+
+
 def table_key(workload: str, length: str, ambiguous: bool) -> str:
     """Return a table's name: the workload, plus its length setting when the name alone is ambiguous."""
     return f"{workload} [{length}]" if ambiguous and length else str(workload)
@@ -211,22 +241,39 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
     out = {}
     for (workload, length), group in cells.groupby(["workload", "length"], sort=False):
         base = _baseline_row(group, baseline)
-        g = group.sort_values(["backend", "precision", "options", "gpu_memory_gb", "max_batch_size"], kind="stable")
+        g = group.sort_values(["backend", "model", "precision", "options", "gpu_memory_gb", "max_batch_size"],
+                              kind="stable")
+        varying = varying_options(g.all_options)
         table = pd.DataFrame({
             "backend": g.backend,
+            "model": g.model,
             "precision": g.precision,
             "max_batch_size": g.max_batch_size,
             "options": g.options,
+            "all_options": g.all_options,  # defaults filled in: what the figures' series labels compare
+            "options_varying": _options_shown(g.all_options, varying),
             "status": g.status,
             "runs": g.runs,
             "trials": g.trials,
+            "mean_input_len": g.get("mean_input_len"),
+            "input_len_limit": g.input_len_limit,
+            "mean_output_len": g.get("mean_output_len"),
+            "output_len_limit": g.output_len_limit,
+            "lengths_exact": g.lengths_exact,
             "request_throughput": g.request_throughput,
             "request_throughput__std": g.get("request_throughput__std"),
             "output_throughput": g.output_throughput,
             "output_throughput__std": g.get("output_throughput__std"),
+            "decode_throughput": g.get("decode_throughput"),
+            "decode_throughput__std": g.get("decode_throughput__std"),
         })
         table["throughput_speedup"] = g.request_throughput / base.request_throughput
-        table["generation_speedup"] = g.output_throughput / base.output_throughput
+        table["output_speedup"] = g.output_throughput / base.output_throughput  # end to end (the heatmap's fallback)
+        # Generation speed is the decode phase's rate; records stored before it existed have none.
+        base_decode = base.get("decode_throughput")
+        table["generation_speedup"] = (pd.to_numeric(table.decode_throughput, errors="coerce") / base_decode
+                                       if base_decode is not None and not pd.isna(base_decode) else None)
+        table.attrs["varying_options"] = varying
         table["output_throughput__run_cv"] = g.get("output_throughput__run_cv")
         table["output_throughput__trial_cv"] = g.get("output_throughput__trial_cv")
         table["stability"] = g.get("stability")
@@ -262,29 +309,41 @@ def _num(value, std=None, fmt="{:.2f}") -> str:
 
 def render_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """Return (headers, rows of strings) of a speedup table; OOM and failures spelled out."""
-    show_options = table.options.nunique() > 1
+    show_options = "options_varying" in table and bool(table.attrs.get("varying_options"))
+    show_model = "model" in table
     show_cap = "gpu_memory_gb" in table
     show_env = "environment" in table
     show_run = table.attrs.get("show_run", False) and "run" in table
-    headers = ["backend", "precision"] + (["options"] if show_options else []) + [
-        "max_batch_size"] + (["GPU mem cap (GB)"] if show_cap else []) + [
-        "req/s", "output tok/s", "throughput speedup", "generation speedup", "runs × trials", "tok/s spread: runs / trials"]
+    show_lengths = any(c in table and pd.to_numeric(table[c], errors="coerce").notna().any()
+                       for c in ("input_len_limit", "output_len_limit", "mean_input_len", "mean_output_len"))
+    show_decode = "decode_throughput" in table and pd.to_numeric(table.decode_throughput, errors="coerce").notna().any()
+    numbers = ["req/s", "output tok/s"] + (["generation tok/s"] if show_decode else []) + [
+        "throughput speedup", "generation speedup"]
+    headers = ["backend"] + (["model"] if show_model else []) + ["precision"] + (["options"] if show_options else []) + [
+        "max_batch_size"] + (["GPU mem cap (GB)"] if show_cap else []) + (
+        ["tokens in / out: mean (limit)"] if show_lengths else []) + numbers + [
+        "runs × trials", "tok/s spread: runs / trials"]
     extra = [(m, h, f) for m, h, f in OPTIONAL if m in table]
     headers += [h for _, h, _ in extra] + (["environment"] if show_env else []) + (["run"] if show_run else [])
     rows = []
     for r in table.to_dict("records"):
-        opts = [", ".join(f"{k}={v}" for k, v in json.loads(r["options"]).items())] if show_options else []
-        head = [str(r["backend"]), str(r["precision"]), *opts, str(int(r["max_batch_size"]))]
+        head = [str(r["backend"])] + ([str(r["model"])] if show_model else []) + [str(r["precision"])]
+        head += [str(r["options_varying"])] if show_options else []
+        head.append(str(int(r["max_batch_size"])))
         if show_cap:
             head.append(_num(r["gpu_memory_gb"], None, "{:g}"))
+        if show_lengths:
+            head.append(lengths_text(r))
         tail = ([str(r["environment"] or "")] if show_env else []) + ([str(r.get("run") or "")] if show_run else [])
         if r["status"] != "ok":
             label = str(r["status"]).upper()
-            rows.append(head + [label] * 4 + ["", ""] + [""] * len(extra) + tail)
+            rows.append(head + [label] * len(numbers) + ["", ""] + [""] * len(extra) + tail)
             continue
-        rows.append(head + [
-            _num(r["request_throughput"], r["request_throughput__std"], "{:.3f}"),
-            _num(r["output_throughput"], r["output_throughput__std"], "{:.1f}"),
+        figures = [_num(r["request_throughput"], r["request_throughput__std"], "{:.3f}"),
+                   _num(r["output_throughput"], r["output_throughput__std"], "{:.1f}")]
+        if show_decode:
+            figures.append(_num(r.get("decode_throughput"), r.get("decode_throughput__std"), "{:.1f}"))
+        rows.append(head + figures + [
             _num(r["throughput_speedup"], None, "{:.2f}x"),
             _num(r["generation_speedup"], None, "{:.2f}x"),
             f"{int(r.get('runs') or 0)} × {_per_run(r)}",
@@ -292,6 +351,18 @@ def render_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
                         bool(r.get("stability"))),
         ] + [_num(r[m], None, f) for m, _, f in extra] + tail)
     return headers, rows
+
+
+def lengths_text(r: dict) -> str:
+    """Return a row's '412 (≤1024) / 31 (≤32)': mean input / output tokens and the workload's limits (exact lengths alone)."""
+    def side(mean, limit) -> str:
+        known = limit is not None and not pd.isna(limit)
+        if r.get("lengths_exact") is True and known:
+            return str(int(limit))
+        text = "–" if mean is None or pd.isna(mean) else f"{mean:.0f}"
+        return f"{text} (≤{int(limit)})" if known else text
+
+    return f"{side(r.get('mean_input_len'), r.get('input_len_limit'))} / {side(r.get('mean_output_len'), r.get('output_len_limit'))}"
 
 
 def _per_run(r: dict) -> str:

@@ -5,6 +5,13 @@ output_throughput (tok/s), total_token_throughput, and mean/median/std/p90/p99 i
 TPOT = (E2E - TTFT) / (output_len - 1), ITL (every gap between consecutive tokens) and E2E
 latency. Duration is the wall time of the measured window (first request handed in to last
 token out).
+
+Two speeds: `output_throughput` is end-to-end (every output token over the whole window,
+prefills included); `decode_throughput` is the generation speed, the decode phase's rate:
+the tokens after each request's first, over the time during which some request was past its
+first token (the union of the requests' [first token, last token] intervals). They differ
+where prefill differs (long prompts, chunked or slow prefills); the speedup tables' generation
+speedup is the ratio of decode_throughput (docs/results.md).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ LATENCIES = ("ttft", "tpot", "itl", "e2el")
 DIRECTION = {
     "request_throughput": +1,
     "output_throughput": +1,
+    "decode_throughput": +1,
     "total_token_throughput": +1,
     "tokens_per_joule": +1,
     **{f"{m}_{s}_ms": -1 for m in LATENCIES for s in ("mean", "median", "p90", "p99")},
@@ -79,10 +87,31 @@ def pass_metrics(timings, started: float, ended: float) -> dict:
         "request_throughput": len(ok) / duration,
         "output_throughput": total_output / duration,
         "total_token_throughput": (total_input + total_output) / duration,
+        "decode_throughput": decode_throughput(ok),
     }
     for name, values in zip(LATENCIES, (ttft, tpot, itl, e2el), strict=True):
         metrics.update(_stats(name, values))
     return metrics
+
+
+def decode_throughput(timings) -> float | None:
+    """Return the generation speed in tok/s: tokens after each request's first over the decode time.
+
+    Decode time is the length of the union of the requests' [first token, end] intervals, so
+    concurrent requests (a batch, a server) are not counted twice and the prefills before each
+    first token are left out. None when no request produced two tokens or more.
+    """
+    spans = sorted((t.token_times[0], t.end) for t in timings
+                   if t.error is None and t.output_len > 1 and t.token_times and t.end > t.token_times[0])
+    tokens = sum(t.output_len - 1 for t in timings
+                 if t.error is None and t.output_len > 1 and t.token_times and t.end > t.token_times[0])
+    covered, reach = 0.0, float("-inf")
+    for a, b in spans:
+        if b <= reach:
+            continue
+        covered += b - max(a, reach)
+        reach = b
+    return tokens / covered if covered > 0 else None
 
 
 def goodput(timings, duration_s: float, slo_ms: dict[str, float]) -> float | None:

@@ -92,8 +92,13 @@ def synthetic_records(
                             samples.append({"id": f"r{i}", "in": n_in, "out": n_out, "ttft_ms": ttft,
                                             "e2el_ms": ttft + (n_out - 1) * step_ms * (1 + 0.1 * rng.random()), "error": None})
                         ttfts = sorted(s["ttft_ms"] for s in samples)
+                        # decode phase: the window less each batch's prefill (its slowest first token)
+                        prefill_s = sum(max(s["ttft_ms"] for s in samples[i:i + bs]) for i in range(0, len(samples), bs))
+                        decode_tok_s = (total_out - requests) / (duration - prefill_s / 1000)
                         metrics = {"completed": requests, "failed": 0, "duration_s": duration,
+                                   "total_input_tokens": sum(i for i, _ in lens), "total_output_tokens": total_out,
                                    "request_throughput": requests / duration, "output_throughput": tok_s,
+                                   "decode_throughput": decode_tok_s,
                                    "ttft_median_ms": ttfts[len(ttfts) // 2], "ttft_p99_ms": ttfts[-1],
                                    "tpot_median_ms": step_ms, "tpot_p99_ms": step_ms * 1.1,
                                    "e2el_p99_ms": max(s["e2el_ms"] for s in samples),

@@ -1,0 +1,189 @@
+"""How long a planned run will take, from stored records of earlier runs (`bench run --dry-run`).
+
+Nothing is assumed: every figure comes from a stored record, and what no record covers is
+listed as unknown. Per cell and worker process (one run), a cell costs its warm-up passes
+and `trials` measured passes; per build group and run, a worker loads (build + load). Sources,
+best first:
+
+1. the same cell's own records (its latest context): its trials' wall time, its warm-up passes;
+2. a record of the same build key and max_batch_size (another workload, or options outside
+   the build key): its output tok/s scaled to this cell's output tokens, its warm-up passes
+   (which include compilation where the cell compiles, so they stand for the cold cost);
+3. nothing: the cell is unknown and left out of the total.
+
+Also not known from records: the worker process's start (interpreter and imports) before the
+build, and whether a compile cache is warm (the figures are whatever the stored run saw; each
+record's `build.compile_cache` says which).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class CellEstimate:
+    label: str
+    runs: int  # worker processes still to run for this cell
+    trials: int  # measured passes per process
+    warmup_s: float | None = None  # per process
+    trial_s: float | None = None  # per measured pass
+    source: str = "unknown"
+    cache: str | None = None  # compile cache state the reference run saw (cold / warm)
+
+    @property
+    def total_s(self) -> float | None:
+        if self.warmup_s is None or self.trial_s is None:
+            return None
+        return self.runs * (self.warmup_s + self.trials * self.trial_s)
+
+
+@dataclass
+class Estimate:
+    cells: list[CellEstimate] = field(default_factory=list)
+    loads_s: float = 0.0  # build + load of every (group, run) with a stored figure
+    loads_unknown: int = 0  # (group, run) worker starts without one
+    unknown: list[str] = field(default_factory=list)
+
+    @property
+    def known_s(self) -> float:
+        return self.loads_s + sum(c.total_s or 0.0 for c in self.cells)
+
+    def text(self) -> str:
+        """Return the estimate in words: total, per cell, what is not known."""
+        known = [c for c in self.cells if c.total_s is not None]
+        if self.cells and not known:
+            return (f"estimate: no stored figure for any of the {len(self.cells)} cell(s) still to run (nor for their build "
+                    "keys and batch sizes), so no estimate; after a first run, --dry-run estimates from its records "
+                    "(or pass --history STORE of an earlier run)")
+        lines = [f"estimate from stored records: {self.known_s:.0f} s ({self.known_s / 60:.1f} min) for {len(known)} of "
+                 f"{len(self.cells)} cell(s) still to run, worker loads included"]
+        for c in self.cells:
+            if c.total_s is None:
+                continue
+            cache = f", compile cache {c.cache}" if c.cache else ""
+            lines.append(f"  {c.label}: {c.runs} run(s) x (warm-up {c.warmup_s:.1f} s + {c.trials} x {c.trial_s:.1f} s) "
+                         f"= {c.total_s:.0f} s [{c.source}{cache}]")
+        lines.append(f"  worker loads (build + load): {self.loads_s:.0f} s"
+                     + (f"; {self.loads_unknown} worker start(s) with no stored load time, not counted" if self.loads_unknown else ""))
+        not_known = [c.label for c in self.cells if c.total_s is None]
+        if not_known:
+            lines.append(f"not known ({len(not_known)} cell(s) with no stored figure of theirs or of their build key and "
+                         "batch size; not counted): " + "; ".join(not_known))
+        lines.append("not counted either: each worker process's start (interpreter, imports) before its build, and "
+                     "the workload's tokenization on a first run")
+        return "\n".join(lines)
+
+
+def _trial_s(rec) -> float | None:
+    if rec.started_at is not None and rec.ended_at is not None and rec.ended_at > rec.started_at:
+        return rec.ended_at - rec.started_at
+    return rec.metric("duration_s")
+
+
+def _warmup_s(rec) -> float | None:
+    passes = (rec.extra.get("warmup") or {}).get("warmup_pass_s")
+    return float(sum(passes)) if isinstance(passes, list) else None
+
+
+def _output_tokens(rec) -> float | None:
+    return rec.metric("total_output_tokens") or (rec.workload or {}).get("output_tokens")
+
+
+def _latest(records):
+    return max(records, key=lambda r: (r.context.started_at or 0.0, r.ended_at or 0.0))
+
+
+def estimate_run(matrix, planned, records, output_tokens) -> Estimate:
+    """Return the estimate of running `planned` (bench.execution.matrix.plan) from stored records.
+
+    output_tokens(workload spec) -> its output tokens, for the scaling of source 2 (called only
+    for cells that need it: building a workload tokenizes its source).
+    """
+    from bench.results.records import Measurement
+
+    ok = [r for r in records if isinstance(r, Measurement) and r.ok]
+    by_cell: dict[str, list] = {}
+    by_key_bs: dict[tuple, list] = {}
+    loads: dict[str, list[float]] = {}
+    for r in ok:
+        by_cell.setdefault(r.cell_id, []).append(r)
+        key = r.build.get("key_hash")
+        by_key_bs.setdefault((key, r.cell.get("max_batch_size")), []).append(r)
+        if key and r.build.get("load_s") is not None:
+            loads.setdefault(key, []).append(float(r.build.get("build_s") or 0.0) + float(r.build["load_s"]))
+    settings = matrix.settings
+    est = Estimate()
+    group_runs: dict[str, int] = {}
+    for p in planned:
+        key = p.cell.build_key().key_hash
+        group_runs[key] = max(group_runs.get(key, 0), len(p.runs))
+        ce = CellEstimate(p.cell.label, len(p.runs), settings.trials)
+        own = by_cell.get(p.cell.cell_id)
+        if own:
+            ref = _latest(own)
+            trials = [t for t in (_trial_s(r) for r in own if r.context.run_id == ref.context.run_id) if t is not None]
+            ce.trial_s = sum(trials) / len(trials) if trials else None
+            ce.warmup_s = _warmup_s(ref) if settings.warmup else 0.0
+            ce.source, ce.cache = "this cell's records", ref.build.get("compile_cache")
+        else:
+            similar = by_key_bs.get((key, p.cell.max_batch_size))
+            tokens = output_tokens(p.cell.workload) if similar else None
+            if similar and tokens:
+                ref = _latest(similar)
+                rate = ref.metric("output_throughput")
+                ce.trial_s = tokens / rate if rate else None
+                ce.warmup_s = _warmup_s(ref) if settings.warmup else 0.0
+                ce.source = f"build key and batch size of {ref.label}, scaled to {tokens} output tokens"
+                ce.cache = ref.build.get("compile_cache")
+        est.cells.append(ce)
+    for key, runs in group_runs.items():
+        if key in loads:
+            est.loads_s += runs * sum(loads[key]) / len(loads[key])
+        else:
+            est.loads_unknown += runs
+    return est
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def estimate_probes(searches: list[tuple], max_probes: int, records) -> tuple[int, float | None, str]:
+    """Return (most probes, stored seconds per probe or None, a line of text) for `bench oom` searches.
+
+    searches: (cell, input, output) per search; max_probes: the most a search may take
+    (bench.oom.search.probe_budget). A probe is one worker process: its stored time is its
+    build + load + pass (the process's start is not recorded).
+    """
+    from bench.results.records import OomProbe
+
+    keys = {c.build_key().key_hash for c, _, _ in searches}
+    seconds = [float(r.build.get("build_s") or 0.0) + float(r.build.get("load_s") or 0.0)
+               + (r.ended_at - r.started_at) for r in records
+               if isinstance(r, OomProbe) and r.build.get("key_hash") in keys and r.build.get("load_s") is not None
+               and r.started_at is not None and r.ended_at is not None]
+    per = _mean(seconds)
+    n = len(searches) * max_probes
+    if per is None:
+        return n, None, f"OOM search: at most {n} probes (fresh worker processes); no stored probe of these configurations: time not known"
+    return n, per, (f"OOM search: at most {n} probes x {per:.1f} s (stored probes: build + load + pass; process start "
+                    f"not counted) = at most {n * per:.0f} s")
+
+
+def estimate_profiles(cells, records) -> tuple[float | None, str]:
+    """Return (stored seconds for the sessions, or None, a line of text) for `bench profile` of these cells."""
+    from bench.results.records import Profile
+
+    ids = {c.cell_id for c in cells}
+    by_cell: dict[str, list[float]] = {}
+    for r in records:
+        if isinstance(r, Profile) and r.cell_id in ids and r.started_at is not None and r.ended_at is not None:
+            by_cell.setdefault(r.cell_id, []).append(r.ended_at - r.started_at)
+    known = {cid: _mean(v) for cid, v in by_cell.items()}
+    missing = [c.label for c in cells if c.cell_id not in known]
+    total = sum(known.values())
+    text = f"profile: {len(cells)} session(s); stored session times cover {len(known)}: {total:.0f} s"
+    if missing:
+        text += "; not known: " + "; ".join(missing)
+    return (total if known else None), text

@@ -1,0 +1,100 @@
+"""`bench run --dry-run`: the duration estimate from stored records (bench.results.estimate)."""
+
+import pytest
+
+from bench.cli import main
+from bench.execution.matrix import plan, run_matrix
+from bench.results import query
+from bench.results.estimate import estimate_run
+from bench.results.records import new_context
+from bench.spec import load_matrix
+
+MATRIX = """
+name = "est"
+backends = ["fake"]
+model = "qwen-tiny"
+device = "cpu"
+precisions = ["bf16"]
+max_batch_sizes = [{sizes}]
+workloads = [{workloads}]
+trials = 2
+warmup = 1
+runs = 2
+[options]
+step_ms = 1.0
+[workload.a]
+source = "synthetic"
+input_len = 8
+output_len = 16
+num_requests = 4
+[workload.b]
+source = "synthetic"
+input_len = 8
+output_len = 64
+num_requests = 4
+"""
+
+
+def _matrix(tmp_path, sizes="1, 2", workloads='"a"'):
+    path = tmp_path / "m.toml"
+    path.write_text(MATRIX.format(sizes=sizes, workloads=workloads))
+    return load_matrix(path)
+
+
+def _estimate(matrix, store, redo=False):
+    records = query.load([store]) if store.exists() else []
+    st = matrix.settings
+    context = new_context("run", matrix=matrix.name, runs=st.runs, trials=st.trials, warmup=st.warmup)
+    tokens = {"a": 4 * 16, "b": 4 * 64}
+    return estimate_run(matrix, plan(matrix, records, context, redo), records, lambda spec: tokens[spec.name])
+
+
+def test_estimate_comes_from_each_cells_own_records(tmp_path):
+    matrix = _matrix(tmp_path)
+    store = tmp_path / "s.jsonl"
+    run_matrix(matrix, store, show_progress=False)
+    est = _estimate(matrix, store, redo=True)
+    records = query.load([store])
+    for cell, ce in zip(matrix.cells, est.cells, strict=True):
+        mine = [r for r in records if r.cell_id == cell.cell_id]
+        latest_run = max(r.context.started_at for r in mine)
+        trials = [r.ended_at - r.started_at for r in mine if r.context.started_at == latest_run]
+        warm = sum(mine[-1].extra["warmup"]["warmup_pass_s"])
+        assert ce.source == "this cell's records" and ce.runs == 2
+        assert ce.trial_s == pytest.approx(sum(trials) / len(trials))
+        assert ce.warmup_s == pytest.approx(warm)
+        assert ce.total_s == pytest.approx(2 * (warm + 2 * ce.trial_s))
+    loads = [r.build["build_s"] + r.build["load_s"] for r in records]
+    assert est.loads_s == pytest.approx(2 * sum(loads) / len(loads))  # one group, two runs
+    assert est.known_s == pytest.approx(est.loads_s + sum(c.total_s for c in est.cells))
+    # Nothing left to run: nothing to estimate.
+    assert _estimate(matrix, store).cells == []
+
+
+def test_estimate_scales_a_sibling_and_says_what_it_does_not_know(tmp_path):
+    run_matrix(_matrix(tmp_path), tmp_path / "s.jsonl", show_progress=False)
+    wider = _matrix(tmp_path, sizes="1, 2, 4", workloads='"a", "b"')
+    est = _estimate(wider, tmp_path / "s.jsonl")
+    by = {c.label: c for c in est.cells}
+    b1 = next(c for label, c in by.items() if "/bs1/b" in label)
+    ref = next(r for r in query.load([tmp_path / "s.jsonl"]) if r.cell["max_batch_size"] == 1)
+    assert "scaled to 256 output tokens" in b1.source
+    assert b1.trial_s == pytest.approx(256 / ref.metric("output_throughput"), rel=0.2)  # the latest record's rate
+    unknown = [c for c in est.cells if c.total_s is None]
+    assert {c.label.split("/")[2] for c in unknown} == {"bs4"}  # no record of batch size 4 anywhere
+    text = est.text()
+    assert "not known (2 cell(s)" in text and "bs4" in text and "worker process's start" in text
+
+
+def test_dry_run_prints_the_estimate_and_runs_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _matrix(tmp_path)
+    assert main(["run", "--matrix", "m.toml", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "no stored figure for any of the 2 cell(s)" in out
+    assert not (tmp_path / "results" / "est.jsonl").exists()
+    assert main(["run", "--matrix", "m.toml", "--no-progress", "--report-dir", "d"]) == 0
+    capsys.readouterr()
+    assert main(["run", "--matrix", "m.toml", "--dry-run", "--redo"]) == 0
+    out = capsys.readouterr().out
+    assert "2 of 2 cell(s)" in out and "this cell's records" in out

@@ -1,0 +1,142 @@
+"""`bench study`: the whole study (run, OOM frontier, kernel profiles, report) in one command.
+
+The GPU preset (h200-study) is checked and planned here; its CPU twin below has the same
+structure (a baseline, a harness-loop configuration, a third precision at the larger batch, two
+workloads, OOM searches, an eager and a harness profile) on qwen-tiny and the fake backend,
+and runs end to end.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import browser
+
+ROOT = Path(__file__).resolve().parent.parent
+
+TWIN = """
+name = "cpu-study"
+backends = ["hf", "fake"]
+model = "qwen-tiny"
+device = "cpu"
+precisions = ["bf16"]
+max_batch_sizes = [1, 4]
+workloads = ["w1", "w2"]
+runs = 1
+trials = 1
+warmup = 1
+timeout_s = 300
+baseline = { backend = "hf", precision = "bf16", max_batch_size = 1, cache = "dynamic" }
+
+[options.hf]
+attn_implementation = "sdpa"
+cache = "dynamic"
+
+[options.fake]                   # a 1.1 GB device: 1 GB of weights, room for ~190 tokens of KV cache
+memory_gb = 1.1
+
+[[include]]                      # the harness loop (compile needs a GPU: off here)
+backend = "hf"
+cache = "static"
+decode_loop = "harness"
+
+[workload.w1]
+num_requests = 4
+seed = 1
+max_input_len = 128
+max_total_len = 256
+max_output_len = 6
+
+[workload.w2]                    # admits a 280-token prompt that w1 drops
+num_requests = 4
+seed = 1
+max_input_len = 512
+max_total_len = 1024
+max_output_len = 6
+
+[study.oom]
+only = "backend=fake"
+strategy = "bisect"
+confirm = false
+searches = [{ lengths = "32x32", lower = 1, upper = 4 }, { lengths = "64x64", lower = 1, upper = 2 }]
+
+[study.profile]
+only = "backend=hf,max_batch_size=1,workload=w1,precision=bf16"
+decode_steps = 2
+"""
+
+
+def _bench(*args, cwd):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    return subprocess.run([sys.executable, "-m", "bench", *args], capture_output=True, text=True, timeout=900, cwd=cwd,
+                          env=env)
+
+
+def test_the_h200_study_preset_plans_every_step(tmp_path):
+    proc = _bench("study", "--preset", "h200-study", "--dry-run", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "run: bench run --preset h200-study" in out and "10 cells x 2 run(s) x 1 trial(s)" in out
+    assert "memory cap 24 GB" in out
+    assert "--lengths 1024x1024 --lower 6 --upper 8 --strategy bisect --no-confirm" in out
+    assert "--lengths 2048x2048 --lower 3 --upper 5" in out
+    profiled = [line for line in out.splitlines() if line.startswith("  hf/bf16/bs1/sharegpt-1024")]
+    assert len(profiled) == 4  # listed under run and under profile: eager and harness loop
+    assert any("decode_loop=harness" in line for line in profiled[2:]) and any("cache=dynamic" in line for line in profiled[2:])
+    assert "bench report results/h200-study.jsonl results/h200-study-oom.jsonl --profiles profiles/h200-study.jsonl" in out
+    assert not (tmp_path / "results").exists()  # a dry run runs nothing
+
+
+def test_study_refuses_bad_input_before_running(tmp_path):
+    (tmp_path / "plain.toml").write_text(TWIN[: TWIN.index("[study.oom]")])
+    proc = _bench("study", "--matrix", "plain.toml", cwd=tmp_path)
+    assert proc.returncode == 2 and "has no [study] table" in proc.stderr
+    (tmp_path / "bad.toml").write_text(TWIN.replace('strategy = "bisect"', 'stratgy = "bisect"'))
+    proc = _bench("study", "--matrix", "bad.toml", cwd=tmp_path)
+    assert proc.returncode == 2 and "[study.oom]: unknown key 'stratgy'" in proc.stderr
+    (tmp_path / "twin.toml").write_text(TWIN)
+    proc = _bench("study", "--matrix", "twin.toml", "--steps", "run,plot", cwd=tmp_path)
+    assert proc.returncode == 2 and "unknown step 'plot'" in proc.stderr
+    (tmp_path / "np.toml").write_text(TWIN.replace('only = "backend=hf,max_batch_size=1', 'only = "backend=fake,max_batch_size=1'))
+    proc = _bench("study", "--matrix", "np.toml", cwd=tmp_path)
+    assert proc.returncode == 2 and "backend(s) ['fake']" in proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.slow
+def test_the_cpu_twin_of_the_study_runs_end_to_end(tmp_path):
+    (tmp_path / "twin.toml").write_text(TWIN)
+    proc = _bench("study", "--matrix", "twin.toml", "--no-progress", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for store in ("results/cpu-study.jsonl", "results/cpu-study-oom.jsonl", "profiles/cpu-study.jsonl"):
+        assert (tmp_path / store).is_file(), store
+    report = (tmp_path / "dashboards" / "cpu-study" / "report.md").read_text()
+    assert report == proc.stdout.rstrip("\n") + "\n" or report in proc.stdout
+    # the speedup tables: one per length limit, the options that vary, OOM rows (the fake device, w2's long prompt)
+    w1, w2 = report.split("### w2")
+    assert "### w1 — in <= 128" in w1 and w2.startswith(" — in <= 512")
+    assert "| cache=static, decode_loop=harness |" in report and "| cache=dynamic, decode_loop=generate |" in report
+    assert "| OOM |" not in w1 and "| fake | qwen-tiny | bf16 |  | 4 | – (≤512) / – (≤6) | OOM |" in w2
+    # the OOM frontier: both searches, the fake device's boundary found (bisection, no confirmation)
+    frontier = report[report.index("## OOM frontier (bench oom)"):]
+    assert "| 32/32 | device | 2 | 3 (OOM) |" in frontier and "| 64/64 | device | 1 | 2 (OOM) |" in frontier
+    # the kernels of one decode step, eager (module ranges) and harness loop
+    kernels = report[report.index("## Kernels of one decode step"):]
+    rows = [line for line in kernels.splitlines() if line.startswith("| hf ")]
+    assert len(rows) == 2 and all("decode step (x2)" in r for r in rows)
+    study = json.loads((tmp_path / "dashboards" / "cpu-study" / "study.json").read_text())
+    assert set(study["steps_s"]) == {"run", "oom", "profile", "report"} and not any(study["failed"].values())
+    assert "bench oom --matrix twin.toml --only backend=fake --lengths 32x32" in study["commands"]["oom0"]
+    # the same report from the product's own report command
+    again = _bench("report", "results/cpu-study.jsonl", "results/cpu-study-oom.jsonl", "--profiles",
+                   "profiles/cpu-study.jsonl", "--out", "again", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (tmp_path / "again" / "report.md").read_text() == report
+    if browser.chromium():
+        status = browser.page_status(tmp_path / "dashboards" / "cpu-study" / "dashboard.html", "#all")
+        assert status["state"] == "ok", status
+        assert "OOM frontier (bench oom)" in status["dom"] and "decode step (x2)" in status["dom"]
