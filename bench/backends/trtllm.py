@@ -25,7 +25,16 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from bench.backends.base import Backend, Loaded, Option, RequestTiming, RunOutput
+from bench.backends.base import (
+    TENSOR_PARALLEL,
+    Backend,
+    Loaded,
+    Option,
+    RequestTiming,
+    RunOutput,
+    check_tensor_parallel,
+    tensor_parallel_size,
+)
 from bench.errors import BenchInputError
 
 # precision -> (QuantAlgo member, kv_cache_quant_algo member, activation dtype, needs calibration)
@@ -67,6 +76,8 @@ class TRTLLMBackend(Backend):
         "calib_requests": Option(64, kind=int, help="workload prompts used to calibrate int8-sq / int4-awq / fp8"),
         "nvtx": Option(False, (False, True), help="TRT-LLM NVTX markers and detailed engine layer names (profiling)"),
         "free_gpu_memory_fraction": Option(0.9, kind=float, help="KvCacheConfig: share of free memory for the KV cache"),
+        # TRT-LLM starts its own ranks (MPI workers) on the GPUs the worker sees: one worker per cell.
+        "tensor_parallel_size": TENSOR_PARALLEL,
     }
 
     @classmethod
@@ -91,6 +102,7 @@ class TRTLLMBackend(Backend):
         if cell.precision == "fp8":
             check_fp8_capability(_compute_capability(cell.device))
         check_lengths(cell.workload)
+        check_tensor_parallel(cell, kv_heads_too=False)  # TRT-LLM replicates KV heads when tp exceeds them
         from bench.models import resolve_model
 
         ref = resolve_model(cell.model)
@@ -155,9 +167,12 @@ class TRTLLMLoaded(Loaded):
         from tensorrt_llm.llmapi import KvCacheConfig
 
         self.key = key
+        tp = tensor_parallel_size(opts)
+        parallel = {"tensor_parallel_size": tp} if tp > 1 else {}
         kv = kv_cache_limits(
             gpu_memory_gb=_gpu_memory_cap(), total_memory_bytes=_total_gpu_memory(key["device"]),
-            weight_bytes=_weight_bytes(key["model"], key["precision"]), kv_bytes_per_token=_kv_bytes_per_token(key["model"]),
+            # Per GPU: each rank holds 1/tp of the weights.
+            weight_bytes=_weight_bytes(key["model"], key["precision"]) // tp, kv_bytes_per_token=_kv_bytes_per_token(key["model"]),
             free_gpu_memory_fraction=opts["free_gpu_memory_fraction"],
         )
         kv_config = KvCacheConfig(**kv)
@@ -165,14 +180,15 @@ class TRTLLMLoaded(Loaded):
             from tensorrt_llm._tensorrt_engine import LLM
 
             self.limits = engine_limits(Path(artifact["engine_dir"]))
-            self.llm = LLM(model=artifact["engine_dir"], skip_tokenizer_init=True, kv_cache_config=kv_config)
+            self.llm = LLM(model=artifact["engine_dir"], skip_tokenizer_init=True, kv_cache_config=kv_config, **parallel)
         else:
             from tensorrt_llm import LLM
 
             self.limits = {"max_batch_size": key["max_batch_size"], "max_input_len": key["max_input_len"],
                            "max_seq_len": key["max_seq_len"]}
             kwargs = dict(model=artifact["model_dir"], skip_tokenizer_init=True, dtype=PRECISIONS[key["precision"]][2],
-                          max_batch_size=key["max_batch_size"], max_seq_len=key["max_seq_len"], kv_cache_config=kv_config)
+                          max_batch_size=key["max_batch_size"], max_seq_len=key["max_seq_len"], kv_cache_config=kv_config,
+                          **parallel)
             if opts["max_num_tokens"]:
                 kwargs["max_num_tokens"] = opts["max_num_tokens"]
             self.llm = LLM(**kwargs)
@@ -397,17 +413,15 @@ def _gpu_memory_cap() -> float | None:
 
 
 def _compute_capability(device: str) -> str | None:
-    from bench.execution.environment import gpu_info
+    from bench.execution.environment import gpu_info, nvml_device
 
-    index = int(device.split(":")[1]) if ":" in device else 0
-    return gpu_info(index).get("compute_capability")
+    return gpu_info(nvml_device(device)).get("compute_capability")
 
 
 def _total_gpu_memory(device: str) -> int | None:
-    from bench.execution.environment import gpu_info
+    from bench.execution.environment import gpu_info, nvml_device
 
-    index = int(device.split(":")[1]) if ":" in device else 0
-    return gpu_info(index).get("gpu_memory_bytes")
+    return gpu_info(nvml_device(device)).get("gpu_memory_bytes")
 
 
 def _profiling_env(nvtx: bool) -> None:
@@ -429,6 +443,8 @@ def engine_llm_kwargs(key, model_dir: Path, folder: Path, workload_files: list) 
     if opts["nvtx"]:
         build["profiling_verbosity"] = "detailed"  # layer names in the engine, for the kernel table
     kwargs = {"model": str(model_dir), "dtype": dtype, "build_config": BuildConfig(**build)}
+    if tensor_parallel_size(opts) > 1:  # the engine is built as tp rank files (rank0.engine, rank1.engine, ...)
+        kwargs["tensor_parallel_size"] = tensor_parallel_size(opts)
     if algo is not None:
         quant = {"quant_algo": getattr(QuantAlgo, algo)}
         if kv_algo is not None:

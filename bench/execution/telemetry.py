@@ -8,10 +8,11 @@ no driver, nvidia-ml-py not installed) every figure is None: telemetry never fai
 
 from __future__ import annotations
 
-import os
 import statistics
 import threading
 import time
+
+from bench.execution.environment import nvml_device, nvml_index  # noqa: F401  (nvml_index: its old home)
 
 NULL_SUMMARY = {
     "energy_j": None,
@@ -20,21 +21,6 @@ NULL_SUMMARY = {
     "sm_clock_mhz_median": None,
     "telemetry_samples": 0,
 }
-
-
-def nvml_index(device: str) -> int | str | None:
-    """Return the NVML index (or UUID) of a torch device string, honouring CUDA_VISIBLE_DEVICES; None for CPU."""
-    if not device.startswith("cuda"):
-        return None
-    ordinal = int(device.split(":")[1]) if ":" in device else 0
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None or not visible.strip():
-        return ordinal
-    entries = [e.strip() for e in visible.split(",") if e.strip()]
-    if ordinal >= len(entries):
-        return None
-    entry = entries[ordinal]
-    return int(entry) if entry.isdigit() else entry  # "GPU-..." UUIDs are looked up by UUID
 
 
 def downsample(values: list, max_points: int) -> list:
@@ -96,7 +82,7 @@ class Sampler:
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> Sampler:
-        index = nvml_index(self.device)
+        index = nvml_device(self.device)
         if index is None:
             return self
         try:
@@ -105,7 +91,7 @@ class Sampler:
             pynvml.nvmlInit()
             self._nvml = pynvml
             if isinstance(index, str):
-                self._handle = pynvml.nvmlDeviceGetHandleByUUID(index)
+                self._handle = pynvml.nvmlDeviceGetHandleByUUID(index.encode())
             else:
                 self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
         except Exception:  # no library, no driver, no such device: figures stay None
