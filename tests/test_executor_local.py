@@ -161,3 +161,27 @@ def _workers_of(parent_pid: int) -> list[int]:
         if f"BENCH_PARENT_PID={parent_pid}".encode() in env and status != "Z":
             out.append(int(proc.name))
     return out
+
+
+def test_the_command_line_chooses_the_executor(tmp_path):
+    path = tmp_path / "m.toml"
+    path.write_text('name = "cli"\nbackends = ["fake"]\nmodel = "qwen-tiny"\nprecisions = ["bf16"]\nmax_batch_sizes = [1]\n'
+                    'workloads = ["w"]\ndevice = "DEVICE"\n[workload.w]\nsource = "synthetic"\ninput_len = 8\n'
+                    'output_len = 4\nnum_requests = 2\n')
+
+    def run(device, *flags):
+        path.write_text(path.read_text().replace('"DEVICE"', f'"{device}"').replace('"cpu"', f'"{device}"')
+                        .replace('"cuda"', f'"{device}"'))
+        out = subprocess.run([sys.executable, "-m", "bench", "run", "--matrix", str(path), "--dry-run", *flags],
+                             capture_output=True, text=True)
+        out.stderr = " ".join(out.stderr.split())  # rich wraps long lines
+        return out
+
+    out = run("cuda", "--devices", "cuda:0,cuda:1")
+    assert out.returncode == 0 and "executor local on cuda:0,cuda:1" in out.stderr
+    out = run("cuda", "--executor", "ray", "--ray-address", "auto")
+    assert out.returncode == 0 and "executor ray at auto" in out.stderr
+    out = run("cpu", "--devices", "all")
+    assert out.returncode == 2 and "cells run on 'cpu'" in out.stderr
+    out = run("cpu", "--ray-address", "auto")
+    assert out.returncode == 2 and "ray_address is the Ray cluster of executor = 'ray'" in out.stderr

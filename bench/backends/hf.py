@@ -787,7 +787,11 @@ def _gemlite_int8(model) -> None:
 
 
 def stored_bytes(tensor) -> int:
-    """Return the bytes a (possibly torchao-quantized) tensor occupies: its inner tensors' bytes, summed."""
+    """Return the bytes a (possibly torchao-quantized) tensor occupies: its inner tensors' bytes, summed.
+
+    A tensor-parallel weight (a DTensor) counts whole, all ranks' shards: the model's bytes."""
+    if type(tensor).__name__ == "DTensor":
+        return tensor.numel() * tensor.element_size()  # numel() of a DTensor is the global one
     if hasattr(tensor, "__tensor_flatten__"):  # a tensor subclass (torchao): int data + scales + zero points
         names, _ = tensor.__tensor_flatten__()
         return sum(stored_bytes(getattr(tensor, n)) for n in names)
