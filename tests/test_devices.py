@@ -20,7 +20,7 @@ def nvml_stub():
     return SimpleNamespace(
         NVML_ERROR_LIBRARY_NOT_FOUND=12, NVML_ERROR_DRIVER_NOT_LOADED=9,
         nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 2,
-        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetHandleByUUID=lambda u: by_uuid[u],
+        nvmlDeviceGetHandleByIndex=lambda i: [0, 1][i], nvmlDeviceGetHandleByUUID=lambda u: by_uuid[u],
         nvmlDeviceGetIndex=lambda h: h, nvmlDeviceGetName=lambda h: b"NVIDIA H200",
         nvmlSystemGetDriverVersion=lambda: "580.159.04",
         nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(total=150754820096),
@@ -77,3 +77,25 @@ def test_a_device_outside_the_visible_list_is_named_in_the_fingerprint(monkeypat
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     env = environment.fingerprint(device)
     assert "cuda:1 is not among CUDA_VISIBLE_DEVICES='0'" in env["nvml_error"]
+
+
+def test_a_tensor_parallel_cell_samples_every_gpu(monkeypatch):
+    """Power, energy and memory of a tp=2 cell are both GPUs' sums, not rank 0's alone."""
+    from bench.execution.telemetry import Sampler
+
+    nv = nvml_stub()
+    nv.nvmlDeviceGetPowerUsage = lambda h: [100_000, 150_000][h]  # mW
+    nv.nvmlDeviceGetTotalEnergyConsumption = lambda h: 1_000_000 * (h + 1)  # mJ, constant: 0 J over the window
+    nv.nvmlDeviceGetMemoryInfo = lambda h: SimpleNamespace(used=[2e9, 3e9][h], total=150e9)
+    nv.nvmlDeviceGetClockInfo = lambda h, kind: [1500, 1700][h]
+    nv.NVML_CLOCK_SM = 1
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    monkeypatch.setitem(sys.modules, "torch", None)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with Sampler(["cuda:0", "cuda:1"], interval_s=0.01) as s:
+        pass
+    assert s.timeline["power_w"][0] == 250.0 and s.summary["peak_nvml_memory_gb"] == 5.0
+    assert s.summary["sm_clock_mhz_median"] == 1600.0 and s.summary["energy_j"] == 0.0
+    with Sampler(["cuda:0", "cuda:7"]) as s:  # a GPU NVML cannot find: no figures rather than a partial sum
+        pass
+    assert s.summary["energy_j"] is None

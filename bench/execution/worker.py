@@ -51,9 +51,11 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
         torch.cuda.set_device(device)  # so that a bare "cuda" in any library means this rank's GPU too
     environment = {**fingerprint(device), "pid": os.getpid()}  # pid: which process
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1:  # tensor parallelism: name every rank's GPU, not only rank 0's
-        environment["tensor_parallel_gpus"] = [str(nvml_device(f"cuda:{r}")) if device.startswith("cuda") else device
-                                               for r in range(world)]
+    # Tensor parallelism: rank 0 names and samples every rank's GPU (power and energy are their sums).
+    sampled = [f"cuda:{r}" for r in range(world)] if world > 1 and device.startswith("cuda") else device
+    if world > 1:
+        environment["tensor_parallel_gpus"] = [str(nvml_device(d)) for d in sampled] if isinstance(sampled, list) \
+            else [device] * world
     emit({"event": "env", "environment": environment})
     backend = backend_class(key.backend)()
     # Backends that calibrate while building (trtllm) read the group's requests from these files.
@@ -108,7 +110,7 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
             emit({"event": "start", "cell_id": cell.cell_id, "trial": trial})
             started_at = time.time()
             try:
-                with Sampler(device) as sampler:  # NVML in a background thread; None figures on CPU
+                with Sampler(sampled) as sampler:  # NVML in a background thread; None figures on CPU
                     out = loaded.run(requests, cell.max_batch_size, cell.options_dict)
                 metrics = pass_metrics(out.timings, out.started, out.ended)
                 extra = {**out.extra, "warmup": warmup, "telemetry": sampler.timeline}
