@@ -1,4 +1,8 @@
-"""hf tensor parallelism: transformers' tp_plan under torchrun, one process per rank; on CPU through gloo."""
+"""Tensor parallelism: hf through transformers' tp_plan under torchrun (one process per rank; on CPU through gloo);
+trtllm through tensor_parallel_size in the LLM API's build and runtime (against the stand-in tensorrt_llm)."""
+
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -8,7 +12,9 @@ from bench.execution.matrix import run_matrix
 from bench.execution.supervisor import worker_ranks
 from bench.models import resolve_model
 from bench.results.store import ResultStore
-from bench.spec import parse_matrix
+from bench.spec import BuildKey, parse_matrix
+
+FAKE_TRTLLM = Path(__file__).parent / "fake_tensorrt_llm"
 
 
 def matrix(backend="hf", precision="fp32", device="cpu", **options):
@@ -55,3 +61,32 @@ def test_hf_tensor_parallel_on_cpu_under_torchrun(tmp_path):
     assert r["extra"]["weight_bytes"] >= resolve_model("qwen-tiny").num_parameters * 4
     logs = list((tmp_path / "logs").glob("*.job.json"))
     assert len(logs) == 1  # torchrun's ranks read the job from a file beside the log
+
+
+def test_trtllm_builds_and_runs_with_tensor_parallel_size(monkeypatch, tmp_path):
+    from bench.backends import trtllm as T
+
+    monkeypatch.syspath_prepend(str(FAKE_TRTLLM))
+    for name in [m for m in sys.modules if m.startswith("tensorrt_llm")]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(BenchInputError, match="num_attention_heads=4"):
+        matrix(backend="trtllm", precision="fp16", device="cuda", tensor_parallel_size=3)
+    opts = {"runtime": "engine", "engine_dir": "", "max_num_tokens": 0, "calib_requests": 3, "nvtx": False,
+            "free_gpu_memory_fraction": 0.9}
+    key = BuildKey("trtllm", "qwen-tiny", "fp16", "cuda", tuple(sorted({**opts, "tensor_parallel_size": 2}.items())), 4, 16, 32)
+    assert T.engine_llm_kwargs(key, tmp_path, tmp_path, [])["tensor_parallel_size"] == 2
+    one = BuildKey("trtllm", "qwen-tiny", "fp16", "cuda", tuple(sorted(opts.items())), 4, 16, 32)
+    assert "tensor_parallel_size" not in T.engine_llm_kwargs(one, tmp_path, tmp_path, [])
+    import tensorrt_llm
+
+    seen = {}
+    real = tensorrt_llm.LLM.__init__
+
+    def spy(self, model, *args, **kwargs):
+        seen.update(kwargs)
+        real(self, model, *args, **kwargs)
+
+    monkeypatch.setattr(tensorrt_llm.LLM, "__init__", spy)
+    pytorch_key = BuildKey(**{**key.__dict__, "options": tuple(sorted({**opts, "runtime": "pytorch", "tensor_parallel_size": 2}.items()))})
+    T.TRTLLMLoaded({"key": pytorch_key.to_dict(), "runtime": "pytorch", "model_dir": str(tmp_path)})
+    assert seen["tensor_parallel_size"] == 2
