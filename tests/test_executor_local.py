@@ -111,14 +111,14 @@ def test_kill_9_mid_matrix_leaves_no_worker_and_a_rerun_resumes(tmp_path):
     path.write_text('''name = "k9"
 backends = ["fake"]
 model = "qwen-tiny"
-precisions = ["bf16", "int4", "fp16", "int8"]
+precisions = ["bf16", "int4", "fp16"]
 max_batch_sizes = [1]
 workloads = ["w"]
 devices = ["cuda:0", "cuda:1"]
 trials = 2
 warmup = 0
 [options]
-wall_ms = 1500
+wall_ms = 1000
 [workload.w]
 source = "synthetic"
 input_len = 8
@@ -137,13 +137,13 @@ num_requests = 2
     time.sleep(1.0)
     assert _workers_of(proc.pid) == []  # PR_SET_PDEATHSIG: the workers died with their parent
     first = list(ResultStore(store).records())
-    assert 1 <= len(first) < 8
+    assert 1 <= len(first) < 6
     again = subprocess.run([sys.executable, "-m", "bench", "run", "--matrix", str(path), "--no-progress"],
                            capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     recs = list(ResultStore(store).records())
     done = {(r["cell"]["precision"], r["trial"]) for r in recs if r["status"] == "ok"}
-    assert len(done) == 8  # every (cell, trial) measured
+    assert len(done) == 6  # every (cell, trial) measured
     assert recs[: len(first)] == first  # what the killed run stored is kept as it was
 
 
@@ -179,9 +179,8 @@ def test_the_command_line_chooses_the_executor(tmp_path):
 
     out = run("cuda", "--devices", "cuda:0,cuda:1")
     assert out.returncode == 0 and "executor local on cuda:0,cuda:1" in out.stderr
-    out = run("cuda", "--executor", "ray", "--ray-address", "auto")
-    assert out.returncode == 0 and "executor ray at auto" in out.stderr
-    out = run("cpu", "--devices", "all")
-    assert out.returncode == 2 and "cells run on 'cpu'" in out.stderr
     out = run("cpu", "--ray-address", "auto")
     assert out.returncode == 2 and "ray_address is the Ray cluster of executor = 'ray'" in out.stderr
+    # the flags reach the settings (the rest through narrow, as the command line calls it)
+    m = narrow(fake_matrix(devices=None, device="cuda"), executor="ray", ray_address="ray://head:10001")
+    assert (m.settings.executor, m.settings.ray_address, m.settings.devices) == ("ray", "ray://head:10001", ())
