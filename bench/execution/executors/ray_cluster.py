@@ -145,7 +145,8 @@ class RayExecutor:
         else:
             # Ray started by the caller (a script, a test): its job's runtime env is fixed; the actors
             # import `bench` from where this process does (one machine, or nodes laid out alike).
-            self.actor_env = {"env_vars": {"PYTHONPATH": str(Path(bench.__file__).resolve().parents[1])}}
+            path = [str(Path(bench.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]
+            self.actor_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in path if p)}}
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         self.total = {"GPU": sum(n["Resources"].get("GPU", 0) for n in nodes),
                       "CPU": sum(n["Resources"].get("CPU", 0) for n in nodes)}
