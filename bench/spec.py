@@ -542,14 +542,14 @@ def check_placement(settings: RunSettings, cells) -> None:
             for c in cells:
                 if tensor_parallel_size(c.options_dict) > len(settings.devices):
                     raise BenchInputError(
-                        f"{c.label} asks for tensor_parallel_size={tensor_parallel_size(c.options_dict)} GPUs, but "
+                        f"{c.backend}/{c.precision}/bs{c.max_batch_size} asks for tensor_parallel_size={tensor_parallel_size(c.options_dict)} GPUs, but "
                         f"devices lists {len(settings.devices)}: list more devices or lower tensor_parallel_size")
     elif settings.executor == "local":
         for c in cells:
             tp = tensor_parallel_size(c.options_dict)
             if tp > 1 and c.device.startswith("cuda"):
                 raise BenchInputError(
-                    f"{c.label} asks for tensor_parallel_size={tp} GPUs: list them, e.g. devices = "
+                    f"{c.backend}/{c.precision}/bs{c.max_batch_size} asks for tensor_parallel_size={tp} GPUs: list them, e.g. devices = "
                     f"{[f'cuda:{i}' for i in range(tp)]} (or devices = 'all'), or use executor = 'ray'")
 
 
