@@ -653,8 +653,9 @@ def narrow(matrix: Matrix, only: dict | None = None, requests: int | None = None
         if runs <= 0:
             raise BenchInputError(f"--runs must be positive (fresh worker processes per cell), got {runs}")
         settings = replace(settings, runs=runs)
-    if executor is not None:
-        settings = replace(settings, executor=executor, devices=() if executor == "ray" else settings.devices)
+    if executor is not None:  # the other executor's settings of the matrix do not apply
+        settings = replace(settings, executor=executor, devices=() if executor == "ray" else settings.devices,
+                           ray_address=settings.ray_address if executor == "ray" else None)
     if ray_address is not None:
         settings = replace(settings, ray_address=ray_address)
     if devices is not None:

@@ -184,3 +184,77 @@ def test_the_command_line_chooses_the_executor(tmp_path):
     # the flags reach the settings (the rest through narrow, as the command line calls it)
     m = narrow(fake_matrix(devices=None, device="cuda"), executor="ray", ray_address="ray://head:10001")
     assert (m.settings.executor, m.settings.ray_address, m.settings.devices) == ("ray", "ray://head:10001", ())
+
+
+class CountingExecutor:
+    """An executor of `gpus` interchangeable slots whose runs only wait: the scheduler's bookkeeping, alone."""
+
+    name = "counting"
+
+    def __init__(self, gpus, fail_label=None):
+        self.free, self.busy, self.most, self.log, self.fail_label = gpus, 0, 0, [], fail_label
+        self.lock = threading.Lock()
+
+    def acquire(self, run):
+        if run.gpus > self.free:
+            return None
+        self.free -= run.gpus
+        return run.gpus
+
+    def release(self, placement):
+        self.free += placement
+
+    def describe(self, placement):
+        return f"{placement} gpu"
+
+    def run(self, run, placement, emit, stop):
+        from bench.execution.supervisor import GroupStopped
+
+        with self.lock:
+            self.busy += placement
+            self.most = max(self.most, self.busy)
+        self.log.append(("start", run.job))
+        try:
+            emit({"event": "tick", "thread": threading.current_thread().name})
+            if run.job == self.fail_label:
+                raise RuntimeError("boom")
+            if stop.wait(0.3 if run.job != "slow" else 30):
+                raise GroupStopped()
+        finally:
+            with self.lock:
+                self.busy -= placement
+            self.log.append(("end", run.job))
+
+    def close(self):
+        pass
+
+
+def test_the_scheduler_fills_the_gpus_keeps_rounds_in_order_and_hands_events_to_the_main_thread():
+    from bench.execution.executors import GroupRun, run_chains
+
+    ex = CountingExecutor(gpus=2)
+    seen = []
+
+    def chain(name, gpus):
+        return lambda k: GroupRun(job=f"{name}{k}", gpus=gpus, on_event=lambda e: seen.append(
+            (e["thread"], threading.current_thread() is threading.main_thread())))
+
+    run_chains(ex, [chain("A", 2), chain("B", 1), chain("C", 1)], rounds=2)
+    starts = [job for what, job in ex.log if what == "start"]
+    assert sorted(starts) == ["A0", "A1", "B0", "B1", "C0", "C1"] and ex.most == 2
+    assert starts[0] == "A0"  # round 0 in matrix order first
+    for name in "ABC":  # a group's round 1 starts after its round 0 ended
+        assert ex.log.index(("end", f"{name}0")) < ex.log.index(("start", f"{name}1"))
+    assert all(main for _, main in seen) and len({t for t, _ in seen}) > 1
+
+
+def test_a_failing_group_stops_the_others_and_the_error_reaches_the_caller():
+    from bench.execution.executors import GroupRun, run_chains
+
+    ex = CountingExecutor(gpus=2, fail_label="bad0")
+    chains = [lambda k: GroupRun(job="slow", gpus=1, on_event=lambda e: None),
+              lambda k: GroupRun(job=f"bad{k}", gpus=1, on_event=lambda e: None)]
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="boom"):
+        run_chains(ex, chains, rounds=1)
+    assert time.monotonic() - t0 < 10 and ("end", "slow") in ex.log  # the 30 s group was stopped, not waited for

@@ -19,7 +19,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from bench.execution.supervisor import GroupJob, GroupStopped
 
@@ -35,7 +35,6 @@ class GroupRun:
     gpus: int  # GPUs the group's worker needs (its tensor-parallel size; 0 for CPU cells)
     on_event: Callable[[dict], None]  # called in the parent's main thread only
     label: str = ""  # where it runs (the executor's describe), for the progress display
-    on_end: Callable[[], None] = field(default=lambda: None)  # the round is over (main thread)
 
 
 def gpus_needed(build_key) -> int:
@@ -114,7 +113,6 @@ def run_chains(executor, chains: list[Callable[[int], GroupRun | None]], rounds:
                 del running[i]
                 executor.release(placement)
                 next_round[i] += 1
-                run.on_end()
                 if progress is not None:
                     progress.idle(run.label)
                 start_ready()
@@ -122,6 +120,8 @@ def run_chains(executor, chains: list[Callable[[int], GroupRun | None]], rounds:
                 raise event
             else:
                 run.on_event(event)
+        if waiting:  # the executor's own checks make this unreachable; never skip work silently
+            raise RuntimeError(f"the {executor.name} executor has no room for {len(waiting)} build group(s) even when idle")
     except BaseException:
         stop.set()
         for thread, _, _ in list(running.values()):
