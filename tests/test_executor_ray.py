@@ -105,11 +105,16 @@ def test_ctrl_c_stops_every_worker_on_ray(local_ray, tmp_path):
             time.sleep(0.5)
         _thread.interrupt_main()  # Ctrl-C in the main thread, where run_matrix runs
 
-    timer = threading.Thread(target=interrupt_when_both_run, daemon=True)
-    timer.start()
-    started = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        run_matrix(m, tmp_path / "s.jsonl", show_progress=False)
+    # A test run started in the background by a non-interactive shell inherits SIGINT ignored, and
+    # interrupt_main then does nothing: give this process Python's own handler, as a terminal would.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=interrupt_when_both_run, daemon=True).start()
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            run_matrix(m, tmp_path / "s.jsonl", show_progress=False)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - started < 200  # stopped, not waited for (each cell sleeps a minute)
     assert wait(lambda: workers() == [], 20), workers()
     assert not (tmp_path / "s.jsonl").exists() or list(ResultStore(tmp_path / "s.jsonl").records()) == []
