@@ -120,9 +120,14 @@ def run_matrix(
             groups.setdefault(p.cell.build_key(), []).append(p)
         executor = make_executor(settings, list(groups)) if groups else None  # bad placement: an error now
         workloads: dict = {}
-        for p in todo:
-            if p.cell.workload not in workloads:
-                workloads[p.cell.workload] = cached_workload(p.cell.workload, Path(workload_cache))
+        try:
+            for p in todo:
+                if p.cell.workload not in workloads:
+                    workloads[p.cell.workload] = cached_workload(p.cell.workload, Path(workload_cache))
+        except BaseException:
+            if executor is not None:
+                executor.close()  # run_chains closes it otherwise (a Ray connection this process started)
+            raise
 
         failed: set[str] = set()  # cells whose run failed: their later runs are not started
         rounds = max((len(p.runs) for p in todo), default=0)

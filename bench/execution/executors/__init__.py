@@ -44,7 +44,7 @@ def gpus_needed(build_key) -> int:
     return tensor_parallel_size(build_key.options) if build_key.device.startswith("cuda") else 0
 
 
-def make_executor(settings, keys, *, engines_dir=None):
+def make_executor(settings, keys):
     """Return the executor the run settings name, checked against what the build groups need (before any run)."""
     needs = [gpus_needed(k) for k in keys]
     if settings.executor == "ray":
