@@ -5,10 +5,11 @@ it cannot be installed):  python3 scripts/gpu_executors.py --out DIR
 
 Each executor runs the same two small matrices into its own store: the fake backend on device
 "cuda" (two build groups, the executor's protocol, no model) and one tiny hf cell (qwen-tiny,
-bf16, 4 requests of 32 in / 32 out, batch 1, 2 trials). Writes results.json and results.md:
-every record's status, the GPU it names (NVML index, UUID, CUDA_VISIBLE_DEVICES, placement)
-and the hf cell's output tok/s per executor. Also checks that a tensor_parallel_size larger
-than the pool is refused before anything runs.
+bf16, 4 requests of 32 in / 32 out, batch 1, 2 trials). Writes to --out five files: results.json
+and results.md (every record's status, the GPU it names: NVML index, UUID,
+CUDA_VISIBLE_DEVICES, placement; the hf cell's output tok/s per executor), both stores, and
+logs.tar.gz (every worker's log); engines and workloads stay in --work. Also checks that a
+tensor_parallel_size larger than the pool is refused before anything runs.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -39,15 +43,15 @@ def matrices(executor: str) -> list:
     return [fake, hf]
 
 
-def run(executor: str, out: Path) -> list[dict]:
+def run(executor: str, work: Path) -> list[dict]:
     from bench.execution.matrix import run_matrix
     from bench.results.store import ResultStore
 
-    store = out / f"{executor}.jsonl"
+    store = work / f"{executor}.jsonl"
     for m in matrices(executor):
         t0 = time.perf_counter()
-        summary = run_matrix(m, store, engines_dir=out / "engines", workload_cache=out / "workloads", show_progress=False,
-                             redo=True)
+        summary = run_matrix(m, store, engines_dir=work / "engines", workload_cache=work / "workloads",
+                             show_progress=False, redo=True)
         print(f"{executor}: {m.name}: {summary.statuses} in {time.perf_counter() - t0:.1f} s", flush=True)
     return list(ResultStore(store).records())
 
@@ -75,10 +79,12 @@ def row(executor: str, r: dict) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "bench-gpu-executors"))
     ap.add_argument("--skip-ray", action="store_true")
     args = ap.parse_args()
-    out = Path(args.out)
+    out, work = Path(args.out), Path(args.work)
     out.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
     from bench.errors import BenchInputError
     from bench.spec import parse_matrix
 
@@ -90,11 +96,11 @@ def main() -> int:
         notes.append("tp=2 on one GPU was NOT refused")
     except BenchInputError as exc:
         notes.append(f"tp=2 on one GPU refused: {exc}")
-    rows += [row("local", r) for r in run("local", out)]
+    rows += [row("local", r) for r in run("local", work)]
     if not args.skip_ray:
         try:
             ray_head(True)
-            rows += [row("ray", r) for r in run("ray", out)]
+            rows += [row("ray", r) for r in run("ray", work)]
         except Exception as exc:  # noqa: BLE001 - reported, the local figures still count
             notes.append(f"ray run failed: {type(exc).__name__}: {exc}")
         finally:
@@ -116,6 +122,11 @@ def main() -> int:
                      f"{r['gpu_index']} | {r['gpu_uuid']} | {r['cuda_visible_devices']} | {where} | {tput} |")
     lines += ["", *notes, f"hf output tok/s per executor: {hf}", f"one GPU named throughout: {result['same_gpu']}"]
     (out / "results.md").write_text("\n".join(lines) + "\n")
+    for store in work.glob("*.jsonl"):
+        shutil.copy(store, out / store.name)
+    with tarfile.open(out / "logs.tar.gz", "w:gz") as tar:
+        if (work / "logs").is_dir():
+            tar.add(work / "logs", arcname="logs")
     print("\n".join(lines))
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 
