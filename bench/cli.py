@@ -39,14 +39,17 @@ def add_matrix_arguments(parser: argparse.ArgumentParser, only_help: str) -> Non
 
 
 def load_selected_matrix(args):
-    """Return the matrix named by --matrix / --preset, narrowed by --only (and --requests/--trials/--runs if given)."""
+    """Return the matrix named by --matrix / --preset, narrowed by --only (and --requests/--trials/--runs and the
+    executor flags if the command has them)."""
     from bench.spec import load_matrix, narrow
 
     if args.matrix and args.preset:
         raise BenchInputError("give either --matrix FILE or --preset NAME, not both")
     matrix = load_matrix(args.matrix) if args.matrix else load_matrix(args.preset or "default", preset=True)
     return narrow(matrix, only=parse_pairs(args.only, "--only"), requests=getattr(args, "requests", None),
-                  trials=getattr(args, "trials", None), runs=getattr(args, "runs", None))
+                  trials=getattr(args, "trials", None), runs=getattr(args, "runs", None),
+                  executor=getattr(args, "executor", None), ray_address=getattr(args, "ray_address", None),
+                  devices=getattr(args, "devices", None))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -28,6 +28,18 @@ PRESETS_DIR = Path(__file__).parent / "presets"
 DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 
 
+def cuda_ordinal(device: str) -> int | None:
+    """Return the CUDA ordinal a device string names: N for 'cuda:N', 0 for 'cuda', None for a CPU.
+
+    The one parser of device indices. The ordinal counts the GPUs this process sees (after
+    CUDA_VISIBLE_DEVICES); bench.execution.environment.nvml_device maps it to NVML's GPU.
+    """
+    if not device.startswith("cuda"):
+        return None
+    _, _, n = device.partition(":")
+    return int(n) if n else 0
+
+
 def canonical_json(obj: Any) -> str:
     """Return the one JSON spelling of obj used for every hash in the harness."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
@@ -291,6 +303,17 @@ class RunSettings:
     # Emulate a smaller device: cap the memory a cell may use, in GB (1e9 bytes); None = the
     # whole device. Read by workers through bench.execution.memory_cap.cap_bytes(); see docs/oom.md.
     gpu_memory_gb: float | None = None
+    # Where build groups run (docs/scale-out.md): "local" worker processes on this machine, or
+    # "ray" tasks on a Ray cluster (ray_address: None = ray.init's default, "auto", "ray://...").
+    executor: str = "local"
+    ray_address: str | None = None
+    # The local executor's GPUs, one worker per GPU at a time: ("cuda:0", "cuda:1", ...) or
+    # ("all",); () = one worker at a time on the cells' own device.
+    devices: tuple[str, ...] = ()
+
+
+EXECUTORS = ("local", "ray")
+POOL_DEVICE_RE = re.compile(r"^cuda:\d+$")
 
 
 @dataclass(frozen=True)
@@ -302,11 +325,12 @@ class Matrix:
     baseline: dict = field(default_factory=dict)  # partial cell selecting the speedup baseline
 
 
-AXES = ("backends", "models", "precisions", "max_batch_sizes", "workloads", "devices")
+AXES = ("backends", "models", "precisions", "max_batch_sizes", "workloads", "device")
 TOP_KEYS = set(AXES) | {
-    "name", "description", "model", "device", "options", "include", "exclude", "workload",
+    "name", "description", "model", "devices", "options", "include", "exclude", "workload",
     "trials", "warmup", "runs", "timeout_s", "build_timeout_s", "baseline", "gpu_memory_gb",
     "study",  # read by `bench study` (bench/commands/study.py): its OOM search and profile settings
+    "executor", "ray_address",
 }
 RULE_KEYS = {"backend", "model", "precision", "max_batch_size", "workload", "device"}
 
@@ -371,7 +395,13 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
     precisions = _axis(data, "precisions")
     batch_sizes = _axis(data, "max_batch_sizes")
     workload_names = _axis(data, "workloads")
-    devices = _axis(data, "devices", "device")
+    pool = device_pool(data["devices"]) if "devices" in data else ()
+    if pool and "device" in data:
+        raise BenchInputError(
+            "give either `device` (where each cell runs; a list is an axis) or `devices` (the GPUs a matrix is "
+            "spread over, one worker per GPU; its cells run on device 'cuda'), not both"
+        )
+    devices = ["cuda"] if pool else _axis(data, "device")
 
     for bs in batch_sizes:
         if not isinstance(bs, int) or isinstance(bs, bool) or bs <= 0:
@@ -430,7 +460,7 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
             "precisions": rule.get("precision", precisions),
             "max_batch_sizes": rule.get("max_batch_size", batch_sizes),
             "workloads": rule.get("workload", workload_names),
-            "devices": rule.get("device", devices),
+            "device": rule.get("device", devices),
             "workload": workload_defs,
             "options": {**options, **rule_options},
         }
@@ -452,7 +482,11 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
         timeout_s=data.get("timeout_s", RunSettings.timeout_s),
         build_timeout_s=data.get("build_timeout_s", RunSettings.build_timeout_s),
         gpu_memory_gb=data.get("gpu_memory_gb"),
+        executor=data.get("executor", RunSettings.executor),
+        ray_address=data.get("ray_address"),
+        devices=pool,
     )
+    check_placement(settings, unique)
     cap = settings.gpu_memory_gb
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or cap <= 0):
         raise BenchInputError(f"gpu_memory_gb must be a positive number of GB (1 GB = 1e9 bytes), got {cap!r}")
@@ -476,6 +510,61 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
         description=data.get("description", ""),
         baseline=baseline,
     )
+
+
+def device_pool(value: Any) -> tuple[str, ...]:
+    """Return the local executor's GPUs from a matrix's `devices` (or --devices): ('cuda:0', ...) or ('all',)."""
+    if value == "all" or value == ["all"]:
+        return ("all",)
+    values = [v.strip() for v in value.split(",")] if isinstance(value, str) else value
+    if not isinstance(values, (list, tuple)) or not values:
+        raise BenchInputError(f"devices must be 'all' or a list of GPUs such as ['cuda:0', 'cuda:1'], got {value!r}")
+    for v in values:
+        if not isinstance(v, str) or not POOL_DEVICE_RE.match(v):
+            raise BenchInputError(
+                f"devices lists the GPUs a matrix is spread over, each 'cuda:N' (or devices = 'all'), got {v!r}; "
+                "to measure every cell on several kinds of device, make device an axis: device = ['cpu', 'cuda']"
+            )
+    if len(set(values)) != len(values):
+        raise BenchInputError(f"devices names a GPU twice: {list(values)}")
+    return tuple(values)
+
+
+def check_placement(settings: RunSettings, cells) -> None:
+    """Raise BenchInputError if the executor settings do not fit each other or the cells (before any run)."""
+    from bench.backends.base import tensor_parallel_size
+
+    if settings.executor not in EXECUTORS:
+        raise BenchInputError(f"unknown executor {settings.executor!r}: valid executors are {choices(EXECUTORS)}")
+    if settings.ray_address is not None and (settings.executor != "ray" or not isinstance(settings.ray_address, str)):
+        raise BenchInputError("ray_address is the Ray cluster of executor = 'ray' (a string such as 'auto' or "
+                              "'ray://head:10001'): set executor = 'ray' (or --executor ray), or remove it")
+    if settings.executor == "ray":
+        if settings.devices:
+            raise BenchInputError("executor 'ray' places each build group on GPUs of the cluster itself: remove "
+                                  "devices (cells run on device = 'cuda') or use executor = 'local'")
+        pinned = sorted({c.device for c in cells if c.device.startswith("cuda:")})
+        if pinned:
+            raise BenchInputError(f"executor 'ray' chooses each cell's GPU; device {pinned[0]!r} pins one: use "
+                                  "device = 'cuda'")
+    if settings.devices:
+        other = sorted({c.device for c in cells} - {"cuda"})
+        if other:
+            raise BenchInputError(f"devices spreads GPU cells over GPUs, but some cells run on {other[0]!r}: remove "
+                                  "devices, or drop those cells")
+        if settings.devices != ("all",):
+            for c in cells:
+                if tensor_parallel_size(c.options_dict) > len(settings.devices):
+                    raise BenchInputError(
+                        f"{c.backend}/{c.precision}/bs{c.max_batch_size} asks for tensor_parallel_size={tensor_parallel_size(c.options_dict)} GPUs, but "
+                        f"devices lists {len(settings.devices)}: list more devices or lower tensor_parallel_size")
+    elif settings.executor == "local":
+        for c in cells:
+            tp = tensor_parallel_size(c.options_dict)
+            if tp > 1 and c.device.startswith("cuda"):
+                raise BenchInputError(
+                    f"{c.backend}/{c.precision}/bs{c.max_batch_size} asks for tensor_parallel_size={tp} GPUs: list them, e.g. devices = "
+                    f"{[f'cuda:{i}' for i in range(tp)]} (or devices = 'all'), or use executor = 'ray'")
 
 
 def check_baseline(baseline: dict, cells) -> None:
@@ -552,8 +641,9 @@ def with_workload(cell: Cell, **changes: Any) -> Cell:
 
 
 def narrow(matrix: Matrix, only: dict | None = None, requests: int | None = None, trials: int | None = None,
-           runs: int | None = None) -> Matrix:
-    """Return the matrix restricted to cells matching `only`, with optional overrides."""
+           runs: int | None = None, executor: str | None = None, ray_address: str | None = None,
+           devices: str | None = None) -> Matrix:
+    """Return the matrix restricted to cells matching `only`, with optional overrides (the command line's)."""
     cells = list(matrix.cells)
     if only:
         # "max_batch_size=1|8" selects either value
@@ -577,7 +667,20 @@ def narrow(matrix: Matrix, only: dict | None = None, requests: int | None = None
         if runs <= 0:
             raise BenchInputError(f"--runs must be positive (fresh worker processes per cell), got {runs}")
         settings = replace(settings, runs=runs)
-    return replace(matrix, cells=tuple(dict.fromkeys(cells)), settings=settings)
+    if executor is not None:  # the other executor's settings of the matrix do not apply
+        settings = replace(settings, executor=executor, devices=() if executor == "ray" else settings.devices,
+                           ray_address=settings.ray_address if executor == "ray" else None)
+    if ray_address is not None:
+        settings = replace(settings, ray_address=ray_address)
+    if devices is not None:
+        settings = replace(settings, devices=device_pool(devices))
+        cpu = sorted({c.device for c in cells if not c.device.startswith("cuda")})
+        if cpu:
+            raise BenchInputError(f"--devices spreads GPU cells over GPUs, but this matrix's cells run on {cpu[0]!r}")
+        cells = [replace(c, device="cuda") for c in cells]  # the executor picks the GPU: 'cuda:N' cells become 'cuda'
+    cells = list(dict.fromkeys(cells))
+    check_placement(settings, cells)
+    return replace(matrix, cells=tuple(cells), settings=settings)
 
 
 def coerce_cli_value(text: Any) -> Any:

@@ -38,6 +38,44 @@ class Option:
             raise BenchInputError(f"option {name}={value!r} for backend {backend!r} must be {self.kind}")
 
 
+# A backend that can split one model over several GPUs declares this option (hf, trtllm, fake).
+# Added after results were stored: at its default (1) it is left out of cell ids and build keys.
+TENSOR_PARALLEL = Option(
+    1, kind=int, keeps_ids_at_default=True,
+    help="GPUs one model is split over (tensor parallelism); the cell asks its executor for that many GPUs",
+)
+
+
+def tensor_parallel_size(options) -> int:
+    """Return the tensor-parallel size of a cell's or build key's options (a dict or pairs; 1 when absent)."""
+    return int(dict(options).get("tensor_parallel_size", 1))
+
+
+def check_tensor_parallel(cell, kv_heads_too: bool) -> None:
+    """Raise BenchInputError if the cell's tensor_parallel_size is not a positive integer or does not divide its heads.
+
+    Each rank holds num_attention_heads / tp query heads; where the backend splits the KV heads
+    too (transformers' tp_plan shards k_proj/v_proj), num_key_value_heads / tp as well.
+    """
+    tp = dict(cell.options).get("tensor_parallel_size", 1)
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise BenchInputError(f"option tensor_parallel_size must be a positive integer (GPUs per model), got {tp!r}")
+    if tp == 1:
+        return
+    from bench.models import resolve_model
+
+    config = resolve_model(cell.model).config
+    heads = config.get("num_attention_heads")
+    kv = config.get("num_key_value_heads") or heads
+    for name, n in (("num_attention_heads", heads), *((("num_key_value_heads", kv),) if kv_heads_too else ())):
+        if n and n % tp:
+            fits = [d for d in range(1, n + 1) if n % d == 0 and (not kv_heads_too or not kv or kv % d == 0)]
+            raise BenchInputError(
+                f"tensor_parallel_size={tp} does not divide model {cell.model!r}'s {name}={n}: each GPU must hold "
+                f"a whole number of heads; use one of {', '.join(map(str, fits))}"
+            )
+
+
 @dataclass
 class RequestTiming:
     """What a backend measured for one request, in seconds on one monotonic clock.
@@ -119,6 +157,9 @@ class Backend:
     # backends hand the whole workload over at once, in batches: they refuse a workload that sets
     # arrival pacing, which they would ignore while it still changed the cell id.
     paces_requests: ClassVar[bool] = False
+    # Tensor parallelism: True when a tp=N cell's worker runs as N processes under torchrun, one
+    # per GPU (hf: transformers' tp_plan); False when the backend starts its ranks itself (trtllm).
+    launches_ranks: ClassVar[bool] = False
 
     @classmethod
     def normalize_options(cls, given: dict[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,15 @@ import random
 import time
 from pathlib import Path
 
-from bench.backends.base import Backend, Loaded, Option, RequestTiming, RunOutput
+from bench.backends.base import (
+    TENSOR_PARALLEL,
+    Backend,
+    Loaded,
+    Option,
+    RequestTiming,
+    RunOutput,
+    check_tensor_parallel,
+)
 from bench.execution.memory_cap import cap_bytes
 
 
@@ -41,7 +49,17 @@ class FakeBackend(Backend):
             0, kind=int, in_build_key=False, keeps_ids_at_default=True,
             help="the first N requests of each pass produce one token fewer than asked (the length check must fail)",
         ),
+        "wall_ms": Option(
+            0, kind=(int, float), in_build_key=False, keeps_ids_at_default=True,
+            help="real milliseconds each pass sleeps (the virtual clock costs no wall time): executor tests",
+        ),
+        "tensor_parallel_size": TENSOR_PARALLEL,
     }
+
+    @classmethod
+    def validate(cls, cell) -> None:
+        super().validate(cell)
+        check_tensor_parallel(cell, kv_heads_too=False)
 
     def build(self, key, engines_dir: Path) -> dict:
         fail = dict(key.options).get("fail")
@@ -88,6 +106,8 @@ class FakeLoaded(Loaded):
             time.sleep(3600)
         if fail == "error":
             raise RuntimeError("fake backend: injected error")
+        if opts["wall_ms"]:
+            time.sleep(opts["wall_ms"] / 1000)
         rng = random.Random((opts["seed"] * 1_000_003 + self.runs) * 7_919 + self.process)
         self.runs += 1
         k = opts["slowdown"]

@@ -10,6 +10,7 @@ synchronisation: on CUDA each step records an event, read once after the batch.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 import time
@@ -17,7 +18,16 @@ import warnings
 from importlib import util
 from pathlib import Path
 
-from bench.backends.base import Backend, Loaded, Option, RequestTiming, RunOutput
+from bench.backends.base import (
+    TENSOR_PARALLEL,
+    Backend,
+    Loaded,
+    Option,
+    RequestTiming,
+    RunOutput,
+    check_tensor_parallel,
+    tensor_parallel_size,
+)
 from bench.backends.speed_of_light import streamed_weight_bytes
 from bench.errors import BenchInputError
 from bench.execution.environment import installed_version, major_minor
@@ -45,6 +55,7 @@ class HFBackend(Backend):
     name = "hf"
     precisions = (*DTYPES, *TORCHAO)
     measures_copy_bandwidth = True
+    launches_ranks = True  # tensor_parallel_size > 1: one worker process per GPU under torchrun
     options = {
         "attn_implementation": Option(
             "sdpa", ("eager", "sdpa", "flash_attention_2", "flex_attention"), help="transformers attention kernel"
@@ -87,6 +98,7 @@ class HFBackend(Backend):
             keeps_ids_at_default=True,
             help="prefill only the first N prompt tokens at once, the rest 16 at a time (0: the whole prompt)",
         ),
+        "tensor_parallel_size": TENSOR_PARALLEL,
     }
 
     @classmethod
@@ -164,6 +176,9 @@ class HFBackend(Backend):
                 )
         if not cpu:
             _check_gpu(cell)
+        check_tensor_parallel(cell, kv_heads_too=True)
+        if tensor_parallel_size(opts) > 1:
+            _check_tensor_parallel_options(cell)
         from bench.models import resolve_model
 
         ref = resolve_model(cell.model)
@@ -205,12 +220,12 @@ class HFBackend(Backend):
 
 def _check_gpu(cell) -> None:
     """Reject a precision the GPU cannot run, reading its compute capability through NVML (no CUDA context)."""
-    from bench.execution.environment import gpu_info
+    from bench.execution.environment import gpu_info, nvml_index
 
-    index = int(cell.device.split(":")[1]) if ":" in cell.device else 0
+    index = nvml_index(cell.device)
     info = gpu_info(index)
     cc_text = info.get("compute_capability")
-    if info.get("gpu_count") and index >= info["gpu_count"]:
+    if info.get("gpu_count") and isinstance(index, int) and index >= info["gpu_count"]:
         raise BenchInputError(f"device {cell.device!r}: this machine has {info['gpu_count']} GPU(s)")
     if info.get("nvml_error"):
         need = MIN_CC.get(cell.precision)
@@ -242,6 +257,26 @@ def _check_gpu(cell) -> None:
         )
 
 
+def _check_tensor_parallel_options(cell) -> None:
+    """Reject what transformers' tensor parallelism does not run with here (tp_plan needs accelerate)."""
+    opts = cell.options_dict
+    refused = [(cell.precision in TORCHAO, f"precision {cell.precision!r} (torchao quantizes whole weights, not shards)"),
+               (opts.get("compile", "off") != "off", f"compile={opts.get('compile')!r}"),
+               (opts.get("decode_loop", "generate") != "generate", f"decode_loop={opts.get('decode_loop')!r}")]
+    for bad, what in refused:
+        if bad:
+            raise BenchInputError(
+                f"tensor_parallel_size={tensor_parallel_size(opts)} runs transformers' tensor parallelism (tp_plan), "
+                f"which this harness does not combine with {what}: use fp32/fp16/bf16, compile='off' and "
+                "decode_loop='generate', or tensor_parallel_size=1"
+            )
+    if util.find_spec("accelerate") is None:
+        raise BenchInputError(
+            "tensor_parallel_size > 1 loads the model with transformers' tp_plan='auto', which needs accelerate: "
+            "`pip install accelerate`"
+        )
+
+
 def _check_architecture(model: str, config: dict) -> None:
     """Reject a model_type this transformers install does not know, naming what to install."""
     spec = util.find_spec("transformers")
@@ -269,11 +304,14 @@ class HFLoaded(Loaded):
         import transformers
         from transformers import AutoConfig, AutoModelForCausalLM
 
+        from bench.execution.environment import rank_device
         from bench.models import resolve_model
 
         key = artifact["key"]
         opts = key["options"]
-        self.device = torch.device(key["device"])
+        self.tensor_parallel = tensor_parallel_size(opts)
+        # Under torchrun each rank holds a shard on its own GPU (cuda:LOCAL_RANK); ranks of a CPU cell share the CPU.
+        self.device = torch.device(rank_device(key["device"]))
         self.precision = key["precision"]
         # torchao precisions quantize a bf16 model; bf16 stays the activation and KV-cache dtype.
         self.dtype = getattr(torch, DTYPES.get(self.precision, "bfloat16"))
@@ -286,7 +324,9 @@ class HFLoaded(Loaded):
         # transformers >= 4.56 calls it `dtype`; older releases only know `torch_dtype`.
         dtype_kw = "dtype" if major_minor(transformers.__version__) >= (4, 56) else "torch_dtype"
         kwargs[dtype_kw] = self.dtype
-        if ref.path:
+        if self.tensor_parallel > 1:
+            self.model = load_tensor_parallel(ref, self.tensor_parallel, kwargs)
+        elif ref.path:
             self.model = AutoModelForCausalLM.from_pretrained(ref.path, **kwargs).to(self.device)
         else:
             config = AutoConfig.for_model(**ref.config)
@@ -399,6 +439,7 @@ class HFLoaded(Loaded):
             "static_cache_len": cache_len,
             "quantize_s": self.quantize_s,
             "quant": self.quant,
+            "tensor_parallel_size": self.tensor_parallel,
         }
         if self.compile != "off":
             extra["inductor"] = {**inductor_settings(), "tuned": tuned_kernel_configs(self.engine_dir)}
@@ -408,7 +449,9 @@ class HFLoaded(Loaded):
         if self.bandwidth:
             bw = self.bandwidth["bandwidth_bytes_s"]
             lens = [[(r.input_len, r.output_len) for r in b] for b in plan]
-            sol_s = run_lower_bound_s(lens, self.streamed_weight_bytes, self.kv_per_token, bw)
+            # Tensor parallelism: each GPU streams its shard of weights and KV cache at once, so the
+            # bound is the whole model's bytes over the GPUs' summed bandwidth.
+            sol_s = run_lower_bound_s(lens, self.streamed_weight_bytes, self.kv_per_token, bw * self.tensor_parallel)
             out_tokens = sum(r.output_len for r in requests)
             extra.update({"copy_bandwidth_bytes_s": bw, "sol_time_s": sol_s, "sol_output_throughput": out_tokens / sol_s})
         return RunOutput(timings, started, ended, extra)
@@ -500,6 +543,39 @@ class HFLoaded(Loaded):
         del self.model
         self.loop = None  # it holds the model and its static caches
         self.recover()
+        if self.tensor_parallel > 1:
+            import torch.distributed as dist
+
+            if dist.is_initialized():  # transformers started the process group from torchrun's environment
+                dist.destroy_process_group()
+
+
+def load_tensor_parallel(ref, tp: int, kwargs: dict):
+    """Return the model sharded over this torchrun job's ranks by transformers' tensor parallelism (tp_plan="auto").
+
+    Each rank (one process per GPU, or per CPU share with gloo) calls this; transformers starts
+    the process group from torchrun's environment (nccl on CUDA, gloo on CPU) and each rank
+    loads its shards on its own device. A named model has no checkpoint: from_pretrained with
+    an empty state dict builds the model from its config and initialises each rank's shards
+    with random values, as from_config does for one device.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:  # transformers >= 5.1x: DistributedConfig(tp_plan=...); before that, from_pretrained(tp_plan=...)
+        from transformers import DistributedConfig
+
+        use_config = "tp_plan" in inspect.signature(DistributedConfig).parameters
+    except ImportError:
+        use_config = False
+    tp_kwargs = {"distributed_config": DistributedConfig(tp_plan="auto", tp_size=tp)} if use_config else {"tp_plan": "auto"}
+    if ref.path:
+        return AutoModelForCausalLM.from_pretrained(ref.path, **tp_kwargs, **kwargs)
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    config = AutoConfig.for_model(**ref.config)
+    torch.manual_seed(0)
+    return MODEL_FOR_CAUSAL_LM_MAPPING[type(config)].from_pretrained(None, config=config, state_dict={}, **tp_kwargs, **kwargs)
 
 
 def left_padded(batch, pad_id: int, device):
@@ -681,7 +757,11 @@ def _gemlite_int8(model) -> None:
 
 
 def stored_bytes(tensor) -> int:
-    """Return the bytes a (possibly torchao-quantized) tensor occupies: its inner tensors' bytes, summed."""
+    """Return the bytes a (possibly torchao-quantized) tensor occupies: its inner tensors' bytes, summed.
+
+    A tensor-parallel weight (a DTensor) counts whole, all ranks' shards: the model's bytes."""
+    if type(tensor).__name__ == "DTensor":
+        return tensor.numel() * tensor.element_size()  # numel() of a DTensor is the global one
     if hasattr(tensor, "__tensor_flatten__"):  # a tensor subclass (torchao): int data + scales + zero points
         names, _ = tensor.__tensor_flatten__()
         return sum(stored_bytes(getattr(tensor, n)) for n in names)

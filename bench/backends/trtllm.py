@@ -32,7 +32,16 @@ import threading
 import time
 from pathlib import Path
 
-from bench.backends.base import Backend, Loaded, Option, RequestTiming, RunOutput
+from bench.backends.base import (
+    TENSOR_PARALLEL,
+    Backend,
+    Loaded,
+    Option,
+    RequestTiming,
+    RunOutput,
+    check_tensor_parallel,
+    tensor_parallel_size,
+)
 from bench.errors import BenchInputError
 from bench.execution.environment import installed_version, major_minor
 
@@ -81,6 +90,8 @@ class TRTLLMBackend(Backend):
         "calib_requests": Option(64, kind=int, help="workload prompts used to calibrate int8-sq / int4-awq / fp8"),
         "nvtx": Option(False, (False, True), help="TRT-LLM NVTX markers and detailed engine layer names (profiling)"),
         "free_gpu_memory_fraction": Option(0.9, kind=float, help="KvCacheConfig: share of free memory for the KV cache"),
+        # TRT-LLM starts its own ranks (MPI workers) on the GPUs the worker sees: one worker per cell.
+        "tensor_parallel_size": TENSOR_PARALLEL,
     }
 
     def __init__(self):
@@ -110,6 +121,7 @@ class TRTLLMBackend(Backend):
         if cell.precision == "fp8":
             check_fp8_capability(_compute_capability(cell.device))
         check_lengths(cell.workload)
+        check_tensor_parallel(cell, kv_heads_too=False)  # TRT-LLM replicates KV heads when tp exceeds them
         from bench.models import resolve_model
 
         ref = resolve_model(cell.model)
@@ -412,15 +424,18 @@ def runtime_llm_kwargs(key: dict, limits: dict) -> tuple[dict, dict]:
     """
     from tensorrt_llm.llmapi import KvCacheConfig
 
+    tp = tensor_parallel_size(key["options"])
     kv = {"enable_block_reuse": False, **kv_cache_limits(
         gpu_memory_gb=_gpu_memory_cap(), total_memory_bytes=_total_gpu_memory(key["device"]),
-        weight_bytes=_weight_bytes(key["model"], key["precision"]),
+        weight_bytes=_weight_bytes(key["model"], key["precision"]) // tp,  # per GPU: each rank holds 1/tp
         kv_bytes_per_token=_kv_bytes_per_token(key["model"], key["precision"]),
         free_gpu_memory_fraction=key["options"]["free_gpu_memory_fraction"],
     )}
     kwargs = {"skip_tokenizer_init": True, "kv_cache_config": KvCacheConfig(**kv),
               "max_batch_size": limits["max_batch_size"], "max_num_tokens": limits["max_num_tokens"],
               "max_seq_len": limits["max_seq_len"], "max_input_len": limits["max_input_len"]}
+    if tp > 1:
+        kwargs["tensor_parallel_size"] = tp
     return kwargs, kv
 
 
@@ -506,17 +521,15 @@ def _gpu_memory_cap() -> float | None:
 
 
 def _compute_capability(device: str) -> str | None:
-    from bench.execution.environment import gpu_info
+    from bench.execution.environment import gpu_info, nvml_device
 
-    index = int(device.split(":")[1]) if ":" in device else 0
-    return gpu_info(index).get("compute_capability")
+    return gpu_info(nvml_device(device)).get("compute_capability")
 
 
 def _total_gpu_memory(device: str) -> int | None:
-    from bench.execution.environment import gpu_info
+    from bench.execution.environment import gpu_info, nvml_device
 
-    index = int(device.split(":")[1]) if ":" in device else 0
-    return gpu_info(index).get("gpu_memory_bytes")
+    return gpu_info(nvml_device(device)).get("gpu_memory_bytes")
 
 
 def build_failure_message(exc: BaseException, log_tail: str) -> str:
@@ -580,6 +593,8 @@ def engine_llm_kwargs(key, model_dir: Path, folder: Path, workload_files: list) 
         raise RuntimeError(f"BuildConfig of this TensorRT-LLM has no field(s) {sorted(unknown)}")
     kwargs = {"model": str(model_dir), "dtype": dtype, "build_config": BuildConfig(**build),
               "trust_remote_code": needs_remote_code(key.model)}
+    if tensor_parallel_size(opts) > 1:  # the engine is built as tp rank files (rank0.engine, rank1.engine, ...)
+        kwargs["tensor_parallel_size"] = tensor_parallel_size(opts)
     if algo is not None:
         quant = {"quant_algo": getattr(QuantAlgo, algo)}
         if kv_algo is not None:

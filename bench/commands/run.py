@@ -27,6 +27,11 @@ def register(sub) -> None:
     r.add_argument("--no-progress", action="store_true")
     r.add_argument("--report-dir", help="where tables and dashboard go (default dashboards/<matrix>)")
     r.add_argument("--baseline", help="speedup baseline, e.g. backend=hf,precision=bf16,max_batch_size=1")
+    r.add_argument("--executor", choices=["local", "ray"],
+                   help="where build groups run (default: the matrix's executor, else local); see docs/scale-out.md")
+    r.add_argument("--ray-address", help="the Ray cluster of --executor ray: auto, HOST:PORT or ray://HOST:10001 "
+                   "(default: ray.init's own: RAY_ADDRESS, a running local cluster, or a new one)")
+    r.add_argument("--devices", help="spread the matrix over these GPUs, one worker per GPU: cuda:0,cuda:1,... or all")
     r.set_defaults(func=cmd_run)
 
 
@@ -68,7 +73,10 @@ def cmd_run(args) -> int:
     store = Path(args.store or f"results/{matrix.name}.jsonl")
     console = Console(stderr=True)
     st = matrix.settings
-    console.print(f"matrix [bold]{matrix.name}[/]: {len(matrix.cells)} cells x {st.runs} run(s) x {st.trials} trials -> {store}")
+    where = f"executor {st.executor}" + (f" on {','.join(st.devices)}" if st.devices else "") + (
+        f" at {st.ray_address}" if st.ray_address else "")
+    console.print(f"matrix [bold]{matrix.name}[/]: {len(matrix.cells)} cells x {st.runs} run(s) x {st.trials} trials -> "
+                  f"{store} ({where})")
     if args.dry_run:
         for c in matrix.cells:
             print(f"{c.cell_id}  {c.label}")

@@ -12,6 +12,8 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
+from bench.spec import cuda_ordinal
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Differences in these keys make results incomparable (compare/report warn about them).
 COMPARABILITY_KEYS = ("gpu_name", "gpu_count", "driver", "cuda", "torch", "transformers", "tensorrt_llm", "cpu")
@@ -85,12 +87,13 @@ def _cpu_name() -> str:
 NO_DRIVER_ERRORS = ("NVML_ERROR_LIBRARY_NOT_FOUND", "NVML_ERROR_DRIVER_NOT_LOADED")
 
 
-def gpu_info(device_index: int = 0) -> dict:
+def gpu_info(device: int | str | None = 0) -> dict:
     """Return GPU name, count, driver, memory and compute capability through NVML (no CUDA context).
 
-    Without NVML or a driver (a CPU machine), gpu_count is 0. When NVML fails on a machine
-    that has it (a bad device index, a driver/library version mismatch), `nvml_error` holds
-    its message, with whatever was read before (the GPU count, the driver).
+    `device` is an NVML index or an NVML UUID ("GPU-..."; see nvml_device). Without NVML or a
+    driver (a CPU machine), gpu_count is 0. When NVML fails on a machine that has it (a bad
+    device index, a driver/library version mismatch), `nvml_error` holds its message, with
+    whatever was read before (the GPU count, the driver).
     """
     none = {"gpu_name": None, "gpu_count": 0, "driver": None}
     try:
@@ -109,9 +112,14 @@ def gpu_info(device_index: int = 0) -> dict:
         driver = pynvml.nvmlSystemGetDriverVersion()
         info["driver"] = driver.decode() if isinstance(driver, bytes) else driver
         info["gpu_count"] = count = pynvml.nvmlDeviceGetCount()
-        if device_index >= count:
-            return {**info, "nvml_error": f"no GPU index {device_index}: NVML sees {count} GPU(s)"}
-        h = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+        if device is None:
+            return {**info, "nvml_error": "no such GPU: the device is not among CUDA_VISIBLE_DEVICES"}
+        if isinstance(device, str):
+            h = pynvml.nvmlDeviceGetHandleByUUID(device.encode())
+        elif device >= count:
+            return {**info, "nvml_error": f"no GPU index {device}: NVML sees {count} GPU(s)"}
+        else:
+            h = pynvml.nvmlDeviceGetHandleByIndex(device)
         name = pynvml.nvmlDeviceGetName(h)
         mem = pynvml.nvmlDeviceGetMemoryInfo(h).total
         major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
@@ -124,6 +132,7 @@ def gpu_info(device_index: int = 0) -> dict:
             # Which physical GPU: two runs of one cell on "an H200" can differ by a few %
             # (docs/gpu-results.md), and only this tells whether they ran on the same board.
             "gpu_uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
+            "gpu_index": _nvml_index_of(pynvml, h, device),
         }
     except Exception as exc:
         return {**info, "nvml_error": _nvml_error(exc)}
@@ -132,6 +141,68 @@ def gpu_info(device_index: int = 0) -> dict:
             pynvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def _nvml_index_of(pynvml, handle, device: int | str) -> int | None:
+    """Return NVML's index of a GPU handle (what nvidia-smi calls it), or None if NVML cannot say."""
+    if isinstance(device, int):
+        return device
+    try:
+        return int(pynvml.nvmlDeviceGetIndex(handle))
+    except Exception:
+        return None
+
+
+def nvml_index(device: str) -> int | str | None:
+    """Return NVML's name for a torch device string from CUDA_VISIBLE_DEVICES alone (no torch): an index or a UUID.
+
+    None for a CPU, or an ordinal past the visible list. An index in CUDA_VISIBLE_DEVICES is
+    CUDA's enumeration, which equals NVML's (PCI order) on a node of one GPU model; a UUID is
+    exact. Where torch runs, nvml_device asks CUDA for the UUID instead.
+    """
+    ordinal = cuda_ordinal(device)
+    if ordinal is None:
+        return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None or not visible.strip():
+        return ordinal
+    entries = [e.strip() for e in visible.split(",") if e.strip()]
+    if ordinal >= len(entries):
+        return None
+    entry = entries[ordinal]
+    return int(entry) if entry.isdigit() else entry  # "GPU-..." UUIDs are looked up by UUID
+
+
+def cuda_uuid(device: str) -> str | None:
+    """Return the NVML UUID of a torch device as CUDA itself numbers it, or None (no torch loaded, no GPU).
+
+    NVML indices are not CUDA ordinals once CUDA_VISIBLE_DEVICES is set (or CUDA orders GPUs
+    fastest first): the UUID is the one name both agree on. Never imports torch.
+    """
+    torch = sys.modules.get("torch")
+    ordinal = cuda_ordinal(device)
+    if torch is None or ordinal is None:
+        return None
+    try:
+        if not torch.cuda.is_available():
+            return None
+        uuid = str(torch.cuda.get_device_properties(ordinal).uuid)
+    except Exception:  # an old torch without props.uuid, or a broken context: fall back to nvml_index
+        return None
+    return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+
+
+def nvml_device(device: str) -> int | str | None:
+    """Return the NVML index or UUID of a torch device string (None for a CPU): the one mapping CUDA -> NVML."""
+    return cuda_uuid(device) or nvml_index(device)
+
+
+def rank_device(device: str) -> str:
+    """Return the device this process uses for a cell on `device`: under torchrun, a CUDA cell's rank uses cuda:LOCAL_RANK."""
+    local_rank = os.environ.get("LOCAL_RANK")
+    if local_rank is not None and int(os.environ.get("WORLD_SIZE", "1")) > 1 and cuda_ordinal(device) is not None:
+        return f"cuda:{int(local_rank)}"
+    return device
 
 
 def _nvml_error(exc: BaseException) -> str:
@@ -162,8 +233,14 @@ def fingerprint(device: str = "cpu") -> dict:
     else:
         env["torch"] = installed_version("torch")
     if device.startswith("cuda"):
-        index = int(device.split(":")[1]) if ":" in device else 0
-        env.update(gpu_info(index))
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        target = nvml_device(device)
+        if target is None:
+            env.update({"gpu_name": None, "gpu_count": None, "driver": None,
+                        "nvml_error": f"{device} is not among CUDA_VISIBLE_DEVICES={visible!r}"})
+        else:
+            env.update(gpu_info(target))
+        env["cuda_visible_devices"] = visible
     else:
         env.update({"gpu_name": None, "gpu_count": 0, "driver": None})
     return env

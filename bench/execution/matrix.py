@@ -14,7 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.execution.supervisor import GroupItem, GroupJob, supervise_group
+from bench.execution.supervisor import GroupItem, GroupJob
 from bench.results.records import FINAL_FAILURES, RunContext, new_context, new_record
 from bench.results.store import ResultStore
 from bench.spec import Cell, Matrix
@@ -93,16 +93,19 @@ def run_matrix(
     """Run every cell of the matrix not yet stored, `runs` fresh worker processes each; return what happened.
 
     Runs go round the matrix (every group's run 0, then every group's run 1, ...), so slow drift
-    of the machine spreads over all cells instead of biasing the last ones.
+    of the machine spreads over all cells instead of biasing the last ones. The executor
+    (matrix.settings.executor; bench.execution.executors) runs as many build groups at once as
+    it has GPUs for; this process alone writes the store, as each event arrives.
     """
-    from bench.execution.memory_cap import check_cap, env_for
+    from bench.execution.executors import make_executor, run_chains
+    from bench.execution.memory_cap import check_cap
     from bench.execution.progress import MatrixProgress
     from bench.results.query import check_store_path, load
     from bench.workloads.workload import cached_workload
 
     started = time.monotonic()
     settings = matrix.settings
-    check_cap(settings.gpu_memory_gb, [c.device for c in matrix.cells])  # before any work
+    check_cap(settings.gpu_memory_gb, _capped_devices(matrix))  # before any work
     store = ResultStore(check_store_path(store_path, must_exist=False))
     with store.writer():
         context = new_context(command, matrix=matrix.name, baseline=matrix.baseline, gpu_memory_gb=settings.gpu_memory_gb,
@@ -112,34 +115,63 @@ def run_matrix(
         summary = RunSummary(planned=total * settings.trials, run_id=context.run_id)
         summary.skipped = summary.planned - sum(len(p.runs) for p in todo) * settings.trials
 
-        workloads: dict = {}
+        groups: OrderedDict = OrderedDict()  # build key -> its planned cells, in matrix order
         for p in todo:
-            if p.cell.workload not in workloads:
-                workloads[p.cell.workload] = cached_workload(p.cell.workload, Path(workload_cache))
+            groups.setdefault(p.cell.build_key(), []).append(p)
+        executor = make_executor(settings, list(groups)) if groups else None  # bad placement: an error now
+        workloads: dict = {}
+        try:
+            for p in todo:
+                if p.cell.workload not in workloads:
+                    workloads[p.cell.workload] = cached_workload(p.cell.workload, Path(workload_cache))
+        except BaseException:
+            if executor is not None:
+                executor.close()  # run_chains closes it otherwise (a Ray connection this process started)
+            raise
 
         failed: set[str] = set()  # cells whose run failed: their later runs are not started
         rounds = max((len(p.runs) for p in todo), default=0)
         with MatrixProgress(total, total - sum(len(p.runs) for p in todo), enabled=show_progress, console=console,
                             unit="run" if settings.runs > 1 else "cell") as progress:
-            for k in range(rounds):
-                groups: OrderedDict = OrderedDict()
-                for p in todo:
-                    if k >= len(p.runs):
-                        continue
-                    if p.cell.cell_id in failed:
-                        progress.advance(p.cell.label, "skipped")
-                        continue
-                    groups.setdefault(p.cell.build_key(), []).append(p)
-                for key, planned in groups.items():
-                    _run_round(key, planned, k, matrix, store, workloads, summary, failed, progress,
-                               engines_dir, store_path, env_for(settings.gpu_memory_gb))
+
+            def chain(key, members: list[PlannedCell]):
+                def round_k(k: int):
+                    planned = []
+                    for p in members:
+                        if k >= len(p.runs):
+                            continue
+                        if p.cell.cell_id in failed:
+                            progress.advance(p.cell.label, "skipped")
+                            continue
+                        planned.append(p)
+                    if not planned:
+                        return None
+                    return _group_round(key, planned, k, matrix, store, workloads, summary, failed, progress,
+                                        engines_dir, store_path)
+                return round_k
+
+            if executor is not None:
+                run_chains(executor, [chain(key, members) for key, members in groups.items()], rounds, progress)
     summary.elapsed_s = time.monotonic() - started
     return summary
 
 
-def _run_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store: ResultStore, workloads: dict,
-               summary: RunSummary, failed: set, progress, engines_dir, store_path, env: dict) -> None:
-    """Run one build group's cells for their k-th run in fresh worker processes; store each outcome."""
+def _capped_devices(matrix: Matrix) -> list[str]:
+    """Return the devices a memory cap must fit: the local pool's GPUs, else the cells' devices (none for Ray's)."""
+    settings = matrix.settings
+    if settings.executor == "ray":
+        return []  # the cluster's GPUs are not this machine's: the workers apply (and check) the cap
+    if settings.devices and settings.devices != ("all",):
+        return list(settings.devices)
+    return [c.device for c in matrix.cells]
+
+
+def _group_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store: ResultStore, workloads: dict,
+                 summary: RunSummary, failed: set, progress, engines_dir, store_path):
+    """Return the GroupRun of one build group's cells for their k-th run; its events store each outcome."""
+    from bench.execution.executors import GroupRun, gpus_needed
+    from bench.execution.memory_cap import env_for
+
     items = [GroupItem(p.cell, list(range(matrix.settings.trials)), str(workloads[p.cell.workload][1])) for p in planned]
     by_id = {p.cell.cell_id: p for p in planned}
     received = dict.fromkeys(by_id, 0)
@@ -149,14 +181,16 @@ def _run_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store: R
     def on_event(event):
         kind = event.get("event")
         absorb_group_event(state, event)
-        if kind == "start":
+        if kind == "placement":
+            progress.current(f"building {key.backend}/{key.precision} ({key.key_hash[:8]})", None, slot=group.label)
+        elif kind == "start":
             p = by_id[event["cell_id"]]
-            progress.current(p.cell.label, event["trial"], run=(k, runs) if runs > 1 else None)
+            progress.current(p.cell.label, event["trial"], run=(k, runs) if runs > 1 else None, slot=group.label)
         elif kind == "result":
             p = by_id[event["cell_id"]]
             record = new_record("measurement", p.cell, event, context=p.context, run=p.runs[k],
                                 workload=workloads[p.cell.workload][0].summary(), build=state["build"],
-                                environment=state["env"])
+                                environment=record_environment(state))
             store.append(record)
             summary.statuses[record.status] = summary.statuses.get(record.status, 0) + 1
             received[p.cell.cell_id] += 1
@@ -174,20 +208,29 @@ def _run_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store: R
         build_timeout_s=matrix.settings.build_timeout_s,
         cell_timeout_s=matrix.settings.timeout_s,
         log_dir=Path(store_path).parent / "logs", log_prefix=f"{Path(store_path).stem}-{key.key_hash}",
-        env=env,
+        env=env_for(matrix.settings.gpu_memory_gb),
     )
-    progress.current(f"building {key.backend}/{key.precision} ({key.key_hash[:8]})", None)
-    supervise_group(job, on_event)
+    group = GroupRun(job=job, gpus=gpus_needed(key), on_event=on_event)
+    return group
 
 
 def group_state(key) -> dict:
     """Return the context a build group's records share, before its worker has said anything."""
-    return {"env": {}, "build": {"key_hash": key.key_hash}}
+    return {"env": {}, "build": {"key_hash": key.key_hash}, "placement": None}
+
+
+def record_environment(state: dict) -> dict:
+    """Return a record's environment: its worker's fingerprint, plus where the executor placed it."""
+    if not state.get("placement"):
+        return state["env"]
+    return {**state["env"], "placement": state["placement"]}
 
 
 def absorb_group_event(state: dict, event: dict) -> None:
-    """Update a group's record context from a worker event (its environment, its build)."""
-    if event.get("event") == "env":
+    """Update a group's record context from a worker event (its environment, its build, its placement)."""
+    if event.get("event") == "placement":
+        state["placement"] = event["placement"]
+    elif event.get("event") == "env":
         state["env"] = event["environment"]
     elif event.get("event") == "built":
         state["build"] = {"key_hash": state["build"]["key_hash"], **{k: v for k, v in event.items() if k != "event"}}

@@ -45,13 +45,14 @@ def check_cap(gpu_memory_gb, devices, gpu_info=None) -> None:
         return
     if isinstance(gpu_memory_gb, bool) or not isinstance(gpu_memory_gb, (int, float)) or gpu_memory_gb <= 0:
         raise BenchInputError(f"gpu_memory_gb must be a positive number of GB (1 GB = 1e9 bytes), got {gpu_memory_gb!r}")
+    from bench.execution.environment import nvml_index
+
     if gpu_info is None:
         from bench.execution.environment import gpu_info
     for device in sorted(set(devices)):
         if not device.startswith("cuda"):
             continue  # CPU cells: an address-space limit, any positive size is meaningful
-        index = int(device.split(":")[1]) if ":" in device else 0
-        info = gpu_info(index)
+        info = gpu_info(nvml_index(device))
         total = info.get("gpu_memory_bytes")
         if info.get("nvml_error"):
             raise BenchInputError(
@@ -79,7 +80,9 @@ def apply_cap(device: str) -> dict:
     if device.startswith("cuda"):
         import torch
 
-        index = int(device.split(":")[1]) if ":" in device else 0
+        from bench.spec import cuda_ordinal
+
+        index = cuda_ordinal(device)
         total = torch.cuda.get_device_properties(index).total_memory
         fraction = min(1.0, cap / total)
         torch.cuda.set_per_process_memory_fraction(fraction, index)

@@ -9,6 +9,7 @@ class MatrixProgress:
         self.unit = unit
         self.total = total
         self.done = already_done
+        self.slots: dict[str, str] = {}  # slot -> what it measures now
         if not enabled:
             return
         from rich.console import Console
@@ -43,13 +44,29 @@ class MatrixProgress:
         if self.enabled:
             self.progress.__exit__(*exc)
 
-    def current(self, label: str, trial: int | None, run: tuple[int, int] | None = None) -> None:
-        """Show the cell being measured; run = (k, runs) when cells run in several processes."""
+    def current(self, label: str, trial: int | None, run: tuple[int, int] | None = None, slot: str = "") -> None:
+        """Show the cell being measured; run = (k, runs) when cells run in several processes.
+
+        slot: where it runs (e.g. "cuda:3") when an executor runs several groups at once; each
+        slot shows its own current cell."""
         if self.enabled:
             suffix = f" (trial {trial + 1})" if trial is not None else ""
             if run is not None:
                 suffix = f" (run {run[0] + 1}/{run[1]}" + (f", trial {trial + 1})" if trial is not None else ")")
-            self.progress.update(self.task, description=f"{label}{suffix}")
+            self.slots[slot] = f"{label}{suffix}"
+            self._show()
+
+    def idle(self, slot: str = "") -> None:
+        """Forget what a slot was running (its group round ended)."""
+        if self.enabled and self.slots.pop(slot, None) is not None:
+            self._show()
+
+    def _show(self) -> None:
+        if set(self.slots) <= {""}:  # one group at a time: the display as it always was
+            text = self.slots.get("", "")
+        else:
+            text = " | ".join(f"[{slot}] {desc}" if slot else desc for slot, desc in sorted(self.slots.items()))
+        self.progress.update(self.task, description=text)
 
     def advance(self, label: str, status: str) -> None:
         self.done += 1

@@ -10,6 +10,11 @@ them after a failure), and a fresh worker takes the group's next cells.
 Each worker process writes its stderr to a file of its own (`<log_dir>/<prefix>-<time>-<n>.log`,
 created new, never appended to by another process), so a death is classified from that
 process's exit status and output only, never from what an earlier worker printed.
+
+A tensor-parallel group of a backend that launches ranks (hf) runs its worker as one process
+per GPU under torchrun; the job then travels in a file beside the log, and rank 0 reports.
+Executors run several groups at once, each from its own thread: `stop` ends a group's worker
+at once (Ctrl-C, or another group's failure) and supervise_group raises GroupStopped.
 """
 
 from __future__ import annotations
@@ -76,13 +81,25 @@ class GroupJob:
         }
 
 
-def supervise_group(job: GroupJob, on_event: Callable[[dict], None]) -> None:
+class GroupStopped(Exception):
+    """The group's worker was stopped from outside (the executor's stop event): its cells have no outcome."""
+
+
+# How often a supervisor waiting for its worker looks at its stop event.
+STOP_POLL_S = 0.2
+
+
+def supervise_group(job: GroupJob, on_event: Callable[[dict], None], stop: threading.Event | None = None) -> None:
     """Run the group's cells in worker subprocesses; call on_event for every worker event and
-    for every synthesized failure result, until every (cell, trial) has an outcome."""
+    for every synthesized failure result, until every (cell, trial) has an outcome.
+
+    Raise GroupStopped (the worker killed) as soon as `stop` is set."""
     pending = {(it.cell.cell_id, t) for it in job.items for t in it.trials}
     items = list(job.items)
     while items:
-        died_in_build = _run_worker(job, items, pending, on_event)
+        if stop is not None and stop.is_set():
+            raise GroupStopped()
+        died_in_build = _run_worker(job, items, pending, on_event, stop)
         if died_in_build:
             return
         items = [it for it in items if any((it.cell.cell_id, t) in pending for t in it.trials)]
@@ -90,15 +107,32 @@ def supervise_group(job: GroupJob, on_event: Callable[[dict], None]) -> None:
             it.trials = [t for t in it.trials if (it.cell.cell_id, t) in pending]
 
 
-def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event) -> bool:
+def worker_ranks(build_key) -> int:
+    """Return how many processes one worker of this build key is: its tensor-parallel size if the backend launches ranks."""
+    from bench.backends import backend_class
+    from bench.backends.base import tensor_parallel_size
+
+    tp = tensor_parallel_size(build_key.options)
+    return tp if tp > 1 and backend_class(build_key.backend).launches_ranks else 1
+
+
+def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event, stop=None) -> bool:
     """Run one worker over items. Return True if the group cannot go on (failure in the build)."""
     log_path, log = job.new_log()
     # The worker imports the same `bench` as this process, installed or not.
     root = str(Path(__file__).resolve().parents[2])
     pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": pythonpath, **job.env}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": pythonpath, **job.env,
+           "BENCH_PARENT_PID": str(os.getpid())}  # the worker dies with this process (worker._die_with_parent)
+    command = [sys.executable, "-m", "bench.execution.worker"]
+    payload = json.dumps(job.payload(items)).encode()
+    ranks = worker_ranks(job.build_key)
+    if ranks > 1:  # torchrun's ranks share no stdin: the job goes in a file beside the log
+        job_file = log_path.with_suffix(".job.json")
+        job_file.write_bytes(payload)
+        command += ["--ranks", str(ranks), str(job_file)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.execution.worker"],
+        command,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=log,
@@ -118,7 +152,8 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event) -
 
     threading.Thread(target=reader, daemon=True).start()
     try:
-        proc.stdin.write(json.dumps(job.payload(items)).encode())
+        if ranks == 1:
+            proc.stdin.write(payload)
         proc.stdin.close()
     except BrokenPipeError:
         pass
@@ -129,9 +164,14 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event) -
     deadline = time.monotonic() + job.build_timeout_s
     try:
         while True:
+            if stop is not None and stop.is_set():
+                raise GroupStopped()
             try:
-                event = events.get(timeout=max(0.0, deadline - time.monotonic()))
+                wait = max(0.0, deadline - time.monotonic())
+                event = events.get(timeout=wait if stop is None else min(wait, STOP_POLL_S))
             except queue.Empty:
+                if time.monotonic() < deadline:
+                    continue
                 _kill(proc)
                 if not built:
                     message = f"timeout: the build/load exceeded {job.build_timeout_s:g} s; worker killed; log {log_path}"
@@ -140,7 +180,7 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event) -
                     return True
                 # A hang would hang again: it ends its cell, and a fresh worker takes the next one.
                 message = f"timeout: no progress within {job.cell_timeout_s:g} s; worker killed; log {log_path}"
-                _end_cell(on_event, pending, items, current, "timeout", message)
+                end_cell(on_event, pending, items, current, "timeout", message)
                 return False
             if event is None:  # the worker exited
                 _wait_or_kill(proc)
@@ -164,7 +204,7 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event) -
                     for cell_id, trial in sorted(pending):
                         _synth(on_event, pending, cell_id, trial, status, "build/load: " + message)
                     return True
-                _end_cell(on_event, pending, items, current, status, message)
+                end_cell(on_event, pending, items, current, status, message)
                 return False
             kind = event.get("event")
             if kind == "built":
@@ -186,7 +226,7 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event) -
             # Every event is progress: the clock restarts (build, warm-up, then each trial).
             deadline = time.monotonic() + job.cell_timeout_s
             on_event(event)
-    except BaseException:  # Ctrl-C (KeyboardInterrupt) or a failing callback: stop the worker now
+    except BaseException:  # Ctrl-C, a stop, or a failing callback: stop the worker now
         _kill(proc)
         raise
     finally:
@@ -204,7 +244,7 @@ def _next_cell(items: list[GroupItem], pending: set) -> list[tuple[str, int]]:
     return []
 
 
-def _end_cell(on_event, pending: set, items: list[GroupItem], current, status: str, message: str) -> None:
+def end_cell(on_event, pending: set, items: list[GroupItem], current, status: str, message: str) -> None:
     """Record one failure for the cell a dead or hung worker was in, and skip that cell's other trials.
 
     The cell is the one whose trial was being measured (`current`), else the first unfinished

@@ -8,10 +8,11 @@ no driver, nvidia-ml-py not installed) every figure is None: telemetry never fai
 
 from __future__ import annotations
 
-import os
 import statistics
 import threading
 import time
+
+from bench.execution.environment import nvml_device, nvml_index  # noqa: F401  (nvml_index: its old home)
 
 NULL_SUMMARY = {
     "energy_j": None,
@@ -20,21 +21,6 @@ NULL_SUMMARY = {
     "sm_clock_mhz_median": None,
     "telemetry_samples": 0,
 }
-
-
-def nvml_index(device: str) -> int | str | None:
-    """Return the NVML index (or UUID) of a torch device string, honouring CUDA_VISIBLE_DEVICES; None for CPU."""
-    if not device.startswith("cuda"):
-        return None
-    ordinal = int(device.split(":")[1]) if ":" in device else 0
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None or not visible.strip():
-        return ordinal
-    entries = [e.strip() for e in visible.split(",") if e.strip()]
-    if ordinal >= len(entries):
-        return None
-    entry = entries[ordinal]
-    return int(entry) if entry.isdigit() else entry  # "GPU-..." UUIDs are looked up by UUID
 
 
 def downsample(values: list, max_points: int) -> list:
@@ -77,37 +63,37 @@ def summarize_samples(samples: list[tuple[float, float | None, float | None, flo
 
 
 class Sampler:
-    """Context manager sampling one GPU through NVML while its block runs.
+    """Context manager sampling one GPU (or a tensor-parallel cell's GPUs, summed) through NVML while its block runs.
 
     After the block: `summary` (figures; all None without NVML) and `timeline`
     ({'t_s', 'power_w', 'memory_gb', 'sm_mhz'}, at most `max_points` points each, or None).
     """
 
-    def __init__(self, device: str, interval_s: float = 0.05, max_points: int = 200):
-        self.device = device
+    def __init__(self, device: str | list[str], interval_s: float = 0.05, max_points: int = 200):
+        # Several devices (a tensor-parallel cell's GPUs): power, energy and memory are their sums.
+        self.devices = [device] if isinstance(device, str) else list(device)
+        self.device = self.devices[0]
         self.interval_s = interval_s
         self.max_points = max_points
         self.summary: dict = dict(NULL_SUMMARY)
         self.timeline: dict | None = None
         self._nvml = None
-        self._handle = None
+        self._handles: list = []
         self._samples: list = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> Sampler:
-        index = nvml_index(self.device)
-        if index is None:
+        indices = [nvml_device(d) for d in self.devices]
+        if any(i is None for i in indices):
             return self
         try:
             import pynvml
 
             pynvml.nvmlInit()
             self._nvml = pynvml
-            if isinstance(index, str):
-                self._handle = pynvml.nvmlDeviceGetHandleByUUID(index)
-            else:
-                self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            self._handles = [pynvml.nvmlDeviceGetHandleByUUID(i.encode()) if isinstance(i, str)
+                             else pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
         except Exception:  # no library, no driver, no such device: figures stay None
             self._shutdown()
             return self
@@ -119,7 +105,7 @@ class Sampler:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._handle is None:
+        if not self._handles:
             return
         self._stop.set()
         self._thread.join()
@@ -140,25 +126,29 @@ class Sampler:
         while not self._stop.wait(self.interval_s):
             self._sample()
 
-    def _read(self, fn, *args):
-        try:
-            return fn(self._handle, *args)
-        except Exception:  # a counter this GPU does not support
-            return None
+    def _read(self, fn, *args) -> list:
+        """Return fn's value for every sampled GPU (None for one that does not support it)."""
+        out = []
+        for handle in self._handles:
+            try:
+                out.append(fn(handle, *args))
+            except Exception:  # a counter this GPU does not support
+                out.append(None)
+        return out
 
     def _energy(self) -> float | None:
-        return self._read(self._nvml.nvmlDeviceGetTotalEnergyConsumption)
+        return _total(self._read(self._nvml.nvmlDeviceGetTotalEnergyConsumption))
 
     def _sample(self) -> None:
         nv = self._nvml
-        power_mw = self._read(nv.nvmlDeviceGetPowerUsage)
-        mem = self._read(nv.nvmlDeviceGetMemoryInfo)
-        clock = self._read(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_SM)
+        power_mw = _total(self._read(nv.nvmlDeviceGetPowerUsage))
+        mem = _total([None if m is None else m.used for m in self._read(nv.nvmlDeviceGetMemoryInfo)])
+        clocks = [c for c in self._read(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_SM) if c is not None]
         self._samples.append((
             time.perf_counter() - self._t0,
             None if power_mw is None else power_mw / 1000.0,
-            None if mem is None else int(mem.used),
-            None if clock is None else float(clock),
+            None if mem is None else int(mem),
+            float(statistics.fmean(clocks)) if clocks else None,
         ))
 
     def _shutdown(self) -> None:
@@ -168,4 +158,9 @@ class Sampler:
             except Exception:
                 pass
         self._nvml = None
-        self._handle = None
+        self._handles = []
+
+
+def _total(values: list):
+    """Return the sum over GPUs, or None if any GPU could not say (a partial sum would mislead)."""
+    return None if not values or any(v is None for v in values) else sum(values)

@@ -1,9 +1,13 @@
 """Worker process: builds (or loads) one build group once and measures its cells.
 
 `measure_group(job, emit)` is a plain function of (build group, cells) -> events, so an executor
-can place it anywhere (a local subprocess per GPU today; Ray or another launcher later).
+can place it anywhere (a local subprocess per GPU, or one on a Ray node: bench.execution.executors).
 `python -m bench.execution.worker` reads the job as JSON on stdin and writes one JSON event per line on
 its original stdout; everything libraries print goes to stderr instead.
+`python -m bench.execution.worker --ranks N JOB_FILE` runs the same job as N processes under
+torchrun (tensor parallelism, one process per GPU): every rank measures, rank 0 reports.
+A worker dies with the process that started it (Linux: PR_SET_PDEATHSIG), so a parent killed
+with SIGKILL leaves no worker behind holding a GPU.
 
 Events: {"event": "env"}, {"event": "built"}, {"event": "start", cell_id, trial},
 {"event": "result", cell_id, trial, status, ...}, {"event": "skipped", cell_id, trials}
@@ -15,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import signal
 import sys
 import time
 import traceback
@@ -32,27 +37,39 @@ def _host_peak_rss_bytes() -> int:
 def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
     """Build the job's artifact once, then warm up and measure each cell's trials, emitting events."""
     from bench.backends import backend_class
-    from bench.execution.environment import fingerprint
+    from bench.execution.environment import fingerprint, nvml_device, rank_device
     from bench.execution.telemetry import Sampler
     from bench.results.metrics import efficiency_metrics, pass_metrics, request_samples
     from bench.spec import BuildKey, Cell
     from bench.workloads.workload import Workload
 
     key = BuildKey.from_dict(job["build_key"])
-    emit({"event": "env", "environment": {**fingerprint(key.device), "pid": os.getpid()}})  # pid: which process
+    device = rank_device(key.device)  # under torchrun: this rank's GPU
+    if device != key.device:
+        import torch
+
+        torch.cuda.set_device(device)  # so that a bare "cuda" in any library means this rank's GPU too
+    environment = {**fingerprint(device), "pid": os.getpid()}  # pid: which process
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    # Tensor parallelism: rank 0 names and samples every rank's GPU (power and energy are their sums).
+    sampled = [f"cuda:{r}" for r in range(world)] if world > 1 and device.startswith("cuda") else device
+    if world > 1:
+        environment["tensor_parallel_gpus"] = [str(nvml_device(d)) for d in sampled] if isinstance(sampled, list) \
+            else [device] * world
+    emit({"event": "env", "environment": environment})
     backend = backend_class(key.backend)()
     # Backends that calibrate while building (trtllm) read the group's requests from these files.
     backend.workload_files = sorted({item["workload_file"] for item in job["cells"]})
     t0 = time.perf_counter()
     try:
-        if backend.measures_copy_bandwidth and key.device.startswith("cuda"):
+        if backend.measures_copy_bandwidth and device.startswith("cuda"):
             from bench.backends.speed_of_light import bandwidth_cache_dir, copy_bandwidth
 
             # The bandwidth probe allocates 4 GiB: taken uncapped (once per machine and GPU,
             # cached), so a tight gpu_memory_gb does not turn the group into an OOM.
-            copy_bandwidth(key.device, bandwidth_cache_dir(job["engines_dir"]))
+            copy_bandwidth(device, bandwidth_cache_dir(job["engines_dir"]))
         # Emulating a smaller device (gpu_memory_gb) must precede the model's first allocation.
-        memory_cap = apply_cap(key.device)
+        memory_cap = apply_cap(device)
         artifact = backend.build(key, Path(job["engines_dir"]))
         t1 = time.perf_counter()
         loaded = backend.load(artifact)
@@ -93,7 +110,7 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
             emit({"event": "start", "cell_id": cell.cell_id, "trial": trial})
             started_at = time.time()
             try:
-                with Sampler(cell.device) as sampler:  # NVML in a background thread; None figures on CPU
+                with Sampler(sampled) as sampler:  # NVML in a background thread; None figures on CPU
                     out = loaded.run(requests, cell.max_batch_size, cell.options_dict)
                 metrics = pass_metrics(out.timings, out.started, out.ended)
                 extra = {**out.extra, "warmup": warmup, "telemetry": sampler.timeline}
@@ -150,16 +167,48 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}\n" + "".join(tb[-6:])[-4000:]
 
 
-def main() -> int:
+def _die_with_parent(parent_pid: str | None) -> None:
+    """Ask Linux to SIGKILL this process when its parent dies; exit now if the parent is already gone."""
+    if not sys.platform.startswith("linux") or not parent_pid:
+        return
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != int(parent_pid):  # it died before prctl: nobody would ever read our events
+        os._exit(1)
+
+
+def _launch_ranks(ranks: int, job_file: str) -> None:
+    """Replace this process with torchrun running `ranks` workers on the job file (never returns)."""
+    os.environ["BENCH_PARENT_PID"] = str(os.getpid())  # the ranks' parent: torchrun, which keeps this pid
+    args = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
+            "-m", "bench.execution.worker", job_file]
+    os.execv(sys.executable, args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    ranks = 1
+    if argv[:1] == ["--ranks"]:
+        ranks, argv = int(argv[1]), argv[2:]
+    _die_with_parent(os.environ.get("BENCH_PARENT_PID"))
+    if ranks > 1:
+        _launch_ranks(ranks, argv[0])
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # library prints go to stderr, never into the event stream
     sys.stdout = sys.stderr
+    reports = int(os.environ.get("RANK", "0")) == 0  # under torchrun, rank 0 speaks for the group
 
     def emit(event: dict) -> None:
-        proto.write(json.dumps(event, allow_nan=False, default=str) + "\n")
-        proto.flush()
+        if reports:
+            proto.write(json.dumps(event, allow_nan=False, default=str) + "\n")
+            proto.flush()
 
-    job = json.loads(sys.stdin.read())
+    job = json.loads(Path(argv[0]).read_text() if argv else sys.stdin.read())
     try:
         measure_group(job, emit)
     except Exception as exc:  # anything measure_group did not classify itself

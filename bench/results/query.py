@@ -201,20 +201,41 @@ class Selection:
         return {(r.cell_id, r.gpu_memory_gb): r for r in self.rows}
 
 
-def _contexts(records: Sequence[Record]) -> list[tuple[RunContext, list[Record]]]:
-    """Return the records of one cell grouped by run id, latest context first."""
-    groups: dict[str, list[Record]] = {}
+def _contexts(records: Sequence[Record], by_environment: bool = False) -> list[tuple[RunContext, list[Record]]]:
+    """Return the records of one cell grouped by run id, latest context first.
+
+    by_environment: also apart by environment digest, so the runs of one invocation that ran on
+    nodes that differ (an executor spreading runs over a cluster) never make one figure.
+    """
+    # A record whose worker never described itself (it died first: only the executor's placement
+    # is known) joins its run's first known environment rather than making a group of its own.
+    known: dict[str, str] = {}
     for r in records:
-        groups.setdefault(r.context.run_id, []).append(r)
-    order = {rid: i for i, rid in enumerate(groups)}  # first appearance breaks ties of start time
+        if by_environment and _described(r):
+            known.setdefault(r.context.run_id, r.context.env_digest)
+    groups: dict[tuple, list[Record]] = {}
+    for r in records:
+        digest = (r.context.env_digest if _described(r) else known.get(r.context.run_id)) if by_environment else None
+        groups.setdefault((r.context.run_id, digest), []).append(r)
+    order: dict[str, int] = {}  # first appearance breaks ties of start time
+    for rid, _ in groups:
+        order.setdefault(rid, len(order))
 
     def when(item):
-        rid, recs = item
+        (rid, _), recs = item
         started = recs[0].context.started_at
-        return (started if started is not None else float("-inf"), order[rid])
+        # One invocation split by environment: the environment with the most records leads.
+        return (started if started is not None else float("-inf"), order[rid], len(recs))
 
     ranked = sorted(groups.items(), key=when, reverse=True)
     return [(recs[0].context, recs) for _, recs in ranked]
+
+
+def _described(record: Record) -> bool:
+    """Return True if the record's environment holds any key that decides comparability (its worker described itself)."""
+    from bench.execution.environment import COMPARABILITY_KEYS
+
+    return record.context.env_digest is not None and any(record.environment.get(k) is not None for k in COMPARABILITY_KEYS)
 
 
 def select(records: Iterable[Record], pool: bool = False) -> Selection:
@@ -226,8 +247,10 @@ def select(records: Iterable[Record], pool: bool = False) -> Selection:
     for r in records:
         by_key.setdefault((r.cell_id, r.gpu_memory_gb), []).append(r)
     sel = Selection(rows=[])
+    split = 0  # cells whose runs of one invocation ran in different environments
     for (cell_id, cap), recs in by_key.items():
-        ranked = _contexts(recs)
+        ranked = _contexts(recs, by_environment=True)
+        split += len({c.run_id for c, _ in ranked}) < len(ranked)
         if not pool:
             ctx, chosen = ranked[0]
             sel.rows.append(CellRuns(cell_id, cap, tuple(chosen), (ctx,)))
@@ -236,6 +259,11 @@ def select(records: Iterable[Record], pool: bool = False) -> Selection:
         _check_poolable(ranked)
         chosen = tuple(r for r in recs if any(r.context.run_id == c.run_id for c, _ in ranked))
         sel.rows.append(CellRuns(cell_id, cap, chosen, tuple(c for c, _ in ranked)))
+    if split:
+        sel.warnings.append(
+            f"{split} cell(s) ran the runs of one invocation in different environments (nodes whose GPU, driver or "
+            "libraries differ): each environment's runs are shown apart, the latest as the row, never averaged together"
+        )
     if sel.history and not pool:
         n = len({(h.cell_id, h.gpu_memory_gb) for h in sel.history})
         sel.warnings.append(

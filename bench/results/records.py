@@ -92,8 +92,10 @@ class Record:
     build: dict = _doc("build key hash, build and load seconds, compile cache state", None)
     environment: dict = _doc("the worker's environment: host, platform, python, cpu, torch, cuda, transformers, "
                              "tensorrt_llm, torchao, gemlite, GPU name/count/driver/memory/compute capability/UUID "
-                             "(`gpu_uuid`: which board), `nvml_error` (only when NVML failed on a machine that has it), "
-                             "commit and dirty as the worker saw them, `pid` (which worker process)", None)
+                             "(`gpu_uuid`: which board; `gpu_index`: NVML's index of it), `cuda_visible_devices`, "
+                             "`tensor_parallel_gpus` (a tensor-parallel cell's GPUs), `nvml_error` (only when NVML "
+                             "failed on a machine that has it), commit and dirty as the worker saw them, `pid` (which "
+                             "worker process), `placement` (where the executor ran it: docs/scale-out.md)", None)
     started_at: float | None = _doc("Unix time the measured pass started", None)
     ended_at: float | None = _doc("Unix time it ended", None)
     schema_version: int = _doc("layout version of the line (2; schema-1 lines are read too)", SCHEMA_VERSION)
