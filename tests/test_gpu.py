@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -209,15 +211,22 @@ def test_nvml_readings_are_present_and_sane():
     held = torch.empty(int(4e9), dtype=torch.uint8, device="cuda")  # 4 GB the sampler must see
     torch.cuda.synchronize()
     with Sampler("cuda", interval_s=0.05) as s:
-        for _ in range(600):  # ~1 s of matmuls
-            a = (a @ a).clamp_(-1, 1)
-        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 4.0:  # ~4 s of steady matmuls
+            for _ in range(50):
+                a = (a @ a).clamp_(-1, 1)
+            torch.cuda.synchronize()
     m = s.summary
     assert m["telemetry_samples"] >= 10
     assert 30 <= m["avg_power_w"] <= 1500, m
-    sampled = [p for p in s.timeline["power_w"] if p is not None]
-    # the energy counter and the sampled power tell the same story
-    assert m["energy_j"] > 0 and m["energy_j"] == pytest.approx(sum(sampled) / len(sampled) * s.timeline["t_s"][-1], rel=0.5)
+    # The energy counter and the sampled power tell the same story once the load is steady:
+    # NVML's power reading is a 1 s average on Ampere and later (on the H200 a 1 s burst read
+    # 285 J of sampled power against 520 J on the counter), so compare the counter's average
+    # with the readings of the last half of the window only.
+    late = [p for t, p in zip(s.timeline["t_s"], s.timeline["power_w"], strict=True)
+            if p is not None and t >= s.timeline["t_s"][-1] / 2]
+    assert len(late) >= 5 and m["energy_j"] > 0
+    assert m["avg_power_w"] == pytest.approx(statistics.median(late), rel=0.3), (m, late)
     assert 4.0 <= m["peak_nvml_memory_gb"] <= total / 1e9, m
     assert 200 <= m["sm_clock_mhz_median"] <= 4000, m
     assert len(s.timeline["power_w"]) == len(s.timeline["t_s"]) >= 10

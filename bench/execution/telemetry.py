@@ -2,7 +2,9 @@
 
 NVML is read from a background thread so the measured loop adds no work; energy is the
 difference of NVML's total-energy counter (mJ, Volta and later) over the window, falling back
-to integrating the sampled power where the counter is not supported. Without NVML (a CPU run,
+to integrating the sampled power where the counter is not supported. The sampled power is
+NVML's reading, a 1 s average on Ampere and later: it lags a short burst, the counter does not.
+Without NVML (a CPU run,
 no driver, nvidia-ml-py not installed) every figure is None: telemetry never fails a run.
 """
 
