@@ -153,3 +153,19 @@ def test_rows_show_model_lengths_and_only_the_options_that_vary():
     assert rows[2][col["tokens in / out: mean (limit)"]] == "– (≤1024) / – (≤32)"
     # throughput speedup is end to end (5x); generation speedup the decode rate's (190 / 28)
     assert rows[1][col["generation speedup"]] == f"{190 / 28:.2f}x" and table.loc[1, "generation_speedup"] != 5.0
+
+
+def test_a_stability_warning_names_its_row_options_and_table():
+    """Two bs1 rows of one table differ only in options: the warning says which one did not reproduce."""
+    from tests.conftest import make_record
+
+    def cell(cache):
+        return {"backend": "fake", "model": "m", "precision": "bf16", "max_batch_size": 1, "device": "cpu",
+                "options": {"cache": cache}, "workload": {"name": "sg"}}
+
+    recs = [make_record(cid, cell=cell(cache), run=run, request_throughput=1.0, output_throughput=v)
+            for cid, cache, vals in (("d", "dynamic", (20.0, 20.1)), ("s", "static", (100.0, 120.0)))
+            for run, v in enumerate(vals)]
+    (table,) = speedup_table(report_data(recs).frame, {"backend": "fake", "max_batch_size": 1, "cache": "dynamic"}).values()
+    (warning,) = table.attrs["warnings"]
+    assert warning.startswith("fake/bf16/bs1 [cache=static] on sg: output_throughput: the runs (fresh processes) differ")

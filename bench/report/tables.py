@@ -290,8 +290,12 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
         if (g.environment != "").any() and g.environment.nunique() > 1:
             table["environment"] = g.environment
         table.attrs["baseline"] = f"{base.backend}/{base.precision}/bs{base.max_batch_size}"
+        # Named as the row is: its varying options and its table (two bs1 rows of one table differ there).
+        shown = dict(zip(g.index, _options_shown(g.all_options, varying), strict=True))
         table.attrs["warnings"] = [
-            f"{r.backend}/{r.precision}/bs{r.max_batch_size}: {r.stability}" for r in g.itertuples() if r.stability
+            f"{r.backend}/{r.precision}/bs{r.max_batch_size}" + (f" [{shown[r.Index]}]" if shown[r.Index] else "")
+            + f" on {table_key(workload, length, ambiguous[workload] > 1)}: {r.stability}"
+            for r in g.itertuples() if r.stability
         ]
         table.attrs["length"] = length
         out[table_key(workload, length, ambiguous[workload] > 1)] = table.reset_index(drop=True)
