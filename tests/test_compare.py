@@ -184,3 +184,18 @@ def test_asv_suite_flags_planted_regression(tmp_path):
     slowed = compare(commits[0], commits[2])  # 10% slower: every FakeCell value is flagged
     worse = [line for line in slowed if line.startswith("+")]
     assert len(worse) == 4, "\n".join(slowed)
+
+
+def test_labels_name_the_options_that_tell_two_cells_apart():
+    """Two bs1 cells that differ only in cache get labels that say so; a cell alone keeps its short label."""
+    from bench.results.records import distinct_labels
+    from tests.conftest import make_record
+
+    def cell(cache, bs=1):
+        return {"backend": "hf", "model": "m", "precision": "bf16", "max_batch_size": bs, "device": "cpu",
+                "options": {"cache": cache, "attn": "sdpa"}, "workload": {"name": "w"}}
+
+    recs = {"d": make_record("d", cell=cell("dynamic")), "s": make_record("s", cell=cell("static")),
+            "b": make_record("b", cell=cell("static", 8))}
+    assert distinct_labels(recs) == {"d": "hf/bf16/bs1/w [cache=dynamic]", "s": "hf/bf16/bs1/w [cache=static]",
+                                     "b": "hf/bf16/bs8/w"}

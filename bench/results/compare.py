@@ -26,6 +26,7 @@ from bench.errors import BenchInputError, choices
 from bench.execution.environment import COMPARABILITY_KEYS
 from bench.results import query, stats
 from bench.results.metrics import DIRECTION
+from bench.results.records import distinct_labels
 from bench.spec import identity_options, short_hash
 
 DEFAULT_METRICS = (
@@ -235,8 +236,9 @@ def compare_stores(
             "batch size, workload, every option); run the same matrix on both sides, or name options that "
             "are meant to differ with --ignore-option"
         )
+    labels = distinct_labels({**{k: c.latest for k, c in base.cells.items()}, **{k: c.latest for k, c in head.cells.items()}})
     for side, other, where in ((base, head, "base"), (head, base, "head")):
-        only = [side.cells[k].label for k in side.cells if k not in other.cells]
+        only = [labels[k] for k in side.cells if k not in other.cells]
         if only:
             warnings.append(f"{len(only)} cell(s) only on the {where} side, not compared: " + ", ".join(sorted(only)[:8])
                             + (" ..." if len(only) > 8 else ""))
@@ -261,7 +263,7 @@ def compare_stores(
     rows: list[Row] = []
     for key in common:
         b, h = base.cells[key], head.cells[key]
-        label = b.label
+        label = labels[key]
         if not b.ok_records or not h.ok_records:
             rows.append(_status_row(label, b, h))
             continue

@@ -305,3 +305,20 @@ def schema_markdown() -> str:
     lines = ["Every line: `schema_version`, `kind` (" + ", ".join(f"`{k}`" for k in KINDS) + ") and", ""]
     lines += table(Record) + ["", "`context` (the run context):", ""] + table(RunContext)
     return "\n".join(lines) + "\n"
+
+
+def distinct_labels(cells: dict) -> dict:
+    """Return {key: label} for {key: Measurement}: the short label, plus the options that tell apart
+    cells whose short labels are equal (two bs1 rows that differ in cache or compile)."""
+    groups: dict[str, list] = {}
+    for key, rec in cells.items():
+        groups.setdefault(rec.label, []).append(key)
+    out = {}
+    for label, keys in groups.items():
+        opts = {k: cells[k].cell.get("options") or {} for k in keys}
+        names = sorted({n for o in opts.values() for n in o})
+        differ = [n for n in names if len({repr(o.get(n)) for o in opts.values()}) > 1]
+        for k in keys:
+            extra = ",".join(f"{n}={opts[k].get(n)}" for n in differ)
+            out[k] = f"{label} [{extra}]" if extra else label
+    return out
