@@ -13,7 +13,7 @@ so this script does what `asv continuous` would, one commit at a time:
 2. runs this checkout's suite against each tree (`asv run -E existing --set-commit-hash`, with
    BENCH_ASV_PROJECT naming the tree: benchmarks/__init__.py puts it first on the path, and
    the harness's worker processes inherit it), so both commits run the same benchmarks;
-3. prints asv's comparison (asv compare's table) and exits 1 if a benchmark got worse by more
+3. prints asv's comparison (asv compare's table) and exits 1 if a benchmark failed at HEAD or got worse by more
    than --factor, 0 otherwise;
 4. publishes the site (asv publish, made to work offline by benchmarks/asv_site.py).
 
@@ -33,6 +33,17 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def verdict(worsened: bool, improved: bool, failed_at_head: bool) -> tuple[str, int]:
+    """Return (verdict, exit status): 1 if a value got worse, or if a benchmark failed at HEAD (a value
+    that was not measured cannot pass: on the H200 a missing package once failed every benchmark on
+    both sides, and the table said "no significant change")."""
+    if failed_at_head:
+        return "NOT JUDGED: benchmarks failed at HEAD (their errors are above)", 1
+    if worsened:
+        return "PERFORMANCE DECREASED", 1
+    return ("improved" if improved else "no significant change"), 0
 
 
 def load_conf(path: Path) -> dict:
@@ -113,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         conf_path = work / "asv.conf.json"
         conf_path.write_text(json.dumps(conf, indent=1))
         run_asv("machine", "--yes", "--config", str(conf_path), quiet=True)
+        failed: dict[str, bool] = {}
         for commit in commits:
             tree = extract(repo, commit, work / "trees" / commit)
             env = {**os.environ, "BENCH_ASV_PROJECT": str(tree), "BENCH_COMMIT": commit, "BENCH_DIRTY": "0"}
@@ -123,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                            *(["--skip-existing-successful"] if args.resume else []), env=env, ok=(0, 2))
             if code == 2:  # asv: some benchmarks failed; the comparison marks one failing only at HEAD with "!"
                 print(f"note: some benchmarks failed at {commit[:8]} (their errors are above)", flush=True)
+            failed[commit] = code == 2
 
         from asv.commands.compare import Compare
         from asv.config import Config
@@ -133,13 +146,13 @@ def main(argv: list[str] | None = None) -> int:
         worsened, improved = Compare.print_table(Config.load(str(conf_path)), commits[0], commits[1], factor=args.factor,
                                                  split=False, only_changed=False, sort="default", commit_names=names,
                                                  machine=Machine.get_unique_machine_name())
-        verdict = "PERFORMANCE DECREASED" if worsened else "improved" if improved else "no significant change"
-        print(f"\n{names[commits[0]]} -> {names[commits[1]]}: {verdict} (factor {args.factor})")
+        text, code = verdict(worsened, improved, failed[commits[1]])
+        print(f"\n{names[commits[0]]} -> {names[commits[1]]}: {text} (factor {args.factor})")
         run_asv("publish", "--config", str(conf_path))
         from benchmarks import asv_site
 
         print(f"site: {conf['html_dir']} ({len(asv_site.localize(conf['html_dir']))} CDN references made local)")
-        return 1 if worsened else 0
+        return code
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -40,3 +40,14 @@ def test_existing_flow_catches_planted_slowdown_and_passes_its_undo(tmp_path):
     assert "exit 1 (expected 1), 4 values marked worse: PASS" in out.stdout
     assert "exit 0 (expected 0), 0 values marked worse: PASS" in out.stdout
     assert "asv_cells.FakeCell.track_ms_per_output_token('bf16/bs1')" in out.stdout
+
+
+def test_existing_flow_fails_when_a_benchmark_failed_at_head():
+    """A value asv could not measure at HEAD is not a pass, whatever the comparison table says."""
+    from benchmarks.asv_existing import verdict
+
+    assert verdict(worsened=False, improved=False, failed_at_head=True)[1] == 1
+    assert verdict(worsened=False, improved=True, failed_at_head=True)[0].startswith("NOT JUDGED")
+    assert verdict(worsened=True, improved=False, failed_at_head=False) == ("PERFORMANCE DECREASED", 1)
+    assert verdict(worsened=False, improved=True, failed_at_head=False) == ("improved", 0)
+    assert verdict(worsened=False, improved=False, failed_at_head=False) == ("no significant change", 0)
