@@ -13,8 +13,8 @@ so this script does what `asv continuous` would, one commit at a time:
 2. runs this checkout's suite against each tree (`asv run -E existing --set-commit-hash`, with
    BENCH_ASV_PROJECT naming the tree: benchmarks/__init__.py puts it first on the path, and
    the harness's worker processes inherit it), so both commits run the same benchmarks;
-3. prints asv's comparison (asv compare's table) and exits 1 if a benchmark failed at HEAD or got worse by more
-   than --factor, 0 otherwise;
+3. prints asv's comparison (asv compare's table) and exits 1 if a benchmark got worse by more
+   than --factor or failed at HEAD (a value not measured is not a pass), 0 otherwise;
 4. publishes the site (asv publish, made to work offline by benchmarks/asv_site.py).
 
 Set BENCH_ASV_MATRIX=gpu on the GPU machine (docs/regressions.md); the default is the CPU matrix.

@@ -4,8 +4,8 @@ NVML is read from a background thread so the measured loop adds no work; energy 
 difference of NVML's total-energy counter (mJ, Volta and later) over the window, falling back
 to integrating the sampled power where the counter is not supported. The sampled power is
 NVML's reading, a 1 s average on Ampere and later: it lags a short burst, the counter does not.
-Without NVML (a CPU run,
-no driver, nvidia-ml-py not installed) every figure is None: telemetry never fails a run.
+Without NVML (a CPU run, no driver, nvidia-ml-py not installed) every figure is None: telemetry
+never fails a run.
 """
 
 from __future__ import annotations
