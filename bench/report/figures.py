@@ -212,12 +212,16 @@ def speedup_heatmap(table: pd.DataFrame, title: str) -> dict:
         ratios.append([None if g is None or g[0] != "ok" or g[1] is None or pd.isna(g[1]) else float(g[1]) for g in got])
         text.append(["" if g is None else ((f"{g[1]:.2f}x" if g[1] is not None and not pd.isna(g[1]) else "n/a")
                                            if g[0] == "ok" else esc(str(g[0]).upper())) for g in got])
+    return _ratio_heatmap(cols, labels, ratios, text, f"{what} vs {table.attrs.get('baseline')} — {title}")
+
+
+def _ratio_heatmap(cols: list, labels: list, ratios: list, text: list, title: str) -> dict:
+    """Return one heatmap of ratios (rows: series labels, columns: batch sizes) on the diverging scale centred at 1x."""
     z, coloraxis = ratio_scale(ratios)
     data = [{"type": "heatmap", "x": cols, "y": [esc(x) for x in labels], "z": z, "text": text, "texttemplate": "%{text}",
              "coloraxis": "coloraxis", "hovertemplate": "%{y}, bs %{x}: %{text}<extra></extra>"}]
-    return {"data": data, "layout": _layout(
-        f"{what} vs {table.attrs.get('baseline')} — {title}", xaxis={"title": {"text": "max_batch_size"}, "type": "category"},
-        yaxis={"type": "category", "automargin": True}, coloraxis=coloraxis)}
+    return {"data": data, "layout": _layout(title, xaxis={"title": {"text": "max_batch_size"}, "type": "category"},
+                                            yaxis={"type": "category", "automargin": True}, coloraxis=coloraxis)}
 
 
 def latency_boxes(cells: pd.DataFrame, samples: pd.DataFrame, title: str) -> dict:
@@ -370,9 +374,4 @@ def comparison_heatmap(ratios: pd.DataFrame, title: str, a: str, b: str) -> dict
         row = r[r._label == label].set_index(r[r._label == label].max_batch_size.astype(str))
         ratios.append([None if c not in row.index or pd.isna(row.loc[c, "ratio"]) else float(row.loc[c, "ratio"]) for c in cols])
         text.append(["" if c not in row.index else esc(row.loc[c, "text"]) for c in cols])
-    z, coloraxis = ratio_scale(ratios)
-    data = [{"type": "heatmap", "x": cols, "y": [esc(x) for x in labels], "z": z, "text": text, "texttemplate": "%{text}",
-             "coloraxis": "coloraxis", "hovertemplate": "%{y}, bs %{x}: %{text}<extra></extra>"}]
-    return {"data": data, "layout": _layout(
-        f"Output tok/s ratio {b} / {a} (matched by cell_id) — {title}", xaxis={"title": {"text": "max_batch_size"}, "type": "category"},
-        yaxis={"type": "category", "automargin": True}, coloraxis=coloraxis)}
+    return _ratio_heatmap(cols, labels, ratios, text, f"Output tok/s ratio {b} / {a} (matched by cell_id) — {title}")
