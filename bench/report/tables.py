@@ -23,6 +23,7 @@ import json
 import pandas as pd
 
 from bench.errors import BenchInputError
+from bench.results.records import varying_keys
 from bench.results.stats import run_spread
 
 DEFAULT_BASELINE = {"backend": "hf", "precision": "bf16", "max_batch_size": 1}
@@ -203,29 +204,25 @@ def _options_text(options: str) -> str:
         return str(options)
 
 
-def varying_options(all_options) -> list[str]:
-    """Return the option keys whose value differs between rows (all_options: JSON of each row's options, defaults filled)."""
-    parsed = []
+def _parsed(all_options) -> list[dict]:
+    """Return each row's options dict from its all_options JSON ({} where absent or unreadable)."""
+    out = []
     for o in all_options:
         try:
-            parsed.append(json.loads(o) if o else {})
+            out.append(json.loads(o) if o else {})
         except (TypeError, ValueError):
-            parsed.append({})
-    keys = sorted(set().union(*parsed)) if parsed else []
-    # A key only some rows have (another backend's option) varies only if those rows disagree on it.
-    return [k for k in keys if len({json.dumps(p[k], sort_keys=True) for p in parsed if k in p}) > 1]
+            out.append({})
+    return out
+
+
+def varying_options(all_options) -> list[str]:
+    """Return the option keys whose value differs between rows (all_options: JSON of each row's options, defaults filled)."""
+    return varying_keys(_parsed(all_options))
 
 
 def _options_shown(all_options, keys: list[str]) -> list[str]:
     """Return per row 'k=v, ...' of the given keys (the options that vary) that the row has."""
-    out = []
-    for o in all_options:
-        try:
-            opts = json.loads(o) if o else {}
-        except (TypeError, ValueError):
-            opts = {}
-        out.append(", ".join(f"{k}={opts[k]}" for k in keys if k in opts))
-    return out
+    return [", ".join(f"{k}={opts[k]}" for k in keys if k in opts) for opts in _parsed(all_options)]
 
 
 def table_key(workload: str, length: str, ambiguous: bool) -> str:

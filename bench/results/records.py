@@ -14,6 +14,7 @@ field docs below (`schema_markdown`), and a test checks that they agree.
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
@@ -307,6 +308,13 @@ def schema_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+def varying_keys(options: list[dict]) -> list[str]:
+    """Return the option keys whose value differs between these option dicts, sorted. A key only some
+    of them have (another backend's option) varies only if those that have it disagree."""
+    keys = sorted(set().union(*options)) if options else []
+    return [k for k in keys if len({json.dumps(o[k], sort_keys=True) for o in options if k in o}) > 1]
+
+
 def distinct_labels(cells: dict) -> dict:
     """Return {key: label} for {key: Measurement}: the short label, plus the options that tell apart
     cells whose short labels are equal (two bs1 rows that differ in cache or compile)."""
@@ -316,9 +324,8 @@ def distinct_labels(cells: dict) -> dict:
     out = {}
     for label, keys in groups.items():
         opts = {k: cells[k].cell.get("options") or {} for k in keys}
-        names = sorted({n for o in opts.values() for n in o})
-        differ = [n for n in names if len({repr(o.get(n)) for o in opts.values()}) > 1]
+        differ = varying_keys(list(opts.values()))
         for k in keys:
-            extra = ",".join(f"{n}={opts[k].get(n)}" for n in differ)
+            extra = ",".join(f"{n}={opts[k][n]}" for n in differ if n in opts[k])
             out[k] = f"{label} [{extra}]" if extra else label
     return out
