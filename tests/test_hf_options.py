@@ -179,10 +179,54 @@ def test_configure_inductor():
     # torch's config.patch restores the settings (a pytest monkeypatch would hide them: test_hf_loop).
     with inductor.patch(coordinate_descent_tuning=False, freezing=False):
         hf.configure_inductor("default")
-        assert hf.inductor_settings() == {"coordinate_descent_tuning": False, "freezing": False}
+        assert {k: v for k, v in hf.inductor_settings().items() if k != "static_cuda_launcher"} == {
+            "coordinate_descent_tuning": False, "freezing": False}
         hf.configure_inductor("coordinate-descent", freeze=True)
-        assert hf.inductor_settings() == {"coordinate_descent_tuning": True, "freezing": True}
+        assert hf.inductor_settings()["coordinate_descent_tuning"] is True
+        assert hf.inductor_settings()["freezing"] is True
     assert inductor.freezing is False
+
+
+# CachingAutotuner.recheck_autotune_cache's hit test, before and after pytorch/pytorch#173391.
+RECHECK_2_11 = """
+        # I.e. there was an autotune cache hit
+        if len(cached_configs) == 1 and len(configs) > 1:
+            best_config = cached_configs[0]
+"""
+RECHECK_FIXED = """
+        # I.e. there was an autotune cache hit
+        if len(cached_configs) == 1:
+            best_config = cached_configs[0]
+            found_by_coordesc = getattr(best_config, "found_by_coordesc", False)
+"""
+
+
+def test_recheck_bug_is_read_from_the_installed_source():
+    assert hf.recheck_skips_single_config_hits(RECHECK_2_11) is True
+    assert hf.recheck_skips_single_config_hits(RECHECK_FIXED) is False
+    import torch
+
+    installed = hf.recheck_skips_single_config_hits()  # this machine's torch
+    if torch.__version__.startswith("2.11."):
+        assert installed is True
+    elif tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13):
+        assert installed is False
+
+
+@pytest.mark.parametrize("buggy, tuning, expect_launcher", [
+    (True, True, False),    # the workaround: warm caches keep their tuned kernels
+    (True, False, True),    # nothing tuned at run time: the static launcher stays
+    (False, True, True),    # a fixed torch needs nothing
+])
+def test_keep_tuned_configs_turns_off_the_static_launcher_only_where_needed(monkeypatch, buggy, tuning, expect_launcher):
+    import torch._inductor.config as inductor
+
+    monkeypatch.setattr(hf, "recheck_skips_single_config_hits", lambda source=None: buggy)
+    with inductor.patch(coordinate_descent_tuning=tuning, use_static_cuda_launcher=True):
+        changed = hf.keep_tuned_configs()
+        assert inductor.use_static_cuda_launcher is expect_launcher
+        assert changed is (not expect_launcher)
+        assert hf.inductor_settings()["static_cuda_launcher"] is expect_launcher
 
 
 def test_tuned_kernel_configs_digest_the_winners_not_their_timing(tmp_path):
