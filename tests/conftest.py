@@ -74,7 +74,7 @@ def _isolate_cwd(tmp_path, monkeypatch):
 
 
 def make_record(cell_id="a", trial=0, status="ok", *, run=0, run_id="run-1", started_at=1.0, commit="c" * 40,
-                cell=None, kind="measurement", env=None, cap=None, baseline=None, **metrics):
+                cell=None, kind="measurement", env=None, cap=None, baseline=None, extra=None, **metrics):
     """Return a typed record for tests, built by the one constructor (bench.results.records.new_record)."""
     from bench.results.records import RunContext, new_record
 
@@ -82,6 +82,6 @@ def make_record(cell_id="a", trial=0, status="ok", *, run=0, run_id="run-1", sta
                     "options": {}, "workload": {"name": "w"}}
     ctx = RunContext(run_id=run_id, command="test", matrix="t", commit=commit, dirty=False, gpu_memory_gb=cap,
                      started_at=started_at, baseline=baseline)
-    outcome = {"cell_id": cell_id, "trial": trial, "status": status, "metrics": metrics or None,
+    outcome = {"cell_id": cell_id, "trial": trial, "status": status, "metrics": metrics or None, "extra": extra,
                "started_at": started_at + trial, "ended_at": started_at + trial + 1}
     return new_record(kind, cell, outcome, context=ctx, run=run, environment=env or {"cpu": "test", "torch": "x"})

@@ -179,8 +179,8 @@ def test_configure_inductor():
     # torch's config.patch restores the settings (a pytest monkeypatch would hide them: test_hf_loop).
     with inductor.patch(coordinate_descent_tuning=False, freezing=False):
         hf.configure_inductor("default")
-        assert {k: v for k, v in hf.inductor_settings().items() if k != "static_cuda_launcher"} == {
-            "coordinate_descent_tuning": False, "freezing": False}
+        assert hf.inductor_settings()["coordinate_descent_tuning"] is False
+        assert hf.inductor_settings()["freezing"] is False
         hf.configure_inductor("coordinate-descent", freeze=True)
         assert hf.inductor_settings()["coordinate_descent_tuning"] is True
         assert hf.inductor_settings()["freezing"] is True
@@ -213,20 +213,19 @@ def test_recheck_bug_is_read_from_the_installed_source():
         assert installed is False
 
 
-@pytest.mark.parametrize("buggy, tuning, expect_launcher", [
-    (True, True, False),    # the workaround: warm caches keep their tuned kernels
-    (True, False, True),    # nothing tuned at run time: the static launcher stays
-    (False, True, True),    # a fixed torch needs nothing
+@pytest.mark.parametrize("buggy, tuning, static, retunes", [
+    (True, True, True, True),      # torch 2.11, coordinate descent: each process tunes its own kernels
+    (True, False, True, False),    # nothing tuned at run time
+    (True, True, False, False),    # without the static launcher the autotune cache is read
+    (False, True, True, False),    # a fixed torch
 ])
-def test_keep_tuned_configs_turns_off_the_static_launcher_only_where_needed(monkeypatch, buggy, tuning, expect_launcher):
+def test_inductor_settings_say_whether_each_process_retunes(monkeypatch, buggy, tuning, static, retunes):
     import torch._inductor.config as inductor
 
     monkeypatch.setattr(hf, "recheck_skips_single_config_hits", lambda source=None: buggy)
-    with inductor.patch(coordinate_descent_tuning=tuning, use_static_cuda_launcher=True):
-        changed = hf.keep_tuned_configs()
-        assert inductor.use_static_cuda_launcher is expect_launcher
-        assert changed is (not expect_launcher)
-        assert hf.inductor_settings()["static_cuda_launcher"] is expect_launcher
+    with inductor.patch(coordinate_descent_tuning=tuning, use_static_cuda_launcher=static):
+        settings = hf.inductor_settings()
+    assert settings["retunes_each_process"] is retunes and settings["static_cuda_launcher"] is static
 
 
 def test_tuned_kernel_configs_digest_the_winners_not_their_timing(tmp_path):

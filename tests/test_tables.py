@@ -52,7 +52,7 @@ def test_runs_give_the_spread_between_processes():
     headers, (row,) = render_rows(t)
     col = {h: i for i, h in enumerate(headers)}
     assert row[col["runs × trials"]] == "2 × 2" and row[col["tok/s spread: runs / trials"]] == "6.7% / 0.7% ⚠"
-    assert t.attrs["warnings"] and "differ by 6.7%" in t.attrs["warnings"][0]
+    assert t.attrs["warnings"] and "differ by 6.7% (std of their means 100.5, 110.5," in t.attrs["warnings"][0]
 
 
 def test_missing_baseline_lists_cells():
@@ -169,3 +169,25 @@ def test_a_stability_warning_names_its_row_options_and_table():
     (table,) = speedup_table(report_data(recs).frame, {"backend": "fake", "max_batch_size": 1, "cache": "dynamic"}).values()
     (warning,) = table.attrs["warnings"]
     assert warning.startswith("fake/bf16/bs1 [cache=static] on sg: output_throughput: the runs (fresh processes) differ")
+
+
+def test_a_stability_warning_says_when_the_runs_ran_different_tuned_kernels():
+    """int8wo on the H200 (2026-12-01): three processes, three tuned-config digests, 175 / 167 / 249 tok/s."""
+    from tests.conftest import make_record
+
+    def tuned(digest):
+        return {"inductor": {"coordinate_descent_tuning": True, "tuned": {"kernels": 17, "digest": digest}}}
+
+    def recs(digests, values):
+        return [make_record("i", run=run, trial=t, request_throughput=1.0, output_throughput=v + t * 0.1,
+                            extra=tuned(d)) for run, (d, v) in enumerate(zip(digests, values, strict=True)) for t in range(3)]
+
+    def warning(records):
+        (table,) = speedup_table(report_data(records).frame, {"backend": "fake"}).values()
+        return " ".join(table.attrs["warnings"])
+
+    differ = warning(recs(["2ca593a1", "ee1b23a3", "40526472"], [175.0, 166.8, 248.8]))
+    assert "differ by" in differ and "different tuned kernels" in differ
+    assert "2ca593a1, ee1b23a3, 40526472" in differ
+    same = warning(recs(["2ca593a1"] * 3, [175.0, 166.8, 248.8]))  # same kernels: the warning names no cause
+    assert "differ by" in same and "tuned kernels" not in same

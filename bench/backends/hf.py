@@ -669,33 +669,19 @@ def configure_inductor(tuning: str, freeze: bool = False) -> None:
         inductor.coordinate_descent_tuning = True
     if freeze:
         inductor.freezing = True
-    keep_tuned_configs()
-
-
-def keep_tuned_configs() -> bool:
-    """Make a warm compile cache run the kernels it tuned before; return whether a setting had to change.
-
-    Coordinate-descent winners are saved per kernel in Inductor's cache (the build key's folder),
-    so every process of a key should run the first process's kernels. In torch 2.11 (and every
-    release whose `CachingAutotuner.recheck_autotune_cache` skips a cache hit for a kernel with one
-    config, pytorch/pytorch#172819, fixed by #173391), kernels that Inductor loads with its static
-    CUDA launcher from the FX graph cache ignore the saved winner and tune again: each process
-    ran different kernels (int8wo on the H200: 5.5, 5.8 and 3.8 ms per step in three processes,
-    docs/gpu-results.md). Without the static launcher they go through the autotune cache and
-    keep the saved winner. Call after torchao's quantisers, which turn coordinate descent on.
-    """
-    import torch._inductor.config as inductor
-
-    if not inductor.coordinate_descent_tuning or not getattr(inductor, "use_static_cuda_launcher", False):
-        return False
-    if not recheck_skips_single_config_hits():
-        return False
-    inductor.use_static_cuda_launcher = False
-    return True
 
 
 def recheck_skips_single_config_hits(source: str | None = None) -> bool:
-    """Return whether Inductor's static-launcher cache recheck has pytorch#172819 (reads the installed source)."""
+    """Return whether this torch re-tunes coordinate-descent kernels in every process (reads the installed source).
+
+    Coordinate-descent winners are saved per kernel in Inductor's cache (the build key's folder),
+    so every process of a key should run the first one's kernels. In torch 2.11 (and every release
+    whose `CachingAutotuner.recheck_autotune_cache` skips a cache hit for a kernel with one
+    config: pytorch/pytorch#172819, fixed by #173391), kernels loaded with the static CUDA
+    launcher from the FX graph cache ignore the saved winner and tune again, so each process
+    may run different kernels (int8wo on the H200: 174.9, 166.8 and 248.8 tok/s in three
+    processes, docs/gpu-results.md). source: the method's source, for tests.
+    """
     if source is None:
         import inspect
 
@@ -712,8 +698,10 @@ def inductor_settings() -> dict:
     """Return the Inductor settings this worker's compiles use (torchao's quantisers set some too)."""
     import torch._inductor.config as inductor
 
-    return {"coordinate_descent_tuning": bool(inductor.coordinate_descent_tuning), "freezing": bool(inductor.freezing),
-            "static_cuda_launcher": bool(getattr(inductor, "use_static_cuda_launcher", False))}
+    tuning, static = bool(inductor.coordinate_descent_tuning), bool(getattr(inductor, "use_static_cuda_launcher", False))
+    return {"coordinate_descent_tuning": tuning, "freezing": bool(inductor.freezing), "static_cuda_launcher": static,
+            # True: a warm compile cache does not keep this cell's tuned kernels (see recheck_skips_single_config_hits)
+            "retunes_each_process": tuning and static and recheck_skips_single_config_hits()}
 
 
 def tuned_kernel_configs(folder: Path) -> dict:

@@ -118,6 +118,8 @@ def _row(rec: Record) -> dict:
             total = _number(rec.metrics.get(f"total_{side}_tokens"))
             row[f"mean_{side}_len"] = None if total is None else total / done
     extra = rec.extra
+    # Which tuned Triton kernels the pass ran (hf compiled cells): runs that differ here ran different kernels.
+    row["tuned_digest"] = ((extra.get("inductor") or {}).get("tuned") or {}).get("digest")
     for k in EXTRA_METRICS:
         if row.get(k) is None and _number(extra.get(k)) is not None:
             row[k] = extra[k]

@@ -33,7 +33,7 @@ RUN_COLUMNS = ["run_id", "run", "run_key", "run_started_at", "run_label", "env_d
 NOT_METRICS = set(CELL_COLUMNS) | set(RUN_COLUMNS) | {
     "store", "cell_id", "trial", "status", "gpu_name", "gpu_count", "driver", "cuda", "torch", "transformers",
     "tensorrt_llm", "torchao", "cpu", "commit", "dirty", "error", "started_at", "schema_version", "length",
-    "gpu_memory_gb", "environment", "input_len_limit", "output_len_limit", "lengths_exact",
+    "gpu_memory_gb", "environment", "input_len_limit", "output_len_limit", "lengths_exact", "tuned_digest",
 }
 # Metrics whose spread between runs and within runs the tables show (and judge for stability).
 HEADLINE = ("request_throughput", "output_throughput")
@@ -144,10 +144,21 @@ def _headline_spreads(cells: pd.DataFrame, ok: pd.DataFrame, keys: list[str]) ->
             spread = run_spread(values, m)
             new[f"{m}__run_cv"][key], new[f"{m}__trial_cv"][key] = spread.run_cv, spread.trial_cv
             if m == "output_throughput" and spread.runs > 1 and spread.warnings:
-                warnings[key] = "; ".join(spread.warnings)
+                warnings[key] = "; ".join(spread.warnings) + _tuning_cause(g)
     columns = {name: pd.Series(values, dtype=float).reindex(cells.index) for name, values in new.items()}
     columns["stability"] = pd.Series(warnings, dtype=object).reindex(cells.index)
     return pd.concat([cells, pd.DataFrame(columns, index=cells.index)], axis=1)
+
+
+def _tuning_cause(g: pd.DataFrame) -> str:
+    """Return a clause naming the tuned-kernel digests when a cell's runs ran different tuned kernels, else ''."""
+    if "tuned_digest" not in g:
+        return ""
+    digests = list(dict.fromkeys(g.groupby("run_key", sort=False).tuned_digest.first().dropna()))
+    if len(digests) < 2:
+        return ""
+    return (f"; the runs ran different tuned kernels (Inductor's tuned-config digests {', '.join(digests)}): "
+            "each process tuned its own (docs/hf-backend.md, \"Tuned kernels and runs\")")
 
 
 def _option_value(row, key: str):
