@@ -1,6 +1,6 @@
 """Online serving on one GPU: `transformers serve` (continuous batching) measured by the openai backend at 1-16 req/s.
 
-Run from the repo root (one H200, about 5 minutes; no network needed):
+Run from the repo root (one H200, estimated 5-7 minutes, not yet run there; no network needed):
 
     python3 benchmarks/gpu_serving_sweep.py --out DIR                # qwen-7b-shape, bf16, cuda
     python3 benchmarks/gpu_serving_sweep.py --out DIR --cpu-smoke    # qwen-tiny on the CPU, 2 rates
@@ -10,7 +10,7 @@ carried wheels, exit 2); write a servable random-weight model directory (bench/s
 config, a one-tensor checkpoint the loader completes at random on the GPU, Qwen's tokenizer);
 start `transformers serve MODEL_DIR --continuous-batching` on a local port; run one matrix of
 the openai backend over ShareGPT with request_rate = each of --rates (Poisson, vLLM's
-schedule), open loop (max_concurrency none), goodput under --slo-ttft-ms / --slo-tpot-ms; stop
+schedule), each rate in --runs fresh client processes against the one server, open loop (max_concurrency none), goodput under --slo-ttft-ms / --slo-tpot-ms; stop
 the server; write the store, the tables and dashboard (bench report) and results.md under --out.
 NVML telemetry (power, energy, memory of the GPU the server uses) comes with each pass when
 --device is cuda.
@@ -42,7 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--device", default="cuda")
     p.add_argument("--rates", default="1,2,4,8,16", help="request rates (req/s), comma-separated")
-    p.add_argument("--requests", type=int, default=60, help="ShareGPT requests per rate")
+    p.add_argument("--requests", type=int, default=40, help="ShareGPT requests per rate")
+    p.add_argument("--runs", type=int, default=None,
+                   help="fresh client processes per rate, against the same server (the tables show their spread); "
+                        "default 2, 1 with --cpu-smoke")
     p.add_argument("--max-output-len", type=int, default=256, help="cap on ShareGPT's answer lengths (time budget)")
     p.add_argument("--slo-ttft-ms", type=float, default=1000.0)
     p.add_argument("--slo-tpot-ms", type=float, default=100.0)
@@ -53,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         args.model, args.dtype, args.device, args.rates, args.requests, args.max_output_len = (
             "qwen-tiny", "float32", "cpu", "2,8", 8, 16)
         args.cb_flag = args.cb_flag or ["--cb-num-blocks=64", "--cb-max-batch-tokens=512"]
+    args.runs = args.runs or (1 if args.cpu_smoke else 2)
     missing = [m for m in NEEDED if importlib.util.find_spec(m) is None]
     if missing:
         print(f"missing packages: {', '.join(missing)}\n  {WHEELS_HINT}", file=sys.stderr)
@@ -98,7 +102,7 @@ def run_sweep(base_url: str, model_name: str, out: Path, args) -> tuple[Path, di
     matrix = parse_matrix({
         "name": "serving-sweep", "backends": ["openai"], "model": args.model, "precisions": [args.dtype],
         "max_batch_sizes": [8],  # the warm-up's size: with max_concurrency none it limits nothing else
-        "workloads": ["sharegpt"], "device": args.device, "trials": 1, "warmup": 1, "timeout_s": 900,
+        "workloads": ["sharegpt"], "device": args.device, "trials": 1, "warmup": 1, "runs": args.runs, "timeout_s": 900,
         "workload": {"sharegpt": {"source": "sharegpt", "num_requests": args.requests, "seed": 0,
                                   "max_input_len": 1024, "max_total_len": 2048, "max_output_len": args.max_output_len}},
         # model_name: the server is pinned to the directory (and 5.17's /v1/models may fail: no hub cache)
@@ -117,16 +121,16 @@ def summarize(store: Path, args, phases: dict, report: dict) -> str:
     """Return results.md: the command, the environment, TTFT/TPOT/goodput per rate, the report's table."""
     from bench.results.store import ResultStore
 
-    recs = sorted(ResultStore(store).records(), key=lambda r: float(r["cell"]["options"]["request_rate"]))
+    recs = sorted(ResultStore(store).records(), key=lambda r: (float(r["cell"]["options"]["request_rate"]), r.get("run", 0)))
     env = recs[0].get("environment", {}) if recs else {}
     lines = [f"# transformers serve, continuous batching: request-rate sweep ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
              "", f"command: `python3 benchmarks/gpu_serving_sweep.py {' '.join(sys.argv[1:])}`",
              f"model {args.model} ({args.dtype}, random weights) on {args.device}; ShareGPT, {args.requests} requests per "
-             f"rate, answers capped at {args.max_output_len} tokens; Poisson arrivals; SLO TTFT <= {args.slo_ttft_ms:g} ms, "
+             f"rate in each of {args.runs} client process(es), answers capped at {args.max_output_len} tokens; Poisson arrivals; SLO TTFT <= {args.slo_ttft_ms:g} ms, "
              f"TPOT <= {args.slo_tpot_ms:g} ms; phases {json.dumps({k: round(v) for k, v in phases.items()})}",
              f"environment: {', '.join(f'{k} {env.get(k)}' for k in ('gpu_name', 'driver', 'cuda', 'torch', 'transformers') if env.get(k))}",
-             "", "| req/s offered | achieved | status | completed/failed | req/s | output tok/s | TTFT p50 / p99 (ms) | "
-             "TPOT p50 / p99 (ms) | ITL p50 (ms) | goodput (req/s) | output lengths |", "|" + "---|" * 11]
+             "", "| req/s offered | run | achieved | status | completed/failed | req/s | output tok/s | TTFT p50 / p99 (ms) | "
+             "TPOT p50 / p99 (ms) | ITL p50 (ms) | goodput (req/s) | output lengths |", "|" + "---|" * 12]
     for r in recs:
         m = r.get("metrics") or {}
 
@@ -134,7 +138,8 @@ def summarize(store: Path, args, phases: dict, report: dict) -> str:
             v = m.get(k)
             return "—" if v is None else spec.format(v)
 
-        lines.append(f"| {f('offered_request_rate', '{:.2f}')} | {f('achieved_request_rate', '{:.2f}')} | {r['status']} | "
+        lines.append(f"| {f('offered_request_rate', '{:.2f}')} | {r.get('run', 0)} | {f('achieved_request_rate', '{:.2f}')} | "
+                     f"{r['status']} | "
                      f"{m.get('completed', 0)}/{m.get('failed', 0)} | {f('request_throughput', '{:.3f}')} | "
                      f"{f('output_throughput')} | {f('ttft_median_ms')} / {f('ttft_p99_ms')} | "
                      f"{f('tpot_median_ms', '{:.2f}')} / {f('tpot_p99_ms', '{:.2f}')} | {f('itl_median_ms', '{:.2f}')} | "
