@@ -9,6 +9,7 @@ synchronisation: on CUDA each step records an event, read once after the batch.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -682,16 +683,19 @@ def recheck_skips_single_config_hits(source: str | None = None) -> bool:
     may run different kernels (int8wo on the H200: 174.9, 166.8 and 248.8 tok/s in three
     processes, docs/gpu-results.md). source: the method's source, for tests.
     """
-    if source is None:
-        import inspect
+    source = _installed_recheck_source() if source is None else source
+    return source is not None and "len(configs) > 1" in source
 
-        try:
-            from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
-            source = inspect.getsource(CachingAutotuner.recheck_autotune_cache)
-        except (ImportError, AttributeError, OSError, TypeError):
-            return False  # no such recheck (older torch), or no source to read: nothing to work around
-    return "len(configs) > 1" in source
+@functools.cache
+def _installed_recheck_source() -> str | None:
+    """Return the installed `CachingAutotuner.recheck_autotune_cache` source, read once per process (None: none)."""
+    try:
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+        return inspect.getsource(CachingAutotuner.recheck_autotune_cache)
+    except (ImportError, AttributeError, OSError, TypeError):
+        return None  # no such recheck (older torch), or no source to read: nothing to work around
 
 
 def inductor_settings() -> dict:
