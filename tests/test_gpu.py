@@ -190,6 +190,56 @@ print(json.dumps(out))
     assert out["after"] == pytest.approx(1.9, abs=0.01)
 
 
+# --- tuned kernels across processes ------------------------------------------------------
+
+
+def test_a_warm_process_runs_the_cached_tuned_kernels_instead_of_tuning_again(tmp_path):
+    """hf.keep_tuned_winners on this torch: three processes share one Inductor cache (as a build key's engine folder).
+
+    The first tunes its kernels by coordinate descent. A second without the backport tunes
+    them again where the installed torch has pytorch/pytorch#172819 (the int8wo spread of
+    docs/gpu-results.md); a third with it tunes nothing and runs the cached winners.
+    """
+    code = """
+import json, sys, torch
+import torch._inductor.config as inductor
+from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+from bench.backends import hf
+inductor.coordinate_descent_tuning = True
+if sys.argv[1] == "1":
+    hf.keep_tuned_winners()
+tuned = []
+original = CachingAutotuner.coordinate_descent_tuning
+def counting(self, launcher, *args, **kwargs):
+    tuned.append(1)
+    return original(self, launcher, *args, **kwargs)
+CachingAutotuner.coordinate_descent_tuning = counting
+def f(x):
+    return torch.sin(x) * 2 + torch.cos(x)
+x = torch.randn(1 << 22, device="cuda")
+torch.testing.assert_close(torch.compile(f)(x), f(x))
+print(json.dumps({"tuned": len(tuned), "buggy": hf.recheck_skips_single_config_hits(),
+                  "static": bool(getattr(inductor, "use_static_cuda_launcher", False)), "settings": hf.inductor_settings()}))
+"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+           "TRITON_CACHE_DIR": str(tmp_path / "triton")}
+
+    def process(backport: bool) -> dict:
+        proc = subprocess.run([sys.executable, "-c", code, "1" if backport else "0"], capture_output=True, text=True,
+                              timeout=300, env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    cold, warm_unpatched, warm = process(True), process(False), process(True)
+    print("coordinate-descent tunings per process (cold, warm without, warm with the backport):",
+          cold["tuned"], warm_unpatched["tuned"], warm["tuned"], "| torch re-tunes:", cold["buggy"])
+    assert cold["tuned"] > 0
+    if cold["buggy"] and cold["static"]:  # the bug is real on this torch, and the backport is what removes it
+        assert warm_unpatched["tuned"] > 0, warm_unpatched
+        assert warm["settings"]["recheck_backported"] is True and warm["settings"]["retunes_each_process"] is False
+    assert warm["tuned"] == 0, warm
+
+
 # --- telemetry --------------------------------------------------------------------------
 
 

@@ -228,6 +228,65 @@ def test_inductor_settings_say_whether_each_process_retunes(monkeypatch, buggy, 
     assert settings["retunes_each_process"] is retunes and settings["static_cuda_launcher"] is static
 
 
+@pytest.mark.parametrize("buggy", [True, False])
+def test_keep_tuned_winners_backports_the_fix_only_where_torch_lacks_it(monkeypatch, buggy):
+    import torch._inductor.config as inductor
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    installed = CachingAutotuner.recheck_autotune_cache
+    monkeypatch.setattr(CachingAutotuner, "recheck_autotune_cache", installed)  # restored after the test
+    monkeypatch.setattr(hf, "_RECHECK_BACKPORTED", False)
+    monkeypatch.setattr(hf, "recheck_skips_single_config_hits", lambda source=None: buggy)
+    assert hf.keep_tuned_winners() is buggy
+    assert (CachingAutotuner.recheck_autotune_cache is hf._recheck_autotune_cache) is buggy
+    with inductor.patch(coordinate_descent_tuning=True, use_static_cuda_launcher=True):
+        settings = hf.inductor_settings()
+    # Patched, the process keeps the cache's winners: the record must not say it re-tunes.
+    assert settings["recheck_backported"] is buggy and settings["retunes_each_process"] is False
+
+
+class _Config:  # the fields triton_config_to_hashable reads from a triton.Config
+    def __init__(self, block, coordesc=False):
+        self.kwargs, self.num_warps, self.num_stages = {"XBLOCK": block}, 4, 1
+        if coordesc:
+            self.found_by_coordesc = True
+
+
+class _Autotuner:  # a statically launchable CachingAutotuner as the FX graph cache loads it
+    def __init__(self, *blocks):
+        self.compile_results = [type("CompileResult", (), {"config": _Config(b)})() for b in blocks]
+        self.filename, self.inductor_meta, self.fn = "k.py", {"coordinate_descent_tuning": True}, type("F", (), {"fn": None})()
+        self.compiled = []
+
+    def is_statically_launchable(self):
+        return True
+
+    def _precompile_config(self, cfg):
+        self.compiled.append(cfg)
+        return type("CompileResult", (), {"config": cfg})()
+
+
+@pytest.mark.parametrize("blocks, cached, kept_block, compiled", [
+    ((128,), 128, 128, False),       # torch 2.11's bug: one config, its cached winner skipped -> tuned again
+    ((64, 128), 128, 128, False),    # several configs: the cached one is chosen
+    ((128,), 512, 512, True),        # coordinate descent found a config the bundle never compiled
+    ((128,), None, 128, False),      # no cache hit: left to run's tuning
+])
+def test_backported_recheck_runs_the_cached_winner(monkeypatch, blocks, cached, kept_block, compiled):
+    from torch._inductor.runtime import triton_heuristics as th
+
+    hits = [] if cached is None else [_Config(cached, coordesc=True)]
+    monkeypatch.setattr(th, "check_autotune_cache", lambda configs, filename, meta: (hits, None, {"hit": bool(hits)}))
+    tuner = _Autotuner(*blocks)
+    reloaded = type("Reloaded", (), {"fn": "kernel"})()
+    hf._recheck_autotune_cache(tuner, lambda: reloaded)
+    assert [r.config.kwargs["XBLOCK"] for r in tuner.compile_results] == ([kept_block] if cached else list(blocks))
+    assert bool(tuner.compiled) is compiled and tuner.autotune_cache_info == {"hit": bool(hits)}
+    if cached:  # marked: CachingAutotuner.run does not tune a found_by_coordesc config again
+        assert tuner.compile_results[0].config.found_by_coordesc is True
+        assert tuner.fn == ("kernel" if compiled else tuner.fn)
+
+
 def test_tuned_kernel_configs_digest_the_winners_not_their_timing(tmp_path):
     import json
 

@@ -670,6 +670,60 @@ def configure_inductor(tuning: str, freeze: bool = False) -> None:
         inductor.coordinate_descent_tuning = True
     if freeze:
         inductor.freezing = True
+    keep_tuned_winners()  # torchao's quantisers turn coordinate descent on too: backport for every cell
+
+
+_RECHECK_BACKPORTED = False
+
+
+def keep_tuned_winners() -> bool:
+    """Make this process run the tuned kernels its build key's cache holds; return whether torch needed the fix.
+
+    Where the installed torch re-tunes in every process (recheck_skips_single_config_hits), its
+    `CachingAutotuner.recheck_autotune_cache` is replaced, for this worker process only, by the
+    fixed one of pytorch/pytorch#173391 (as in torch 2.13): a cache hit is kept for a kernel
+    with one config too, and marked found by coordinate descent so the run does not tune again.
+    """
+    global _RECHECK_BACKPORTED
+    if _RECHECK_BACKPORTED:
+        return True
+    if not recheck_skips_single_config_hits():
+        return False
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    CachingAutotuner.recheck_autotune_cache = _recheck_autotune_cache
+    _RECHECK_BACKPORTED = True
+    return True
+
+
+def _recheck_autotune_cache(self, reload_kernel_from_src) -> None:
+    """torch 2.13's `CachingAutotuner.recheck_autotune_cache` (pytorch/pytorch#173391), for torch releases without it.
+
+    On a static-launcher cache load, take the cached best config, whether the kernel had one
+    config or several: reuse the compiled one that matches (marked as found by coordinate
+    descent where it was, so `run` does not tune it again), or compile the cached one.
+    """
+    from torch._inductor.runtime import triton_heuristics as th
+
+    assert self.is_statically_launchable()
+    configs = [result.config for result in self.compile_results]
+    cached_configs, _, autotune_cache_info = th.check_autotune_cache(configs, self.filename, self.inductor_meta)
+    self.autotune_cache_info = autotune_cache_info
+    if len(cached_configs) != 1:
+        return  # no cache hit: run tunes as usual
+    best_config = cached_configs[0]
+    found_by_coordesc = getattr(best_config, "found_by_coordesc", False)
+    best_hash = th.triton_config_to_hashable(best_config)
+    for compile_result in self.compile_results:
+        if th.triton_config_to_hashable(compile_result.config) == best_hash:
+            compile_result.config.found_by_coordesc = found_by_coordesc
+            self.compile_results = [compile_result]
+            return
+    # Found after the static autotuner was saved (coordinate descent): compile it now.
+    with th.dynamo_timed("CachingAutotuner.slow_precompile_config"):
+        if self.fn.fn is None:
+            self.fn = reload_kernel_from_src().fn
+        self.compile_results = [self._precompile_config(best_config)]
 
 
 def recheck_skips_single_config_hits(source: str | None = None) -> bool:
@@ -705,7 +759,9 @@ def inductor_settings() -> dict:
     tuning, static = bool(inductor.coordinate_descent_tuning), bool(getattr(inductor, "use_static_cuda_launcher", False))
     return {"coordinate_descent_tuning": tuning, "freezing": bool(inductor.freezing), "static_cuda_launcher": static,
             # True: a warm compile cache does not keep this cell's tuned kernels (see recheck_skips_single_config_hits)
-            "retunes_each_process": tuning and static and recheck_skips_single_config_hits()}
+            "retunes_each_process": tuning and static and recheck_skips_single_config_hits() and not _RECHECK_BACKPORTED,
+            # True: this torch lacked pytorch/pytorch#173391 and the worker applied it (keep_tuned_winners)
+            "recheck_backported": _RECHECK_BACKPORTED}
 
 
 def tuned_kernel_configs(folder: Path) -> dict:
