@@ -52,7 +52,7 @@ def test_runs_give_the_spread_between_processes():
     headers, (row,) = render_rows(t)
     col = {h: i for i, h in enumerate(headers)}
     assert row[col["runs × trials"]] == "2 × 2" and row[col["tok/s spread: runs / trials"]] == "6.7% / 0.7% ⚠"
-    assert t.attrs["warnings"] and "differ by 6.7% (std of their means 100.5, 110.5," in t.attrs["warnings"][0]
+    assert t.attrs["warnings"] and "differ by 6.7% (relative std of the run means 100.5, 110.5; limit 3%)" in t.attrs["warnings"][0]
 
 
 def test_missing_baseline_lists_cells():
@@ -191,3 +191,12 @@ def test_a_stability_warning_says_when_the_runs_ran_different_tuned_kernels():
     assert "2ca593a1, ee1b23a3, 40526472" in differ
     same = warning(recs(["2ca593a1"] * 3, [175.0, 166.8, 248.8]))  # same kernels: the warning names no cause
     assert "differ by" in same and "tuned kernels" not in same
+
+
+def test_rows_order_numeric_options_as_numbers():
+    """A rate sweep's rows run 1, 2, 4, 16 req/s, not 1, 16, 2, 4 (the options are a JSON string)."""
+    rows = [{"cell_id": f"r{rate}", "trial": 0, "status": "ok", "backend": "openai", "precision": "bf16",
+             "max_batch_size": 8, "options": f'{{"request_rate": {rate}}}', "request_throughput": rate / 2,
+             "output_throughput": 10.0 * rate} for rate in (16.0, 2.0, 1.0, 4.0)]
+    t = speedup_table(frame(rows), baseline={"backend": "openai", "request_rate": 1.0})["w"]
+    assert list(t.output_throughput) == [10.0, 20.0, 40.0, 160.0]

@@ -241,6 +241,13 @@ def table_key(workload: str, length: str, ambiguous: bool) -> str:
     return f"{workload} [{length}]" if ambiguous and length else str(workload)
 
 
+def _numbers_as_numbers(column: pd.Series) -> pd.Series:
+    """Sort key: the options column with its numbers zero-padded, so request_rate 2 sorts before 16 (others as they are)."""
+    if column.name != "options":
+        return column
+    return column.astype(str).str.replace(r"\d+(?:\.\d+)?", lambda m: f"{float(m.group()):024.6f}", regex=True)
+
+
 def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
     """Return {workload (and length setting): speedup table} with numeric columns (None for OOM / failed cells)."""
     baseline = baseline or DEFAULT_BASELINE
@@ -250,7 +257,7 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
     for (workload, length), group in cells.groupby(["workload", "length"], sort=False):
         base = _baseline_row(group, baseline)
         g = group.sort_values(["backend", "model", "precision", "options", "gpu_memory_gb", "max_batch_size"],
-                              kind="stable")
+                              kind="stable", key=_numbers_as_numbers)
         varying = varying_options(g.all_options)
         table = pd.DataFrame({
             "backend": g.backend,
@@ -468,7 +475,7 @@ def history_table(history_cells: pd.DataFrame, tables: dict[str, pd.DataFrame]) 
         if key not in tables and workload in tables:
             key = workload
         out[key] = g.sort_values(["backend", "precision", "options", "max_batch_size", "run_started_at"],
-                                 kind="stable").reset_index(drop=True)
+                                 kind="stable", key=_numbers_as_numbers).reset_index(drop=True)
     return out
 
 

@@ -88,8 +88,8 @@ def run_warnings(s: RunSpread, name: str = "value") -> list[str]:
     out = []
     run_cv, trial_cv = s.run_cv or 0.0, s.trial_cv
     if run_cv > MAX_RUN_CV:
-        out.append(f"{name}: the runs (fresh processes) differ by {run_cv:.1%} (std of their means "
-                   f"{_means(s)}, over {MAX_RUN_CV:.0%}): the figure may not reproduce")
+        out.append(f"{name}: the runs (fresh processes) differ by {run_cv:.1%} (relative std of the run means "
+                   f"{_means(s)}; limit {MAX_RUN_CV:.0%}): the figure may not reproduce")
     elif trial_cv is not None and run_cv > RUN_CV_FLOOR and run_cv > RUN_TO_TRIAL * trial_cv:
         out.append(f"{name}: the runs differ by {run_cv:.1%} (means {_means(s)}), {run_cv / trial_cv:.0f}x the spread "
                    f"inside a run ({trial_cv:.2%}): trials in one process understate the uncertainty")
