@@ -1,6 +1,10 @@
 """Online serving on one GPU: `transformers serve` (continuous batching) measured by the openai backend at 1-16 req/s.
 
-Run from the repo root (one H200, estimated 5-7 minutes, not yet run there; no network needed):
+Run from the repo root (no network needed). Measured on one H200 (2026-12-01, docs/gpu-results.md):
+about 6 minutes per run of the five rates, since each rate runs a full warm-up pass before its
+measured one and the server completes about 1.3 req/s; 13 minutes with the default 2 runs, more
+than one 10-minute device call: split it with --rates (each server start is its own cell), or
+pass --warmup 0 (about half the time). Usage:
 
     python3 benchmarks/gpu_serving_sweep.py --out DIR                # qwen-7b-shape, bf16, cuda
     python3 benchmarks/gpu_serving_sweep.py --out DIR --cpu-smoke    # qwen-tiny on the CPU, 2 rates
@@ -46,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=None,
                    help="fresh client processes per rate, against the same server (the tables show their spread); "
                         "default 2, 1 with --cpu-smoke")
+    p.add_argument("--warmup", type=int, default=1,
+                   help="unmeasured passes before each rate's measured one (0: about half the time; the server "
+                        "stays warm between rates, but the first rate then meets a cold server)")
     p.add_argument("--max-output-len", type=int, default=256, help="cap on ShareGPT's answer lengths (time budget)")
     p.add_argument("--slo-ttft-ms", type=float, default=1000.0)
     p.add_argument("--slo-tpot-ms", type=float, default=100.0)
@@ -102,7 +109,7 @@ def run_sweep(base_url: str, model_name: str, out: Path, args) -> tuple[Path, di
     matrix = parse_matrix({
         "name": "serving-sweep", "backends": ["openai"], "model": args.model, "precisions": [args.dtype],
         "max_batch_sizes": [8],  # the warm-up's size: with max_concurrency none it limits nothing else
-        "workloads": ["sharegpt"], "device": args.device, "trials": 1, "warmup": 1, "runs": args.runs, "timeout_s": 900,
+        "workloads": ["sharegpt"], "device": args.device, "trials": 1, "warmup": args.warmup, "runs": args.runs, "timeout_s": 900,
         "workload": {"sharegpt": {"source": "sharegpt", "num_requests": args.requests, "seed": 0,
                                   "max_input_len": 1024, "max_total_len": 2048, "max_output_len": args.max_output_len}},
         # model_name: the server is pinned to the directory (and 5.17's /v1/models may fail: no hub cache)

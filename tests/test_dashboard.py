@@ -4,6 +4,7 @@ draws, and hostile text from data cannot inject markup. Skips only when Chromium
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -136,3 +137,29 @@ def test_stores_of_the_same_name_from_two_machines_stay_apart(tmp_path):
     title = comparisons[0]["layout"]["title"]["text"]
     assert "box-a (NVIDIA H200)" in title and "box-b (NVIDIA A10)" in title and "default" not in title
     assert "<title>bench: box-a (NVIDIA H200) · 0123456" in page
+
+
+SERVING = Path(__file__).resolve().parent.parent / "docs" / "data" / "h200-serving-2026-12-01"
+
+
+def test_a_rate_sweep_gets_latency_and_requests_against_the_offered_rate(tmp_path):
+    """The H200 sweep (two `transformers serve` processes, docs/gpu-results.md): one line per server, rates in order."""
+    paths = build_report([SERVING / "serving-sweep.jsonl", SERVING / "serving-sweep-2.jsonl"], tmp_path,
+                         {"backend": "openai", "request_rate": 1.0})
+    figs = _figures(paths["dashboard"].read_text())
+    latency = _figure(figs, "Latency vs offered request rate")
+    requests = _figure(figs, "Requests/s vs offered request rate")
+    ttft = {t["name"]: t for t in latency["data"] if t["name"].endswith("TTFT p50")}
+    assert len(ttft) == 2 and all("request_rate" not in name for name in ttft)  # a line per server, not per rate
+    first = next(t for name, t in ttft.items() if "33829" in name)
+    assert first["x"] == [1.0, 2.0, 4.0, 8.0, 16.0]  # ascending, every rate of the first server
+    assert first["y"][-1] == pytest.approx(159.48, abs=0.01)  # its 16 req/s pass: TTFT p50 of the store
+    completed = next(t for t in requests["data"] if t["name"].endswith("completed req/s") and "33829" in t["name"])
+    assert completed["y"][0] == pytest.approx((0.59196 + 0.74088) / 2, abs=1e-4)  # 1 req/s: the mean of its 2 runs
+    assert latency["layout"]["xaxis"]["type"] == "log" and latency["layout"]["yaxis2"]["overlaying"] == "y"
+
+
+def test_no_rate_figures_without_a_sweep(built):
+    _, paths = built
+    titles = [f["layout"]["title"]["text"] for f in _figures(paths["dashboard"].read_text())]
+    assert not any("offered request rate" in t for t in titles)

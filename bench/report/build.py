@@ -237,6 +237,10 @@ def _dashboard(data, cells: pd.DataFrame, tables: dict, kernels: pd.DataFrame | 
             ("Speedup heatmap", F.speedup_heatmap(table, key), ""),
             ("OOM frontier", F.oom_frontier(c, key), ""),
         ]
+        latency_rate, requests_rate = F.latency_vs_rate(c, key), F.throughput_vs_rate(c, key)
+        if latency_rate is not None:  # a request-rate sweep (openai backend): the serving view
+            figs.append(("Latency vs offered request rate", latency_rate, ""))
+            figs.append(("Requests/s and goodput vs offered request rate", requests_rate, ""))
         if s is not None:
             figs.append(("Latency distributions (TTFT, TPOT)", F.latency_boxes(c, s, key), ""))
             figs.append(("Workload lengths", F.length_histograms(s, key), ""))

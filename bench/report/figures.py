@@ -181,6 +181,82 @@ def throughput_vs_batch(cells: pd.DataFrame, title: str) -> dict:
         yaxis={"title": {"text": "output tokens/s (failures marked x above the points)"}, "rangemode": "tozero"})}
 
 
+def _sweep_series(cells: pd.DataFrame) -> list[tuple[str, pd.DataFrame]] | None:
+    """Return [(label, ok cells by ascending offered rate)] of a request-rate sweep, None unless 2+ rates were offered.
+
+    The label leaves request_rate out (it is the x axis), so each server and configuration is
+    one line; a line's points are its cells at each rate.
+    """
+    if "offered_request_rate" not in cells or cells.offered_request_rate.dropna().nunique() < 2:
+        return None
+    sweep = cells[cells.offered_request_rate.notna() & (cells.status == "ok")].reset_index(drop=True)
+
+    def without_rate(options):
+        try:
+            return json.dumps({k: v for k, v in json.loads(options).items() if k != "request_rate"}, sort_keys=True)
+        except (TypeError, ValueError):
+            return options
+
+    source = sweep["all_options"] if "all_options" in sweep else sweep.options
+    labels = series_labels(sweep.assign(all_options=source.map(without_rate), options=sweep.options.map(without_rate)))
+    sweep = sweep.assign(_label=labels)
+    return [(label, g.sort_values("offered_request_rate")) for label, g in sweep.groupby("_label", sort=True)]
+
+
+_BELOW = {"orientation": "h", "y": -0.25}  # a right-hand y axis leaves no room for the legend beside the plot
+
+
+def _rate_axis(cells: pd.DataFrame) -> dict:
+    rates = sorted(cells.offered_request_rate.dropna().unique().tolist())
+    return {"title": {"text": "offered request rate (req/s, Poisson)"}, "type": "log", "tickvals": rates,
+            "ticktext": [f"{r:g}" for r in rates]}
+
+
+def latency_vs_rate(cells: pd.DataFrame, title: str) -> dict | None:
+    """Return TTFT p50 (solid, left axis) and TPOT p50 (dashed, right axis) vs the offered rate; None without a sweep."""
+    series = _sweep_series(cells)
+    if series is None:
+        return None
+    colors = series_colors([label for label, _ in series])
+    data = []
+    for label, g in series:
+        hover = [cell_hover(r) for r in g.to_dict("records")]
+        x = g.offered_request_rate.tolist()
+        for col, name, axis, dash in (("ttft_median_ms", "TTFT p50", "y", "solid"), ("tpot_median_ms", "TPOT p50", "y2", "dash")):
+            if col in g:
+                data.append({"type": "scatter", "mode": "lines+markers", "name": esc(f"{label}: {name}"),
+                             "legendgroup": esc(label), "x": x, "y": g[col].tolist(), "yaxis": axis,
+                             "line": {"color": colors[label], "dash": dash}, "marker": {"color": colors[label]},
+                             "hovertext": hover, "hoverinfo": "text"})
+    return {"data": data, "layout": _layout(f"Latency vs offered request rate — {title}", xaxis=_rate_axis(cells),
+            yaxis={"title": {"text": "TTFT p50 (ms), solid"}, "rangemode": "tozero"},
+            yaxis2={"title": {"text": "TPOT p50 (ms), dashed"}, "overlaying": "y", "side": "right", "rangemode": "tozero"},
+            legend=_BELOW, height=520)}
+
+
+def throughput_vs_rate(cells: pd.DataFrame, title: str) -> dict | None:
+    """Return completed req/s (solid) and goodput under the SLO (dashed) vs the offered rate, with the offered
+    rate itself as a grey line (a server that keeps up sits on it); None without a sweep."""
+    series = _sweep_series(cells)
+    if series is None:
+        return None
+    colors = series_colors([label for label, _ in series])
+    rates = sorted(cells.offered_request_rate.dropna().unique().tolist())
+    data = [{"type": "scatter", "mode": "lines", "name": "offered", "x": rates, "y": rates,
+             "line": {"color": "#999999", "dash": "dot"}, "hoverinfo": "skip"}]
+    for label, g in series:
+        hover = [cell_hover(r) for r in g.to_dict("records")]
+        for col, name, dash in (("request_throughput", "completed req/s", "solid"), ("request_goodput", "goodput", "dash")):
+            if col in g and g[col].notna().any():
+                data.append({"type": "scatter", "mode": "lines+markers", "name": esc(f"{label}: {name}"),
+                             "legendgroup": esc(label), "x": g.offered_request_rate.tolist(), "y": g[col].tolist(),
+                             "line": {"color": colors[label], "dash": dash}, "marker": {"color": colors[label]},
+                             "hovertext": hover, "hoverinfo": "text"})
+    return {"data": data, "layout": _layout(f"Requests/s vs offered request rate — {title}", xaxis=_rate_axis(cells),
+            yaxis={"title": {"text": "req/s: completed (solid), goodput under the SLO (dashed)"}, "rangemode": "tozero"},
+            legend=_BELOW, height=520)}
+
+
 def speedup_heatmap(table: pd.DataFrame, title: str) -> dict:
     """Return a heatmap of generation speedup (rows series, columns max_batch_size); failures labelled.
 
