@@ -212,22 +212,30 @@ def _rate_axis(cells: pd.DataFrame) -> dict:
             "ticktext": [f"{r:g}" for r in rates]}
 
 
+def _rate_lines(series: list[tuple[str, pd.DataFrame]], specs: tuple) -> list[dict]:
+    """Return one line per (series, spec) against the offered rate: spec = (column, name, dash, y axis).
+
+    A series keeps its colour across specs; a column the cells lack, or hold no value in, draws no line.
+    """
+    colors = series_colors([label for label, _ in series])
+    data = []
+    for label, g in series:
+        hover = [cell_hover(r) for r in g.to_dict("records")]
+        for col, name, dash, axis in specs:
+            if col in g and g[col].notna().any():
+                data.append({"type": "scatter", "mode": "lines+markers", "name": esc(f"{label}: {name}"),
+                             "legendgroup": esc(label), "x": g.offered_request_rate.tolist(), "y": g[col].tolist(),
+                             "yaxis": axis, "line": {"color": colors[label], "dash": dash},
+                             "marker": {"color": colors[label]}, "hovertext": hover, "hoverinfo": "text"})
+    return data
+
+
 def latency_vs_rate(cells: pd.DataFrame, title: str) -> dict | None:
     """Return TTFT p50 (solid, left axis) and TPOT p50 (dashed, right axis) vs the offered rate; None without a sweep."""
     series = _sweep_series(cells)
     if series is None:
         return None
-    colors = series_colors([label for label, _ in series])
-    data = []
-    for label, g in series:
-        hover = [cell_hover(r) for r in g.to_dict("records")]
-        x = g.offered_request_rate.tolist()
-        for col, name, axis, dash in (("ttft_median_ms", "TTFT p50", "y", "solid"), ("tpot_median_ms", "TPOT p50", "y2", "dash")):
-            if col in g:
-                data.append({"type": "scatter", "mode": "lines+markers", "name": esc(f"{label}: {name}"),
-                             "legendgroup": esc(label), "x": x, "y": g[col].tolist(), "yaxis": axis,
-                             "line": {"color": colors[label], "dash": dash}, "marker": {"color": colors[label]},
-                             "hovertext": hover, "hoverinfo": "text"})
+    data = _rate_lines(series, (("ttft_median_ms", "TTFT p50", "solid", "y"), ("tpot_median_ms", "TPOT p50", "dash", "y2")))
     return {"data": data, "layout": _layout(f"Latency vs offered request rate — {title}", xaxis=_rate_axis(cells),
             yaxis={"title": {"text": "TTFT p50 (ms), solid"}, "rangemode": "tozero"},
             yaxis2={"title": {"text": "TPOT p50 (ms), dashed"}, "overlaying": "y", "side": "right", "rangemode": "tozero"},
@@ -240,18 +248,11 @@ def throughput_vs_rate(cells: pd.DataFrame, title: str) -> dict | None:
     series = _sweep_series(cells)
     if series is None:
         return None
-    colors = series_colors([label for label, _ in series])
     rates = sorted(cells.offered_request_rate.dropna().unique().tolist())
-    data = [{"type": "scatter", "mode": "lines", "name": "offered", "x": rates, "y": rates,
-             "line": {"color": "#999999", "dash": "dot"}, "hoverinfo": "skip"}]
-    for label, g in series:
-        hover = [cell_hover(r) for r in g.to_dict("records")]
-        for col, name, dash in (("request_throughput", "completed req/s", "solid"), ("request_goodput", "goodput", "dash")):
-            if col in g and g[col].notna().any():
-                data.append({"type": "scatter", "mode": "lines+markers", "name": esc(f"{label}: {name}"),
-                             "legendgroup": esc(label), "x": g.offered_request_rate.tolist(), "y": g[col].tolist(),
-                             "line": {"color": colors[label], "dash": dash}, "marker": {"color": colors[label]},
-                             "hovertext": hover, "hoverinfo": "text"})
+    offered = {"type": "scatter", "mode": "lines", "name": "offered", "x": rates, "y": rates,
+               "line": {"color": "#999999", "dash": "dot"}, "hoverinfo": "skip"}
+    data = [offered, *_rate_lines(series, (("request_throughput", "completed req/s", "solid", "y"),
+                                           ("request_goodput", "goodput", "dash", "y")))]
     return {"data": data, "layout": _layout(f"Requests/s vs offered request rate — {title}", xaxis=_rate_axis(cells),
             yaxis={"title": {"text": "req/s: completed (solid), goodput under the SLO (dashed)"}, "rangemode": "tozero"},
             legend=_BELOW, height=520)}
