@@ -15,7 +15,8 @@ config, a one-tensor checkpoint the loader completes at random on the GPU, Qwen'
 start `transformers serve MODEL_DIR --continuous-batching` on a local port; run one matrix of
 the openai backend over ShareGPT with request_rate = each of --rates (Poisson, vLLM's
 schedule), each rate in --runs fresh client processes against the one server, open loop
-(max_concurrency none), goodput under --slo-ttft-ms / --slo-tpot-ms; stop the server; write the store, the tables and dashboard (bench report) and results.md under --out.
+(max_concurrency none), goodput under --slo-ttft-ms / --slo-tpot-ms; stop the server; write the
+store, the tables and dashboard (bench report) and results.md under --out.
 NVML telemetry (power, energy, memory of the GPU the server uses) comes with each pass when
 --device is cuda.
 """
