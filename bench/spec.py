@@ -10,14 +10,15 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import re
 import sys
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from bench import CELL_ID_VERSION
+from bench.backends.registry import BACKENDS, backend_config
 from bench.errors import BenchInputError, choices
+from bench.machine.devices import DEVICE_RE, device_pool
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -25,19 +26,6 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 PRESETS_DIR = Path(__file__).parent / "presets"
-DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
-
-
-def cuda_ordinal(device: str) -> int | None:
-    """Return the CUDA ordinal a device string names: N for 'cuda:N', 0 for 'cuda', None for a CPU.
-
-    The one parser of device indices. The ordinal counts the GPUs this process sees (after
-    CUDA_VISIBLE_DEVICES); bench.execution.environment.nvml_device maps it to NVML's GPU.
-    """
-    if not device.startswith("cuda"):
-        return None
-    _, _, n = device.partition(":")
-    return int(n) if n else 0
 
 
 def canonical_json(obj: Any) -> str:
@@ -184,11 +172,10 @@ def identity_options(backend: str, options: dict) -> dict:
     Cell ids, build keys, labels and report frames all use this, so a record stored before a
     (later) option existed and one stored after it show and match as the same configuration.
     """
-    from bench.backends import BACKENDS, backend_class
 
     if backend not in BACKENDS:  # a stored record of a backend this install does not have
         return dict(options)
-    declared = backend_class(backend).options
+    declared = backend_config(backend).options
     return {k: v for k, v in options.items() if not (k in declared and declared[k].keeps_ids_at_default and declared[k].default == v)}
 
 
@@ -232,9 +219,8 @@ class Cell:
         )
 
     def build_key(self) -> BuildKey:
-        from bench.backends import backend_class
 
-        backend = backend_class(self.backend)
+        backend = backend_config(self.backend)
         build_opts = tuple(
             (k, v) for k, v in identity_options(self.backend, self.options_dict).items() if backend.options[k].in_build_key
         )
@@ -301,7 +287,7 @@ class RunSettings:
     timeout_s: float = 1800.0  # per cell (all its trials), after the build
     build_timeout_s: float = 3600.0
     # Emulate a smaller device: cap the memory a cell may use, in GB (1e9 bytes); None = the
-    # whole device. Read by workers through bench.execution.memory_cap.cap_bytes(); see docs/oom.md.
+    # whole device. Read by workers through bench.machine.memory_cap.cap_bytes(); see docs/oom.md.
     gpu_memory_gb: float | None = None
     # Where build groups run (docs/scale-out.md): "local" worker processes on this machine, or
     # "ray" tasks on a Ray cluster (ray_address: None = ray.init's default, "auto", "ray://...").
@@ -313,7 +299,6 @@ class RunSettings:
 
 
 EXECUTORS = ("local", "ray")
-POOL_DEVICE_RE = re.compile(r"^cuda:\d+$")
 
 
 @dataclass(frozen=True)
@@ -378,7 +363,6 @@ def _axis(data: dict, plural: str, singular: str | None = None) -> list:
 
 def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
     """Return the validated Matrix for an already-parsed TOML document."""
-    from bench.backends import backend_class
     from bench.models import resolve_model
 
     unknown = set(data) - TOP_KEYS
@@ -416,8 +400,8 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
         if not isinstance(dev, str) or not DEVICE_RE.match(dev):
             raise BenchInputError(f"unknown device {dev!r}: use 'cpu', 'cuda' or 'cuda:N'")
     for name in backends:
-        backend_class(name)  # raises for unknown backends
-    if any(backend_class(b).local_model for b in backends):
+        backend_config(name)  # raises for unknown backends
+    if any(backend_config(b).local_model for b in backends):
         for model in models:
             resolve_model(model)  # raises for unknown models / directories without config.json
 
@@ -434,7 +418,7 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
         keys = sorted(given)
         combos = []
         for values in itertools.product(*(_as_list(given[k]) for k in keys)):
-            combos.append(backend_class(backend).normalize_options(dict(zip(keys, values, strict=True))))
+            combos.append(backend_config(backend).normalize_options(dict(zip(keys, values, strict=True))))
         return combos
 
     cells: list[Cell] = []
@@ -473,7 +457,7 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
     if not unique:
         raise BenchInputError("the matrix expands to zero cells: check the exclude rules")
     for cell in unique:
-        backend_class(cell.backend).validate(cell)
+        backend_config(cell.backend).validate(cell)
 
     settings = RunSettings(
         trials=data.get("trials", RunSettings.trials),
@@ -512,27 +496,10 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
     )
 
 
-def device_pool(value: Any) -> tuple[str, ...]:
-    """Return the local executor's GPUs from a matrix's `devices` (or --devices): ('cuda:0', ...) or ('all',)."""
-    if value == "all" or value == ["all"]:
-        return ("all",)
-    values = [v.strip() for v in value.split(",")] if isinstance(value, str) else value
-    if not isinstance(values, (list, tuple)) or not values:
-        raise BenchInputError(f"devices must be 'all' or a list of GPUs such as ['cuda:0', 'cuda:1'], got {value!r}")
-    for v in values:
-        if not isinstance(v, str) or not POOL_DEVICE_RE.match(v):
-            raise BenchInputError(
-                f"devices lists the GPUs a matrix is spread over, each 'cuda:N' (or devices = 'all'), got {v!r}; "
-                "to measure every cell on several kinds of device, make device an axis: device = ['cpu', 'cuda']"
-            )
-    if len(set(values)) != len(values):
-        raise BenchInputError(f"devices names a GPU twice: {list(values)}")
-    return tuple(values)
-
 
 def check_placement(settings: RunSettings, cells) -> None:
     """Raise BenchInputError if the executor settings do not fit each other or the cells (before any run)."""
-    from bench.backends.base import tensor_parallel_size
+    from bench.backends.declaration import tensor_parallel_size
 
     if settings.executor not in EXECUTORS:
         raise BenchInputError(f"unknown executor {settings.executor!r}: valid executors are {choices(EXECUTORS)}")

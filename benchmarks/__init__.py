@@ -21,7 +21,7 @@ elif not os.environ.get("ASV_COMMIT") and (_CHECKOUT / "bench" / "__init__.py").
     sys.path.insert(0, str(_CHECKOUT))
 
 # asv names the commit it installed; records then carry it rather than whatever git repository
-# encloses the environment (bench.execution.environment.project_commit reads BENCH_COMMIT first).
+# encloses the environment (bench.machine.environment.project_commit reads BENCH_COMMIT first).
 if os.environ.get("ASV_COMMIT") and not os.environ.get("BENCH_COMMIT"):
     os.environ["BENCH_COMMIT"] = os.environ["ASV_COMMIT"]
     os.environ["BENCH_DIRTY"] = "0"

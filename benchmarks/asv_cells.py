@@ -4,7 +4,7 @@ asv treats every value as "bigger is worse", so nothing here returns tokens/s: e
 milliseconds per output token (the inverse of output throughput), the median E2E time per
 request, and peak memory (the device's on a GPU, the worker's RSS on the CPU). Values are the
 median over the matrix's trials (warm-up excluded), measured once per asv run in setup_cache
-by the real harness (bench.execution.matrix.run_matrix: worker subprocesses, the result store).
+by the real harness (bench.runner.matrix.run_matrix: worker subprocesses, the result store).
 
 Which cells: BENCH_ASV_MATRIX=cpu (default) runs the CPU default model (hf backend, qwen-tiny)
 on a tiny ShareGPT slice; BENCH_ASV_MATRIX=gpu runs the Qwen-7B-shaped model in bf16 at batch 1
@@ -75,8 +75,8 @@ def measure(matrix, keep_store: str | Path | None = None) -> dict[str, dict[str,
     """
     import shutil
 
-    from bench.execution.matrix import run_matrix
     from bench.results import query
+    from bench.runner.matrix import run_matrix
 
     keep_dir = keep_store or os.environ.get("BENCH_ASV_STORE_DIR")
     with tempfile.TemporaryDirectory(prefix="bench-asv-") as tmp:

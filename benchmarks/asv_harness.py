@@ -19,12 +19,12 @@ from pathlib import Path
 
 def write_store(path: Path, cells: int = 32, runs: int = 3, slowdown: float = 1.0) -> Path:
     """Write a store of cells x runs fake-backend records, one trial per run (real metrics from the virtual clock)."""
-    from bench.backends.fake import FakeLoaded
-    from bench.results.metrics import pass_metrics, request_samples
+    from bench.backends.fake.backend import FakeLoaded
+    from bench.metrics import pass_metrics, request_samples
     from bench.results.records import RunContext, new_record
     from bench.results.store import ResultStore
     from bench.spec import WorkloadSpec
-    from bench.workloads.workload import Request
+    from bench.workloads.request import Request
 
     store = ResultStore(path)
     requests = [Request(f"r{i}", tuple(range(16 + i % 8)), 8 + i % 5) for i in range(32)]

@@ -3,7 +3,7 @@
     python -m benchmarks.asv_planted [--mode continuous|existing] [--factor 1.10] [--keep]
 
 The clone (of this checkout's HEAD commit; uncommitted changes are not in it) gets two commits:
-SLOW multiplies every duration of the fake backend's virtual clock by 1.3 (bench/backends/fake.py,
+SLOW multiplies every duration of the fake backend's virtual clock by 1.3 (bench/backends/fake/backend.py,
 the `k = opts["slowdown"]` line), UNDO reverts it. Then, on FakeCell (the whole harness on the
 fake backend: matrix, worker subprocess, store, the suite's aggregation):
 
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGET = "bench/backends/fake.py"
+TARGET = "bench/backends/fake/backend.py"
 ANCHOR = 'k = opts["slowdown"]'
 SLOW = 'k = opts["slowdown"] * 1.3  # planted by benchmarks/asv_planted.py'
 

@@ -35,7 +35,7 @@ def matrix(groups: int, trials: int, wall_ms: float, devices: int | None):
 
 
 def timed_run(m, folder: Path) -> float:
-    from bench.execution.matrix import run_matrix
+    from bench.runner.matrix import run_matrix
 
     t0 = time.perf_counter()
     summary = run_matrix(m, folder / "store.jsonl", engines_dir=folder / "engines",

@@ -102,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_sweep(base_url: str, model_name: str, out: Path, args) -> tuple[Path, dict]:
     """Run the rate sweep through bench's matrix runner; return the store and the report's paths."""
-    from bench.execution.matrix import run_matrix
     from bench.report.build import build_report
+    from bench.runner.matrix import run_matrix
     from bench.spec import parse_matrix
 
     rates = [float(r) for r in args.rates.split(",")]

@@ -57,8 +57,8 @@ def workload_spec(args) -> dict:
 
 def run_bench(url: str, out: Path, args, model: str) -> dict:
     """Return bench's per-request rows and headline metrics of one openai pass against url."""
-    from bench.execution.matrix import run_matrix
     from bench.results.store import ResultStore
+    from bench.runner.matrix import run_matrix
     from bench.spec import parse_matrix
 
     store = out / "bench.jsonl"

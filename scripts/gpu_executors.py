@@ -44,8 +44,8 @@ def matrices(executor: str) -> list:
 
 
 def run(executor: str, work: Path) -> list[dict]:
-    from bench.execution.matrix import run_matrix
     from bench.results.store import ResultStore
+    from bench.runner.matrix import run_matrix
 
     store = work / f"{executor}.jsonl"
     for m in matrices(executor):

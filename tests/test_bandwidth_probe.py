@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 
 from bench.backends import speed_of_light as sol
-from bench.backends.fake import FakeBackend
+from bench.backends.fake.backend import FakeBackend
 from bench.execution import worker
 from bench.spec import BuildKey
 

@@ -24,7 +24,7 @@ def commit_seen_by(project: Path) -> dict:
     """Return project_commit() as a fresh process importing the `bench` copied into `project` sees it."""
     env = {k: v for k, v in os.environ.items() if k not in ("BENCH_COMMIT", "BENCH_DIRTY")}
     env["PYTHONPATH"] = str(project)
-    code = "import json, bench.execution.environment as e; print(json.dumps([e.__file__, e.project_commit()]))"
+    code = "import json, bench.machine.environment as e; print(json.dumps([e.__file__, e.project_commit()]))"
     out = subprocess.run([sys.executable, "-c", code], cwd=project, env=env, check=True, capture_output=True, text=True)
     where, commit = json.loads(out.stdout)
     assert Path(where).resolve().is_relative_to(project.resolve())  # the copy, not this worktree's bench
@@ -62,7 +62,7 @@ def test_the_projects_own_repository_gives_its_commit(tmp_path):
 
 
 def test_bench_commit_still_overrides(monkeypatch):
-    from bench.execution import environment
+    from bench.machine import environment
 
     monkeypatch.setenv("BENCH_COMMIT", "abc1234")
     monkeypatch.setenv("BENCH_DIRTY", "1")

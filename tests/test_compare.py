@@ -10,8 +10,8 @@ import pytest
 
 from bench.cli import main
 from bench.errors import BenchInputError
-from bench.execution.matrix import run_matrix
 from bench.results.compare import compare_stores, to_markdown
+from bench.runner.matrix import run_matrix
 from bench.spec import parse_matrix
 from tests.conftest import ROOT
 

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.execution import environment
-from bench.spec import cuda_ordinal
+from bench.machine import environment
+from bench.machine.devices import cuda_ordinal
 
 # Two GPUs as NVML numbers them (PCI order); CUDA_VISIBLE_DEVICES below shows CUDA only the second.
 UUIDS = {0: "GPU-aaaaaaaa-0000-0000-0000-000000000000", 1: "GPU-bbbbbbbb-1111-1111-1111-111111111111"}
@@ -81,7 +81,7 @@ def test_a_device_outside_the_visible_list_is_named_in_the_fingerprint(monkeypat
 
 def test_a_tensor_parallel_cell_samples_every_gpu(monkeypatch):
     """Power, energy and memory of a tp=2 cell are both GPUs' sums, not rank 0's alone."""
-    from bench.execution.telemetry import Sampler
+    from bench.machine.telemetry import Sampler
 
     nv = nvml_stub()
     nv.nvmlDeviceGetPowerUsage = lambda h: [100_000, 150_000][h]  # mW

@@ -2,8 +2,8 @@
 
 import pytest
 
-from bench.execution.matrix import run_matrix
 from bench.results.store import ResultStore
+from bench.runner.matrix import run_matrix
 from bench.spec import parse_matrix
 
 

@@ -3,10 +3,10 @@
 import pytest
 
 from bench.cli import main
-from bench.execution.matrix import plan, run_matrix
 from bench.results import query
 from bench.results.estimate import estimate_run
 from bench.results.records import new_context
+from bench.runner.matrix import plan, run_matrix
 from bench.spec import load_matrix
 
 MATRIX = """

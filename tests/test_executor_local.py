@@ -12,8 +12,8 @@ import pytest
 
 from bench.errors import BenchInputError
 from bench.execution.executors.local import LocalExecutor, resolve_pool
-from bench.execution.matrix import run_matrix
 from bench.results.store import ResultStore
+from bench.runner.matrix import run_matrix
 from bench.spec import narrow, parse_matrix
 
 WORKLOAD = {"w": {"source": "synthetic", "input_len": 8, "output_len": 4, "num_requests": 2}}

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.execution.matrix import run_matrix
 from bench.results.store import ResultStore
+from bench.runner.matrix import run_matrix
 from bench.spec import narrow, parse_matrix
 
 ray = pytest.importorskip("ray")

@@ -4,7 +4,7 @@ import signal
 
 import pytest
 
-from bench.execution.failures import classify_exception, classify_exit, classify_text
+from bench.machine.failures import classify_exception, classify_exit, classify_text
 
 
 @pytest.mark.parametrize("text", [

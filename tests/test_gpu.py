@@ -36,7 +36,7 @@ def engines(tmp_path_factory):
 
 def _tiny(engines, dtype="bf16", **options):
     """Return a loaded qwen-tiny (2 layers, Qwen's vocabulary) hf cell on cuda:0."""
-    from bench.backends.hf import HFBackend
+    from bench.backends.hf.backend import HFBackend
     from bench.spec import BuildKey
 
     opts = {"attn_implementation": "sdpa", "cache": "dynamic", "compile": "off", **options}
@@ -65,13 +65,13 @@ def _cycles_per_ms() -> float:
 
 def test_cuda_event_token_times_match_a_known_sleep():
     """The hf backend times tokens with CUDA events recorded between GPU work and read after the batch
-    (bench.backends.hf_loop.record_mark): the gaps must be the sleeps' lengths, and recording must not
+    (bench.backends.hf.loop.record_mark): the gaps must be the sleeps' lengths, and recording must not
     wait for the GPU."""
     import time
 
     import torch
 
-    from bench.backends.hf_loop import record_mark
+    from bench.backends.hf.loop import record_mark
     from bench.profiling.session import wall
 
     per_ms = _cycles_per_ms()
@@ -112,9 +112,9 @@ def test_compiled_harness_loop_gives_generates_tokens_in_bf16(engines):
     """
     import torch
 
-    from bench.backends.hf import left_padded
-    from bench.backends.hf_loop import UNWRITTEN
-    from bench.workloads.workload import Request
+    from bench.backends.hf.backend import left_padded
+    from bench.backends.hf.loop import UNWRITTEN
+    from bench.workloads.request import Request
 
     loaded = _tiny(engines, cache="static", compile="reduce-overhead", decode_loop="harness")
     loop = loaded.loop
@@ -156,14 +156,14 @@ def test_compiled_harness_loop_gives_generates_tokens_in_bf16(engines):
 
 
 def test_the_memory_cap_raises_a_real_oom_just_past_the_cap(tmp_path):
-    """gpu_memory_gb = 2 (bench.execution.memory_cap): 1.8 GB fit, 2.5 GB raise torch's OOM, classified 'oom'.
+    """gpu_memory_gb = 2 (bench.machine.memory_cap): 1.8 GB fit, 2.5 GB raise torch's OOM, classified 'oom'.
 
     In a subprocess: the cap (set_per_process_memory_fraction) is process-wide.
     """
     code = """
 import json, torch
-from bench.execution.failures import classify_exception
-from bench.execution.memory_cap import apply_cap
+from bench.machine.failures import classify_exception
+from bench.machine.memory_cap import apply_cap
 applied = apply_cap("cuda")
 held = [torch.empty(int(1.0e9), dtype=torch.uint8, device="cuda")]
 held.append(torch.empty(int(0.8e9), dtype=torch.uint8, device="cuda"))  # 1.8 GB: under the cap
@@ -194,7 +194,7 @@ print(json.dumps(out))
 
 
 def test_a_warm_process_runs_the_cached_tuned_kernels_instead_of_tuning_again(tmp_path):
-    """hf.keep_tuned_winners on the installed torch: three processes share one Inductor cache (a build key's folder).
+    """inductor_recheck.apply on the installed torch: three processes share one Inductor cache (a build key's folder).
 
     The first tunes its kernel by coordinate descent; a warm one with the backport must tune
     nothing and compute the right values from the cached winner. This kernel does not show
@@ -205,10 +205,10 @@ def test_a_warm_process_runs_the_cached_tuned_kernels_instead_of_tuning_again(tm
 import json, sys, torch
 import torch._inductor.config as inductor
 from torch._inductor.runtime.triton_heuristics import CachingAutotuner
-from bench.backends import hf
+from bench.backends.hf import compile as hf_compile, inductor_recheck
 inductor.coordinate_descent_tuning = True
 if sys.argv[1] == "1":
-    hf.keep_tuned_winners()
+    inductor_recheck.apply()
 tuned, rechecks = [], []
 recheck = CachingAutotuner.recheck_autotune_cache
 def counting_recheck(self, *args, **kwargs):
@@ -224,8 +224,8 @@ def f(x):
     return torch.sin(x) * 2 + torch.cos(x)
 x = torch.randn(1 << 22, device="cuda")
 torch.testing.assert_close(torch.compile(f)(x), f(x))
-print(json.dumps({"tuned": len(tuned), "rechecks": len(rechecks), "buggy": hf.recheck_skips_single_config_hits(),
-                  "static": bool(getattr(inductor, "use_static_cuda_launcher", False)), "settings": hf.inductor_settings()}))
+print(json.dumps({"tuned": len(tuned), "rechecks": len(rechecks), "buggy": inductor_recheck.recheck_skips_single_config_hits(),
+                  "static": bool(getattr(inductor, "use_static_cuda_launcher", False)), "settings": hf_compile.inductor_settings()}))
 """
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
            "TRITON_CACHE_DIR": str(tmp_path / "triton")}
@@ -251,8 +251,8 @@ print(json.dumps({"tuned": len(tuned), "rechecks": len(rechecks), "buggy": hf.re
 def test_nvml_readings_are_present_and_sane():
     import torch
 
-    from bench.execution.environment import fingerprint, gpu_info
-    from bench.execution.telemetry import Sampler
+    from bench.machine.environment import fingerprint, gpu_info
+    from bench.machine.telemetry import Sampler
 
     info = gpu_info(0)
     assert "nvml_error" not in info, info
@@ -297,10 +297,11 @@ def test_oom_and_cuda_errors_are_classified_through_worker_processes(tmp_path, e
       group's next cell fine (the OOM is a result, not a crash);
     - a prompt with a token id past the vocabulary: a CUDA device-side assert, stored as 'error', not 'oom'.
     """
-    from bench.execution.matrix import run_matrix
     from bench.results import query
+    from bench.runner.matrix import run_matrix
     from bench.spec import parse_matrix
-    from bench.workloads.workload import Request, Workload
+    from bench.workloads.request import Request
+    from bench.workloads.workload import Workload
 
     bad = tmp_path / "bad.json"
     bad.write_text(Workload("bad", [Request("r0", (1, 2, 10_000_000, 3), 4)], {}, "test").to_json())

@@ -47,7 +47,7 @@ def test_a_late_option_at_its_default_keeps_earlier_ids():
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from bench.backends.hf import HFBackend
+    from bench.backends.hf.backend import HFBackend
 
     key = BuildKey("hf", "qwen-tiny", "fp32", "cpu",
                    (("attn_implementation", "sdpa"), ("cache", "static"), ("compile", "off")))
@@ -73,7 +73,7 @@ def left_padded(loaded, prompts):
 def test_harness_loop_emits_generates_greedy_tokens(tiny):
     import torch
 
-    from bench.backends.hf_loop import DecodeLoop
+    from bench.backends.hf.loop import DecodeLoop
 
     prompts = [[5, 17, 230, 9, 4000, 12], [77, 78], [151000, 3, 3, 8]]  # left padding of 0, 4 and 2
     ids, mask = left_padded(tiny, prompts)
@@ -97,7 +97,7 @@ def test_the_step_compiles_as_one_graph(tiny):
     """fullgraph=True: a graph break in the step (which would run eagerly on the GPU) fails here first."""
     import torch
 
-    from bench.backends.hf_loop import DecodeLoop
+    from bench.backends.hf.loop import DecodeLoop
 
     ids, mask = left_padded(tiny, [[5, 6, 7, 8], [9, 10]])
     loop = DecodeLoop(tiny.model, "off", tiny.device)
@@ -113,8 +113,8 @@ def test_the_step_compiles_as_one_graph(tiny):
 @pytest.mark.slow
 def test_harness_loop_through_the_backend(tmp_path):
     """run() with decode_loop=harness: exact output lengths per request, one time per token."""
-    from bench.backends.hf import HFBackend
-    from bench.workloads.workload import Request
+    from bench.backends.hf.backend import HFBackend
+    from bench.workloads.request import Request
 
     key = BuildKey("hf", "qwen-tiny", "fp32", "cpu", (("attn_implementation", "sdpa"), ("cache", "static"),
                                                       ("compile", "off"), ("decode_loop", "harness")))
@@ -135,8 +135,8 @@ def test_a_chunked_prompt_gives_the_same_tokens(tmp_path, cache, loop):
     """prefill_len (OOM probes): prefill N tokens, feed the rest 16 at a time, then generate as before."""
     import torch
 
-    from bench.backends.hf import HFBackend
-    from bench.workloads.workload import Request
+    from bench.backends.hf.backend import HFBackend
+    from bench.workloads.request import Request
 
     key = BuildKey("hf", "qwen-tiny", "fp32", "cpu", (("attn_implementation", "sdpa"), ("cache", cache),
                                                       ("compile", "off"), ("decode_loop", loop)))
@@ -186,8 +186,8 @@ def test_frozen_weights_concatenate_the_projections(tiny):
     import torch._inductor.config as inductor
     from torch._dynamo.utils import counters
 
-    from bench.backends import hf
-    from bench.backends.hf_loop import DecodeLoop
+    from bench.backends.hf import compile as hf_compile
+    from bench.backends.hf.loop import DecodeLoop
 
     ids, mask = left_padded(tiny, [[5, 6, 7, 8], [9, 10]])
     with torch.inference_mode():
@@ -197,8 +197,9 @@ def test_frozen_weights_concatenate_the_projections(tiny):
     # attribute it cannot see in __dict__ by deleting it, which hides the setting for good.
     with inductor.patch({"freezing": False, "cpp.enable_concat_linear": True}):  # concat: on by default on GPUs only
         for freeze in (False, True):
-            hf.configure_inductor("default", freeze)
-            assert hf.inductor_settings()["freezing"] is freeze
+            hf_compile._PROCESS = None  # a fresh worker process per setting
+            hf_compile.configure_process("test", "off", "default", freeze)
+            assert hf_compile.inductor_settings()["freezing"] is freeze
             counters.clear()
             torch._dynamo.reset()
             with torch.inference_mode():
@@ -206,6 +207,7 @@ def test_frozen_weights_concatenate_the_projections(tiny):
             assert torch.equal(got, want)
             extern[freeze] = counters["inductor"]["extern_calls"]  # matmuls (and attention) left to library kernels
     assert inductor.freezing is False  # restored
+    hf_compile._PROCESS = None
     torch._dynamo.reset()
     layers = tiny.model.config.num_hidden_layers
     assert extern[False] - extern[True] == 3 * layers  # per layer: 3 projections -> 1, 2 -> 1

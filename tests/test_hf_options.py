@@ -2,8 +2,12 @@
 
 import pytest
 
-import bench.execution.environment
-from bench.backends import hf
+import bench.machine.environment
+from bench.backends.hf import backend as hf
+from bench.backends.hf import compile as hf_compile
+from bench.backends.hf import config as hf_config
+from bench.backends.hf import inductor_recheck
+from bench.backends.hf import quantize as hf_quantize
 from bench.errors import BenchInputError
 from bench.spec import parse_matrix
 
@@ -24,15 +28,15 @@ def matrix(precision="bf16", device="cuda", model="qwen-tiny", **options):
 @pytest.fixture
 def gpu(monkeypatch):
     def set_gpu(info):
-        monkeypatch.setattr(bench.execution.environment, "gpu_info", lambda index=0: dict(info))
+        monkeypatch.setattr(bench.machine.environment, "gpu_info", lambda index=0: dict(info))
     set_gpu(H100)
     return set_gpu
 
 
 @pytest.fixture
 def torchao_installed(monkeypatch):
-    real = hf.util.find_spec
-    monkeypatch.setattr(hf.util, "find_spec", lambda name, *a: object() if name == "torchao" else real(name, *a))
+    real = hf_config.util.find_spec
+    monkeypatch.setattr(hf_config.util, "find_spec", lambda name, *a: object() if name == "torchao" else real(name, *a))
 
 
 def test_options_are_matrix_axes(gpu, torchao_installed):
@@ -77,18 +81,18 @@ def test_gpu_precisions_on_cpu(gpu, torchao_installed):
 
 
 def test_missing_torchao_names_the_install(gpu, monkeypatch):
-    real = hf.util.find_spec
-    monkeypatch.setattr(hf.util, "find_spec", lambda name, *a: None if name == "torchao" else real(name, *a))
+    real = hf_config.util.find_spec
+    monkeypatch.setattr(hf_config.util, "find_spec", lambda name, *a: None if name == "torchao" else real(name, *a))
     with pytest.raises(BenchInputError, match="pip install torchao"):
         matrix("int8wo")
 
 
 def test_flash_attention_needs_its_package(gpu, monkeypatch):
-    real = hf.util.find_spec
-    monkeypatch.setattr(hf.util, "find_spec", lambda name, *a: None if name == "flash_attn" else real(name, *a))
+    real = hf_config.util.find_spec
+    monkeypatch.setattr(hf_config.util, "find_spec", lambda name, *a: None if name == "flash_attn" else real(name, *a))
     with pytest.raises(BenchInputError, match="pip install flash-attn"):
         matrix(attn_implementation="flash_attention_2")
-    monkeypatch.setattr(hf.util, "find_spec", lambda name, *a: object() if name == "flash_attn" else real(name, *a))
+    monkeypatch.setattr(hf_config.util, "find_spec", lambda name, *a: object() if name == "flash_attn" else real(name, *a))
     with pytest.raises(BenchInputError, match="CUDA in fp16/bf16"):
         matrix("fp32", device="cpu", attn_implementation="flash_attention_2")
     assert matrix(attn_implementation="flash_attention_2").cells
@@ -109,7 +113,7 @@ def test_unknown_architecture(gpu, tmp_path):
 
 
 def test_static_cache_len_is_fixed_per_workload():
-    from bench.workloads.workload import Request
+    from bench.workloads.request import Request
 
     def req(i, n_in, n_out):
         return Request(str(i), tuple(range(n_in)), n_out)
@@ -122,8 +126,8 @@ def test_static_cache_len_is_fixed_per_workload():
 def test_stored_bytes_of_plain_tensors():
     import torch
 
-    assert hf.stored_bytes(torch.zeros(4, 8, dtype=torch.bfloat16)) == 64
-    assert hf.stored_bytes(torch.nn.Parameter(torch.zeros(10))) == 40
+    assert hf_quantize.stored_bytes(torch.zeros(4, 8, dtype=torch.bfloat16)) == 64
+    assert hf_quantize.stored_bytes(torch.nn.Parameter(torch.zeros(10))) == 40
 
 
 def test_configure_compile_sets_generation_config():
@@ -132,18 +136,18 @@ def test_configure_compile_sets_generation_config():
     from transformers import GenerationConfig
 
     model = SimpleNamespace(generation_config=GenerationConfig())
-    hf.configure_compile(model, "off", "static")
+    hf_compile.configure_compile(model, "off", "static")
     assert model.generation_config.disable_compile is True  # else transformers compiles static caches itself
-    hf.configure_compile(model, "reduce-overhead", "static")
+    hf_compile.configure_compile(model, "reduce-overhead", "static")
     cc = model.generation_config.compile_config
     assert model.generation_config.disable_compile is False and cc.mode == "reduce-overhead" and cc.dynamic is False
 
 
 @pytest.mark.slow
 def test_static_cache_warmup_covers_every_batch_size(tmp_path):
-    from bench.backends.hf import HFBackend
+    from bench.backends.hf.backend import HFBackend
     from bench.spec import BuildKey
-    from bench.workloads.workload import Request
+    from bench.workloads.request import Request
 
     key = BuildKey("hf", "qwen-tiny", "fp32", "cpu", (("attn_implementation", "sdpa"), ("cache", "static"), ("compile", "off")))
     backend = HFBackend()
@@ -173,17 +177,22 @@ def test_compile_tuning_needs_compile(gpu):
         assert late not in plain.build_key().to_dict()["options"]
 
 
-def test_configure_inductor():
+def test_configure_process_sets_inductor_once_per_build_key(monkeypatch):
     import torch._inductor.config as inductor
 
+    monkeypatch.setattr(hf_compile, "_PROCESS", None)  # a fresh worker process
     # torch's config.patch restores the settings (a pytest monkeypatch would hide them: test_hf_loop).
     with inductor.patch(coordinate_descent_tuning=False, freezing=False):
-        hf.configure_inductor("default")
-        assert hf.inductor_settings()["coordinate_descent_tuning"] is False
-        assert hf.inductor_settings()["freezing"] is False
-        hf.configure_inductor("coordinate-descent", freeze=True)
-        assert hf.inductor_settings()["coordinate_descent_tuning"] is True
-        assert hf.inductor_settings()["freezing"] is True
+        hf_compile.configure_process("key-a", "off", "default", False)
+        assert hf_compile.inductor_settings()["coordinate_descent_tuning"] is False
+        assert hf_compile.inductor_settings()["freezing"] is False
+        hf_compile.configure_process("key-a", "reduce-overhead", "default", False)  # same settings: allowed
+        with pytest.raises(AssertionError, match="one build key per process: .*key-a"):
+            hf_compile.configure_process("key-b", "reduce-overhead", "coordinate-descent", True)
+        monkeypatch.setattr(hf_compile, "_PROCESS", None)  # another fresh worker
+        hf_compile.configure_process("key-b", "reduce-overhead", "coordinate-descent", True)
+        assert hf_compile.inductor_settings()["coordinate_descent_tuning"] is True
+        assert hf_compile.inductor_settings()["freezing"] is True
     assert inductor.freezing is False
 
 
@@ -202,11 +211,11 @@ RECHECK_FIXED = """
 
 
 def test_recheck_bug_is_read_from_the_installed_source():
-    assert hf.recheck_skips_single_config_hits(RECHECK_2_11) is True
-    assert hf.recheck_skips_single_config_hits(RECHECK_FIXED) is False
+    assert inductor_recheck.recheck_skips_single_config_hits(RECHECK_2_11) is True
+    assert inductor_recheck.recheck_skips_single_config_hits(RECHECK_FIXED) is False
     import torch
 
-    installed = hf.recheck_skips_single_config_hits()  # this machine's torch
+    installed = inductor_recheck.recheck_skips_single_config_hits()  # this machine's torch
     if torch.__version__.startswith("2.11."):
         assert installed is True
     elif tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13):
@@ -222,9 +231,9 @@ def test_recheck_bug_is_read_from_the_installed_source():
 def test_inductor_settings_say_whether_each_process_retunes(monkeypatch, buggy, tuning, static, retunes):
     import torch._inductor.config as inductor
 
-    monkeypatch.setattr(hf, "recheck_skips_single_config_hits", lambda source=None: buggy)
+    monkeypatch.setattr(inductor_recheck, "recheck_skips_single_config_hits", lambda source=None: buggy)
     with inductor.patch(coordinate_descent_tuning=tuning, use_static_cuda_launcher=static):
-        settings = hf.inductor_settings()
+        settings = hf_compile.inductor_settings()
     assert settings["retunes_each_process"] is retunes and settings["static_cuda_launcher"] is static
 
 
@@ -235,12 +244,12 @@ def test_keep_tuned_winners_backports_the_fix_only_where_torch_lacks_it(monkeypa
 
     installed = CachingAutotuner.recheck_autotune_cache
     monkeypatch.setattr(CachingAutotuner, "recheck_autotune_cache", installed)  # restored after the test
-    monkeypatch.setattr(hf, "_RECHECK_BACKPORTED", False)
-    monkeypatch.setattr(hf, "recheck_skips_single_config_hits", lambda source=None: buggy)
-    assert hf.keep_tuned_winners() is buggy
-    assert (CachingAutotuner.recheck_autotune_cache is hf._recheck_autotune_cache) is buggy
+    monkeypatch.setattr(inductor_recheck, "_APPLIED", False)
+    monkeypatch.setattr(inductor_recheck, "recheck_skips_single_config_hits", lambda source=None: buggy)
+    assert inductor_recheck.apply() is buggy
+    assert (CachingAutotuner.recheck_autotune_cache is inductor_recheck._recheck_autotune_cache) is buggy
     with inductor.patch(coordinate_descent_tuning=True, use_static_cuda_launcher=True):
-        settings = hf.inductor_settings()
+        settings = hf_compile.inductor_settings()
     # Patched, the process keeps the cache's winners: the record must not say it re-tunes.
     assert settings["recheck_backported"] is buggy and settings["retunes_each_process"] is False
 
@@ -279,7 +288,7 @@ def test_backported_recheck_runs_the_cached_winner(monkeypatch, blocks, cached, 
     monkeypatch.setattr(th, "check_autotune_cache", lambda configs, filename, meta: (hits, None, {"hit": bool(hits)}))
     tuner = _Autotuner(*blocks)
     reloaded = type("Reloaded", (), {"fn": "kernel"})()
-    hf._recheck_autotune_cache(tuner, lambda: reloaded)
+    inductor_recheck._recheck_autotune_cache(tuner, lambda: reloaded)
     assert [r.config.kwargs["XBLOCK"] for r in tuner.compile_results] == ([kept_block] if cached else list(blocks))
     assert bool(tuner.compiled) is compiled and tuner.autotune_cache_info == {"hit": bool(hits)}
     if cached:  # marked: CachingAutotuner.run does not tune a found_by_coordesc config again
@@ -290,15 +299,15 @@ def test_backported_recheck_runs_the_cached_winner(monkeypatch, blocks, cached, 
 def test_tuned_kernel_configs_digest_the_winners_not_their_timing(tmp_path):
     import json
 
-    assert hf.tuned_kernel_configs(tmp_path / "none") == {"kernels": 0, "coordinate_descent": 0, "digest": None}
+    assert hf_compile.tuned_kernel_configs(tmp_path / "none") == {"kernels": 0, "coordinate_descent": 0, "digest": None}
     cache = tmp_path / "inductor" / "ab"
     cache.mkdir(parents=True)
     cfg = {"XBLOCK": 1, "R0_BLOCK": 2048, "num_warps": 8, "num_stages": 1, "found_by_coordesc": True}
     (cache / "k1.best_config").write_text(json.dumps({**cfg, "time_taken_ms": 1913}))
     (cache / "k2.best_config").write_text(json.dumps({**cfg, "found_by_coordesc": False, "time_taken_ms": 26}))
-    first = hf.tuned_kernel_configs(tmp_path / "inductor")
+    first = hf_compile.tuned_kernel_configs(tmp_path / "inductor")
     assert first["kernels"] == 2 and first["coordinate_descent"] == 1 and len(first["digest"]) == 16
     (cache / "k1.best_config").write_text(json.dumps({**cfg, "time_taken_ms": 2500}))  # re-tuned, same winner
-    assert hf.tuned_kernel_configs(tmp_path / "inductor") == first
+    assert hf_compile.tuned_kernel_configs(tmp_path / "inductor") == first
     (cache / "k1.best_config").write_text(json.dumps({**cfg, "R0_BLOCK": 4096, "time_taken_ms": 2500}))
-    assert hf.tuned_kernel_configs(tmp_path / "inductor")["digest"] != first["digest"]
+    assert hf_compile.tuned_kernel_configs(tmp_path / "inductor")["digest"] != first["digest"]

@@ -2,7 +2,8 @@
 
 import pytest
 
-from bench.backends import hf
+from bench.backends.hf import config as hf_config
+from bench.backends.hf import quantize as hf_quantize
 from bench.errors import BenchInputError
 from tests.test_hf_options import gpu, matrix  # noqa: F401  (gpu: the H100 stand-in fixture)
 
@@ -10,11 +11,11 @@ from tests.test_hf_options import gpu, matrix  # noqa: F401  (gpu: the H100 stan
 @pytest.fixture
 def installed(monkeypatch, gpu):  # noqa: F811
     """On the H100 stand-in, pretend exactly these optional packages are installed (find_spec sees them)."""
-    real = hf.util.find_spec
+    real = hf_config.util.find_spec
 
     def set_installed(*names):
         optional = {"torchao", "gemlite"}
-        monkeypatch.setattr(hf.util, "find_spec", lambda name, *a: (object() if name in names else None)
+        monkeypatch.setattr(hf_config.util, "find_spec", lambda name, *a: (object() if name in names else None)
                             if name in optional else real(name, *a))
     set_installed("torchao", "gemlite")
     return set_installed
@@ -77,13 +78,13 @@ def test_unwrapped_int8_weights_are_plain_tensors_with_the_same_outputs(torchao_
     import torch
 
     wrapped, plain = tiny_model(), tiny_model()
-    assert hf.quantize(wrapped, "int8wo") is False
-    assert hf.quantize(plain, "int8wo", unwrap=True) is True
+    assert hf_quantize.quantize(wrapped, "int8wo") is False
+    assert hf_quantize.quantize(plain, "int8wo", unwrap=True) is True
     subclasses = {type(p).__name__ for p in wrapped.parameters() if type(p) not in (torch.Tensor, torch.nn.Parameter)}
     assert subclasses == {"Int8Tensor"}  # torchao's tensor subclass, one per Linear weight
     assert all(type(p) in (torch.Tensor, torch.nn.Parameter) for p in plain.parameters())
     assert {p.dtype for p in plain.parameters()} >= {torch.int8}
-    assert sum(map(hf.stored_bytes, plain.parameters())) == sum(map(hf.stored_bytes, wrapped.parameters()))
+    assert sum(map(hf_quantize.stored_bytes, plain.parameters())) == sum(map(hf_quantize.stored_bytes, wrapped.parameters()))
     ids = torch.tensor([[5, 17, 230, 9, 4000, 12]])
     with torch.inference_mode():
         assert torch.equal(plain(input_ids=ids).logits, wrapped(input_ids=ids).logits)
@@ -93,7 +94,7 @@ def test_a_compiled_step_takes_plain_weights(torchao_settings):
     """The compiled step's graph inputs: subclass weights when wrapped (unwrapped per call), plain ones after unwrap."""
     import torch
 
-    from bench.backends.hf_loop import DecodeLoop
+    from bench.backends.hf.loop import DecodeLoop
 
     ids, mask = torch.tensor([[5, 6, 7, 8]]), torch.ones(1, 4, dtype=torch.long)
     seen: dict = {}
@@ -107,7 +108,7 @@ def test_a_compiled_step_takes_plain_weights(torchao_settings):
     tokens = {}
     for name, unwrap in (("wrapped", False), ("plain", True)):
         model = tiny_model()
-        hf.quantize(model, "int8wo", unwrap=unwrap)
+        hf_quantize.quantize(model, "int8wo", unwrap=unwrap)
         loop = DecodeLoop(model, "off", torch.device("cpu"))
         with torch.inference_mode():
             want = loop.generate(ids, mask, 4, 32, [], cuda=False)

@@ -1,7 +1,7 @@
 import pytest
 
-from bench.backends.base import RequestTiming
-from bench.results.metrics import pass_metrics
+from bench.metrics import pass_metrics
+from bench.workloads.request import RequestTiming
 
 
 def test_hand_computed_metrics():
@@ -40,7 +40,7 @@ def test_zero_window_rejected():
 def test_tpot_has_one_definition_for_a_request_and_for_a_frame_column():
     import numpy as np
 
-    from bench.results.metrics import time_per_output_token
+    from bench.metrics import time_per_output_token
 
     assert time_per_output_token(110.0, 10.0, 11) == pytest.approx(10.0)  # (110 - 10) / (11 - 1)
     column = time_per_output_token(np.array([110.0, 50.0]), np.array([10.0, 10.0]), np.array([11, 5]))

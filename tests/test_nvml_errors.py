@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import pytest
 
 from bench.errors import BenchInputError
-from bench.execution.environment import fingerprint, gpu_info
-from bench.execution.memory_cap import check_cap
+from bench.machine.environment import fingerprint, gpu_info
+from bench.machine.memory_cap import check_cap
 from bench.spec import parse_matrix
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from bench.cli import main
 from bench.errors import BenchInputError
-from bench.execution.memory_cap import check_cap
+from bench.machine.memory_cap import check_cap
 from bench.oom.search import (
     ProbeFailed,
     ProbeOutcome,
@@ -139,7 +139,7 @@ def test_cap_checks_use_nvml_info():
 
 
 def test_cpu_cap_is_an_address_space_limit():
-    code = ("import os, resource; os.environ['BENCH_GPU_MEMORY_GB'] = '3'; from bench.execution.memory_cap import apply_cap; "
+    code = ("import os, resource; os.environ['BENCH_GPU_MEMORY_GB'] = '3'; from bench.machine.memory_cap import apply_cap; "
             "print(apply_cap('cpu')['address_space_limit_bytes'], resource.getrlimit(resource.RLIMIT_AS)[0])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["3000000000", "3000000000"]
@@ -221,8 +221,8 @@ def test_bad_input_exits_2_before_any_probe(tmp_path, capsys, args, message):
 
 def test_report_puts_probes_in_the_frontier_and_mixes_capped_with_uncapped_runs(tmp_path):
     """`bench report` on a store holding capped probes and an uncapped full run: frontier + speedups."""
-    from bench.execution.matrix import run_matrix
     from bench.report.build import build_report
+    from bench.runner.matrix import run_matrix
     from bench.spec import load_matrix
 
     assert run_cli(tmp_path, "--lengths", "64x64", "--gpu-memory-gb", "1.5") == 0

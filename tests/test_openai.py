@@ -8,15 +8,18 @@ import pytest
 
 pytest.importorskip("aiohttp")
 
-from bench.backends.base import RequestTiming  # noqa: E402
-from bench.backends.openai import OpenAIBackend, ServerError, normalize_base_url  # noqa: E402
+from bench.backends.openai.backend import OpenAIBackend, ServerError  # noqa: E402
+from bench.backends.openai.config import normalize_base_url  # noqa: E402
 from bench.errors import BenchInputError  # noqa: E402
-from bench.results.metrics import goodput  # noqa: E402
+from bench.metrics import goodput  # noqa: E402
 from bench.serving.client import ClientConfig, ServeRequest, error_kind, replay  # noqa: E402
 from bench.serving.paced_server import TestServer  # noqa: E402
 from bench.serving.sse import SSEDecoder  # noqa: E402
 from bench.workloads.arrivals import arrival_times  # noqa: E402
-from bench.workloads.workload import Request  # noqa: E402
+from bench.workloads.request import (
+    Request,  # noqa: E402
+    RequestTiming,  # noqa: E402
+)
 
 # Loose bound for a 2-core machine shared with other jobs; benchmarks/bench_openai_client.py
 # measures the real TTFT error (target < 1 ms) on an idle client.
@@ -316,7 +319,7 @@ def test_served_model_needs_no_local_config():
 
 
 def test_which_features_a_refusal_names():
-    from bench.backends.openai import RequestPlan, refused_features
+    from bench.backends.openai.backend import RequestPlan, refused_features
 
     plan = RequestPlan(prompt="token_ids", ignore_eos=True, min_tokens=True, include_usage=True)
     # transformers serve; a pydantic server that forbids extras without naming them; vLLM's prompt length error

@@ -1,4 +1,4 @@
-"""The openai backend through bench.execution.matrix.run_matrix: worker subprocesses talk to 127.0.0.1."""
+"""The openai backend through bench.runner.matrix.run_matrix: worker subprocesses talk to 127.0.0.1."""
 
 import socket
 
@@ -6,8 +6,8 @@ import pytest
 
 pytest.importorskip("aiohttp")
 
-from bench.execution.matrix import run_matrix  # noqa: E402
 from bench.results.store import ResultStore  # noqa: E402
+from bench.runner.matrix import run_matrix  # noqa: E402
 from bench.serving.paced_server import TestServer  # noqa: E402
 from bench.spec import parse_matrix  # noqa: E402
 

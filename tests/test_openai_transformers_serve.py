@@ -14,13 +14,13 @@ pytest.importorskip("aiohttp")
 for _name in ("fastapi", "uvicorn", "openai"):  # the `serving` extra of transformers (in the test extra)
     pytest.importorskip(_name)
 
-from bench.backends.openai import OpenAIBackend  # noqa: E402
-from bench.execution.matrix import run_matrix  # noqa: E402
+from bench.backends.openai.backend import OpenAIBackend  # noqa: E402
 from bench.results.store import ResultStore  # noqa: E402
+from bench.runner.matrix import run_matrix  # noqa: E402
 from bench.serving import transformers_serve  # noqa: E402
 from bench.serving.model_dir import write_model_dir  # noqa: E402
 from bench.spec import parse_matrix  # noqa: E402
-from bench.workloads.workload import Request  # noqa: E402
+from bench.workloads.request import Request  # noqa: E402
 
 # A small paged cache: the default sizes the cache from free memory, which makes the first request on a CPU slow.
 CB_FLAGS = {"--cb-num-blocks": "64", "--cb-max-batch-tokens": "512"}

@@ -2,10 +2,10 @@
 
 import pytest
 
-from bench.execution.matrix import run_matrix
 from bench.results.store import ResultStore
+from bench.runner.matrix import run_matrix
 from bench.spec import BuildKey, parse_matrix
-from bench.workloads.workload import Request
+from bench.workloads.request import Request
 
 
 def test_a_short_row_of_the_fake_backend_fails_the_pass(tiny_sharegpt, tmp_path):
@@ -44,8 +44,8 @@ def test_a_late_option_keeps_the_fake_cell_ids():
 
 def test_the_count_comes_from_the_tokens():
     torch = pytest.importorskip("torch")
-    from bench.backends.hf import count_produced
-    from bench.backends.hf_loop import UNWRITTEN
+    from bench.backends.hf.backend import count_produced
+    from bench.backends.hf.loop import UNWRITTEN
 
     tokens = torch.tensor([[5, 6, 7, 8], [5, UNWRITTEN, 7, 8], [5, 6, 7, UNWRITTEN], [5, 6, 7, UNWRITTEN]])
     # row 2 asked for 3 (its 4th position is past its length); row 3 asked for 4 and lacks one
@@ -58,7 +58,7 @@ def test_the_count_comes_from_the_tokens():
 
 
 def load(tmp_path, cache, loop):
-    from bench.backends.hf import HFBackend
+    from bench.backends.hf.backend import HFBackend
 
     key = BuildKey("hf", "qwen-tiny", "fp32", "cpu", (("attn_implementation", "sdpa"), ("cache", cache),
                                                       ("compile", "off"), ("decode_loop", loop)))
@@ -71,7 +71,7 @@ REQUESTS = [Request("a", (5, 17, 230, 9), 3), Request("b", (77, 78, 79), 4)]
 
 def test_a_row_the_harness_loop_did_not_write_is_short(tmp_path, monkeypatch):
     """The clock still ticks for every step, but row b's last token is never written: b is 3 of 4."""
-    from bench.backends import hf_loop
+    from bench.backends.hf import loop as hf_loop
 
     loaded = load(tmp_path, "static", "harness")
     real_decode = hf_loop.DecodeLoop.decode

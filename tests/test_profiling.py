@@ -343,7 +343,7 @@ def test_kernels_launched_directly_inside_a_range_belong_to_it():
 def test_profile_warms_up_with_the_measured_shapes_and_times_decode_steps(tmp_path):
     """A harness-loop cell: the static cache has the workload's length (as a measured pass), not the
     short window's; the window is decode steps only, each in its own range."""
-    from bench.backends.hf import static_cache_len
+    from bench.backends.hf.backend import static_cache_len
     from bench.results.store import ResultStore
     from bench.workloads.workload import Workload, batches
 

@@ -9,11 +9,11 @@ import pytest
 
 from bench.cli import main
 from bench.errors import BenchInputError
-from bench.execution.matrix import run_matrix
 from bench.report.build import build_report
 from bench.results import query
 from bench.results.records import RunContext, schema_markdown
 from bench.results.store import ResultStore
+from bench.runner.matrix import run_matrix
 from bench.spec import parse_matrix
 from tests.conftest import ROOT, make_record
 

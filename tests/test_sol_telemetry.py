@@ -3,9 +3,9 @@
 import pytest
 
 from bench.backends import speed_of_light as sol
-from bench.execution import telemetry
+from bench.machine import telemetry
+from bench.metrics import efficiency_metrics
 from bench.models import QWEN_7B_SHAPE, kv_bytes_per_token
-from bench.results.metrics import efficiency_metrics
 
 
 def test_kv_bytes_per_token_qwen7b_bf16():
@@ -101,7 +101,7 @@ def test_gpu_info_names_the_physical_gpu(monkeypatch):
     import sys
     from types import SimpleNamespace
 
-    from bench.execution.environment import gpu_info
+    from bench.machine.environment import gpu_info
 
     fake = SimpleNamespace(
         nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 1,

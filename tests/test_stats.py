@@ -87,7 +87,7 @@ def test_verdict_needs_significance_and_factor_and_knows_direction():
 
 
 def _power():
-    from bench.results import power
+    from scripts import regression_power as power
 
     return power
 

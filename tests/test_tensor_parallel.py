@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from bench.backends import hf
+from bench.backends.hf import config as hf_config
 from bench.errors import BenchInputError
-from bench.execution.matrix import run_matrix
 from bench.execution.supervisor import worker_ranks
 from bench.models import resolve_model
 from bench.results.store import ResultStore
+from bench.runner.matrix import run_matrix
 from bench.spec import BuildKey, parse_matrix
 
 FAKE_TRTLLM = Path(__file__).parent / "fake_tensorrt_llm"
@@ -34,8 +34,8 @@ def test_validation_refuses_what_tensor_parallelism_cannot_run(monkeypatch):
         matrix(tensor_parallel_size=0)
     with pytest.raises(BenchInputError, match="compile='reduce-overhead'"):
         matrix(device="cuda", precision="bf16", tensor_parallel_size=2, cache="static", compile="reduce-overhead")
-    real = hf.util.find_spec
-    monkeypatch.setattr(hf.util, "find_spec", lambda name, *a: None if name == "accelerate" else real(name, *a))
+    real = hf_config.util.find_spec
+    monkeypatch.setattr(hf_config.util, "find_spec", lambda name, *a: None if name == "accelerate" else real(name, *a))
     with pytest.raises(BenchInputError, match="needs accelerate"):
         matrix(tensor_parallel_size=2)
 
@@ -64,7 +64,7 @@ def test_hf_tensor_parallel_on_cpu_under_torchrun(tmp_path):
 
 
 def test_trtllm_builds_and_runs_with_tensor_parallel_size(monkeypatch, tmp_path):
-    from bench.backends import trtllm as T
+    from bench.backends.trtllm import backend as T
 
     monkeypatch.syspath_prepend(str(FAKE_TRTLLM))
     for name in [m for m in sys.modules if m.startswith("tensorrt_llm")]:

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.backends import trtllm as T
+from bench.backends.trtllm import backend as T
+from bench.backends.trtllm import config as trtllm_config
 from bench.errors import BenchInputError
-from bench.execution.environment import installed_version, major_minor
+from bench.machine.environment import installed_version, major_minor
 from bench.spec import parse_matrix
 
 FAKE = Path(__file__).parent / "fake_tensorrt_llm"
@@ -66,9 +67,9 @@ def test_validation_refuses_bad_cells_before_any_run():
     with pytest.raises(BenchInputError, match="needs calibration"):
         _matrix(precisions=["int8-sq"])
     with pytest.raises(BenchInputError, match="Ada"):
-        T.check_fp8_capability("8.6")
-    T.check_fp8_capability("9.0")
-    T.check_fp8_capability(None)
+        trtllm_config.check_fp8_capability("8.6")
+    trtllm_config.check_fp8_capability("9.0")
+    trtllm_config.check_fp8_capability(None)
 
 
 def test_unsupported_architecture(tmp_path):
@@ -92,7 +93,7 @@ def test_prebuilt_engine_smaller_than_cell_is_refused(tmp_path):
 
 
 def test_request_and_batch_limits():
-    from bench.workloads.workload import Request
+    from bench.workloads.request import Request
 
     limits = {"max_batch_size": 4, "max_input_len": 10, "max_seq_len": 20}
     T.check_requests([Request("a", (1,) * 10, 10)], 4, limits)
@@ -121,8 +122,8 @@ def test_engine_max_num_tokens_follows_the_builders_clamp():
     assert T.engine_max_num_tokens(0, 64, 4096) == 8192
     assert T.engine_max_num_tokens(2048, 64, 4096) == 2048
     with pytest.raises(BenchInputError, match="max_num_tokens=512 is below the workload's max_input_len 1024"):
-        T.check_max_num_tokens_option(512, 1024)
-    T.check_max_num_tokens_option(0, 1024)
+        trtllm_config.check_max_num_tokens_option(512, 1024)
+    trtllm_config.check_max_num_tokens_option(0, 1024)
 
 
 def test_presets_parse_without_tensorrt_llm():
@@ -177,8 +178,8 @@ def fake_trtllm(tmp_path, monkeypatch):
 
 
 def test_engine_end_to_end_builds_once_then_reuses(tmp_path, fake_trtllm):
-    from bench.execution.matrix import run_matrix
     from bench.results.store import ResultStore
+    from bench.runner.matrix import run_matrix
 
     m = _matrix(model=str(fake_trtllm.model), precisions=["int8-wo"], max_batch_sizes=[2])
     store = tmp_path / "s.jsonl"
@@ -210,8 +211,8 @@ def test_engine_end_to_end_builds_once_then_reuses(tmp_path, fake_trtllm):
 
 def test_engine_build_oom_is_an_oom_row_and_leaves_no_engine(tmp_path, fake_trtllm):
     """1.2.1 reports a build OOM as AssertionError('Engine building failed...') with the reason in the log."""
-    from bench.execution.matrix import run_matrix
     from bench.results.store import ResultStore
+    from bench.runner.matrix import run_matrix
 
     fake_trtllm.configure(fail="build_oom")
     store = tmp_path / "s.jsonl"
@@ -230,7 +231,7 @@ def test_engine_build_oom_is_an_oom_row_and_leaves_no_engine(tmp_path, fake_trtl
 
 
 def test_pytorch_runtime_passes_runtime_batch_size(tmp_path, fake_trtllm):
-    from bench.execution.matrix import run_matrix
+    from bench.runner.matrix import run_matrix
 
     m = _matrix(model=str(fake_trtllm.model), max_batch_sizes=[2], options={"runtime": "pytorch"})
     summary = run_matrix(m, tmp_path / "s.jsonl", show_progress=False, engines_dir=tmp_path / "engines")
@@ -250,7 +251,8 @@ def test_calibration_set_is_written_for_the_modelopt_flow(tmp_path, monkeypatch)
     for name in [m for m in sys.modules if m.startswith("tensorrt_llm")]:
         monkeypatch.delitem(sys.modules, name)
     from bench.spec import BuildKey
-    from bench.workloads.workload import Request, Workload
+    from bench.workloads.request import Request
+    from bench.workloads.workload import Workload
 
     wl = Workload("w", [Request(f"r{i}", (1, 2, 3), 4) for i in range(5)], {}, "t")
     wl_file = tmp_path / "w.json"
@@ -289,9 +291,9 @@ def test_reference_preset_runs_end_to_end_against_the_standin(tmp_path, fake_trt
     CPU run short; the model is the preset's qwen-7b-shape, whose checkpoint folder is pre-seeded
     with its config.json (the stand-in never reads weights; a real run writes 15 GB there).
     """
-    from bench.execution.matrix import run_matrix
     from bench.models import resolve_model
     from bench.results.store import ResultStore
+    from bench.runner.matrix import run_matrix
     from bench.spec import load_matrix, narrow, with_workload
 
     step_ms = 5.0

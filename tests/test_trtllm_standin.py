@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.backends import trtllm as T
+from bench.backends.trtllm import backend as T
 from bench.errors import BenchInputError
 from bench.spec import parse_matrix
-from bench.workloads.workload import Request, Workload
+from bench.workloads.request import Request
+from bench.workloads.workload import Workload
 
 FAKE = Path(__file__).parent / "fake_tensorrt_llm"
 TINY_QWEN2 = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 64, "hidden_size": 64,
@@ -295,7 +296,7 @@ def test_standin_validates_as_1_2_1_does(tmp_path, standin):
 
 def test_build_oom_text_reaches_the_error(tmp_path, standin, capfd):
     """builder.py asserts 'Engine building failed'; the backend attaches what TensorRT logged."""
-    from bench.execution.failures import classify_exception
+    from bench.machine.failures import classify_exception
 
     standin.configure(fail="build_oom")
     with pytest.raises(RuntimeError) as info:

@@ -62,7 +62,7 @@ def test_cache_reuses_file(tiny_sharegpt, tmp_path):
 
 
 def test_batches():
-    from bench.workloads.workload import Request
+    from bench.workloads.request import Request
 
     reqs = [Request(str(i), (1,) * (5 - i), 2) for i in range(5)]
     assert [len(b) for b in batches(reqs, 2)] == [2, 2, 1]
@@ -82,8 +82,9 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from bench.workloads.lengths import length_stats  # noqa: E402
+from bench.workloads.request import Request  # noqa: E402
 from bench.workloads.trtllm_dataset import read_trtllm_jsonl, to_trtllm_jsonl  # noqa: E402
-from bench.workloads.workload import DROP_RULES, Request, drop_rule  # noqa: E402
+from bench.workloads.workload import DROP_RULES, drop_rule  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

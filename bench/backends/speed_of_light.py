@@ -96,7 +96,7 @@ def copy_bandwidth(device, cache_dir: Path) -> dict:
     """Return {'bandwidth_bytes_s', 'gpu', 'measured_at', 'cached'} for a CUDA device, measuring once per GPU.
 
     The measurement allocates 2 x 2 GiB: the worker takes it before the memory cap
-    (bench.execution.memory_cap) is applied, so a capped backend only reads the cached figure.
+    (bench.machine.memory_cap) is applied, so a capped backend only reads the cached figure.
     """
     import torch
 

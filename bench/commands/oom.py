@@ -94,7 +94,7 @@ def plan_searches(matrix, settings: OomSettings, check_devices: bool = True) -> 
     A configuration is a cell with its batch size and workload set aside. Nothing runs here.
     check_devices=False skips the cap's check against the device (planning on another machine).
     """
-    from bench.execution.memory_cap import check_cap
+    from bench.machine.memory_cap import check_cap
     from bench.oom.search import check_bounds, probe_lengths
 
     sizes = sorted({c.max_batch_size for c in matrix.cells})

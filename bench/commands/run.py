@@ -37,10 +37,10 @@ def register(sub) -> None:
 
 def run_estimate(matrix, store: Path, history: list, redo: bool = False):
     """Return the bench.results.estimate.Estimate of running the matrix into `store`, from the stored records."""
-    from bench.execution.matrix import plan
     from bench.results import query
     from bench.results.estimate import estimate_run
     from bench.results.records import new_context
+    from bench.runner.matrix import plan
     from bench.workloads.workload import cached_workload
 
     target = [query.load([store])] if store.exists() else []
@@ -63,8 +63,8 @@ def run_estimate(matrix, store: Path, history: list, redo: bool = False):
 def cmd_run(args) -> int:
     from rich.console import Console
 
-    from bench.execution.matrix import run_matrix
     from bench.report.build import build_report
+    from bench.runner.matrix import run_matrix
     from bench.spec import check_baseline
 
     matrix = load_selected_matrix(args)

@@ -3,7 +3,7 @@
 The same library functions as the four commands, in order, each step's equivalent command
 line printed before it runs:
 
-1. `bench run`     -> results/<matrix>.jsonl (bench.execution.matrix.run_matrix)
+1. `bench run`     -> results/<matrix>.jsonl (bench.runner.matrix.run_matrix)
 2. `bench oom`     -> results/<matrix>-oom.jsonl (bench.commands.oom.search_matrix), one search
                       per entry of the matrix's [study.oom] `searches`
 3. `bench profile` -> profiles/<matrix>.jsonl (bench.commands.profile.profile_matrix)
@@ -239,7 +239,7 @@ def cmd_study(args) -> int:
 
 
 def _run(matrix, store: Path, args, console, command: str) -> int:
-    from bench.execution.matrix import run_matrix
+    from bench.runner.matrix import run_matrix
 
     console.print(f"[bold]study: run[/] ({command})")
     summary = run_matrix(matrix, store, redo=args.redo, show_progress=not args.no_progress, console=console)

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.execution.failures import classify_exit, killed_by_sigkill
+from bench.machine.failures import classify_exit, killed_by_sigkill
 
 # How long a worker may take to exit after its last event before it is killed.
 EXIT_GRACE_S = 30.0
@@ -109,11 +109,11 @@ def supervise_group(job: GroupJob, on_event: Callable[[dict], None], stop: threa
 
 def worker_ranks(build_key) -> int:
     """Return how many processes one worker of this build key is: its tensor-parallel size if the backend launches ranks."""
-    from bench.backends import backend_class
-    from bench.backends.base import tensor_parallel_size
+    from bench.backends.declaration import tensor_parallel_size
+    from bench.backends.registry import backend_config
 
     tp = tensor_parallel_size(build_key.options)
-    return tp if tp > 1 and backend_class(build_key.backend).launches_ranks else 1
+    return tp if tp > 1 and backend_config(build_key.backend).launches_ranks else 1
 
 
 def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event, stop=None) -> bool:

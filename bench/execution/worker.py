@@ -26,8 +26,8 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.execution.failures import classify_exception
-from bench.execution.memory_cap import apply_cap, device_peak_bytes
+from bench.machine.failures import classify_exception
+from bench.machine.memory_cap import apply_cap, device_peak_bytes
 
 
 def _host_peak_rss_bytes() -> int:
@@ -36,10 +36,10 @@ def _host_peak_rss_bytes() -> int:
 
 def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
     """Build the job's artifact once, then warm up and measure each cell's trials, emitting events."""
-    from bench.backends import backend_class
-    from bench.execution.environment import fingerprint, nvml_device, rank_device
-    from bench.execution.telemetry import Sampler
-    from bench.results.metrics import efficiency_metrics, pass_metrics, request_samples
+    from bench.backends.registry import backend_class
+    from bench.machine.environment import fingerprint, nvml_device, rank_device
+    from bench.machine.telemetry import Sampler
+    from bench.metrics import efficiency_metrics, pass_metrics, request_samples
     from bench.spec import BuildKey, Cell
     from bench.workloads.workload import Workload
 

@@ -1,7 +1,7 @@
 """Runs OOM probes through the worker machinery and stores each one as a result record.
 
 A probe is a cell (bench.oom.search.probe_cell) run by bench.execution.supervisor like any other, with warmup 0 and
-one trial: an OOM is classified by bench.execution.failures, a worker that dies is replaced, and each
+one trial: an OOM is classified by bench.machine.failures, a worker that dies is replaced, and each
 probe is stored as an OomProbe record (bench.results.records.new_record) carrying the `bench
 oom` invocation's run context and extra.probe = the worst case it stands for. Stored probes
 are reused (same cell, trial, cap and environment) unless `redo`, so a re-run of `bench oom`
@@ -61,10 +61,10 @@ class ProbeRunner:
         return _outcome(batch_size, record, time.perf_counter() - started)
 
     def _run(self, cell, trial: int):
-        from bench.execution.matrix import absorb_group_event, group_state
-        from bench.execution.memory_cap import env_for
         from bench.execution.supervisor import GroupItem, GroupJob, supervise_group
+        from bench.machine.memory_cap import env_for
         from bench.results.records import new_record
+        from bench.runner.matrix import absorb_group_event, group_state
         from bench.workloads.workload import cached_workload
 
         workload, wl_file = cached_workload(cell.workload, Path(self.workload_cache))

@@ -190,7 +190,7 @@ def probe_cell(cell, batch_size: int, max_input_len: int, max_output_len: int, d
     """Return the probe Cell: `cell` at batch_size, replaying one full batch of worst-case requests."""
     from dataclasses import replace
 
-    from bench.backends import backend_class
+    from bench.backends.registry import backend_config
     from bench.spec import with_workload
 
     prompt_len, new_tokens = probe_lengths(max_input_len, max_output_len, decode_steps)
@@ -210,7 +210,7 @@ def probe_cell(cell, batch_size: int, max_input_len: int, max_output_len: int, d
         max_total_len=max_input_len + max_output_len,
     )
     options = probe.options_dict
-    if PROBE_OPTION in backend_class(cell.backend).options:
+    if PROBE_OPTION in backend_config(cell.backend).options:
         # The backend can prefill the real prompt length at once and feed the rest in small
         # chunks: the probe then peaks where the full run does, not above it (docs/oom.md).
         options[PROBE_OPTION] = max_input_len
@@ -295,9 +295,9 @@ def frontier_markdown(rows: list[dict]) -> str:
 def _non_default(backend: str, options: dict) -> dict:
     """Return the options that differ from the backend's defaults (all of them if it is unknown)."""
     try:
-        from bench.backends import backend_class
+        from bench.backends.registry import backend_config
 
-        declared = backend_class(backend).options
+        declared = backend_config(backend).options
     except Exception:
         return options
     return {k: v for k, v in options.items() if k not in declared or declared[k].default != v}

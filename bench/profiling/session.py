@@ -84,7 +84,7 @@ class DecodeWindow:
     kind = "decode"
 
     def __init__(self, loaded, chunk, steps: int):
-        from bench.backends.hf import left_padded, static_cache_len
+        from bench.backends.hf.backend import left_padded, static_cache_len
 
         self.loop, self.steps = loaded.loop, steps
         self.ids, self.mask = left_padded(chunk, loaded.pad_id, loaded.device)
@@ -120,7 +120,7 @@ def run_session(job: dict) -> dict:
     """Return the session's result: wall times, the KernelTable (torch tool) and file paths."""
     import torch
 
-    from bench.backends import backend_class
+    from bench.backends.registry import backend_class
     from bench.profiling.nvtx import ModuleRanges, RangeStack
     from bench.spec import BuildKey, Cell
     from bench.workloads.workload import Workload, batches
@@ -193,7 +193,7 @@ def run_session(job: dict) -> dict:
                 torch.cuda.cudart().cudaProfilerStop()
         else:
             raise ValueError(f"unknown tool {tool!r}")
-    from bench.execution.environment import fingerprint
+    from bench.machine.environment import fingerprint
 
     result["environment"] = fingerprint(key.device)
     if stack.depth:

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchInputError
-from bench.results.metrics import time_per_output_token
+from bench.metrics import time_per_output_token
 from bench.results.records import EXTRA_METRICS, Record
 from bench.spec import identity_options
 
@@ -194,7 +194,7 @@ def report_data(records: list[Record]) -> ReportData:
 
 
 def _tpot_ms(samples: pd.DataFrame, ttfts: list, e2els: list, outs: list) -> pd.Series:
-    """Return TPOT per sample (bench.results.metrics.time_per_output_token), NaN for outputs of one token."""
+    """Return TPOT per sample (bench.metrics.time_per_output_token), NaN for outputs of one token."""
     if not ttfts:
         return pd.Series([], dtype=object)
     ttft = np.array(ttfts, dtype=float)  # None -> NaN

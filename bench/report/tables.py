@@ -3,7 +3,7 @@
 One row per cell (one run context: bench.results.query chose the records): backend, model,
 precision, the options that vary inside the table, max_batch_size, the input/output lengths
 (mean, and the workload's limit), req/s, output tok/s (end to end), generation tok/s (the
-decode phase's rate, bench.results.metrics.decode_throughput), throughput speedup (req/s over
+decode phase's rate, bench.metrics.decode_throughput), throughput speedup (req/s over
 the baseline's) and generation speedup (generation tok/s over the baseline's); a cell that did
 not fit shows OOM.
 Figures are the mean of the runs' means (fresh worker processes, each the mean of its trials),
@@ -508,7 +508,7 @@ ENV_NOTE_KEYS = ("gpu_name", "gpu_count", "gpu_memory_bytes", "driver", "cuda", 
 
 def environment_note(frame: pd.DataFrame, records_env: list[dict]) -> str:
     """Return the environment lines printed under a table; flags mixed environments."""
-    from bench.execution.environment import COMPARABILITY_KEYS
+    from bench.machine.environment import COMPARABILITY_KEYS
 
     seen: dict[str, set] = {k: set() for k in ENV_NOTE_KEYS}
     for env in records_env:

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.errors import BenchInputError, choices
-from bench.execution.environment import COMPARABILITY_KEYS
+from bench.machine.environment import COMPARABILITY_KEYS
+from bench.metrics import DIRECTION
 from bench.results import query, stats
-from bench.results.metrics import DIRECTION
 from bench.results.records import distinct_labels
 from bench.spec import identity_options, short_hash
 

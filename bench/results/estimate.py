@@ -95,7 +95,7 @@ def _latest(records):
 
 
 def estimate_run(matrix, planned, records, output_tokens) -> Estimate:
-    """Return the estimate of running `planned` (bench.execution.matrix.plan) from stored records.
+    """Return the estimate of running `planned` (bench.runner.matrix.plan) from stored records.
 
     output_tokens(workload spec) -> its output tokens, for the scaling of source 2 (called only
     for cells that need it: building a workload tokenizes its source).

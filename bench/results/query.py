@@ -233,7 +233,7 @@ def _contexts(records: Sequence[Record], by_environment: bool = False) -> list[t
 
 def _described(record: Record) -> bool:
     """Return True if the record's environment holds any key that decides comparability (its worker described itself)."""
-    from bench.execution.environment import COMPARABILITY_KEYS
+    from bench.machine.environment import COMPARABILITY_KEYS
 
     return record.context.env_digest is not None and any(record.environment.get(k) is not None for k in COMPARABILITY_KEYS)
 
@@ -280,7 +280,7 @@ def _check_poolable(ranked: list[tuple[RunContext, list[Record]]]) -> None:
         if len(values) > 1:
             detail = ""
             if key == "env_digest":
-                from bench.execution.environment import COMPARABILITY_KEYS
+                from bench.machine.environment import COMPARABILITY_KEYS
 
                 envs = [next((r.environment for r in rs if r.environment), {}) for _, rs in ranked]
                 diff = [k for k in COMPARABILITY_KEYS if len({str(e.get(k)) for e in envs}) > 1]

@@ -47,7 +47,7 @@ class RunContext:
     commit: str | None = _doc("the project's own git commit (None: unknown, e.g. a tree without its .git)", None)
     dirty: bool | None = _doc("whether the project's tree had uncommitted changes", None)
     env_digest: str | None = _doc("digest of the environment keys that decide comparability "
-                                  "(bench.execution.environment.COMPARABILITY_KEYS); records of different digests are never pooled",
+                                  "(bench.machine.environment.COMPARABILITY_KEYS); records of different digests are never pooled",
                                   None)
     gpu_memory_gb: float | None = _doc("the memory cap the cell ran under (None: the whole device)", None)
     workload_hash: str | None = _doc("content hash of the frozen workload the cell replayed", None)
@@ -190,7 +190,7 @@ TYPES = {t.KIND: t for t in (Measurement, OomProbe, Profile)}
 def new_context(command: str, *, matrix: str = "", baseline: dict | None = None, gpu_memory_gb: float | None = None,
                 runs: int = 1, trials: int = 1, warmup: int = 0, run_id: str | None = None) -> RunContext:
     """Return the context of a new invocation: a fresh run id, the project's commit, the settings."""
-    from bench.execution.environment import project_commit
+    from bench.machine.environment import project_commit
 
     now = time.time()
     code = project_commit()
@@ -204,7 +204,7 @@ def new_context(command: str, *, matrix: str = "", baseline: dict | None = None,
 
 def environment_digest(environment: dict) -> str | None:
     """Return the digest of the comparability keys of an environment (None for an empty one)."""
-    from bench.execution.environment import COMPARABILITY_KEYS
+    from bench.machine.environment import COMPARABILITY_KEYS
     from bench.spec import short_hash
 
     if not environment:

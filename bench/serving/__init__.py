@@ -5,6 +5,6 @@ workload against /v1/completions or /v1/chat/completions and times every chunk (
 come from bench/workloads/arrivals.py), `paced_server.py` is a paced and fault-injecting
 streaming server for tests and benchmarks, `model_dir.py` writes a random-weight model
 directory a real server can load, `transformers_serve.py` starts and stops `transformers serve`.
-The `openai` backend (bench/backends/openai.py) drives them. Sits in the execution stage.
-May import: the spec stage, workloads and bench.backends.base (RequestTiming).
+The `openai` backend (bench/backends/openai/backend.py) drives them.
+May import: base, machine, spec and workloads (RequestTiming lives in bench.workloads.request).
 """

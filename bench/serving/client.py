@@ -31,8 +31,8 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from bench.backends.base import RequestTiming
 from bench.serving.sse import SSEDecoder
+from bench.workloads.request import RequestTiming
 
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 # How a request can fail (the prefix of RequestTiming.error). http_<status> stands for any HTTP status.

@@ -29,7 +29,7 @@ def to_trtllm_jsonl(workload) -> str:
 
 def read_trtllm_jsonl(text: str, tok, where: str = "dataset") -> list:
     """Return the Requests in a trtllm-bench JSONL text; BenchInputError naming the bad line."""
-    from bench.workloads.workload import Request
+    from bench.workloads.request import Request
 
     reqs = []
     seen: set[str] = set()

@@ -24,24 +24,13 @@ from pathlib import Path
 from bench.errors import BenchInputError
 from bench.files import write_atomic
 from bench.spec import WorkloadSpec, canonical_json, short_hash
+from bench.workloads.request import Request
 
 # Part of a cached workload's key: bumped when the same spec builds different requests (2: Qwen
 # text is NFC-normalized before encoding), so a cache built before is rebuilt, not replayed.
 WORKLOAD_FORMAT = 2
 # Why a candidate record was not used, in the order the rules are checked (one count each).
 DROP_RULES = ("prompt_too_short", "output_too_short", "prompt_too_long", "total_too_long")
-
-
-@dataclass(frozen=True)
-class Request:
-    id: str
-    prompt_ids: tuple[int, ...]
-    output_len: int
-    arrival_s: float = 0.0  # offset from the start of the run (0: all at once)
-
-    @property
-    def input_len(self) -> int:
-        return len(self.prompt_ids)
 
 
 @dataclass

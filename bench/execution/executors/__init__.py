@@ -39,7 +39,7 @@ class GroupRun:
 
 def gpus_needed(build_key) -> int:
     """Return the GPUs a build group's worker takes: its tensor-parallel size on CUDA, 0 on a CPU."""
-    from bench.backends.base import tensor_parallel_size
+    from bench.backends.declaration import tensor_parallel_size
 
     return tensor_parallel_size(build_key.options) if build_key.device.startswith("cuda") else 0
 

@@ -15,7 +15,7 @@ import socket
 
 from bench.errors import BenchInputError
 from bench.execution.supervisor import supervise_group
-from bench.spec import cuda_ordinal
+from bench.machine.devices import cuda_ordinal
 
 
 def resolve_pool(devices: tuple[str, ...], gpu_count: int | None = None) -> list[tuple[str, str]]:
@@ -27,7 +27,7 @@ def resolve_pool(devices: tuple[str, ...], gpu_count: int | None = None) -> list
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     entries = [e.strip() for e in visible.split(",") if e.strip()] if visible and visible.strip() else None
     if gpu_count is None:
-        from bench.execution.environment import gpu_info
+        from bench.machine.environment import gpu_info
 
         info = gpu_info(0)
         if info.get("nvml_error") and not info.get("gpu_count"):

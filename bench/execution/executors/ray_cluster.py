@@ -284,7 +284,7 @@ def _first_line(exc: BaseException) -> str:
 
 def _commit_env() -> dict:
     """Return BENCH_COMMIT/BENCH_DIRTY for the actors: shipped code has no .git, the driver's checkout tells."""
-    from bench.execution.environment import project_commit
+    from bench.machine.environment import project_commit
 
     commit = project_commit()
     if not commit.get("commit"):

@@ -98,8 +98,8 @@ def run_matrix(
     it has GPUs for; this process alone writes the store, as each event arrives.
     """
     from bench.execution.executors import make_executor, run_chains
-    from bench.execution.memory_cap import check_cap
     from bench.execution.progress import MatrixProgress
+    from bench.machine.memory_cap import check_cap
     from bench.results.query import check_store_path, load
     from bench.workloads.workload import cached_workload
 
@@ -170,7 +170,7 @@ def _group_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store:
                  summary: RunSummary, failed: set, progress, engines_dir, store_path):
     """Return the GroupRun of one build group's cells for their k-th run; its events store each outcome."""
     from bench.execution.executors import GroupRun, gpus_needed
-    from bench.execution.memory_cap import env_for
+    from bench.machine.memory_cap import env_for
 
     items = [GroupItem(p.cell, list(range(matrix.settings.trials)), str(workloads[p.cell.workload][1])) for p in planned]
     by_id = {p.cell.cell_id: p for p in planned}

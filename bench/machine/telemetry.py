@@ -14,7 +14,7 @@ import statistics
 import threading
 import time
 
-from bench.execution.environment import nvml_device, nvml_index  # noqa: F401  (nvml_index: its old home)
+from bench.machine.environment import nvml_device, nvml_index  # noqa: F401  (nvml_index: its old home)
 
 NULL_SUMMARY = {
     "energy_j": None,

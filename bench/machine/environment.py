@@ -12,7 +12,7 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
-from bench.spec import cuda_ordinal
+from bench.machine.devices import cuda_ordinal
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Differences in these keys make results incomparable (compare/report warn about them).

@@ -15,51 +15,16 @@ import random
 import time
 from pathlib import Path
 
-from bench.backends.base import (
-    TENSOR_PARALLEL,
-    Backend,
-    Loaded,
-    Option,
-    RequestTiming,
-    RunOutput,
-    check_tensor_parallel,
+from bench.backends.base import Backend, Loaded, RunOutput
+from bench.backends.fake.config import (
+    FakeConfig,
 )
-from bench.execution.memory_cap import cap_bytes
+from bench.machine.memory_cap import cap_bytes
+from bench.workloads.request import RequestTiming
 
 
-class FakeBackend(Backend):
-    name = "fake"
-    precisions = ("fp32", "fp16", "bf16", "int8", "int4")
-    options = {
-        "step_ms": Option(10.0, kind=(int, float), help="fixed cost of one decode step"),
-        "step_ms_per_seq": Option(0.5, kind=(int, float), help="extra decode-step cost per sequence in the batch"),
-        "prefill_ms_per_token": Option(0.05, kind=(int, float)),
-        "noise": Option(0.0, kind=(int, float), in_build_key=False, help="relative std of per-step time"),
-        "slowdown": Option(1.0, kind=(int, float), in_build_key=False, help="multiplies every duration"),
-        "memory_gb": Option(0.0, kind=(int, float), help="device memory; 0 = unlimited"),
-        "weights_gb": Option(1.0, kind=(int, float)),
-        "kv_bytes_per_token": Option(524288, kind=int, help="KV cache bytes per token (Qwen-7B bf16: 512 KiB)"),
-        "oom_flaky_band": Option(
-            0.0, kind=(int, float), in_build_key=False,
-            help="fraction of memory below the limit where a batch OOMs on alternate runs (non-monotonic noise)",
-        ),
-        "fail": Option("none", ("none", "crash", "hang", "error", "oom", "build-oom", "build-hang", "sigkill")),
-        "seed": Option(0, kind=int, in_build_key=False),
-        "short_rows": Option(
-            0, kind=int, in_build_key=False, keeps_ids_at_default=True,
-            help="the first N requests of each pass produce one token fewer than asked (the length check must fail)",
-        ),
-        "wall_ms": Option(
-            0, kind=(int, float), in_build_key=False, keeps_ids_at_default=True,
-            help="real milliseconds each pass sleeps (the virtual clock costs no wall time): executor tests",
-        ),
-        "tensor_parallel_size": TENSOR_PARALLEL,
-    }
-
-    @classmethod
-    def validate(cls, cell) -> None:
-        super().validate(cell)
-        check_tensor_parallel(cell, kv_heads_too=False)
+class FakeBackend(FakeConfig, Backend):
+    """The runtime of the fake backend; declarations in FakeConfig."""
 
     def build(self, key, engines_dir: Path) -> dict:
         fail = dict(key.options).get("fail")

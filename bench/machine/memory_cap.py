@@ -1,7 +1,7 @@
 """Memory cap: emulate a smaller device (`gpu_memory_gb`) so a big GPU reproduces a small one's OOMs.
 
 The cap travels from the parent to the worker in the environment variable BENCH_GPU_MEMORY_GB
-(set by bench.execution.matrix / bench oom from RunSettings.gpu_memory_gb), so every backend reads it
+(set by bench.runner.matrix / bench oom from RunSettings.gpu_memory_gb), so every backend reads it
 from one place: `cap_bytes()`. How each kind of cell honours it:
 
 - torch on CUDA (hf): `torch.cuda.set_per_process_memory_fraction(cap / total)` before the
@@ -45,10 +45,10 @@ def check_cap(gpu_memory_gb, devices, gpu_info=None) -> None:
         return
     if isinstance(gpu_memory_gb, bool) or not isinstance(gpu_memory_gb, (int, float)) or gpu_memory_gb <= 0:
         raise BenchInputError(f"gpu_memory_gb must be a positive number of GB (1 GB = 1e9 bytes), got {gpu_memory_gb!r}")
-    from bench.execution.environment import nvml_index
+    from bench.machine.environment import nvml_index
 
     if gpu_info is None:
-        from bench.execution.environment import gpu_info
+        from bench.machine.environment import gpu_info
     for device in sorted(set(devices)):
         if not device.startswith("cuda"):
             continue  # CPU cells: an address-space limit, any positive size is meaningful
@@ -80,7 +80,7 @@ def apply_cap(device: str) -> dict:
     if device.startswith("cuda"):
         import torch
 
-        from bench.spec import cuda_ordinal
+        from bench.machine.devices import cuda_ordinal
 
         index = cuda_ordinal(device)
         total = torch.cuda.get_device_properties(index).total_memory

@@ -28,7 +28,7 @@ def classify_exception(exc: BaseException) -> str:
     if isinstance(exc, MemoryError):
         return "oom"
     # Only a process that imported torch can hold a torch OOM; importing torch here could itself
-    # fail under an address-space cap (bench.execution.memory_cap), so it is never imported just to check.
+    # fail under an address-space cap (bench.machine.memory_cap), so it is never imported just to check.
     torch = sys.modules.get("torch")
     oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
     if oom_type is not None and isinstance(exc, oom_type):

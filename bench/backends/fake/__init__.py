@@ -1,0 +1,1 @@
+"""The fake backend: its declaration (config) and its runtime (backend)."""

@@ -1,0 +1,1 @@
+"""The hf backend: its declaration (config) and its runtime (backend)."""

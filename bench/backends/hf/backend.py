@@ -1,0 +1,371 @@
+"""Hugging Face transformers backend: the baseline every speedup is measured against.
+
+Requests are replayed in static batches of at most max_batch_size, left-padded. Generation
+ignores EOS (random weights emit anything) and each request stops at exactly its requested
+output length through a per-row stopping criterion; the batch runs until its longest request
+is done, as a static-batching server would. Token times are taken without adding host
+synchronisation: on CUDA each step records an event, read once after the batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from bench.backends.base import Backend, Loaded, RunOutput
+from bench.backends.declaration import tensor_parallel_size
+from bench.backends.hf.compile import (
+    configure_compile,
+    configure_process,
+    inductor_settings,
+    tuned_kernel_configs,
+)
+from bench.backends.hf.config import DTYPES, TORCHAO, HFConfig
+from bench.backends.hf.quantize import quantize, stored_bytes
+from bench.backends.hf.tensor_parallel import load_tensor_parallel
+from bench.backends.speed_of_light import streamed_weight_bytes
+from bench.machine.environment import major_minor
+from bench.workloads.request import RequestTiming
+
+# Static-cache lengths are rounded up so cells with similar workloads share compiled shapes.
+CACHE_LEN_ROUND = 128
+
+
+class HFBackend(HFConfig, Backend):
+    """The runtime of the hf backend: build (the engine folder) and load; declarations in HFConfig."""
+
+    def build(self, key, engines_dir: Path) -> dict:
+        """Return the artifact: the key's folder, which holds Inductor's and Triton's compile caches.
+
+        Compilation itself happens lazily in the first warm-up pass (transformers compiles on
+        the first decode step); pointing the caches here makes a second run of the same build
+        key load compiled kernels instead of compiling them again.
+        """
+        folder = Path(engines_dir) / key.key_hash
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "key.json").write_text(json.dumps(key.to_dict(), indent=1, sort_keys=True))
+        inductor = folder / "inductor"
+        warm = inductor.is_dir() and any(inductor.iterdir())
+        # Read by torch/triton when they first compile, which is after this point in the worker.
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(inductor)
+        os.environ["TRITON_CACHE_DIR"] = str(folder / "triton")
+        os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
+        os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "1")
+        compiled = dict(key.options).get("compile", "off") != "off"
+        return {
+            "key": key.to_dict(),
+            "folder": str(folder),
+            "engines_dir": str(engines_dir),
+            "build_info": {"compile_cache": ("warm" if warm else "cold") if compiled else None},
+        }
+
+    def load(self, artifact: dict) -> HFLoaded:
+        return HFLoaded(artifact)
+
+
+class HFLoaded(Loaded):
+    def __init__(self, artifact: dict):
+        import torch
+        import transformers
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        from bench.machine.environment import rank_device
+        from bench.models import resolve_model
+
+        key = artifact["key"]
+        opts = key["options"]
+        self.tensor_parallel = tensor_parallel_size(opts)
+        # Under torchrun each rank holds a shard on its own GPU (cuda:LOCAL_RANK); ranks of a CPU cell share the CPU.
+        self.device = torch.device(rank_device(key["device"]))
+        self.precision = key["precision"]
+        # torchao precisions quantize a bf16 model; bf16 stays the activation and KV-cache dtype.
+        self.dtype = getattr(torch, DTYPES.get(self.precision, "bfloat16"))
+        self.cache = opts["cache"]
+        self.compile = opts.get("compile", "off")
+        self.cache_len: int | None = None  # static cache length fixed per cell by warmup()
+        self.engine_dir = Path(artifact["folder"])  # build() points Inductor's and Triton's caches here
+        ref = resolve_model(key["model"])
+        kwargs = {"attn_implementation": opts["attn_implementation"]}
+        # transformers >= 4.56 calls it `dtype`; older releases only know `torch_dtype`.
+        dtype_kw = "dtype" if major_minor(transformers.__version__) >= (4, 56) else "torch_dtype"
+        kwargs[dtype_kw] = self.dtype
+        if self.tensor_parallel > 1:
+            self.model = load_tensor_parallel(ref, self.tensor_parallel, kwargs)
+        elif ref.path:
+            self.model = AutoModelForCausalLM.from_pretrained(ref.path, **kwargs).to(self.device)
+        else:
+            config = AutoConfig.for_model(**ref.config)
+            torch.manual_seed(0)
+            with self.device:  # initialise the random weights directly on the device
+                self.model = AutoModelForCausalLM.from_config(config, **kwargs)
+        self.model.eval()
+        self.num_parameters = sum(p.numel() for p in self.model.parameters())  # the model's, before quantization
+        self.quantize_s = None
+        self.quant: dict | None = None
+        if self.precision in TORCHAO:
+            t0 = time.perf_counter()
+            kernels = opts.get("quant_kernels", "torchao")
+            # Compiled steps take the quantized weights as plain tensors (see quantize's unwrap).
+            unwrapped = quantize(self.model, self.precision, kernels, unwrap=self.compile != "off")
+            self.quantize_s = time.perf_counter() - t0
+            self.quant = {"kernels": kernels, "weights_unwrapped": unwrapped}
+        gc = self.model.generation_config
+        self.pad_id = gc.pad_token_id if gc.pad_token_id is not None else (gc.eos_token_id or 0)
+        if isinstance(self.pad_id, list):
+            self.pad_id = self.pad_id[0]
+        # Exact output lengths: never stop at EOS (random weights would emit it anywhere).
+        gc.eos_token_id = None
+        gc.pad_token_id = self.pad_id
+        configure_process(self.engine_dir.name, self.compile, opts.get("compile_tuning", "default"),
+                          opts.get("freeze_weights", "off") == "on")
+        self.loop = None
+        if opts.get("decode_loop", "generate") == "harness":
+            from bench.backends.hf.loop import DecodeLoop
+
+            self.loop = DecodeLoop(self.model, self.compile, self.device)
+            configure_compile(self.model, "off", self.cache)  # generate is not used; compile belongs to the loop
+        else:
+            configure_compile(self.model, self.compile, self.cache)
+        self.weight_bytes = sum(stored_bytes(p) for p in self.model.parameters())
+        emb, head = self.model.get_input_embeddings(), self.model.get_output_embeddings()
+        tied = head is not None and getattr(head, "weight", None) is emb.weight  # gemlite's modules have no .weight
+        self.streamed_weight_bytes = streamed_weight_bytes(self.weight_bytes, stored_bytes(emb.weight), tied)
+        cfg = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
+        from bench.models import kv_bytes_per_token
+
+        self.kv_per_token = kv_bytes_per_token(cfg.to_dict(), torch.finfo(self.dtype).bits // 8)
+        self.bandwidth = None
+        if self.device.type == "cuda":
+            from bench.backends.speed_of_light import bandwidth_cache_dir, copy_bandwidth
+
+            # Once per machine and GPU, cached beside the engines; the worker measured it before
+            # the memory cap (measures_copy_bandwidth), so this reads the cache.
+            self.bandwidth = copy_bandwidth(self.device, bandwidth_cache_dir(artifact.get("engines_dir", artifact["folder"])))
+
+    def _sync(self):
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def warmup(self, requests, max_batch_size: int, options: dict, passes: int) -> dict:
+        """Run one batch of every distinct batch size the measured pass will use; return their times.
+
+        With a static cache, transformers sizes the cache per generate call and a compiled
+        decode step (CUDA graphs) is specialised to (batch, cache length): fixing the cache
+        length per cell from the whole workload and warming each distinct batch size (the full
+        batches and a smaller last one) means the measured passes compile nothing. The first
+        pass's time is the cold cost (compilation, graph capture), reported apart.
+        """
+        from bench.workloads.workload import batches
+
+        requests = list(requests)
+        plan = batches(requests, max_batch_size, options.get("batching", "dataset"))
+        self.cache_len = static_cache_len(plan) if self.cache == "static" else None
+        by_size: dict[int, list] = {}
+        for b in plan:  # per size, the batch with the longest prompt + output (worst shape)
+            if len(b) not in by_size or _batch_len(b) > _batch_len(by_size[len(b)]):
+                by_size[len(b)] = b
+        times = []
+        for _ in range(passes):
+            for b in by_size.values():
+                t0 = time.perf_counter()
+                self.run(b, max_batch_size, options)
+                times.append(time.perf_counter() - t0)
+        return {
+            "warmup_pass_s": times,
+            "first_pass_s": times[0] if times else None,  # cold: includes compilation when compile != off
+            "batch_sizes_warmed": sorted(by_size),
+            "static_cache_len": self.cache_len,
+        }
+
+    def run(self, requests, max_batch_size: int, options: dict) -> RunOutput:
+        import torch
+
+        from bench.backends.speed_of_light import run_lower_bound_s
+        from bench.workloads.workload import batches
+
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        plan = batches(list(requests), max_batch_size, options.get("batching", "dataset"))
+        cache_len = self.cache_len or (static_cache_len(plan) if self.cache == "static" else None)
+        timings: list[RequestTiming] = []
+        self._sync()
+        started = time.perf_counter()
+        prefill_len = options.get("prefill_len") or None
+        for batch in plan:
+            timings.extend(self._run_batch(batch, torch, cache_len, prefill_len))
+        self._sync()
+        ended = time.perf_counter()
+        extra = {
+            "num_parameters": self.num_parameters,
+            "weight_bytes": self.weight_bytes,
+            "streamed_weight_bytes": self.streamed_weight_bytes,
+            "kv_bytes_per_token": self.kv_per_token,
+            "static_cache_len": cache_len,
+            "quantize_s": self.quantize_s,
+            "quant": self.quant,
+            "tensor_parallel_size": self.tensor_parallel,
+        }
+        if self.compile != "off":
+            extra["inductor"] = {**inductor_settings(), "tuned": tuned_kernel_configs(self.engine_dir)}
+        if self.device.type == "cuda":
+            extra["peak_memory_bytes"] = torch.cuda.max_memory_allocated(self.device)
+            extra["peak_reserved_bytes"] = torch.cuda.max_memory_reserved(self.device)
+        if self.bandwidth:
+            bw = self.bandwidth["bandwidth_bytes_s"]
+            lens = [[(r.input_len, r.output_len) for r in b] for b in plan]
+            # Tensor parallelism: each GPU streams its shard of weights and KV cache at once, so the
+            # bound is the whole model's bytes over the GPUs' summed bandwidth.
+            sol_s = run_lower_bound_s(lens, self.streamed_weight_bytes, self.kv_per_token, bw * self.tensor_parallel)
+            out_tokens = sum(r.output_len for r in requests)
+            extra.update({"copy_bandwidth_bytes_s": bw, "sol_time_s": sol_s, "sol_output_throughput": out_tokens / sol_s})
+        return RunOutput(timings, started, ended, extra)
+
+    def generate_kwargs(self, max_new: int, cache_len: int | None) -> dict:
+        """Return the model.generate settings this cell uses (shared with the bare-loop benchmark)."""
+        gen = {"max_new_tokens": max_new, "do_sample": False, "num_beams": 1, "pad_token_id": self.pad_id}
+        if self.cache == "static":
+            gen["cache_implementation"] = "static"
+            if cache_len and _generation_knows("max_cache_len"):
+                gen["max_cache_len"] = cache_len
+        return gen
+
+    def _run_batch(self, batch, torch, cache_len: int | None = None, prefill_len: int | None = None) -> list[RequestTiming]:
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        from bench.backends.hf import loop as hf_loop
+
+        prompt_len = max(r.input_len for r in batch)
+        ids, mask = left_padded(batch, self.pad_id, self.device)
+        out_lens = [r.output_len for r in batch]
+        max_new = max(out_lens)
+        lens = torch.tensor(out_lens, device=self.device)
+        # done_at[k]: which rows have their k tokens; precomputed so a step adds no host sync.
+        done_at = [lens <= k for k in range(max_new + 1)]
+        cuda = self.device.type == "cuda"
+        marks: list = []
+
+        class StepClock(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kwargs):
+                hf_loop.record_mark(marks, cuda)
+                return done_at[min(input_ids.shape[1] - prompt_len, max_new)]
+
+        gen = self.generate_kwargs(max_new, cache_len)
+        gen["stopping_criteria"] = StoppingCriteriaList([StepClock()])
+        self._sync()
+        if cuda:
+            start_ev = torch.cuda.Event(enable_timing=True)
+            start_ev.record()
+        start = time.perf_counter()
+        chunked = prefill_len is not None and prompt_len > prefill_len
+        with torch.inference_mode():
+            if self.loop is not None:
+                new_tokens = self.loop.generate(ids, mask, max_new, cache_len or static_cache_len([batch]), marks,
+                                                cuda, prefill_len if chunked else None)
+                eos_ids = None
+            else:
+                if chunked:  # the prompt but its last token goes in first; generate continues from that cache
+                    gen.pop("cache_implementation", None)
+                    static_len = None
+                    if self.cache == "static":
+                        static_len = gen.pop("max_cache_len", None) or cache_len or static_cache_len([batch])
+                    cache = hf_loop.prefilled_cache(self.model, ids, mask, prefill_len, static_len)
+                    gen[hf_loop.forward_names(self.model)[0]] = cache
+                new_tokens = self.model.generate(input_ids=ids, attention_mask=mask, **gen)[:, prompt_len:]
+                # generate pads rows finished at an EOS only when it stops at one (not by default here).
+                eos_ids = self.model.generation_config.eos_token_id
+        self._sync()
+        end = time.perf_counter()
+        if cuda:
+            marks = [start + start_ev.elapsed_time(ev) / 1000.0 for ev in marks]
+        produced = count_produced(new_tokens, out_lens, eos_ids)
+        timings = []
+        for r, n in zip(batch, produced, strict=True):
+            got = min(n, len(marks))  # a token without a time mark is not counted either
+            timings.append(
+                RequestTiming(
+                    request_id=r.id,
+                    input_len=r.input_len,
+                    expected_output_len=r.output_len,
+                    output_len=got,
+                    start=start,
+                    token_times=marks[:got],
+                    end=marks[got - 1] if got else end,
+                )
+            )
+        return timings
+
+    def recover(self) -> None:
+        import gc
+
+        import torch
+
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def close(self) -> None:
+        del self.model
+        self.loop = None  # it holds the model and its static caches
+        self.recover()
+        if self.tensor_parallel > 1:
+            import torch.distributed as dist
+
+            if dist.is_initialized():  # transformers started the process group from torchrun's environment
+                dist.destroy_process_group()
+
+
+def left_padded(batch, pad_id: int, device):
+    """Return (ids, mask) of a batch's prompts, left-padded to the longest, on `device`: the prompt ends where generation starts."""
+    import torch
+
+    prompt_len = max(r.input_len for r in batch)
+    ids = torch.full((len(batch), prompt_len), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(batch), prompt_len), dtype=torch.long)
+    for i, r in enumerate(batch):
+        ids[i, prompt_len - r.input_len :] = torch.tensor(r.prompt_ids)
+        mask[i, prompt_len - r.input_len :] = 1
+    return ids.to(device), mask.to(device)
+
+
+def count_produced(tokens, requested: list[int], eos_ids=None) -> list[int]:
+    """Return, per row, how many tokens the row produced within its own requested length.
+
+    tokens: (batch, width) generated ids; a position never written holds a negative id (the
+    harness loop's UNWRITTEN). A row counts the token ids among its first `requested[i]`
+    positions, so a row cut short, or a batch that stopped early, shows as short. eos_ids
+    (an id or a list): generation stopped rows at an EOS and padded them afterwards, so a row
+    ends at its first EOS. The count comes from the tokens, never from the request.
+    """
+    import torch
+
+    width = tokens.shape[1]
+    lens = torch.tensor(requested, device=tokens.device).clamp(max=width)
+    inside = torch.arange(width, device=tokens.device)[None, :] < lens[:, None]
+    produced = (tokens >= 0) & inside
+    eos_ids = [eos_ids] if isinstance(eos_ids, int) else list(eos_ids or ())
+    if eos_ids:
+        eos = torch.isin(tokens, torch.tensor(eos_ids, dtype=tokens.dtype, device=tokens.device)) & inside
+        after_eos = (eos.long().cumsum(-1) - eos.long()) > 0
+        produced &= ~after_eos
+    return produced.sum(-1).tolist()
+
+
+def _batch_len(batch) -> int:
+    return max(r.input_len for r in batch) + max(r.output_len for r in batch)
+
+
+def static_cache_len(plan) -> int:
+    """Return the static KV-cache length for a list of batches: the longest padded prompt + output, rounded up."""
+    need = max(_batch_len(b) for b in plan)
+    return -(-need // CACHE_LEN_ROUND) * CACHE_LEN_ROUND
+
+
+def _generation_knows(field: str) -> bool:
+    """Return whether this transformers' GenerationConfig has `field` (max_cache_len is new in 5.x)."""
+    from transformers import GenerationConfig
+
+    return hasattr(GenerationConfig(), field)

@@ -1,0 +1,104 @@
+"""Compile policy of the hf backend: the model's compile config, and the process-wide Inductor and dynamo settings.
+
+Inductor's and dynamo's settings are global to a process. A worker process serves one build
+key (the supervisor starts one per build group, docs/architecture.md), so `configure_process`
+sets them once, for that key, and refuses to change them for another: the one-build-key-per-
+process rule, held in code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from bench.backends.hf import inductor_recheck
+
+# (build key hash, settings) this process was configured for; None until the first load.
+_PROCESS: tuple[str, tuple] | None = None
+
+
+def configure_compile(model, mode: str, cache: str) -> None:
+    """Set the model's generation config for `mode`: CompileConfig for the decode step, or no compile.
+
+    transformers compiles the decode step by itself whenever the cache is static on a GPU, so
+    compile='off' must say so explicitly (disable_compile) to measure the eager static cache.
+    """
+    gc = model.generation_config
+    if mode == "off":
+        if cache == "static":
+            gc.disable_compile = True
+        return
+    from transformers import CompileConfig
+
+    gc.disable_compile = False
+    # dynamic=False: shapes are fixed per cell (static cache length, warmed batch sizes), so each
+    # graph is specialised; fullgraph=False tolerates a graph break rather than failing the cell.
+    gc.compile_config = CompileConfig(fullgraph=False, dynamic=False, mode=mode)
+
+
+def configure_process(key_hash: str, compile_mode: str, tuning: str, freeze: bool) -> None:
+    """Set this worker process's Inductor and dynamo settings for its build key, once, before the first compile.
+
+    coordinate-descent turns batch-1 matmuls into tuned reductions; freeze makes weights graph
+    constants so matmuls sharing an input run as one, at the memory of concatenated copies
+    (docs/hf-backend.md: why, and what each measured). The recheck backport is applied for every
+    cell (torchao's quantisers turn coordinate descent on too). A second build key whose
+    settings differ would compile under the first's: it is refused (AssertionError), since the
+    supervisor never runs two build keys in one worker.
+    """
+    global _PROCESS
+    settings = (tuning, freeze)
+    if _PROCESS is None:
+        _PROCESS = (key_hash, settings)
+    assert _PROCESS[1] == settings, (
+        f"one build key per process: this process was configured for build key {_PROCESS[0]} "
+        f"(tuning, freeze = {_PROCESS[1]}), not {key_hash} {settings}; Inductor's settings are process-wide"
+    )
+    import torch
+    import torch._inductor.config as inductor
+
+    if tuning == "coordinate-descent":
+        inductor.coordinate_descent_tuning = True
+    if freeze:
+        inductor.freezing = True
+    if compile_mode != "off":
+        # One compiled graph per (batch, cache length); the default limit (8) would silently fall
+        # back to eager in a batch-size sweep inside one worker.
+        for name in ("recompile_limit", "cache_size_limit"):
+            if hasattr(torch._dynamo.config, name):
+                setattr(torch._dynamo.config, name, max(64, getattr(torch._dynamo.config, name)))
+    inductor_recheck.apply()
+
+
+def inductor_settings() -> dict:
+    """Return the Inductor settings this worker's compiles use (torchao's quantisers set some too)."""
+    import torch._inductor.config as inductor
+
+    tuning, static = bool(inductor.coordinate_descent_tuning), bool(getattr(inductor, "use_static_cuda_launcher", False))
+    return {"coordinate_descent_tuning": tuning, "freezing": bool(inductor.freezing), "static_cuda_launcher": static,
+            # True: a warm compile cache does not keep this cell's tuned kernels (see inductor_recheck)
+            "retunes_each_process": tuning and static and inductor_recheck.recheck_skips_single_config_hits() and not inductor_recheck.applied(),
+            # True: this torch lacked pytorch/pytorch#173391 and the worker applied it (inductor_recheck)
+            "recheck_backported": inductor_recheck.applied()}
+
+
+def tuned_kernel_configs(folder: Path) -> dict:
+    """Return how many Triton kernels of this engine have a tuned launch config, and a digest of those configs.
+
+    Inductor writes each autotuned or coordinate-descent-tuned kernel's winner to a
+    `<hash>.best_config` file in its cache (the engine folder). Two runs of one cell whose
+    digests differ ran different kernel configs: int8wo's spread across processes
+    (docs/hf-backend.md) is what this makes visible. The time the tuning took is left out.
+    """
+    configs = []
+    for f in sorted(Path(folder).rglob("*.best_config")) if Path(folder).is_dir() else []:
+        try:
+            cfg = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        cfg = {k: v for k, v in cfg.items() if k not in ("time_taken_ms", "triton_cache_hash")}
+        configs.append((f.name, cfg))
+    digest = hashlib.sha256(json.dumps(configs, sort_keys=True).encode()).hexdigest()[:16] if configs else None
+    return {"kernels": len(configs), "coordinate_descent": sum(bool(c.get("found_by_coordesc")) for _, c in configs),
+            "digest": digest}

@@ -1,0 +1,1 @@
+"""The openai backend: its declaration (config) and its runtime (backend)."""

@@ -1,0 +1,1 @@
+"""The trtllm backend: its declaration (config) and its runtime (backend)."""
