@@ -19,7 +19,7 @@ nox.options.sessions = ["tests"]
 nox.options.error_on_missing_interpreters = False
 
 CPU_TORCH = "torch==2.13.0"  # asv.conf.json's matrix pins the same (tests/test_asv_config.py)
-ASV = "asv==0.6.6"  # benchmarks/asv_site.py vendors the scripts this version's site loads
+ASV = "asv==0.6.6"  # scripts/asv_site.py vendors the scripts this version's site loads
 # What `nox -s asv` fails on: deterministic values (FakeCell: the fake backend's virtual clock)
 # and values asv times itself, with its statistics (the harness's hot paths). ModelCell's CPU
 # values are single wall-clock medians that a shared 2-core machine moves by more than any
@@ -130,7 +130,7 @@ def asv(session: nox.Session) -> None:
     25% worse, above the noise of the harness's CPU times on a loaded 2-core machine and below a
     30% slowdown; on a quiet, dedicated machine use 1.10). asv builds a wheel of each commit and
     installs it, with the CPU torch, into a virtualenv under .asv/env; then `asv publish` writes
-    dashboards/asv, made to work offline and opened in headless Chromium (benchmarks/asv_site.py).
+    dashboards/asv, made to work offline and opened in headless Chromium (scripts/asv_site.py).
     GPU machines: docs/regressions.md.
     """
     session.install(ASV, "virtualenv")
@@ -146,7 +146,7 @@ def asv(session: nox.Session) -> None:
     finally:
         session.run("asv", "publish")
         _chromium(session)
-        session.run("python", "-m", "benchmarks.asv_site", "dashboards/asv")
+        session.run("python", "-m", "scripts.asv_site", "dashboards/asv")
 
 
 @nox.session(name="asv-planted")
@@ -158,4 +158,4 @@ def asv_planted(session: nox.Session) -> None:
     session.install(ASV, "virtualenv")
     if "existing" in session.posargs:
         _install(session)  # the existing-environment mode runs the suite in this session's Python
-    session.run("python", "-m", "benchmarks.asv_planted", *session.posargs)
+    session.run("python", "-m", "scripts.asv_planted", *session.posargs)

@@ -57,8 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog="bench", description="Benchmark LLM inference backends across a matrix of configurations.")
     sub = p.add_subparsers(dest="command", required=True)
-    for info in sorted(pkgutil.iter_modules(bench.commands.__path__), key=lambda m: m.name):
-        importlib.import_module(f"bench.commands.{info.name}").register(sub)
+    names = [m.name for m in pkgutil.iter_modules(bench.commands.__path__)]
+    order = {name: i for i, name in enumerate(bench.commands.WORKFLOW)}
+    for name in sorted(names, key=lambda n: (order.get(n, len(order)), n)):
+        importlib.import_module(f"bench.commands.{name}").register(sub)
     return p
 
 

@@ -1,7 +1,7 @@
-"""asv's benchmark suite (asv_cells, asv_harness) and the scripts that drive asv (docs/regressions.md).
+"""asv's benchmark suite (asv_cells, asv_harness); the scripts that drive asv live in scripts/ (docs/regressions.md).
 
 Which `bench` the suite measures, decided once here, before any benchmark module imports it:
-1. BENCH_ASV_PROJECT=<a commit's tree>: that tree (benchmarks/asv_existing.py measures two
+1. BENCH_ASV_PROJECT=<a commit's tree>: that tree (scripts/asv_existing.py measures two
    commits in one existing environment this way);
 2. in an environment asv built for a commit (asv sets ASV_COMMIT): the `bench` installed there;
 3. otherwise (`asv run -E existing`, scripts): the checkout this folder belongs to, even where

@@ -8,7 +8,7 @@ by the real harness (bench.runner.matrix.run_matrix: worker subprocesses, the re
 
 Which cells: BENCH_ASV_MATRIX=cpu (default) runs the CPU default model (hf backend, qwen-tiny)
 on a tiny ShareGPT slice; BENCH_ASV_MATRIX=gpu runs the Qwen-7B-shaped model in bf16 at batch 1
-and 8 on 8 prompts (in an existing environment on the GPU machine: benchmarks/asv_existing.py).
+and 8 on 8 prompts (in an existing environment on the GPU machine: scripts/asv_existing.py).
 `FakeCell` is the harness's own canary on the fake backend's virtual clock (deterministic: a
 change means the timing accounting changed); BENCH_ASV_FAKE_SLOWDOWN / BENCH_ASV_FAKE_NOISE
 plant a regression in it (the planted-regression test uses them).

@@ -5,7 +5,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.workloads.arrivals import arrival_times, inter_arrival_cv, offered_rate
+from bench.workloads.arrivals import arrival_times, offered_rate
+
+
+def inter_arrival_cv(times: list[float]) -> float:
+    """Return the coefficient of variation of the gaps between arrivals (1 for Poisson)."""
+    gaps = [b - a for a, b in zip([0.0, *times[:-1]], times, strict=True)]
+    mean = sum(gaps) / len(gaps)
+    if mean == 0:
+        return 0.0
+    var = sum((g - mean) ** 2 for g in gaps) / len(gaps)
+    return math.sqrt(var) / mean
 
 
 def test_infinite_rate_sends_all_at_once():

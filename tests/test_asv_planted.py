@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import asv_planted
+from scripts import asv_planted
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,7 +33,7 @@ def test_plant_refuses_a_source_without_its_anchor():
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_existing_flow_catches_planted_slowdown_and_passes_its_undo(tmp_path):
     pytest.importorskip("asv")
-    out = subprocess.run([sys.executable, "-m", "benchmarks.asv_planted", "--mode", "existing", "--workdir", str(tmp_path)],
+    out = subprocess.run([sys.executable, "-m", "scripts.asv_planted", "--mode", "existing", "--workdir", str(tmp_path)],
                          cwd=ROOT, capture_output=True, text=True, timeout=600,
                          env={**os.environ, "HOME": str(tmp_path)})  # asv's machine file goes here
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
@@ -44,7 +44,7 @@ def test_existing_flow_catches_planted_slowdown_and_passes_its_undo(tmp_path):
 
 def test_existing_flow_fails_when_a_benchmark_failed_at_head():
     """A value asv could not measure at HEAD is not a pass, whatever the comparison table says."""
-    from benchmarks.asv_existing import verdict
+    from scripts.asv_existing import verdict
 
     assert verdict(worsened=False, improved=False, failed_at_head=True)[1] == 1
     assert verdict(worsened=False, improved=True, failed_at_head=True)[0].startswith("NOT JUDGED")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import asv_site
+from scripts import asv_site
 from tests.support import browser
 
 asv = pytest.importorskip("asv")

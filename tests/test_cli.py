@@ -128,3 +128,17 @@ num_requests = 4
     assert store.read_text().endswith("\n")
     again = bench("run", "--matrix", str(path), "--no-progress", "--only", "fail=none")
     assert again.returncode == 0 and "2 trial(s) already stored" in again.stderr
+
+
+def test_help_lists_commands_in_the_order_a_user_works():
+    import pkgutil
+
+    import bench.commands
+    from bench.cli import build_parser
+
+    modules = {m.name for m in pkgutil.iter_modules(bench.commands.__path__)}
+    assert modules <= set(bench.commands.WORKFLOW), f"place {sorted(modules - set(bench.commands.WORKFLOW))} in WORKFLOW"
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    listed = list(sub.choices)
+    assert listed == [c for c in bench.commands.WORKFLOW if c in modules]
+    assert listed.index("run") < listed.index("report") < listed.index("compare")

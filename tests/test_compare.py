@@ -13,7 +13,7 @@ from bench.errors import BenchInputError
 from bench.results.compare import compare_stores, to_markdown
 from bench.runner.matrix import run_matrix
 from bench.spec import parse_matrix
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 IGNORE = ["--ignore-option", "seed,slowdown"]
 
@@ -189,7 +189,7 @@ def test_asv_suite_flags_planted_regression(tmp_path):
 def test_labels_name_the_options_that_tell_two_cells_apart():
     """Two bs1 cells that differ only in cache get labels that say so; a cell alone keeps its short label."""
     from bench.results.records import distinct_labels
-    from tests.conftest import make_record
+    from tests.support.records import make_record
 
     def cell(cache, bs=1):
         return {"backend": "hf", "model": "m", "precision": "bf16", "max_batch_size": bs, "device": "cpu",

@@ -240,6 +240,9 @@ print(json.dumps({"tuned": len(tuned), "rechecks": len(rechecks), "buggy": induc
     print("coordinate-descent tunings (rechecks) per process, cold / warm without / warm with the backport:",
           *(f"{p['tuned']} ({p['rechecks']})" for p in (cold, warm_unpatched, warm)), "| torch re-tunes:", cold["buggy"])
     assert cold["tuned"] > 0
+    # Unpatched, the process says what it is: no backport, and it re-tunes where this torch has the bug.
+    assert warm_unpatched["settings"]["recheck_backported"] is False
+    assert warm_unpatched["settings"]["retunes_each_process"] is (cold["buggy"] and warm_unpatched["static"])
     if cold["buggy"]:
         assert warm["settings"]["recheck_backported"] is True and warm["settings"]["retunes_each_process"] is False
     assert warm["tuned"] == 0, warm

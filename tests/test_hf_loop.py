@@ -171,7 +171,7 @@ def test_an_hf_probe_prefills_the_real_prompt_length():
     probe = probe_cell(plain, 4, 256, 256)
     assert probe.workload.input_len == 508 and probe.workload.output_len == 4
     assert probe.options_dict["prefill_len"] == 256  # the rest of the prompt is fed in chunks
-    from tests.conftest import make_record
+    from tests.support.records import make_record
 
     rec = make_record(probe.cell_id, cell=probe.to_dict(), kind="oom-probe")
     rec.extra["probe"] = {"max_input_len": 256, "max_output_len": 256}

@@ -81,7 +81,7 @@ def test_search_never_probes_above_a_failure():
 
 
 def probe_record(size, status, trial=0, kind="oom-probe", run_id="oom-1", env=None):
-    from tests.conftest import make_record
+    from tests.support.records import make_record
 
     cell = {"backend": "hf", "model": "m", "precision": "bf16", "options": {}, "device": "cuda", "max_batch_size": size}
     rec = make_record(f"c{size}", trial, status, cell=cell, kind=kind, cap=24.0, run_id=run_id, env=env,

@@ -21,7 +21,7 @@ from bench.workloads.request import (
     RequestTiming,  # noqa: E402
 )
 
-# Loose bound for a 2-core machine shared with other jobs; benchmarks/bench_openai_client.py
+# Loose bound for a 2-core machine shared with other jobs; scripts/bench_openai_client.py
 # measures the real TTFT error (target < 1 ms) on an idle client.
 SLACK_S = 0.010
 

@@ -16,7 +16,7 @@ from bench.profiling.kernels import (
     build_kernel_table,
     categorize,
 )
-from tests.conftest import tiny_hf_matrix
+from tests.support.matrices import tiny_hf_matrix
 
 
 @pytest.mark.parametrize("name, category", [

@@ -14,7 +14,7 @@ from bench.profiling.kernels import AttributedKernel, KernelTable, build_kernel_
 from bench.report.build import build_report
 from bench.report.kernel_panel import kernel_frame
 from bench.results.records import Profile, parse
-from tests.conftest import tiny_hf_matrix
+from tests.support.matrices import tiny_hf_matrix
 from tests.support.synthetic import synthetic_records, write_store
 
 ROOT = Path(__file__).resolve().parent.parent

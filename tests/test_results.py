@@ -15,7 +15,8 @@ from bench.results.records import RunContext, schema_markdown
 from bench.results.store import ResultStore
 from bench.runner.matrix import run_matrix
 from bench.spec import parse_matrix
-from tests.conftest import ROOT, make_record
+from tests.support import ROOT
+from tests.support.records import make_record
 
 HF = {"backend": "hf", "model": "m", "precision": "bf16", "max_batch_size": 1, "device": "cpu", "options": {},
       "workload": {"name": "w", "num_requests": 4}}

@@ -4,7 +4,7 @@ import pytest
 
 from bench.errors import BenchInputError
 from bench.results.query import select
-from tests.conftest import make_record
+from tests.support.records import make_record
 
 H200 = {"gpu_name": "NVIDIA H200", "driver": "580", "torch": "2.11", "cpu": "x"}
 A100 = {**H200, "gpu_name": "NVIDIA A100-SXM4-80GB"}

@@ -10,7 +10,7 @@ from bench.report.data import report_data
 from bench.results import query
 from bench.results.records import Measurement, new_record
 from bench.results.store import ResultStore
-from tests.conftest import make_record
+from tests.support.records import make_record
 
 
 def test_append_and_read_back(tmp_path):

@@ -126,7 +126,7 @@ def test_empty_records():
 
 
 def test_rows_show_model_lengths_and_only_the_options_that_vary():
-    from tests.conftest import make_record
+    from tests.support.records import make_record
 
     wl = {"name": "sg", "source": "sharegpt", "max_input_len": 1024, "max_total_len": 2048, "max_output_len": 32}
 
@@ -157,7 +157,7 @@ def test_rows_show_model_lengths_and_only_the_options_that_vary():
 
 def test_a_stability_warning_names_its_row_options_and_table():
     """Two bs1 rows of one table differ only in options: the warning says which one did not reproduce."""
-    from tests.conftest import make_record
+    from tests.support.records import make_record
 
     def cell(cache):
         return {"backend": "fake", "model": "m", "precision": "bf16", "max_batch_size": 1, "device": "cpu",
@@ -173,7 +173,7 @@ def test_a_stability_warning_names_its_row_options_and_table():
 
 def test_a_stability_warning_says_when_the_runs_ran_different_tuned_kernels():
     """int8wo on the H200 (2026-12-01): three processes, three tuned-config digests, 175 / 167 / 249 tok/s."""
-    from tests.conftest import make_record
+    from tests.support.records import make_record
 
     def tuned(digest):
         return {"inductor": {"coordinate_descent_tuning": True, "tuned": {"kernels": 17, "digest": digest}}}

@@ -294,10 +294,10 @@ def frontier_markdown(rows: list[dict]) -> str:
 
 def _non_default(backend: str, options: dict) -> dict:
     """Return the options that differ from the backend's defaults (all of them if it is unknown)."""
-    try:
-        from bench.backends.registry import backend_config
+    from bench.backends.registry import backend_config
 
+    try:
         declared = backend_config(backend).options
-    except Exception:
+    except BenchInputError:  # a stored record of a backend this install does not have
         return options
     return {k: v for k, v in options.items() if k not in declared or declared[k].default != v}

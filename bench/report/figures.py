@@ -132,11 +132,6 @@ def _groups(frame: pd.DataFrame, keys: list[str]) -> list[tuple[tuple, np.ndarra
     return [(k, positions[k]) for k in gb.groups]
 
 
-def _nanmax(values: np.ndarray) -> float:
-    """Return the largest non-NaN value (NaN if none), as Series.max does."""
-    return pd.Series(values).max()
-
-
 def throughput_vs_batch(cells: pd.DataFrame, title: str) -> dict:
     """Return output tok/s vs max_batch_size, one line per series, failed cells marked x in a band above.
 

@@ -86,10 +86,6 @@ def _warmup_s(rec) -> float | None:
     return float(sum(passes)) if isinstance(passes, list) else None
 
 
-def _output_tokens(rec) -> float | None:
-    return rec.metric("total_output_tokens") or (rec.workload or {}).get("output_tokens")
-
-
 def _latest(records):
     return max(records, key=lambda r: (r.context.started_at or 0.0, r.ended_at or 0.0))
 

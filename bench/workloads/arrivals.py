@@ -45,13 +45,3 @@ def offered_rate(times: list[float]) -> float | None:
     if not times or max(times) <= 0:
         return None
     return len(times) / max(times)
-
-
-def inter_arrival_cv(times: list[float]) -> float:
-    """Return the coefficient of variation of the gaps between arrivals (1 for Poisson)."""
-    gaps = [b - a for a, b in zip([0.0, *times[:-1]], times, strict=True)]
-    mean = sum(gaps) / len(gaps)
-    if mean == 0:
-        return 0.0
-    var = sum((g - mean) ** 2 for g in gaps) / len(gaps)
-    return math.sqrt(var) / mean

@@ -1,6 +1,6 @@
 """Print the time to build the dashboard for a synthetic 10,000-result store and to open it in Chromium.
 
-    python3 benchmarks/bench_dashboard.py [--results 10000] [--requests 100] [--out DIR]
+    python3 scripts/bench_dashboard.py [--results 10000] [--requests 100] [--out DIR]
 
 Targets (issue #8): build < 10 s, open (page ready, measured in the page) < 3 s.
 """

@@ -1,6 +1,6 @@
 """Measure two commits in one existing Python environment with asv, compare them, publish the site.
 
-    python -m benchmarks.asv_existing BASE HEAD [--repo PATH_OR_BUNDLE] [--factor 1.05]
+    python -m scripts.asv_existing BASE HEAD [--repo PATH_OR_BUNDLE] [--factor 1.05]
                                       [--bench REGEX] [--results DIR] [--html DIR] [--resume]
 
 For a machine where asv must not build environments: a GPU box whose Python already has CUDA
@@ -15,7 +15,7 @@ so this script does what `asv continuous` would, one commit at a time:
    the harness's worker processes inherit it), so both commits run the same benchmarks;
 3. prints asv's comparison (asv compare's table) and exits 1 if a benchmark got worse by more
    than --factor or failed at HEAD (a value not measured is not a pass), 0 otherwise;
-4. publishes the site (asv publish, made to work offline by benchmarks/asv_site.py).
+4. publishes the site (asv publish, made to work offline by scripts/asv_site.py).
 
 Set BENCH_ASV_MATRIX=gpu on the GPU machine (docs/regressions.md); the default is the CPU matrix.
 """
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         text, code = verdict(worsened, improved, failed[commits[1]])
         print(f"\n{names[commits[0]]} -> {names[commits[1]]}: {text} (factor {args.factor})")
         run_asv("publish", "--config", str(conf_path))
-        from benchmarks import asv_site
+        from scripts import asv_site
 
         print(f"site: {conf['html_dir']} ({len(asv_site.localize(conf['html_dir']))} CDN references made local)")
         return code

@@ -5,7 +5,7 @@ time (its clock is virtual otherwise), so the figure is the executor's overlap p
 worker process costs to start (Python, bench, torch for the cuda fingerprint). Expected: the
 two-device run takes about half the serial one. Figures go in docs/scale-out.md with the date.
 
-    python3 benchmarks/bench_executor_local.py [--groups 4] [--trials 2] [--wall-ms 2000] [--devices 2]
+    python3 scripts/bench_executor_local.py [--groups 4] [--trials 2] [--wall-ms 2000] [--devices 2]
 """
 
 from __future__ import annotations

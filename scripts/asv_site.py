@@ -1,10 +1,10 @@
 """Make asv's published site work offline, and check it in headless Chromium.
 
-    python -m benchmarks.asv_site [HTML_DIR] [--graphs N] [--screenshot PNG]
+    python -m scripts.asv_site [HTML_DIR] [--graphs N] [--screenshot PNG]
 
 asv 0.6's pages load jQuery, flot, bootstrap and three small plugins from CDNs, so on a machine
 without internet (this project's CPU machines, the GPU machine) the site shows only its error
-page. `localize` points those tags at copies kept in benchmarks/site_assets/ (npm packages of the
+page. `localize` points those tags at copies kept in vendor/asv-site/ (npm packages of the
 versions asv names; LICENSES.txt there) and refuses a CDN address it has no copy for, so a newer
 asv cannot silently produce a broken page.
 
@@ -33,9 +33,9 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-ASSETS = Path(__file__).resolve().parent / "site_assets"
+ASSETS = Path(__file__).resolve().parent.parent / "vendor" / "asv-site"
 
-# CDN address in asv's index.html -> (copy in site_assets, why it may differ from the CDN's file).
+# CDN address in asv's index.html -> (copy in vendor/asv-site, why it may differ from the CDN's file).
 # A copy without a reason must be byte-identical: its digest is checked against the page's
 # integrity attribute. The two others are not published on npm in the form the CDN serves.
 VENDORED = {
@@ -126,7 +126,7 @@ def _local_tag(tag: str, url: str, page: str, html_dir: Path, replaced: list[str
     """Return tag pointing at the vendored copy of url, after copying it to html_dir/vendor/."""
     if url not in VENDORED:
         raise RuntimeError(f"{page} loads {url}, which has no copy in {ASSETS}: add the file "
-                           "and a line to VENDORED in benchmarks/asv_site.py (an asv upgrade?)")
+                           "and a line to VENDORED in scripts/asv_site.py (an asv upgrade?)")
     name, reason = VENDORED[url]
     src = ASSETS / name
     integrity = re.search(r'integrity="((sha\d+)-[^"]+)"', tag)

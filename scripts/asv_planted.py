@@ -1,6 +1,6 @@
 """Plant a 30% slowdown in a throwaway clone and check that asv catches it, and lets its undo pass.
 
-    python -m benchmarks.asv_planted [--mode continuous|existing] [--factor 1.10] [--keep]
+    python -m scripts.asv_planted [--mode continuous|existing] [--factor 1.10] [--keep]
 
 The clone (of this checkout's HEAD commit; uncommitted changes are not in it) gets two commits:
 SLOW multiplies every duration of the fake backend's virtual clock by 1.3 (bench/backends/fake/backend.py,
@@ -12,7 +12,7 @@ fake backend: matrix, worker subprocess, store, the suite's aggregation):
 
 --mode continuous (default) is the real loop: asv builds a wheel of each commit and installs it
 in its own virtualenv (minutes: the first run creates the env with torch). --mode existing runs
-the same check through benchmarks/asv_existing.py in this Python (no builds; seconds), which
+the same check through scripts/asv_existing.py in this Python (no builds; seconds), which
 also proves that script measures each commit's own code. Exit 0 when both checks pass.
 """
 
@@ -31,14 +31,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = "bench/backends/fake/backend.py"
 ANCHOR = 'k = opts["slowdown"]'
-SLOW = 'k = opts["slowdown"] * 1.3  # planted by benchmarks/asv_planted.py'
+SLOW = 'k = opts["slowdown"] * 1.3  # planted by scripts/asv_planted.py'
 
 
 def plant(source: str) -> str:
     """Return fake.py's source with the 30% slowdown planted (exactly one anchor must match)."""
     if source.count(ANCHOR) != 1:
         raise RuntimeError(f"{TARGET} holds {source.count(ANCHOR)} copies of {ANCHOR!r}, expected 1: "
-                           "update ANCHOR in benchmarks/asv_planted.py to the line that scales the fake clock")
+                           "update ANCHOR in scripts/asv_planted.py to the line that scales the fake clock")
     return source.replace(ANCHOR, SLOW)
 
 
@@ -68,8 +68,8 @@ def asv_continuous(clone: Path, base: str, head: str, factor: float) -> tuple[in
 
 
 def asv_existing(clone: Path, base: str, head: str, factor: float, results: Path) -> tuple[int, str]:
-    """Return (exit status, output) of benchmarks/asv_existing.py on FakeCell for two commits of the clone."""
-    cmd = [sys.executable, "-m", "benchmarks.asv_existing", base, head, "--repo", str(clone), "--factor", str(factor),
+    """Return (exit status, output) of scripts/asv_existing.py on FakeCell for two commits of the clone."""
+    cmd = [sys.executable, "-m", "scripts.asv_existing", base, head, "--repo", str(clone), "--factor", str(factor),
            "--bench", r"^asv_cells\.FakeCell", "--results", str(results / "results"), "--html", str(results / "html")]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     return proc.returncode, proc.stdout + proc.stderr

