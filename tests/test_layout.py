@@ -21,7 +21,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("workloads", ("bench.workloads",)),
     ("execution", ("bench.execution", "bench.backends", "bench.serving")),
     ("results", ("bench.results",)),
-    ("analysis", ("bench.oom", "bench.profiling")),
+    ("analysis", ("bench.oom", "bench.profiling", "bench.capacity")),
     ("report", ("bench.report",)),
     ("commands", ("bench.commands", "bench.cli", "bench.__main__")),
 ]
