@@ -110,3 +110,28 @@ def test_a_server_slowing_with_load_is_flagged_oversaturated_and_a_light_load_is
     h = saturation_metrics(heavy)
     assert h["oversaturated"] is True, h
     assert saturation_metrics(light)["oversaturated"] is False
+
+
+def test_the_table_warns_about_an_oversaturated_pass_and_a_lagging_client(tmp_path):
+    from bench.execution.matrix import run_matrix
+    from bench.report.data import report_data
+    from bench.report.tables import load_warnings, speedup_table
+    from bench.results import query
+    from bench.spec import parse_matrix
+
+    with TestServer(ttft_s=0.02, itl_s=0.01, knee=1, load_slowdown=1.0) as srv:
+        m = parse_matrix({
+            "name": "sat", "backends": ["openai"], "model": "qwen-tiny", "precisions": ["server"], "max_batch_sizes": [1],
+            "workloads": ["w"], "device": "cpu", "trials": 1, "warmup": 0, "timeout_s": 60, "build_timeout_s": 60,
+            "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 8, "num_requests": 24}},
+            "options": {"base_url": srv.base_url, "request_rate": 40.0, "burstiness": 1e9, "max_concurrency": "none"},
+        })
+        run_matrix(m, tmp_path / "s.jsonl", show_progress=False)
+    data = report_data(query.select(query.load([tmp_path / "s.jsonl"])).records)
+    (table,) = speedup_table(data.frame, {"backend": "openai"}).values()
+    assert any("over-saturated" in w for w in table.attrs["warnings"]), table.attrs["warnings"]
+    assert "send_lag_p99_ms" in table and "output_throughput_per_user" in table
+    behind = load_warnings({"client_behind": 1.0, "send_lag_p99_ms": 25.0, "offered_request_rate": 8.0,
+                            "achieved_request_rate": 7.0})
+    assert behind and "fell behind" in behind[0] and "25.0 ms" in behind[0]
+    assert load_warnings({"client_behind": 0.0, "oversaturated": 0.0}) == []
