@@ -251,6 +251,10 @@ def _dashboard(data, cells: pd.DataFrame, tables: dict, kernels: pd.DataFrame | 
         else:
             figs.append(("Latency distributions and workload lengths", None, "no per-request samples in these results"))
         figs.append(("Telemetry", F.telemetry_lines(c, t, key), "") if t is not None else ("Telemetry", None, NO_TELEMETRY))
+        clocks = F.telemetry_clocks(c, t, key) if t is not None else None
+        if clocks is not None:
+            figs.append(("Clocks and GPU busy", clocks, "a GPU busy well under 100 % is host-bound: the host, not the GPU, "
+                         "sets the pace; clocks that sag mark power or thermal limits"))
         for a, b, ratios in comps:
             r = ratios[ratios.cell_id.isin(c.cell_id)]
             if len(r):

@@ -497,3 +497,29 @@ def pareto_figure(cells: pd.DataFrame, title: str) -> dict | None:
     return {"data": data, "layout": _layout(f"Interactivity vs throughput — {title}",
             xaxis={"title": {"text": "output tok/s per user (mean over requests of output_len / E2E)"}, "rangemode": "tozero"},
             yaxis={"title": {"text": "output tok/s per GPU"}, "rangemode": "tozero"}, legend=_BELOW, height=520)}
+
+
+def telemetry_clocks(cells: pd.DataFrame, telemetry: pd.DataFrame, title: str) -> dict | None:
+    """Return SM clock (left) and GPU busy % (right) over a measured pass, one line per cell (its last trial);
+    None when no pass sampled them (records from before clocks and utilisation were sampled, a CPU run)."""
+    if not {"sm_mhz", "util_pct"} <= set(telemetry) or telemetry[["sm_mhz", "util_pct"]].notna().sum().sum() == 0:
+        return None
+    cells = cells.assign(_label=series_labels(cells))
+    colors = series_colors(cells._label)
+    t = telemetry.merge(cells[["cell_id", "gpu_memory_gb", "_label", "precision", "max_batch_size"]], on=["cell_id", "gpu_memory_gb"])
+    last = t.groupby(["cell_id", "gpu_memory_gb"], dropna=False).trial.transform("max")
+    t = t[t.trial == last].reset_index(drop=True)
+    data = []
+    for (label, precision, bs), idx in _groups(t, ["_label", "precision", "max_batch_size"]):
+        name = esc(f"{label} bs{bs}")
+        g = t.iloc[idx].sort_values("t_s")
+        for axis, metric in (("", "sm_mhz"), ("2", "util_pct")):
+            data.append({"type": "scattergl", "mode": "lines", "name": name, "legendgroup": name, "showlegend": axis == "",
+                         "line": {"color": colors[label]}, "x": g.t_s.tolist(), "y": g[metric].tolist(),
+                         "xaxis": "x" + axis, "yaxis": "y" + axis, "meta": {"precision": precision}})
+    return {"data": data, "layout": _layout(
+        f"Clocks and GPU busy over the measured pass — {title}", height=460,
+        xaxis={"domain": [0, 0.47], "title": {"text": "time (s)"}}, xaxis2={"domain": [0.53, 1], "title": {"text": "time (s)"}},
+        yaxis={"title": {"text": "SM clock (MHz)"}, "rangemode": "tozero"},
+        yaxis2={"title": {"text": "GPU busy (% of NVML's sample period with a kernel running)"}, "anchor": "x2",
+                "range": [0, 105]})}

@@ -149,10 +149,22 @@ def _headline_spreads(cells: pd.DataFrame, ok: pd.DataFrame, keys: list[str]) ->
             spread = run_spread(values, m)
             new[f"{m}__run_cv"][key], new[f"{m}__trial_cv"][key] = spread.run_cv, spread.trial_cv
             if m == "output_throughput" and spread.runs > 1 and spread.warnings:
-                warnings[key] = "; ".join(spread.warnings) + _tuning_cause(g)
+                warnings[key] = "; ".join(spread.warnings) + _tuning_cause(g) + _telemetry_cause(g)
     columns = {name: pd.Series(values, dtype=float).reindex(cells.index) for name, values in new.items()}
     columns["stability"] = pd.Series(warnings, dtype=object).reindex(cells.index)
     return pd.concat([cells, pd.DataFrame(columns, index=cells.index)], axis=1)
+
+
+def _telemetry_cause(g: pd.DataFrame) -> str:
+    """Return a clause naming what the runs' GPU telemetry saw (bench.execution.telemetry.spread_causes), else ''."""
+    from bench.execution.telemetry import spread_causes
+
+    keys = [k for k in ("sm_clock_mhz_median", "gpu_busy_pct", "throttle_power_pct", "throttle_thermal_pct") if k in g]
+    if not keys:
+        return ""
+    runs = g.groupby("run_key", sort=False)[keys].mean().to_dict("records")
+    causes = spread_causes(runs)
+    return "; telemetry: " + "; ".join(causes) if causes else ""
 
 
 def _tuning_cause(g: pd.DataFrame) -> str:
@@ -329,6 +341,7 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
 def load_warnings(r) -> list[str]:
     """Return what a row's passes say against their own figures: the client fell behind its schedule, the
     server was over-saturated (the rules and bounds: bench.results.metrics)."""
+    from bench.execution.telemetry import HOST_BOUND_BUSY_PCT
     from bench.results.metrics import ACHIEVED_RATE_SHARE, LAG_P99_BOUND_MS, SATURATION_RISE
 
     def num(key):
@@ -348,12 +361,9 @@ def load_warnings(r) -> list[str]:
                    "the last third of the pass: the server did not keep up, its figures describe a growing queue")
     if num("gpu_busy_pct") is not None and num("gpu_busy_pct") < HOST_BOUND_BUSY_PCT:
         out.append(f"host-bound: the GPU was busy {num('gpu_busy_pct'):.0f} % of the measured window "
-                   f"(< {HOST_BOUND_BUSY_PCT} %): the host (launches, Python, the client) limits it")
+                   f"(< {HOST_BOUND_BUSY_PCT:g} %): the host (launches, Python, the client) limits it")
     return out
 
-
-# A cell whose GPU was busy (NVML utilisation, mean over the pass) less than this is called host-bound.
-HOST_BOUND_BUSY_PCT = 70
 
 
 def _num(value, std=None, fmt="{:.2f}") -> str:
