@@ -119,3 +119,19 @@ def test_the_search_finds_a_paced_servers_knee_through_the_workers(tmp_path):
     assert all(r.context.command == "capacity" and r.cell["options"]["max_concurrency"] == r.target["value"]
                for r in records)
     assert (tmp_path / "report" / "capacity.md").read_text() == text
+
+
+def test_an_in_process_backend_is_searched_along_max_batch_size(tmp_path):
+    """The fake backend's decode step costs 10 + 0.5 x batch ms: TPOT <= 14.25 ms holds up to batch 8."""
+    from rich.console import Console
+
+    from bench.commands.capacity import capacity_matrix
+    from bench.spec import parse_matrix
+
+    m = parse_matrix({"name": "capfake", "backends": ["fake"], "model": "qwen-tiny", "precisions": ["bf16"],
+                      "max_batch_sizes": [1], "workloads": ["w"], "device": "cpu", "trials": 1, "warmup": 0, "runs": 2,
+                      "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 8, "num_requests": 32}}})
+    missed, text = capacity_matrix(m, {"tpot_p99_ms": 14.25}, "max_batch_size", 1, 32, None, "grow",
+                                   tmp_path / "c.jsonl", Console(stderr=True, quiet=True), tmp_path / "r")
+    assert missed == 0 and "capacity: max_batch_size = 8 batch size" in text, text
+    assert "| 2 / 0 |" in text  # each probe: two fresh processes (runs)
