@@ -34,7 +34,15 @@ DIRECTION = {
     "request_goodput": +1,
     "energy_j": -1,
     "sol_pct": +1,
+    "output_throughput_per_user": +1,
+    "output_throughput_per_gpu": +1,
 }
+# The client fell behind its schedule (tables warn): send lag p99 above this, or achieved < this share of offered.
+LAG_P99_BOUND_MS = 10.0
+ACHIEVED_RATE_SHARE = 0.95
+# Over-saturation (a constant-rate pass): both the mean requests in flight and the median TTFT of the last
+# third of the requests (by send time) exceed the first third's by this factor.
+SATURATION_RISE = 1.5
 
 
 def _stats(name: str, values_s: Sequence[float]) -> dict[str, float | None]:
@@ -112,6 +120,69 @@ def decode_throughput(timings) -> float | None:
         covered += b - max(a, reach)
         reach = b
     return tokens / covered if covered > 0 else None
+
+
+def interactivity_metrics(timings, output_throughput: float, gpus: int) -> dict:
+    """Return output tok/s per user and per GPU, and the GPUs counted.
+
+    trtllm-bench's definitions (tensorrt_llm/bench/dataclasses/statistics.py and reporting.py):
+    `output_throughput_per_user` is the mean over completed requests of each request's own
+    output speed, output_len / E2E latency (the first token and its wait included);
+    `output_throughput_per_gpu` is the pass's output_throughput over the GPUs the cell used
+    (tensor-parallel size; a cell on the CPU, or a client whose server owns one GPU, counts one).
+    """
+    if gpus < 1:
+        raise ValueError(f"a cell uses at least one device, got gpus={gpus}")
+    speeds = [t.output_len / (t.end - t.start) for t in timings if t.error is None and t.end > t.start]
+    return {
+        "output_throughput_per_user": float(np.mean(speeds)) if speeds else None,
+        "output_throughput_per_gpu": output_throughput / gpus,
+        "gpus": gpus,
+    }
+
+
+def send_lag_metrics(send_lag_s: Sequence[float], offered_rate: float | None, achieved_rate: float | None) -> dict:
+    """Return the client's lag against its schedule: p50/p99/max send lag in ms and whether it fell behind.
+
+    send_lag_s: per request, actual send time - scheduled send time (s). `client_behind` is True
+    when lag p99 > LAG_P99_BOUND_MS or achieved < ACHIEVED_RATE_SHARE x offered (None: no schedule).
+    """
+    if len(send_lag_s) == 0:
+        return {"send_lag_p50_ms": None, "send_lag_p99_ms": None, "send_lag_max_ms": None, "client_behind": None}
+    ms = np.asarray(send_lag_s, dtype=float) * 1000.0
+    p99 = float(np.percentile(ms, 99))
+    behind = p99 > LAG_P99_BOUND_MS
+    if offered_rate and achieved_rate is not None:
+        behind = behind or achieved_rate < ACHIEVED_RATE_SHARE * offered_rate
+    return {"send_lag_p50_ms": float(np.median(ms)), "send_lag_p99_ms": p99, "send_lag_max_ms": float(ms.max()),
+            "client_behind": bool(behind)}
+
+
+def saturation_metrics(timings) -> dict:
+    """Return requests in flight and median TTFT of the first and last thirds of a pass, and the over-saturation flag.
+
+    Requests are ordered by send time and cut in thirds; a third's in-flight figure is the mean,
+    over its requests, of how many requests were in flight when each was sent. `oversaturated`
+    is True when both figures of the last third exceed the first third's by SATURATION_RISE
+    (GuideLLM's sign: load and TTFT rising together), None with fewer than 6 completed requests.
+    """
+    ok = sorted((t for t in timings if t.error is None and t.token_times), key=lambda t: t.start)
+    out = {"in_flight_first": None, "in_flight_last": None, "ttft_first_ms": None, "ttft_last_ms": None,
+           "oversaturated": None}
+    if len(ok) < 6:
+        return out
+    starts = np.array([t.start for t in ok])
+    ends = np.sort(np.array([t.end for t in ok]))
+    # in flight at each send: sent before (inclusive) minus ended before
+    in_flight = np.arange(1, len(ok) + 1) - np.searchsorted(ends, starts, side="right")
+    ttft = np.array([(t.token_times[0] - t.start) * 1000.0 for t in ok])
+    k = len(ok) // 3
+    first, last = slice(0, k), slice(len(ok) - k, len(ok))
+    out.update(in_flight_first=float(in_flight[first].mean()), in_flight_last=float(in_flight[last].mean()),
+               ttft_first_ms=float(np.median(ttft[first])), ttft_last_ms=float(np.median(ttft[last])))
+    out["oversaturated"] = bool(out["in_flight_last"] > SATURATION_RISE * out["in_flight_first"]
+                                and out["ttft_last_ms"] > SATURATION_RISE * out["ttft_first_ms"])
+    return out
 
 
 def goodput(timings, duration_s: float, slo_ms: dict[str, float]) -> float | None:

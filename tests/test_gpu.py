@@ -288,6 +288,12 @@ def test_nvml_readings_are_present_and_sane():
     assert 4.0 <= m["peak_nvml_memory_gb"] <= total / 1e9, m
     assert 200 <= m["sm_clock_mhz_median"] <= 4000, m
     assert len(s.timeline["power_w"]) == len(s.timeline["t_s"]) >= 10
+    # issue 35: clocks, temperature, utilisation and throttle reasons at >= 10 Hz, energy valid
+    assert m["telemetry_hz"] >= 10 and m["telemetry_max_gap_ms"] < 500, m
+    assert 500 <= m["mem_clock_mhz_median"] <= 10000 and 15 <= m["temperature_c_max"] <= 110, m
+    assert m["gpu_busy_pct"] >= 80, m  # back-to-back matmuls: the GPU is busy
+    assert m["energy_valid"] is True and m["throttle_power_pct"] is not None, m
+    assert all(isinstance(t, int) for t in s.timeline["throttle"] if t is not None)
     del held
 
 

@@ -30,7 +30,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("execution", ("bench.execution",)),
     ("results", ("bench.results",)),
     ("runner", ("bench.runner",)),
-    ("analysis", ("bench.oom", "bench.profiling")),
+    ("analysis", ("bench.oom", "bench.profiling", "bench.capacity")),
     ("report", ("bench.report",)),
     ("commands", ("bench.commands", "bench.cli", "bench.__main__")),
 ]

@@ -39,7 +39,12 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
     from bench.backends.registry import backend_class
     from bench.machine.environment import fingerprint, nvml_device, rank_device
     from bench.machine.telemetry import Sampler
-    from bench.metrics import efficiency_metrics, pass_metrics, request_samples
+    from bench.metrics import (
+        efficiency_metrics,
+        interactivity_metrics,
+        pass_metrics,
+        request_samples,
+    )
     from bench.spec import BuildKey, Cell
     from bench.workloads.workload import Workload
 
@@ -113,6 +118,8 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
                 with Sampler(sampled) as sampler:  # NVML in a background thread; None figures on CPU
                     out = loaded.run(requests, cell.max_batch_size, cell.options_dict)
                 metrics = pass_metrics(out.timings, out.started, out.ended)
+                # GPUs the cell used: its tensor-parallel ranks (one device otherwise)
+                metrics.update(interactivity_metrics(out.timings, metrics["output_throughput"], world))
                 extra = {**out.extra, "warmup": warmup, "telemetry": sampler.timeline}
                 metrics.update(extra.pop("metrics", {}))  # figures beyond the timings (goodput, achieved rate)
                 metrics.update(sampler.summary)

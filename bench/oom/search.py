@@ -113,19 +113,11 @@ def search_boundary(
             raise ProbeFailed(outcome, result)
         return outcome.status == "ok"
 
-    if not fits(lower):
+    lo, hi = largest_passing(fits, lower, upper, strategy)
+    if lo is None:
         result.smallest_oom = lower
         _note_inconsistencies(result)
         return result
-    lo, hi = lower, None  # lo fits; hi does not (None: nothing failed yet)
-    if strategy == "grow":
-        while hi is None and lo < upper:
-            size = min(2 * lo, upper)
-            if fits(size):
-                lo = size
-            else:
-                hi = size
-    lo, hi = _bisect(fits, lo, hi, upper)
     if confirm and not fits(lo):
         # Fitted once, failed once: report it and continue below it (no second confirmation,
         # so noise cannot make the search loop).
@@ -138,6 +130,27 @@ def search_boundary(
     result.largest_fit, result.smallest_oom = lo, hi
     _note_inconsistencies(result)
     return result
+
+
+def largest_passing(passes: Callable[[int], bool], lower: int, upper: int, strategy: str = "grow"
+                    ) -> tuple[int | None, int | None]:
+    """Return (largest integer in [lower, upper] that passes, smallest that fails above it; None: none seen).
+
+    The bracketing and bisection both `bench oom` and `bench capacity` use: probe lower; grow
+    doubles it until a value fails (or upper passes), then bisects the last gap; bisect bisects
+    (lower, upper] at once. A pass is assumed monotone (everything below a passing value passes).
+    """
+    if not passes(lower):
+        return None, lower
+    lo, hi = lower, None  # lo passes; hi does not (None: nothing failed yet)
+    if strategy == "grow":
+        while hi is None and lo < upper:
+            size = min(2 * lo, upper)
+            if passes(size):
+                lo = size
+            else:
+                hi = size
+    return _bisect(passes, lo, hi, upper)
 
 
 def _bisect(fits: Callable[[int], bool], lo: int, hi: int | None, upper: int) -> tuple[int, int | None]:

@@ -241,12 +241,20 @@ def _dashboard(data, cells: pd.DataFrame, tables: dict, kernels: pd.DataFrame | 
         if latency_rate is not None:  # a request-rate sweep (openai backend): the serving view
             figs.append(("Latency vs offered request rate", latency_rate, ""))
             figs.append(("Requests/s and goodput vs offered request rate", requests_rate, ""))
+        pareto = F.pareto_figure(c, key)
+        if pareto is not None:  # batch sweeps and serving sweeps alike: one point per configuration
+            figs.append(("Interactivity vs throughput (Pareto front)", pareto,
+                         "each point a configuration; the dotted line joins those no other beats on both axes"))
         if s is not None:
             figs.append(("Latency distributions (TTFT, TPOT)", F.latency_boxes(c, s, key), ""))
             figs.append(("Workload lengths", F.length_histograms(s, key), ""))
         else:
             figs.append(("Latency distributions and workload lengths", None, "no per-request samples in these results"))
         figs.append(("Telemetry", F.telemetry_lines(c, t, key), "") if t is not None else ("Telemetry", None, NO_TELEMETRY))
+        clocks = F.telemetry_clocks(c, t, key) if t is not None else None
+        if clocks is not None:
+            figs.append(("Clocks and GPU busy", clocks, "a GPU busy well under 100 % is host-bound: the host, not the GPU, "
+                         "sets the pace; clocks that sag mark power or thermal limits"))
         for a, b, ratios in comps:
             r = ratios[ratios.cell_id.isin(c.cell_id)]
             if len(r):

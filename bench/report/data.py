@@ -33,7 +33,7 @@ ENV_SHORT = {"gpu_name": "", "gpu_count": "x", "driver": "driver ", "cuda": "CUD
 class ReportData:
     frame: pd.DataFrame                    # one row per record
     samples: pd.DataFrame                  # one row per request of ok records: cell keys, in, out, ttft_ms, tpot_ms
-    telemetry: pd.DataFrame                # one row per telemetry sample: cell keys, t_s, power_w, memory_gb
+    telemetry: pd.DataFrame                # one row per telemetry sample: cell keys, t_s, power_w, memory_gb, sm_mhz, util_pct, temp_c
     environments: list[dict]               # each record's environment
     warnings: list[str] = field(default_factory=list)
 
@@ -137,6 +137,19 @@ _get_sample = operator.itemgetter(*_SAMPLE_FIELDS)
 _KEY_COLUMNS = ["cell_id", "gpu_memory_gb", "trial", "store"]
 
 
+# Telemetry fields drawn over a pass (bench.machine.telemetry.Sampler's timeline).
+TELEMETRY_COLUMNS = ("power_w", "memory_gb", "sm_mhz", "util_pct", "temp_c")
+
+
+def _telemetry_rows(telemetry) -> list:
+    """Return a pass's telemetry as one dict per sample: the Sampler stores one list per field, older
+    and synthetic records a list of samples."""
+    if isinstance(telemetry, dict):
+        n = len(telemetry.get("t_s") or ())
+        return [{k: (v[i] if isinstance(v, list) and i < len(v) else None) for k, v in telemetry.items()} for i in range(n)]
+    return list(telemetry or ())
+
+
 def _sample_values(samples) -> list[tuple]:
     """Return (in, out, ttft_ms, e2el_ms) of each sample without an error."""
     try:
@@ -175,8 +188,8 @@ def report_data(records: list[Record]) -> ReportData:
             sample_keys.append(keys)
             sample_counts.append(len(vals))
             sample_vals.extend(vals)
-        tele = [(t["t_s"], _number(t.get("power_w")), _number(t.get("memory_gb")))
-                for t in rec.extra.get("telemetry") or ()
+        tele = [tuple([t["t_s"]] + [_number(t.get(k)) for k in TELEMETRY_COLUMNS])
+                for t in _telemetry_rows(rec.extra.get("telemetry"))
                 if isinstance(t, dict) and _number(t.get("t_s")) is not None]
         if tele:
             tele_keys.append(keys)
@@ -186,8 +199,8 @@ def report_data(records: list[Record]) -> ReportData:
     ins, outs, ttfts, e2els = (list(c) for c in zip(*sample_vals, strict=True)) if sample_vals else ([], [], [], [])
     samples = _keyed_frame(sample_keys, sample_counts, {"in": ins, "out": outs, "ttft_ms": ttfts})
     samples["tpot_ms"] = _tpot_ms(samples, ttfts, e2els, outs)
-    t_s, power, memory = (list(c) for c in zip(*tele_vals, strict=True)) if tele_vals else ([], [], [])
-    telemetry = _keyed_frame(tele_keys, tele_counts, {"t_s": t_s, "power_w": power, "memory_gb": memory})
+    columns = [list(c) for c in zip(*tele_vals, strict=True)] if tele_vals else [[] for _ in range(1 + len(TELEMETRY_COLUMNS))]
+    telemetry = _keyed_frame(tele_keys, tele_counts, dict(zip(("t_s",) + TELEMETRY_COLUMNS, columns, strict=True)))
     data = ReportData(frame, samples, telemetry, envs)
     _check(data)
     return data

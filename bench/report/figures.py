@@ -447,3 +447,74 @@ def comparison_heatmap(ratios: pd.DataFrame, title: str, a: str, b: str) -> dict
         ratios.append([None if c not in row.index or pd.isna(row.loc[c, "ratio"]) else float(row.loc[c, "ratio"]) for c in cols])
         text.append(["" if c not in row.index else esc(row.loc[c, "text"]) for c in cols])
     return _ratio_heatmap(cols, labels, ratios, text, f"Output tok/s ratio {b} / {a} (matched by cell_id) — {title}")
+
+
+def pareto_figure(cells: pd.DataFrame, title: str) -> dict | None:
+    """Return output tok/s per GPU vs output tok/s per user, one point per configuration (batch size, rate,
+    concurrency) of every series, the Pareto front drawn as a line and its points labelled; None without the figures."""
+    from bench.report.pareto import pareto_front
+
+    need = ("output_throughput_per_user", "output_throughput_per_gpu")
+    if any(c not in cells for c in need):
+        return None
+    ok = cells[(cells.status == "ok") & cells.output_throughput_per_user.notna()
+               & cells.output_throughput_per_gpu.notna()].reset_index(drop=True)
+    if ok.empty:
+        return None
+    ok = ok.assign(_label=series_labels(ok))
+    colors = series_colors(ok._label)
+    records = ok.to_dict("records")
+
+    def point_name(r: dict) -> str:
+        opts = json.loads(r.get("all_options") or r.get("options") or "{}")
+        parts = [f"bs{r['max_batch_size']}"]
+        if r.get("offered_request_rate") is not None and not pd.isna(r.get("offered_request_rate")):
+            parts.append(f"{r['offered_request_rate']:g} req/s")
+        if isinstance(opts.get("max_concurrency"), int):
+            parts.append(f"c{opts['max_concurrency']}")
+        return " ".join(parts)
+
+    data = []
+    for label, g in ok.groupby("_label", sort=True):
+        data.append({"type": "scatter", "mode": "markers", "name": esc(label), "legendgroup": esc(label),
+                     "x": g.output_throughput_per_user.tolist(), "y": g.output_throughput_per_gpu.tolist(),
+                     "marker": {"color": colors[label], "size": 9},
+                     "hovertext": [cell_hover(r) for r in g.to_dict("records")], "hoverinfo": "text",
+                     "meta": {"precision": str(g.precision.iloc[0])}})
+    front = pareto_front(list(zip(ok.output_throughput_per_user, ok.output_throughput_per_gpu, strict=True)))
+    data.append({"type": "scatter", "mode": "lines+markers+text", "name": "Pareto front",
+                 "x": [records[i]["output_throughput_per_user"] for i in front],
+                 "y": [records[i]["output_throughput_per_gpu"] for i in front],
+                 "text": [esc(f"{records[i]['_label']} {point_name(records[i])}") for i in front],
+                 "textposition": "top right", "line": {"color": "#333333", "dash": "dot"},
+                 "marker": {"symbol": "circle-open", "size": 14, "color": "#333333"}, "hoverinfo": "text",
+                 "hovertext": [cell_hover(records[i]) for i in front]})
+    return {"data": data, "layout": _layout(f"Interactivity vs throughput — {title}",
+            xaxis={"title": {"text": "output tok/s per user (mean over requests of output_len / E2E)"}, "rangemode": "tozero"},
+            yaxis={"title": {"text": "output tok/s per GPU"}, "rangemode": "tozero"}, legend=_BELOW, height=520)}
+
+
+def telemetry_clocks(cells: pd.DataFrame, telemetry: pd.DataFrame, title: str) -> dict | None:
+    """Return SM clock (left) and GPU busy % (right) over a measured pass, one line per cell (its last trial);
+    None when no pass sampled them (records from before clocks and utilisation were sampled, a CPU run)."""
+    if not {"sm_mhz", "util_pct"} <= set(telemetry) or telemetry[["sm_mhz", "util_pct"]].notna().sum().sum() == 0:
+        return None
+    cells = cells.assign(_label=series_labels(cells))
+    colors = series_colors(cells._label)
+    t = telemetry.merge(cells[["cell_id", "gpu_memory_gb", "_label", "precision", "max_batch_size"]], on=["cell_id", "gpu_memory_gb"])
+    last = t.groupby(["cell_id", "gpu_memory_gb"], dropna=False).trial.transform("max")
+    t = t[t.trial == last].reset_index(drop=True)
+    data = []
+    for (label, precision, bs), idx in _groups(t, ["_label", "precision", "max_batch_size"]):
+        name = esc(f"{label} bs{bs}")
+        g = t.iloc[idx].sort_values("t_s")
+        for axis, metric in (("", "sm_mhz"), ("2", "util_pct")):
+            data.append({"type": "scattergl", "mode": "lines", "name": name, "legendgroup": name, "showlegend": axis == "",
+                         "line": {"color": colors[label]}, "x": g.t_s.tolist(), "y": g[metric].tolist(),
+                         "xaxis": "x" + axis, "yaxis": "y" + axis, "meta": {"precision": precision}})
+    return {"data": data, "layout": _layout(
+        f"Clocks and GPU busy over the measured pass — {title}", height=460,
+        xaxis={"domain": [0, 0.47], "title": {"text": "time (s)"}}, xaxis2={"domain": [0.53, 1], "title": {"text": "time (s)"}},
+        yaxis={"title": {"text": "SM clock (MHz)"}, "rangemode": "tozero"},
+        yaxis2={"title": {"text": "GPU busy (% of NVML's sample period with a kernel running)"}, "anchor": "x2",
+                "range": [0, 105]})}

@@ -54,6 +54,11 @@ OPTIONAL = [
     ("failed", "failed", "{:g}"),
     ("request_goodput", "goodput (req/s)", "{:.3f}"),
     ("itl_median_ms", "ITL p50 (ms)", "{:.2f}"),
+    ("send_lag_p99_ms", "send lag p99 (ms)", "{:.1f}"),
+    # interactivity vs throughput (bench.metrics.interactivity_metrics)
+    ("output_throughput_per_user", "tok/s per user", "{:.1f}"),
+    ("output_throughput_per_gpu", "tok/s per GPU", "{:.1f}"),
+    ("gpu_busy_pct", "GPU busy %", "{:.0f}"),
 ]
 # Shown only in tables with a serving row: every backend records them, offline ones always 0 / per step.
 SERVING_ONLY = {"failed", "itl_median_ms"}
@@ -144,10 +149,22 @@ def _headline_spreads(cells: pd.DataFrame, ok: pd.DataFrame, keys: list[str]) ->
             spread = run_spread(values, m)
             new[f"{m}__run_cv"][key], new[f"{m}__trial_cv"][key] = spread.run_cv, spread.trial_cv
             if m == "output_throughput" and spread.runs > 1 and spread.warnings:
-                warnings[key] = "; ".join(spread.warnings) + _tuning_cause(g)
+                warnings[key] = "; ".join(spread.warnings) + _tuning_cause(g) + _telemetry_cause(g)
     columns = {name: pd.Series(values, dtype=float).reindex(cells.index) for name, values in new.items()}
     columns["stability"] = pd.Series(warnings, dtype=object).reindex(cells.index)
     return pd.concat([cells, pd.DataFrame(columns, index=cells.index)], axis=1)
+
+
+def _telemetry_cause(g: pd.DataFrame) -> str:
+    """Return a clause naming what the runs' GPU telemetry saw (bench.machine.telemetry.spread_causes), else ''."""
+    from bench.machine.telemetry import spread_causes
+
+    keys = [k for k in ("sm_clock_mhz_median", "gpu_busy_pct", "throttle_power_pct", "throttle_thermal_pct") if k in g]
+    if not keys:
+        return ""
+    runs = g.groupby("run_key", sort=False)[keys].mean().to_dict("records")
+    causes = spread_causes(runs)
+    return "; telemetry: " + "; ".join(causes) if causes else ""
 
 
 def _tuning_cause(g: pd.DataFrame) -> str:
@@ -311,10 +328,42 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
             f"{r.backend}/{r.precision}/bs{r.max_batch_size}" + (f" [{shown[r.Index]}]" if shown[r.Index] else "")
             + f" on {table_key(workload, length, ambiguous[workload] > 1)}: {r.stability}"
             for r in g.itertuples() if r.stability
+        ] + [
+            f"{r['backend']}/{r['precision']}/bs{r['max_batch_size']}" + (f" [{shown[i]}]" if shown[i] else "")
+            + f" on {table_key(workload, length, ambiguous[workload] > 1)}: {w}"
+            for i, r in g.iterrows() for w in load_warnings(r)
         ]
         table.attrs["length"] = length
         out[table_key(workload, length, ambiguous[workload] > 1)] = table.reset_index(drop=True)
     return out
+
+
+def load_warnings(r) -> list[str]:
+    """Return what a row's passes say against their own figures: the client fell behind its schedule, the
+    server was over-saturated (the rules and bounds: bench.metrics)."""
+    from bench.machine.telemetry import HOST_BOUND_BUSY_PCT
+    from bench.metrics import ACHIEVED_RATE_SHARE, LAG_P99_BOUND_MS, SATURATION_RISE
+
+    def num(key):
+        v = r.get(key)
+        return None if v is None or pd.isna(v) else float(v)
+
+    out = []
+    if (num("client_behind") or 0) > 0:
+        lag, offered, achieved = num("send_lag_p99_ms"), num("offered_request_rate"), num("achieved_request_rate")
+        out.append(f"the load generator fell behind its schedule (send lag p99 {lag or 0:.1f} ms, bound "
+                   f"{LAG_P99_BOUND_MS:g} ms; achieved {achieved or 0:.2f} of {offered or 0:.2f} req/s offered, bound "
+                   f"{ACHIEVED_RATE_SHARE:.0%}): the client, not the server, may limit these figures")
+    if (num("oversaturated") or 0) > 0:
+        out.append(f"over-saturated: requests in flight ({num('in_flight_first') or 0:.1f} -> "
+                   f"{num('in_flight_last') or 0:.1f}) and TTFT p50 ({num('ttft_first_ms') or 0:.0f} -> "
+                   f"{num('ttft_last_ms') or 0:.0f} ms) both rose more than {SATURATION_RISE:g}x from the first to "
+                   "the last third of the pass: the server did not keep up, its figures describe a growing queue")
+    if num("gpu_busy_pct") is not None and num("gpu_busy_pct") < HOST_BOUND_BUSY_PCT:
+        out.append(f"host-bound: the GPU was busy {num('gpu_busy_pct'):.0f} % of the measured window "
+                   f"(< {HOST_BOUND_BUSY_PCT:g} %): the host (launches, Python, the client) limits it")
+    return out
+
 
 
 def _num(value, std=None, fmt="{:.2f}") -> str:

@@ -1,7 +1,8 @@
 """Record types: the run context, one frozen type per kind of stored line, and the one constructor.
 
 Every line a store holds is a `Measurement` (a measured pass of a cell), an `OomProbe` (one
-probe of the OOM boundary search) or a `Profile` (a kernel table of a short window). Each
+probe of the OOM boundary search), a `Profile` (a kernel table of a short window) or a
+`CapacityProbe` (one measured pass of an SLO capacity search's probe). Each
 carries the `RunContext` of the invocation that wrote it, so a reader can tell which records
 belong together: a table row aggregates one context, never a mix it did not ask for.
 
@@ -23,7 +24,7 @@ from typing import Any, ClassVar
 from bench import SCHEMA_VERSION
 from bench.errors import BenchInputError
 
-KINDS = ("measurement", "oom-probe", "profile")
+KINDS = ("measurement", "oom-probe", "profile", "capacity-probe")
 STATUSES = ("ok", "oom", "error", "timeout")
 # A cell whose latest run ended in one of these is not run again unless asked (--redo).
 FINAL_FAILURES = ("oom",)
@@ -86,7 +87,7 @@ class Record:
     status: str = _doc("ok, oom, error, timeout", "ok")
     metrics: dict | None = _doc("the pass's metrics (below); null for failures", None)
     extra: dict = _doc("backend figures: parameters, weight bytes, peak memory, telemetry, warm-up costs; "
-                       "probes: `probe`; profiles: `kernel_table`, `trace`, `profile`", None)
+                       "probes: `probe`; profiles: `kernel_table`, `trace`, `profile`; capacity probes: `capacity`", None)
     samples: list | None = _doc("per request: id, input and output tokens, TTFT and E2E in ms, error", None)
     error: str | None = _doc("the failure's message and traceback tail", None)
     workload: dict = _doc("name, content_hash, num_requests, tokenizer, source and SHA-256, token totals", None)
@@ -184,7 +185,19 @@ class Profile(Record):
         return self.extra.get("kernel_table")
 
 
-TYPES = {t.KIND: t for t in (Measurement, OomProbe, Profile)}
+@dataclass(frozen=True)
+class CapacityProbe(Record):
+    """One measured pass of a `bench capacity` probe: the cell at one load (rate, concurrency or batch size)."""
+
+    KIND: ClassVar[str] = "capacity-probe"
+
+    @property
+    def target(self) -> dict:
+        """Return what the probe stands for: axis, value, slo (metric -> bound in ms)."""
+        return self.extra.get("capacity") or {}
+
+
+TYPES = {t.KIND: t for t in (Measurement, OomProbe, Profile, CapacityProbe)}
 
 
 def new_context(command: str, *, matrix: str = "", baseline: dict | None = None, gpu_memory_gb: float | None = None,

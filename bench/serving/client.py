@@ -97,7 +97,9 @@ class StreamStats:
     started: float = 0.0
     ended: float = 0.0
     send_times: list[float] = field(default_factory=list)
-    send_lag_s: list[float] = field(default_factory=list)  # actual send - due time
+    # per request, in input order: when its POST started - when it was due (its arrival time, or when a
+    # concurrency slot freed, whichever is later); a client starved of CPU sends late
+    send_lag_s: list[float] = field(default_factory=list)
     client_cpu_s: float = 0.0
     chunks: int = 0
     unknown_events: int = 0
@@ -248,15 +250,19 @@ async def replay(cfg: ClientConfig, requests: list[ServeRequest], max_concurrenc
     timeout = aiohttp.ClientTimeout(total=cfg.timeout_s)
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     results: list[tuple[RequestTiming, Received] | None] = [None] * len(requests)
+    lags = [0.0] * len(requests)  # per request (input order): its POST's start - when it was due
 
     async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False) as session:
 
-        async def one(i: int) -> None:
+        async def one(i: int, due: float) -> None:
             if sem is None:
                 results[i] = await _stream_one(session, cfg, requests[i], bodies[i], headers, stats)
+                lags[i] = results[i][0].start - due
                 return
             async with sem:
+                ready = max(due, time.perf_counter())  # a wait for a free slot is the closed loop, not lag
                 results[i] = await _stream_one(session, cfg, requests[i], bodies[i], headers, stats)
+                lags[i] = results[i][0].start - ready
 
         cpu0 = time.process_time()
         t0 = time.perf_counter()
@@ -267,9 +273,9 @@ async def replay(cfg: ClientConfig, requests: list[ServeRequest], max_concurrenc
             delay = due - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            stats.send_lag_s.append(max(0.0, time.perf_counter() - due))
-            tasks.append(asyncio.create_task(one(i)))
+            tasks.append(asyncio.create_task(one(i, due)))
         await asyncio.gather(*tasks)
+        stats.send_lag_s = [max(0.0, lag) for lag in lags]
         stats.client_cpu_s = time.process_time() - cpu0
     timings = [r[0] for r in results if r is not None]
     stats.received = [r[1] for r in results if r is not None]

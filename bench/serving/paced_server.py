@@ -11,7 +11,8 @@ chunks, as vLLM and transformers serve send one), short (one token fewer than as
 some requests fail, most do not). Servers differ in what they accept: `reject_fields` answers
 HTTP 422 naming the fields when a request carries any of them (transformers serve's
 "Unexpected fields"), `text_prompts_only` answers HTTP 400 to token-id prompts, `usage=False`
-never sends usage, a model it does not list gets HTTP 404. With `record=True` it logs, per request, when its handler started and when
+never sends usage, a model it does not list gets HTTP 404. `knee` and `load_slowdown` make it
+slow down with load: past `knee` streams in flight, every wait grows (ServerConfig.pace). With `record=True` it logs, per request, when its handler started and when
 each chunk was written (time.perf_counter: CLOCK_MONOTONIC on Linux, the same clock as the
 client in another process), so tests can compare the client's TTFT/ITL with what the server
 really did.
@@ -49,6 +50,14 @@ class ServerConfig:
     fault_plan: tuple[str, ...] = ()  # per request, cycling: a mode each (overrides `mode`)
     reject_fields: tuple[str, ...] = ()  # HTTP 422 when a request carries any of these fields
     text_prompts_only: bool = False  # HTTP 400 for token-id prompts
+    # Load: with more than `knee` streams in flight, every wait (TTFT, ITL) is multiplied by
+    # 1 + load_slowdown x (in flight - knee): a server whose latency rises past a known knee.
+    knee: int = 0
+    load_slowdown: float = 0.0
+
+    def pace(self, in_flight: int) -> float:
+        """Return the factor on TTFT and ITL with `in_flight` streams open."""
+        return 1.0 + self.load_slowdown * max(0, in_flight - self.knee)
 
 
 @dataclass
@@ -77,6 +86,7 @@ def make_app(cfg: ServerConfig, log: list[ServedRequest]):
 
     cache: dict = {}
     counter = [0]  # POSTs seen, for fault_plan
+    streaming = [0]  # streams in flight (the load that slows a paced server down past its knee)
 
     def chunk(chat: bool, k: int, finish: str | None, first: bool) -> bytes:
         key = (chat, k, finish, first)
@@ -118,13 +128,20 @@ def make_app(cfg: ServerConfig, log: list[ServedRequest]):
         n = max(0, int(body.get("max_tokens", 16)) + cfg.extra_tokens - (mode == "short"))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
+        streaming[0] += 1
+        try:
+            return await _stream(request, resp, body, chat, entry, mode, n)
+        finally:
+            streaming[0] -= 1
+
+    async def _stream(request, resp, body, chat, entry, mode, n):
         if cfg.ttft_s:
-            await asyncio.sleep(cfg.ttft_s)
+            await asyncio.sleep(cfg.ttft_s * cfg.pace(streaming[0]))
         k = max(1, cfg.tokens_per_chunk)
         sent = chunks = 0
         while sent < n:
             if chunks and cfg.itl_s:
-                await asyncio.sleep(cfg.itl_s)
+                await asyncio.sleep(cfg.itl_s * cfg.pace(streaming[0]))
             m = min(k, n - sent)
             sent += m
             await resp.write(chunk(chat, m, "length" if sent == n else None, chunks == 0))
@@ -215,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-usage", action="store_true", help="never send usage (as a server without stream_options)")
     p.add_argument("--reject-fields", default="", help="comma-separated request fields answered with HTTP 422")
     p.add_argument("--text-prompts-only", action="store_true", help="HTTP 400 for token-id prompts")
+    p.add_argument("--knee", type=int, default=0, help="streams in flight beyond which TTFT and ITL grow")
+    p.add_argument("--load-slowdown", type=float, default=0.0,
+                   help="TTFT and ITL x (1 + this x streams in flight beyond --knee)")
     p.add_argument("--uvloop", action="store_true", help="use uvloop if installed")
     p.add_argument("--record-file", help="on exit, write each request's prompt, t_recv and chunk times here (JSON)")
     args = p.parse_args(argv)
@@ -224,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = ServerConfig(ttft_s=args.ttft_ms / 1000, itl_s=args.itl_ms / 1000, tokens_per_chunk=args.tokens_per_chunk,
                        mode=args.mode, cut_after=args.cut_after, usage=not args.no_usage, record=bool(args.record_file),
                        fault_plan=plan, reject_fields=tuple(f for f in args.reject_fields.split(",") if f),
-                       text_prompts_only=args.text_prompts_only)
+                       text_prompts_only=args.text_prompts_only, knee=args.knee, load_slowdown=args.load_slowdown)
     log: list[ServedRequest] = []
     if args.uvloop:
         try:

@@ -289,7 +289,7 @@ def count_output_tokens(timings, received, opts: dict) -> str:
 
 def pass_extra(timings, stats, opts, plan: RequestPlan, source: str, arrivals, workload_arrivals, concurrency) -> dict:
     """Return the record's extra for one pass: figures for `metrics`, what was sent, checks and their verdicts."""
-    from bench.metrics import goodput
+    from bench.metrics import goodput, saturation_metrics, send_lag_metrics
     from bench.serving.client import error_kind
     from bench.workloads.arrivals import offered_rate
 
@@ -302,18 +302,19 @@ def pass_extra(timings, stats, opts, plan: RequestPlan, source: str, arrivals, w
     offered = offered_rate(arrivals)
     last_send = max(stats.send_times, default=stats.started) - stats.started
     slo = {"ttft": opts["slo_ttft_ms"], "tpot": opts["slo_tpot_ms"], "e2el": opts["slo_e2el_ms"]}
-    lags = sorted(stats.send_lag_s)
     kinds = dict(Counter(error_kind(t.error) for t in failed))
+    achieved = n / last_send if offered is not None and last_send > 0 else None
     metrics = {
         "offered_request_rate": offered,
         # requests sent per second of sending, over the same window as offered (sends wait for a slot too)
-        "achieved_request_rate": n / last_send if offered is not None and last_send > 0 else None,
+        "achieved_request_rate": achieved,
         "max_concurrency": concurrency,
         "request_goodput": goodput(timings, duration, slo),
         "failed_by_kind": kinds,
         "output_len_longer": len(longer),
         "output_len_shorter": len(shorter),
-        "send_lag_p99_ms": lags[min(len(lags) - 1, int(0.99 * len(lags)))] * 1000 if lags else None,
+        **send_lag_metrics(stats.send_lag_s, offered, achieved),
+        **(saturation_metrics(timings) if offered is not None else {}),  # a constant-rate pass only
         "client_cpu_ms_per_request": stats.client_cpu_s * 1000 / n if n else None,
     }
     check, error = output_len_verdict(opts["strict_output_len"], plan, source, longer, shorter, len(ok))

@@ -1,0 +1,37 @@
+"""The interactivity-vs-throughput front on hand-computed points, and its figure from a fake batch sweep."""
+
+import json
+import math
+
+from bench.report.pareto import pareto_front
+
+
+def test_front_on_hand_computed_points():
+    # (per user, per GPU): bs1 is the most interactive, bs16 the most throughput; bs8b is beaten by bs8 on both
+    pts = [(50.0, 50.0), (40.0, 150.0), (30.0, 300.0), (25.0, 280.0), (10.0, 500.0), (None, 900.0), (math.nan, 1.0)]
+    assert pareto_front(pts) == [4, 2, 1, 0]  # ascending per-user tok/s
+    assert pareto_front([(1.0, 1.0), (1.0, 1.0), (0.5, 0.5)]) == [0, 1]  # equal points both stay; dominated one out
+    assert pareto_front([(1.0, 2.0), (1.0, 1.0)]) == [0]  # same x, lower y: dominated
+    assert pareto_front([]) == []
+
+
+def test_a_batch_sweep_gets_the_pareto_figure(tmp_path):
+    from bench.report.build import build_report
+    from bench.runner.matrix import run_matrix
+    from bench.spec import parse_matrix
+
+    m = parse_matrix({"name": "p", "backends": ["fake"], "model": "qwen-tiny", "precisions": ["bf16"],
+                      "max_batch_sizes": [1, 4, 16], "workloads": ["w"], "device": "cpu", "trials": 1, "warmup": 0,
+                      "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 8, "num_requests": 16}}})
+    store = tmp_path / "p.jsonl"
+    run_matrix(m, store, show_progress=False)
+    rows = [json.loads(line) for line in store.read_text().splitlines()]
+    per_user = {r["cell"]["max_batch_size"]: r["metrics"]["output_throughput_per_user"] for r in rows}
+    per_gpu = {r["cell"]["max_batch_size"]: r["metrics"]["output_throughput_per_gpu"] for r in rows}
+    # the fake backend's batches: larger ones are slower per request and faster per device
+    assert per_user[1] > per_user[4] > per_user[16] and per_gpu[1] < per_gpu[4] < per_gpu[16]
+    assert all(r["metrics"]["gpus"] == 1 for r in rows)
+    out = build_report([store], tmp_path / "report", {"backend": "fake", "max_batch_size": 1})
+    page = (tmp_path / "report" / "dashboard.html").read_text()
+    assert "Interactivity vs throughput (Pareto front)" in page and "Pareto front" in page
+    assert out
