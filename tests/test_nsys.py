@@ -37,6 +37,7 @@ def test_real_export_nsys2022_nvtx_ranges_and_duplicate_runtime_rows():
     assert t.total_kernels == 5
     (row,) = [r for r in t.rows if r.range == "saxpy"]
     assert row.kernel == "saxpy(double *, double *, double *, double, int)"
+    assert row.category == "elementwise" and row.instances_ran == 5  # y = a*x + y: BLAS-1 axpy
 
 
 def test_real_export_nsys2024_without_nvtx():
@@ -55,6 +56,23 @@ def test_real_export_nsys2024_without_nvtx():
     assert t.range(NO_RANGE).kernels_per_instance == 1312
     assert by_short == {"par_ranged1d_kernel": 968, "par_ranged2d_kernel": 331, "par_reduce_kernel": 13}
     assert sum(1 for k in kernels if "par_ranged1d_kernel" in k.name) == 968
+    # Categories of the real names: the 13 par_reduce_kernel launches are reductions (not
+    # elementwise); par_ranged1d/2d_kernel are CloverLeaf's generic parallel-for over a lambda
+    # (stencils, halo updates): nothing in the name says what they compute, so "other".
+    reduce_ns = con_sum(path, "par_reduce_kernel")
+    cats = {c.category: (c.kernels, c.total_us) for c in t.categories}
+    assert set(cats) == {"reduction", "other"}
+    assert cats["reduction"][0] == 13 and cats["reduction"][1] == pytest.approx(reduce_ns / 1000)
+    assert cats["other"][0] == 968 + 331
+
+
+def con_sum(path: Path, short_name: str) -> int:
+    """Return the summed duration (ns) of the export's kernels of one short name, straight from SQL."""
+    con = sqlite3.connect(path)
+    (ns,), = con.execute("SELECT SUM(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s"
+                         " ON s.id = k.shortName WHERE s.value = ?", (short_name,))
+    con.close()
+    return ns
 
 
 SCHEMA = """
