@@ -282,9 +282,10 @@ def test_bench_profile_end_to_end(tmp_path):
     from bench.results.store import ResultStore
 
     proc = _bench("profile", "--matrix", str(_matrix(tmp_path)), "--only", "precision=fp32",
-                  "--decode-steps", "2", "--warmup", "0")
+                  "--decode-steps", "2", "--warmup", "0", "--no-progress")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Qwen2RMSNorm" in proc.stdout and "unprofiled" in proc.stdout
+    assert "profiling 1/1" not in proc.stderr  # --no-progress: no per-cell line
     (rec,) = list(ResultStore("profiles/ptest.jsonl").records())
     assert rec["status"] == "ok" and rec["kind"] == "profile" and rec["cell"]["precision"] == "fp32"
     extra = rec["extra"]
@@ -294,6 +295,7 @@ def test_bench_profile_end_to_end(tmp_path):
     assert Path(extra["trace"]).is_file()
     assert extra["profile"]["profiled_window_s"] > 0 and extra["profile"]["unprofiled_window_s"] > 0
     assert (Path(extra["kernel_table"]).parent / "categories.csv").is_file()
+    assert extra["profile"]["session_wall_s"] > extra["profile"]["profiled_window_s"]
 
 
 def test_bench_profile_bad_input(tmp_path):
@@ -301,8 +303,10 @@ def test_bench_profile_bad_input(tmp_path):
     assert proc.returncode == 2 and "backend(s) ['fake']" in proc.stderr
     proc = _bench("profile", "--matrix", str(_matrix(tmp_path)), "--tool", "nsys", "--nsys", "no-such-nsys-here")
     assert proc.returncode == 2 and "nsys" in proc.stderr and "--tool torch" in proc.stderr
-    proc = _bench("profile", "--matrix", str(_matrix(tmp_path)), "--only", "precision=fp16")
-    assert proc.returncode == 2
+    proc = _bench("profile", "--matrix", str(_matrix(tmp_path)), "--only", "precision=fp16", "--no-progress")
+    assert proc.returncode == 2 and "unrecognized arguments" not in proc.stderr  # --no-progress is accepted
+    proc = _bench("profile", "--matrix", str(_matrix(tmp_path)), "--tool", "ncu", "--ncu", "no-such-ncu-here")
+    assert proc.returncode == 2 and "ncu (Nsight Compute) not found" in proc.stderr and "--tool torch" in proc.stderr
 
 
 def test_device_side_range_annotations_are_not_kernels():
