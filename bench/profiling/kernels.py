@@ -89,6 +89,7 @@ class AttributedKernel:
     name: str
     duration_us: float
     ranges: tuple[tuple[str, object], ...] = ()
+    start_ns: int | None = field(default=None, compare=False)  # GPU start (nsys), for timelines
 
 
 @dataclass(frozen=True)

@@ -288,7 +288,7 @@ def _read(con, tables: set[str]) -> tuple[list[AttributedKernel], dict[str, set]
             enclosing = [r for r in lst[:hi] if r[1] >= cend]
             enclosing.sort(key=lambda r: (r[0], -r[1]))  # outermost first
         kernels.append(AttributedKernel(
-            name or "(unnamed)", (kend - kstart) / 1000.0, tuple((r[2], r[3]) for r in enclosing)
+            name or "(unnamed)", (kend - kstart) / 1000.0, tuple((r[2], r[3]) for r in enclosing), kstart
         ))
     if unmatched and calls:
         notes.append(f"{unmatched} kernel(s) had no matching runtime call (correlationId)")
@@ -308,3 +308,51 @@ def table_from_sqlite(path: str | Path, *, innermost_only: bool = False, meta: d
     kernels, instances, info = read_sqlite(path)
     return build_kernel_table(kernels, instances, source="nsys", unit="gpu_kernel", innermost_only=innermost_only,
                               meta={**(meta or {}), **info, "sqlite": str(path)})
+
+
+def timeline_spans(path: str | Path, group: str | None = "decode_step", limit: int = 3) -> dict:
+    """Return the first `limit` instances of an NVTX range group and the GPU kernels launched inside each.
+
+    group None: the group of the innermost range around the first kernel launched in one.
+
+    {"group", "ranges": [{"label", "start_us", "end_us"}], "kernels": [{"range", "name", "category",
+    "start_us", "end_us"}]}: times in us from the start of the kernel's own range (the CPU-side
+    NVTX range; its kernels run on the GPU, possibly after the range has closed). A kernel
+    belongs to the innermost chosen range enclosing its launch (as in read_sqlite). {} ranges
+    when the export holds none of the group.
+    """
+    from bench.profiling.kernels import categorize, range_group
+
+    kernels, _, _ = read_sqlite(path)
+    if group is None:
+        first = next((k for k in kernels if k.ranges), None)
+        if first is None:
+            return {"group": None, "ranges": [], "kernels": []}
+        group = range_group(first.ranges[-1][0])
+    con = sqlite3.connect(f"file:{Path(path)}?mode=ro", uri=True)
+    try:
+        tables = _tables(con)
+        if "NVTX_EVENTS" not in tables:
+            return {"group": group, "ranges": [], "kernels": []}
+        ncols = _columns(con, "NVTX_EVENTS")
+        text = "COALESCE(n.text, (SELECT value FROM StringIds WHERE id = n.textId))" if "textId" in ncols else "n.text"
+        rows = con.execute(
+            f"SELECT n.rowid, n.start, n.end, {text} FROM NVTX_EVENTS n"
+            f" WHERE n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND n.end IS NOT NULL ORDER BY n.start"
+        ).fetchall()
+    finally:
+        con.close()
+    chosen = [r for r in rows if r[3] is not None and range_group(r[3]) == group][:limit]
+    origin = {rowid: (start, label) for rowid, start, _, label in chosen}
+    out_kernels = []
+    for k in kernels:
+        key = next((key for label, key in reversed(k.ranges) if key in origin and origin[key][1] == label), None)
+        if key is None or k.start_ns is None:
+            continue
+        start, label = origin[key]
+        t0 = (k.start_ns - start) / 1000.0
+        out_kernels.append({"range": label, "name": k.name, "category": categorize(k.name),
+                            "start_us": t0, "end_us": t0 + k.duration_us})
+    return {"group": group,
+            "ranges": [{"label": label, "start_us": 0.0, "end_us": (end - start) / 1000.0} for _, start, end, label in chosen],
+            "kernels": out_kernels}
