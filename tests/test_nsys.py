@@ -279,3 +279,31 @@ def test_graph_node_kernels_sit_in_the_range_of_their_graph_launch(tmp_path):
     assert (step.instances, step.kernels_per_instance, step.kernels_per_instance_median) == (2, 2, 2)
     assert step.kernels_per_instance_by_category == {"gemm": 1.0, "norm": 1.0}
     assert t.range(NO_RANGE).kernels_per_instance == 1  # the ordinary copy after the steps
+
+
+@pytest.mark.parametrize("name", ["saxpy-mpi-cuda_nsys2022.2.sqlite", "cloverleaf-cuda_nsys2024.5.sqlite"])
+def test_bench_kernels_imports_a_real_export_into_the_profile_tables(tmp_path, capsys, name):
+    from bench.cli import main
+    from bench.profiling.kernels import KernelTable
+
+    assert main(["kernels", str(REAL / name), "--out", str(tmp_path / "k")]) == 0
+    printed = capsys.readouterr().out
+    direct = table_from_sqlite(REAL / name)
+    saved = KernelTable.load(tmp_path / "k" / "kernel_table.json")
+    assert saved.rows == direct.rows and saved.categories == direct.categories  # the same table a profile run makes
+    assert saved.meta["imported_from"].endswith(name)
+    assert (tmp_path / "k" / "kernel_table.md").read_text() == saved.to_markdown()
+    csv_lines = (tmp_path / "k" / "categories.csv").read_text().splitlines()
+    assert csv_lines[0] == "category,kernels,total_us,share" and len(csv_lines) == 1 + len(direct.categories)
+    assert f"{direct.total_kernels} kernels" in printed
+
+
+def test_bench_kernels_bad_input(tmp_path, capsys):
+    from bench.cli import main
+
+    assert main(["kernels", str(tmp_path / "none.sqlite")]) == 2
+    (tmp_path / "x.txt").write_text("x")
+    assert main(["kernels", str(tmp_path / "x.txt")]) == 2
+    assert "is not an nsys report" in capsys.readouterr().err
+    assert main(["kernels", str(REAL / "saxpy-mpi-cuda_nsys2022.2.sqlite"), str(REAL / "saxpy-mpi-cuda_nsys2022.2.sqlite"),
+                 "--out", str(tmp_path)]) == 2

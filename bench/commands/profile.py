@@ -217,7 +217,7 @@ def profile_cell(cell, matrix, settings, patterns: list[str], out_root: Path, ns
                             "trace": session.pop("trace", None),
                             "profile": {k: v for k, v in session.items() if k != "environment"}}
         environment = session.get("environment", {})
-        _write_side_tables(Path(outcome["extra"]["kernel_table"]))
+        write_side_tables(Path(outcome["extra"]["kernel_table"]))
     except subprocess.TimeoutExpired:
         outcome.update(status="timeout", error=f"profiling session ran past {settings.timeout} s; log {log_path}")
     except (RuntimeError, BenchInputError, OSError, ValueError, KeyError) as exc:
@@ -275,7 +275,7 @@ def _read_ncu(ncu: str, out_dir: Path, cell, session: dict) -> dict:
                                                                      "pct_of_copy_bandwidth")}}
 
 
-def _write_side_tables(table_path: Path) -> None:
+def write_side_tables(table_path: Path) -> None:
     """Write kernel_table.md and categories.csv next to the kernel table (one place writes them)."""
     from bench.profiling.kernels import KernelTable
 

@@ -44,7 +44,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bench.errors import BenchInputError
-from bench.profiling.kernels import CATEGORIES, AttributedKernel, KernelTable, build_kernel_table, categorize
+from bench.profiling.kernels import (
+    CATEGORIES,
+    AttributedKernel,
+    KernelTable,
+    build_kernel_table,
+    categorize,
+)
 
 NCU_ENV = "BENCH_NCU"
 NCU_STEP = "decode_step:1"  # the range ncu replays: the window's first decode step
