@@ -51,11 +51,11 @@ python3 -c "import nvtx" 2>/dev/null && say "nvtx package: ranges in the bench d
   || say "no nvtx package: ranges in NVTX's default domain (ncu filters on decode_step:1/ there)"
 
 {
-  echo "# bench profile: torch.profiler, nsys, ncu on the qwen-7b-shape decode step, batch 1"
+  echo; echo "# bench profile: torch.profiler, nsys, ncu on the qwen-7b-shape decode step, batch 1"
   echo
   echo "Machine: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1); $(date -u +%Y-%m-%dT%H:%MZ);"
   echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown). Each command below ran as written, in this order."
-} >"$SUMMARY"
+} >>"$SUMMARY"  # appended: a resumed call (skipped invocations) adds to the same file
 
 declare -A last_s=([torch]=130 [nsys]=100 [ncu]=160)  # first guesses (s) for 2 cells, replaced by measured ones
 skipped=()
