@@ -71,6 +71,8 @@ def test_dashboard_carries_the_timeline(page):
     figs = json.loads(data[: data.index("</script>")])["figures"]
     (tl,) = [f for f in figs if f["layout"]["title"]["text"].startswith("Kernel timeline (nsys)")]
     assert len(tl["data"][1]["x"]) == 3  # the first three saxpy ranges' kernels
+    report = (page.parent / "report.md").read_text()  # the per-step table names the tool of each row
+    assert "| batch | tool | per |" in report and "| bf16 | 1 | nsys | window (x1) | 5 |" in report
 
 
 @pytest.mark.skipif(browser.chromium() is None,

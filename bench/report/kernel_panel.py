@@ -153,8 +153,18 @@ def summary_row(table, window: dict | None, profile: dict) -> dict:
         out[f"{label}_per_call"] = (sum(r.kernels_per_instance * r.instances for r in hits) / calls,
                                     sum(r.gpu_us_per_instance_median * r.instances for r in hits) / calls) if calls else None
     out["step_ms"] = profile.get("step_ms")
+    # the profiler's own cost: the window with and without it, and the whole session process (load included)
+    out["window_ms"] = tuple(profile[k] * 1e3 if profile.get(k) else None
+                             for k in ("profiled_window_s", "unprofiled_window_s"))
+    out["session_s"] = profile.get("session_wall_s")
     out["unit"] = table.unit
     return out
+
+
+def _pair(v) -> str:
+    if not v or None in v:
+        return "-"
+    return f"{v[0]:.1f} / {v[1]:.1f}"
 
 
 def kernel_summary_markdown(summary: list[dict]) -> str:
@@ -165,7 +175,7 @@ def kernel_summary_markdown(summary: list[dict]) -> str:
     time_unit = "us" if all(s["unit"] == "gpu_kernel" for s in summary) else "us (CPU time on CPU)"
     headers = ["configuration", "precision", "batch", "tool", "per", f"{unit}", f"{time_unit}", "norm kernels", f"norm {time_unit}",
                "attention kernels", f"attention {time_unit}", "RMSNorm call: kernels, us", "attention call: kernels, us",
-               "step ms (unprofiled)"]
+               "step ms (unprofiled)", "window ms: profiled / unprofiled", "session s (profiler included)"]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
 
     def call(v):
@@ -175,7 +185,8 @@ def kernel_summary_markdown(summary: list[dict]) -> str:
         cells = [s["configuration"], str(s["precision"]), str(s["batch"]), str(s.get("tool") or "-"), f"{s['per']} (x{s['steps']})",
                  f"{s['kernels']:.0f}", f"{s['kernel_us']:.0f}", f"{s['norm_kernels']:.1f}", f"{s['norm_us']:.1f}",
                  f"{s['attention_kernels']:.1f}", f"{s['attention_us']:.1f}", call(s["RMSNorm_per_call"]),
-                 call(s["attention_per_call"]), "-" if s.get("step_ms") is None else f"{s['step_ms']:.2f}"]
+                 call(s["attention_per_call"]), "-" if s.get("step_ms") is None else f"{s['step_ms']:.2f}",
+                 _pair(s.get("window_ms")), "-" if s.get("session_s") is None else f"{s['session_s']:.0f}"]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
