@@ -93,7 +93,7 @@ def test_kernel_table_puts_every_kernel_in_the_one_step():
 
 def test_find_ncu(tmp_path, monkeypatch):
     exe = tmp_path / "ncu"
-    exe.write_text("#!/bin/sh\necho 'NVIDIA (R) Nsight Compute Command Line Profiler'\necho 'Version 2025.3.1.0 (build 36398880)'\n")
+    exe.write_text("#!/bin/sh\necho 'NVIDIA (R) Nsight Compute Command Line Profiler'\necho 'Copyright (c) 2018-2025 NVIDIA Corporation'\necho 'Version 2025.3.1.0 (build 36398880)'\n")
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
     assert find_ncu(str(exe)) == (str(exe), "2025.3.1.0")
     monkeypatch.setenv(NCU_ENV, str(exe))
@@ -103,3 +103,30 @@ def test_find_ncu(tmp_path, monkeypatch):
     with pytest.raises(BenchInputError, match="not on PATH.*--tool torch"):
         find_ncu(globs=(str(tmp_path / "x/*/ncu"),))
     assert find_ncu(globs=(str(tmp_path / "ncu"),))[0] == str(exe)  # an install folder
+
+
+def test_profile_reads_an_ncu_report_into_its_tables(tmp_path):
+    """bench profile's ncu step after the session: `ncu --import` (a stand-in printing the fixture) -> the raw
+    CSV, roofline.json/.md and a kernel table, with the session's measured copy bandwidth as the roofline."""
+    from types import SimpleNamespace
+
+    from bench.commands.profile import _read_ncu
+    from bench.profiling.kernels import KernelTable
+
+    fake = tmp_path / "ncu"
+    fake.write_text(f"#!/bin/sh\n[ \"$1\" = --import ] && [ -f \"$2\" ] && cat {FIXTURE} && exit 0\nexit 3\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    out = tmp_path / "cell-ncu"
+    out.mkdir()
+    cell = SimpleNamespace(cell_id="c1", label="hf bf16 bs1")
+    with pytest.raises(RuntimeError, match="ncu wrote no report"):
+        _read_ncu(str(fake), out, cell, {})
+    (out / "report.ncu-rep").write_bytes(b"rep")
+    got = _read_ncu(str(fake), out, cell, {"copy_bandwidth": {"bandwidth_bytes_s": 4.0e12}, "ncu_version": "2025.3.1.0"})
+    assert got["roofline_total"]["kernels"] == 5 and got["roofline_total"]["duration_us"] == 47.0
+    assert got["roofline_total"]["pct_of_copy_bandwidth"] is not None
+    assert (out / "ncu_raw.csv").read_text() == FIXTURE.read_text()
+    assert "of the speed of light" in (out / "roofline.md").read_text()
+    table = KernelTable.load(got["kernel_table"])
+    assert table.source == "ncu" and table.range("decode_step").kernels_per_instance == 5
+    assert table.meta["ncu_version"] == "2025.3.1.0"
