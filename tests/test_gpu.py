@@ -447,13 +447,13 @@ def test_torch_profiler_and_nsys_agree_range_by_range(options):
 
     1. torch.profiler lists Memcpy/Memset device activities (a host-to-device copy of the input
        ids, a cache update's memset) among its "kernels"; nsys keeps them in other tables
-       (CUPTI_ACTIVITY_KIND_MEMCPY/MEMSET) and counts kernels only. That is the H200's 1465 vs
-       1463 kernels per eager decode step (issue 32).
+       (CUPTI_ACTIVITY_KIND_MEMCPY/MEMSET) and counts kernels only. The expected cause of the
+       H200's 1465 (torch) vs 1463 (nsys) kernels per eager decode step (issue 32).
     2. torch.profiler places a kernel through the CPU operator that launched it; a kernel it
        cannot link to an operator is counted outside every range (meta.unlinked_kernels), while
        nsys places every kernel by its launch's correlationId. So nsys may hold more per range
-       than torch, by at most the kernels torch left unlinked: the H200's attention 21 (nsys)
-       vs 20.4 (torch) kernels per call.
+       than torch, by at most the kernels torch left unlinked: the expected cause of the H200's
+       attention 21 (nsys) vs 20.4 (torch) kernels per call.
     3. A CUDA graph replay is one cudaGraphLaunch: torch links its kernels to the enclosing
        range event, nsys (--cuda-graph-trace=node) joins each node's kernel to the launch's
        correlationId; both put them in the decode step.
