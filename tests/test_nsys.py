@@ -9,11 +9,14 @@ import pytest
 from bench.errors import BenchInputError
 from bench.profiling.kernels import NO_RANGE
 from bench.profiling.nsys_collector import (
+    NSYS_ENV,
     export_command,
     find_nsys,
+    nsys_candidates,
     parse_nsys_version,
     profile_command,
     read_sqlite,
+    report_file,
     table_from_sqlite,
 )
 
@@ -37,6 +40,7 @@ def test_real_export_nsys2022_nvtx_ranges_and_duplicate_runtime_rows():
     assert t.total_kernels == 5
     (row,) = [r for r in t.rows if r.range == "saxpy"]
     assert row.kernel == "saxpy(double *, double *, double *, double, int)"
+    assert row.category == "elementwise" and row.instances_ran == 5  # y = a*x + y: BLAS-1 axpy
 
 
 def test_real_export_nsys2024_without_nvtx():
@@ -55,6 +59,23 @@ def test_real_export_nsys2024_without_nvtx():
     assert t.range(NO_RANGE).kernels_per_instance == 1312
     assert by_short == {"par_ranged1d_kernel": 968, "par_ranged2d_kernel": 331, "par_reduce_kernel": 13}
     assert sum(1 for k in kernels if "par_ranged1d_kernel" in k.name) == 968
+    # Categories of the real names: the 13 par_reduce_kernel launches are reductions (not
+    # elementwise); par_ranged1d/2d_kernel are CloverLeaf's generic parallel-for over a lambda
+    # (stencils, halo updates): nothing in the name says what they compute, so "other".
+    reduce_ns = con_sum(path, "par_reduce_kernel")
+    cats = {c.category: (c.kernels, c.total_us) for c in t.categories}
+    assert set(cats) == {"reduction", "other"}
+    assert cats["reduction"][0] == 13 and cats["reduction"][1] == pytest.approx(reduce_ns / 1000)
+    assert cats["other"][0] == 968 + 331
+
+
+def con_sum(path: Path, short_name: str) -> int:
+    """Return the summed duration (ns) of the export's kernels of one short name, straight from SQL."""
+    con = sqlite3.connect(path)
+    (ns,), = con.execute("SELECT SUM(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s"
+                         " ON s.id = k.shortName WHERE s.value = ?", (short_name,))
+    con.close()
+    return ns
 
 
 SCHEMA = """
@@ -154,7 +175,7 @@ def _fake_nsys(tmp_path: Path, version_line: str) -> str:
 
 
 def test_find_nsys_missing_too_old_and_ok(tmp_path):
-    with pytest.raises(BenchInputError, match="not on PATH.*--tool torch"):
+    with pytest.raises(BenchInputError, match="--nsys names .*no-nsys.*not an executable file.*--tool torch"):
         find_nsys(str(tmp_path / "no-nsys"))
     with pytest.raises(BenchInputError, match="too old"):
         find_nsys(_fake_nsys(tmp_path, "NVIDIA Nsight Systems version 2021.3.1.54-ee9c30a"))
@@ -170,3 +191,119 @@ def test_nsys_command_lines():
     assert "--capture-range=cudaProfilerApi" in cmd and cmd[-3:] == ["python3", "-m", "x"]
     assert export_command("nsys", "r.nsys-rep", "r.sqlite") == [
         "nsys", "export", "--type", "sqlite", "--force-overwrite", "true", "-o", "r.sqlite", "r.nsys-rep"]
+
+
+def test_find_nsys_order_explicit_env_path_then_install_folders(tmp_path, monkeypatch):
+    # NVIDIA's layouts, as globs under a fake root: two Nsight Compute bundles (newest wins) and a toolkit copy.
+    root = tmp_path / "opt"
+    for folder in ("nsight-compute/2024.1.0/host/target-linux-x64", "nsight-compute/2025.3.1/host/target-linux-x64",
+                   "cuda-12.8/bin"):
+        (root / folder).mkdir(parents=True)
+        _fake_nsys(root / folder, f"NVIDIA Nsight Systems version {'2024.1.1' if '2024' in folder else '2025.3.1.90'}-x")
+    globs = (str(root / "nsight-systems/*/bin/nsys"), str(root / "cuda*/bin/nsys"),
+             str(root / "nsight-compute/*/host/target-linux-x64/nsys"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv(NSYS_ENV, raising=False)
+    order = [p for p, _ in nsys_candidates(globs=globs)]
+    assert order == [str(root / "cuda-12.8/bin/nsys"), str(root / "nsight-compute/2025.3.1/host/target-linux-x64/nsys"),
+                     str(root / "nsight-compute/2024.1.0/host/target-linux-x64/nsys")]
+    path, version = find_nsys(globs=globs[2:])
+    assert path.endswith("2025.3.1/host/target-linux-x64/nsys") and version == (2025, 3, 1)
+    on_path = tmp_path / "bin"
+    on_path.mkdir()
+    _fake_nsys(on_path, "NVIDIA Nsight Systems version 2024.5.1.113-1")
+    monkeypatch.setenv("PATH", str(on_path))
+    assert find_nsys(globs=globs)[1] == (2024, 5, 1)  # PATH before the install folders
+    monkeypatch.setenv(NSYS_ENV, str(root / "nsight-compute/2024.1.0/host/target-linux-x64/nsys"))
+    assert find_nsys(globs=globs)[1] == (2024, 1, 1)  # $BENCH_NSYS before PATH
+    assert find_nsys(str(root / "cuda-12.8/bin/nsys"), globs=globs)[1] == (2025, 3, 1)  # --nsys before everything
+    monkeypatch.setenv(NSYS_ENV, str(tmp_path / "gone"))
+    with pytest.raises(BenchInputError, match=r"\$BENCH_NSYS names .*gone"):
+        find_nsys(globs=globs)  # a wrong explicit setting is an error, not a silent fallback
+    monkeypatch.delenv(NSYS_ENV)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(BenchInputError, match="not on PATH, \\$BENCH_NSYS unset.*nsys-on-device.sh env"):
+        find_nsys(globs=(str(root / "nothing/*/nsys"),))
+
+
+def test_only_a_qdstrm_names_the_libdw_fix(tmp_path):
+    (tmp_path / "report.qdstrm").write_bytes(b"raw")
+    log = "Generating '/tmp/nsys-report-1.qdstrm'\nQdstrmImporter: error while loading shared libraries: libdw.so.1\n"
+    with pytest.raises(BenchInputError, match=r"only .*report.qdstrm.*libdw.so.1.*apt-get install libdw1.*nsys-on-device.sh"):
+        report_file(tmp_path, log)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BenchInputError, match="no report"):
+        report_file(tmp_path / "empty")
+    (tmp_path / "report.nsys-rep").write_bytes(b"rep")
+    assert report_file(tmp_path) == tmp_path / "report.nsys-rep"
+
+
+def test_export_schema_of_both_real_versions():
+    _, _, old = read_sqlite(REAL / "saxpy-mpi-cuda_nsys2022.2.sqlite")
+    _, _, new = read_sqlite(REAL / "cloverleaf-cuda_nsys2024.5.sqlite")
+    assert (old["metadata_table"], old["nsys_version"], old["export_schema"]) == ("EXPORT_META_DATA", "2022.2.1.31", "2.9.1")
+    assert (new["metadata_table"], new["nsys_version"], new["export_schema"]) == ("META_DATA_EXPORT", "2024.5.1.113", "3.13.2")
+    assert "NVTX_EVENTS" in old["tables_read"] and "CUDA_GRAPH_EVENTS" in old["tables_read"]
+    assert "NVTX_EVENTS" not in new["tables_read"]
+    assert old["graph_kernels"] == new["graph_kernels"] == 0  # graphNodeId is NULL in both: no graphs replayed
+
+
+def _build_graph(path: Path) -> Path:
+    """An export shaped like a compiled decode step under --cuda-graph-trace=node: two steps, one graph launch
+    each; node kernels carry graphNodeId and the launch's correlationId, except one whose correlationId is lost."""
+    con = sqlite3.connect(path)
+    con.executescript(SCHEMA.replace("mangledName INTEGER)", "mangledName INTEGER, graphNodeId INTEGER)"))
+    strings = {1: "cudaGraphLaunch_v10000", 2: "triton_red_fused_add_mean_mul_pow_rsqrt_0", 3: "nvjet_tst_gemv",
+               4: "decode_step:1", 5: "decode_step:2", 6: "cudaLaunchKernel_v7000", 7: "void at::native::copy_kernel"}
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", strings.items())
+    con.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, globalTid, textId) VALUES (?,?,59,?,?)",
+                    [(0, 1000, MAIN, 4), (2000, 3000, MAIN, 5)])
+    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, globalTid, correlationId, nameId) VALUES (?,?,?,?,?)",
+                    [(100, 150, MAIN, 50, 1), (2100, 2150, MAIN, 60, 1), (3500, 3510, MAIN, 70, 6)])
+    kernels = [  # (start, end, correlationId, name, graphNodeId)
+        (200, 210, 50, 2, 11), (210, 260, 50, 3, 12), (2200, 2210, 60, 2, 11), (2210, 2260, 0, 3, 12),
+        (3600, 3605, 70, 7, None),  # an ordinary launch after both steps
+    ]
+    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, correlationId, globalPid, demangledName,"
+                    f" shortName, graphNodeId) VALUES (?,?,?,{PID},?,?,?)", [(a, b, c, n, n, g) for a, b, c, n, g in kernels])
+    con.commit()
+    con.close()
+    return path
+
+
+def test_graph_node_kernels_sit_in_the_range_of_their_graph_launch(tmp_path):
+    kernels, _, info = read_sqlite(_build_graph(tmp_path / "g.sqlite"))
+    assert (info["graph_kernels"], info["graph_kernels_by_time"]) == (4, 1)
+    t = table_from_sqlite(tmp_path / "g.sqlite")
+    step = t.range("decode_step")
+    assert (step.instances, step.kernels_per_instance, step.kernels_per_instance_median) == (2, 2, 2)
+    assert step.kernels_per_instance_by_category == {"gemm": 1.0, "norm": 1.0}
+    assert t.range(NO_RANGE).kernels_per_instance == 1  # the ordinary copy after the steps
+
+
+@pytest.mark.parametrize("name", ["saxpy-mpi-cuda_nsys2022.2.sqlite", "cloverleaf-cuda_nsys2024.5.sqlite"])
+def test_bench_kernels_imports_a_real_export_into_the_profile_tables(tmp_path, capsys, name):
+    from bench.cli import main
+    from bench.profiling.kernels import KernelTable
+
+    assert main(["kernels", str(REAL / name), "--out", str(tmp_path / "k")]) == 0
+    printed = capsys.readouterr().out
+    direct = table_from_sqlite(REAL / name)
+    saved = KernelTable.load(tmp_path / "k" / "kernel_table.json")
+    assert saved.rows == direct.rows and saved.categories == direct.categories  # the same table a profile run makes
+    assert saved.meta["imported_from"].endswith(name)
+    assert (tmp_path / "k" / "kernel_table.md").read_text() == saved.to_markdown()
+    csv_lines = (tmp_path / "k" / "categories.csv").read_text().splitlines()
+    assert csv_lines[0] == "category,kernels,total_us,share" and len(csv_lines) == 1 + len(direct.categories)
+    assert f"{direct.total_kernels} kernels" in printed
+
+
+def test_bench_kernels_bad_input(tmp_path, capsys):
+    from bench.cli import main
+
+    assert main(["kernels", str(tmp_path / "none.sqlite")]) == 2
+    (tmp_path / "x.txt").write_text("x")
+    assert main(["kernels", str(tmp_path / "x.txt")]) == 2
+    assert "is not an nsys report" in capsys.readouterr().err
+    assert main(["kernels", str(REAL / "saxpy-mpi-cuda_nsys2022.2.sqlite"), str(REAL / "saxpy-mpi-cuda_nsys2022.2.sqlite"),
+                 "--out", str(tmp_path)]) == 2

@@ -44,9 +44,14 @@ from tests.support.matrices import tiny_hf_matrix
     ("void at::native::elementwise_kernel<128, 2, at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)>", "copy/memset"),
     ("aten::copy_", "copy/memset"),
     ("aten::silu", "elementwise"),
-    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float>>>", "elementwise"),
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float>>>", "reduction"),
+    ("triton_red_fused_argmax_0", "reduction"),
+    ("triton_per_fused_sum_1", "reduction"),
+    ("void cub::DeviceReduceSingleTileKernel<cub::DeviceReducePolicy<float, int>::Policy600, float *>", "reduction"),
+    ("aten::mean", "reduction"),
+    ("aten::maximum", "elementwise"),
     ("aten::embedding", "other"),
-    ("saxpy(double *, double *, double *, double, int)", "other"),
+    ("saxpy(double *, double *, double *, double, int)", "elementwise"),
 ])
 def test_categorize(name, category):
     assert categorize(name) == category
@@ -76,7 +81,12 @@ def test_kernel_table_inclusive_and_innermost_by_hand():
     assert (layer_sum.instances, layer_sum.kernels_per_instance, layer_sum.total_us) == (1, 4, 19.0)
     assert t.range(NO_RANGE).kernels_per_instance == 1
     pow_row = next(r for r in t.rows if r.range == "Norm" and r.kernel == "pow")
-    assert (pow_row.kernels, pow_row.instances, pow_row.gpu_us_per_instance_median) == (2, 3, 2.0)
+    # pow ran in 2 of the 3 Norm instances (2 and 3 us): its median is over those two, not (0, 2, 3)
+    assert (pow_row.kernels, pow_row.instances, pow_row.instances_ran) == (2, 3, 2)
+    assert pow_row.gpu_us_per_instance_median == 2.5 and pow_row.kernels_per_instance == pytest.approx(2 / 3)
+    mean_row = next(r for r in t.rows if r.range == "Norm" and r.kernel == "mean")
+    assert (mean_row.instances_ran, mean_row.gpu_us_per_instance_median) == (1, 4.0)  # not the 0.00 of a median over 3
+    assert "| `mean` | other | 0.33 | 1 of 3 | 4.00 | 4.0 |" in t.to_markdown()
     assert t.total_kernels == 5 and t.total_us == 20.0
     cats = {c.category: (c.kernels, c.total_us) for c in t.categories}
     assert cats == {"gemm": (1, 10.0), "copy/memset": (1, 1.0), "other": (3, 9.0)}
@@ -272,9 +282,10 @@ def test_bench_profile_end_to_end(tmp_path):
     from bench.results.store import ResultStore
 
     proc = _bench("profile", "--matrix", str(_matrix(tmp_path)), "--only", "precision=fp32",
-                  "--decode-steps", "2", "--warmup", "0")
+                  "--decode-steps", "2", "--warmup", "0", "--no-progress")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Qwen2RMSNorm" in proc.stdout and "unprofiled" in proc.stdout
+    assert "profiling 1/1" not in proc.stderr  # --no-progress: no per-cell line
     (rec,) = list(ResultStore("profiles/ptest.jsonl").records())
     assert rec["status"] == "ok" and rec["kind"] == "profile" and rec["cell"]["precision"] == "fp32"
     extra = rec["extra"]
@@ -284,6 +295,7 @@ def test_bench_profile_end_to_end(tmp_path):
     assert Path(extra["trace"]).is_file()
     assert extra["profile"]["profiled_window_s"] > 0 and extra["profile"]["unprofiled_window_s"] > 0
     assert (Path(extra["kernel_table"]).parent / "categories.csv").is_file()
+    assert extra["profile"]["session_wall_s"] > extra["profile"]["profiled_window_s"]
 
 
 def test_bench_profile_bad_input(tmp_path):
@@ -291,8 +303,10 @@ def test_bench_profile_bad_input(tmp_path):
     assert proc.returncode == 2 and "backend(s) ['fake']" in proc.stderr
     proc = _bench("profile", "--matrix", str(_matrix(tmp_path)), "--tool", "nsys", "--nsys", "no-such-nsys-here")
     assert proc.returncode == 2 and "nsys" in proc.stderr and "--tool torch" in proc.stderr
-    proc = _bench("profile", "--matrix", str(_matrix(tmp_path)), "--only", "precision=fp16")
-    assert proc.returncode == 2
+    proc = _bench("profile", "--matrix", str(_matrix(tmp_path)), "--only", "precision=fp16", "--no-progress")
+    assert proc.returncode == 2 and "unrecognized arguments" not in proc.stderr  # --no-progress is accepted
+    proc = _bench("profile", "--matrix", str(_matrix(tmp_path)), "--tool", "ncu", "--ncu", "no-such-ncu-here")
+    assert proc.returncode == 2 and "ncu (Nsight Compute) not found" in proc.stderr and "--tool torch" in proc.stderr
 
 
 def test_device_side_range_annotations_are_not_kernels():

@@ -10,5 +10,5 @@ and other commands.
 # (tests/test_cli.py checks that every module is placed).
 WORKFLOW = (
     "presets", "run", "report", "compare", "study", "oom", "profile", "accuracy", "parity", "capacity",
-    "build", "workload",
+    "kernels", "build", "workload",
 )

@@ -28,7 +28,9 @@ PROFILABLE_BACKENDS = ("hf",)  # backends whose loaded object exposes a torch mo
 def register(sub) -> None:
     p = sub.add_parser("profile", help="kernel counts per RMSNorm/attention call and a trace, for a few decode steps")
     add_matrix_arguments(p, "profile only matching cells, e.g. precision=bf16,max_batch_size=1")
-    p.add_argument("--tool", choices=("torch", "nsys"), default="torch", help="collector (default torch.profiler)")
+    p.add_argument("--tool", choices=("torch", "nsys", "ncu"), default="torch",
+                   help="collector: torch.profiler (default), nsys (Nsight Systems), ncu (Nsight Compute: one decode step "
+                        "against the roofline)")
     p.add_argument("--decode-steps", type=int, default=4,
                    help="decode steps in the window (after one prefill; harness-loop cells: the steps alone)")
     p.add_argument("--batches", type=int, default=1,
@@ -39,7 +41,11 @@ def register(sub) -> None:
                    help="comma-separated module class/name patterns for ranges (default *RMSNorm,*Attention,*MLP,*DecoderLayer,lm_head)")
     p.add_argument("--out", default="profiles", help="output folder (default profiles/)")
     p.add_argument("--store", help="profile record store (default <out>/<matrix>.jsonl)")
-    p.add_argument("--nsys", default=None, help="nsys executable (default: nsys on PATH)")
+    p.add_argument("--nsys", default=None,
+                   help="nsys executable (default: $BENCH_NSYS, else nsys on PATH, else NVIDIA's install folders)")
+    p.add_argument("--ncu", default=None,
+                   help="ncu executable (default: $BENCH_NCU, else ncu on PATH, else NVIDIA's install folders)")
+    p.add_argument("--no-progress", action="store_true", help="no per-cell progress lines on stderr")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per cell before the session is killed")
     p.set_defaults(func=cmd_profile, requests=None, trials=None)
 
@@ -55,6 +61,9 @@ class ProfileSettings:
     timeout: float = 1800.0
     patterns: tuple[str, ...] = ()  # () = bench.profiling.nvtx.DEFAULT_PATTERNS
     nsys: str | None = None  # the nsys executable (tool nsys), already checked
+    ncu: str | None = None  # the ncu executable (tool ncu), already checked
+    tool_version: str | None = None  # what `nsys --version` / `ncu --version` said
+    progress: bool = True  # a line on stderr as each cell starts
 
     def check(self) -> None:
         if self.decode_steps < 1 or self.batches < 1 or self.warmup < 0:
@@ -80,15 +89,20 @@ def cmd_profile(args) -> int:
     if not patterns:
         raise BenchInputError("--patterns is empty: give class-name globs such as '*RMSNorm,*Attention'")
     settings = ProfileSettings(tool=args.tool, decode_steps=args.decode_steps, batches=args.batches, warmup=args.warmup,
-                               timeout=args.timeout, patterns=tuple(patterns))
+                               timeout=args.timeout, patterns=tuple(patterns), progress=not args.no_progress)
     settings.check()
     matrix = load_selected_matrix(args)
     check_profilable(matrix.cells)
     if args.tool == "nsys":
         from bench.profiling.nsys_collector import find_nsys
 
-        nsys, _ = find_nsys(args.nsys)  # missing or too old: BenchInputError before any work
-        settings = replace(settings, nsys=nsys)
+        nsys, version = find_nsys(args.nsys)  # missing or too old: BenchInputError before any work
+        settings = replace(settings, nsys=nsys, tool_version=".".join(map(str, version)))
+    elif args.tool == "ncu":
+        from bench.profiling.ncu_collector import find_ncu
+
+        ncu, version = find_ncu(args.ncu)
+        settings = replace(settings, ncu=ncu, tool_version=version)
     store_path = Path(args.store) if args.store else Path(args.out) / f"{matrix.name}.jsonl"
     _, failed = profile_matrix(matrix, settings, Path(args.out), store_path)
     return 1 if failed else 0
@@ -114,7 +128,9 @@ def profile_matrix(matrix, settings: ProfileSettings, out_root: Path, store_path
     context = new_context("profile", matrix=matrix.name, warmup=settings.warmup)
     failed, records = 0, []
     with ResultStore(store_path).writer() as store:
-        for cell in matrix.cells:
+        for i, cell in enumerate(matrix.cells, 1):
+            if settings.progress:
+                print(f"profiling {i}/{len(matrix.cells)}: {cell.label} ({settings.tool})", file=sys.stderr, flush=True)
             record = profile_cell(cell, matrix, settings, list(settings.patterns), Path(out_root) / matrix.name,
                                   settings.nsys, context)
             store.append(record)
@@ -134,11 +150,16 @@ def _profile_text(cell, record, tool: str, table) -> str:
     what = (f"{window['decode_steps']} decode steps after the prefill (harness loop)" if window.get("kind") == "decode"
             else f"{window['decode_steps']} decode steps")
     step = f"; {prof['step_ms']:.3f} ms per decode step unprofiled" if prof.get("step_ms") else ""
+    roofline = ""
+    if prof.get("roofline_md"):
+        roofline = "\n" + Path(prof["roofline_md"]).read_text()
+    session = f"; session process {prof['session_wall_s']:.1f} s" if prof.get("session_wall_s") else ""
     return (f"## {cell.label} ({tool})\n\n"
             f"window: {what}; static cache {window.get('static_cache_len') or '-'}; wall {prof['profiled_window_s'] * 1e3:.1f} ms "
             f"profiled vs {prof['unprofiled_window_s'] * 1e3:.1f} ms unprofiled "
-            f"({prof['profiled_window_s'] / prof['unprofiled_window_s']:.2f}x){step}\n\n"
-            + table.to_markdown(top=5) + f"\nkernel table: {record.kernel_table}; trace: {record.extra.get('trace')}\n")
+            f"({prof['profiled_window_s'] / prof['unprofiled_window_s']:.2f}x){step}{session}\n\n"
+            + table.to_markdown(top=5) + roofline
+            + f"\nkernel table: {record.kernel_table}; trace: {record.extra.get('trace')}\n")
 
 
 def profile_cell(cell, matrix, settings, patterns: list[str], out_root: Path, nsys: str | None, context):
@@ -158,10 +179,17 @@ def profile_cell(cell, matrix, settings, patterns: list[str], out_root: Path, ns
     job_file.write_text(json.dumps(job, indent=1))
     result_file.unlink(missing_ok=True)
     argv = [sys.executable, "-m", "bench.profiling.session", str(job_file), str(result_file)]
+    for stale in [*out_dir.glob("report*.nsys-rep"), *out_dir.glob("report*.qdstrm"), *out_dir.glob("report*.ncu-rep")]:
+        stale.unlink()  # a report left by an earlier run must not pass for this one's
     if nsys:
         from bench.profiling.nsys_collector import profile_command
 
         argv = profile_command(nsys, out_dir / "report", argv)
+    elif settings.tool == "ncu":
+        from bench.profiling import ncu_collector
+
+        argv = ncu_collector.profile_command(settings.ncu or "ncu", out_dir / "report", argv,
+                                             ncu_collector.nvtx_include(_nvtx_domain()))
     outcome = {"trial": 0, "status": "ok", "metrics": None, "extra": {"tool": settings.tool}, "error": None,
                "started_at": time.time()}
     environment = {}
@@ -170,19 +198,26 @@ def profile_cell(cell, matrix, settings, patterns: list[str], out_root: Path, ns
            "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     log_path = out_dir / "session.log"
     try:
+        t0 = time.perf_counter()
         with open(log_path, "wb") as log:
             proc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=settings.timeout)
+        session_wall_s = time.perf_counter() - t0  # the whole process, the profiler's own work included
         if proc.returncode != 0 or not result_file.is_file():
             raise RuntimeError(f"profiling session exited with status {proc.returncode}; log {log_path}:\n"
                                + _tail(log_path))
         session = json.loads(result_file.read_text())
+        session["session_wall_s"] = session_wall_s
+        if settings.tool_version:
+            session[f"{settings.tool}_version"] = settings.tool_version
         if nsys:
             session.update(_read_nsys(nsys, out_dir, cell))
+        elif settings.tool == "ncu":
+            session.update(_read_ncu(settings.ncu or "ncu", out_dir, cell, session))
         outcome["extra"] = {"tool": settings.tool, "kernel_table": session.pop("kernel_table"),
                             "trace": session.pop("trace", None),
                             "profile": {k: v for k, v in session.items() if k != "environment"}}
         environment = session.get("environment", {})
-        _write_side_tables(Path(outcome["extra"]["kernel_table"]))
+        write_side_tables(Path(outcome["extra"]["kernel_table"]))
     except subprocess.TimeoutExpired:
         outcome.update(status="timeout", error=f"profiling session ran past {settings.timeout} s; log {log_path}")
     except (RuntimeError, BenchInputError, OSError, ValueError, KeyError) as exc:
@@ -191,22 +226,56 @@ def profile_cell(cell, matrix, settings, patterns: list[str], out_root: Path, ns
     return new_record("profile", cell, outcome, context=context, workload=wl.summary(), environment=environment)
 
 
-def _read_nsys(nsys: str, out_dir: Path, cell) -> dict:
-    from bench.profiling.nsys_collector import export_command, table_from_sqlite
+def _nvtx_domain() -> str | None:
+    """Return the NVTX domain the session's ranges will use (bench.profiling.nvtx): `bench` with the nvtx package."""
+    import importlib.util
 
-    reports = sorted(out_dir.glob("report*.nsys-rep")) or sorted(out_dir.glob("report*.qdrep"))
-    if not reports:
-        raise RuntimeError(f"nsys wrote no report in {out_dir} (did the window reach cudaProfilerStart?)")
+    from bench.profiling.nvtx import NVTX_DOMAIN
+
+    return NVTX_DOMAIN if importlib.util.find_spec("nvtx") is not None else None
+
+
+def _read_nsys(nsys: str, out_dir: Path, cell) -> dict:
+    from bench.profiling.nsys_collector import export_command, report_file, table_from_sqlite
+
+    report = report_file(out_dir, _tail(out_dir / "session.log", 20000))  # only a .qdstrm: the libdw fix, named
     sqlite_path = out_dir / "report.sqlite"
-    done = subprocess.run(export_command(nsys, reports[-1], sqlite_path), capture_output=True, text=True, timeout=900)
+    done = subprocess.run(export_command(nsys, report, sqlite_path), capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         raise RuntimeError(f"nsys export failed ({done.returncode}): {done.stderr[-2000:]}")
     table = table_from_sqlite(sqlite_path, meta={"cell_id": cell.cell_id, "label": cell.label})
     path = table.save(out_dir / "kernel_table.json")
-    return {"kernel_table": str(path), "trace": str(reports[-1]), "sqlite": str(sqlite_path)}
+    schema = {k: table.meta.get(k) for k in ("nsys_version", "export_schema", "metadata_table", "tables_read",
+                                             "graph_kernels", "graph_kernels_by_time", "notes")}
+    return {"kernel_table": str(path), "trace": str(report), "sqlite": str(sqlite_path), "nsys_export": schema}
 
 
-def _write_side_tables(table_path: Path) -> None:
+def _read_ncu(ncu: str, out_dir: Path, cell, session: dict) -> dict:
+    from bench.profiling import ncu_collector
+
+    reports = sorted(out_dir.glob("report*.ncu-rep"))
+    if not reports:
+        raise RuntimeError(f"ncu wrote no report in {out_dir}: the NVTX filter matched no kernel or ncu failed "
+                           f"(see {out_dir / 'session.log'})")
+    done = subprocess.run(ncu_collector.export_command(ncu, reports[-1]), capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise RuntimeError(f"ncu --import failed ({done.returncode}): {done.stderr[-2000:]}")
+    (out_dir / "ncu_raw.csv").write_text(done.stdout)
+    kernels = ncu_collector.parse_csv(done.stdout)
+    bw = (session.get("copy_bandwidth") or {}).get("bandwidth_bytes_s")
+    meta = {"cell_id": cell.cell_id, "label": cell.label, "ncu_version": session.get("ncu_version"),
+            "range": ncu_collector.NCU_STEP}
+    roofline = ncu_collector.roofline_table(kernels, bw, meta)
+    roofline.save(out_dir / "roofline.json")
+    (out_dir / "roofline.md").write_text(roofline.to_markdown())
+    path = ncu_collector.kernel_table(kernels, meta=meta).save(out_dir / "kernel_table.json")
+    return {"kernel_table": str(path), "trace": str(reports[-1]), "roofline": str(out_dir / "roofline.json"),
+            "roofline_md": str(out_dir / "roofline.md"),
+            "roofline_total": {k: getattr(roofline.total, k) for k in ("kernels", "duration_us", "time_at_copy_bandwidth_us",
+                                                                     "pct_of_copy_bandwidth")}}
+
+
+def write_side_tables(table_path: Path) -> None:
     """Write kernel_table.md and categories.csv next to the kernel table (one place writes them)."""
     from bench.profiling.kernels import KernelTable
 

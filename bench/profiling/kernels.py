@@ -25,12 +25,15 @@ from pathlib import Path
 
 from bench.errors import BenchInputError
 
-CATEGORIES = ("norm", "attention", "gemm", "elementwise", "copy/memset", "other")
+CATEGORIES = ("norm", "attention", "gemm", "reduction", "elementwise", "copy/memset", "other")
 NO_RANGE = "(no range)"  # the group of kernels launched outside every named range
-KERNEL_TABLE_VERSION = 1
+# 2: KernelRow.instances_ran, and its per-instance median taken over those instances (1: over every instance)
+KERNEL_TABLE_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
-# Order matters: attention before gemm (fmha_cutlassF is attention), norm before elementwise
-# (a fused Triton RMSNorm is also a pointwise/reduction kernel), copy before elementwise.
+# Order matters: attention before gemm (fmha_cutlassF is attention), norm before reduction and
+# elementwise (a fused Triton RMSNorm is also a reduction kernel), gemm before reduction
+# (cuBLAS's splitKreduce finishes a gemm), reduction and copy before elementwise.
 _CATEGORY_PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple(
     (cat, re.compile(rx, re.IGNORECASE))
     for cat, rx in (
@@ -43,15 +46,21 @@ _CATEGORY_PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple(
         # (fpA_intB), Inductor mm templates (triton_tem_fused_mm) and the aten ops on CPU.
         ("gemm", r"gemm|gemv|cutlass|cublas|nvjet|xmma|matmul|splitkreduce|fpa_intb|triton_tem"
                  r"|triton\w*_mm|aten::(?:mm|addmm|bmm|baddbmm|linear)$"),
+        # A reduction reads many elements to write few: aten's reduce_kernel (sum, mean, max,
+        # argmax), cub's DeviceReduce, generic ones (clover::par_reduce_kernel in the nsys 2024.5
+        # export of tests/data/nsys), Inductor's triton_red_/triton_per_ (not norms: caught above).
+        ("reduction", r"reduce_kernel|par_reduce|devicereduce|segmentedreduce|reduction|triton_red_|triton_per_"
+                      r"|^aten::(?:mean|sum|amax|amin|max|min|argmax|argmin|cumsum|prod|norm|var|std|logsumexp)$"),
         # Memcpy/Memset activity records, aten copy kernels; Triton names with `_to_copy` are
         # fused pointwise kernels, not copies, so triton_ names are excluded here.
         ("copy/memset", r"^(?!triton_).*(?:memcpy|memset|copy|catarray|fill_kernel)"
                         r"|^aten::(?:copy_|fill_|zero_|zeros|ones|full|cat|clone|contiguous|to|_to_copy"
                         r"|index_copy_|slice_scatter|empty\w*|new_\w+)$"),
-        ("elementwise", r"elementwise|vectorized|pointwise|reduce_kernel|triton_|silu|gelu|act_and_mul"
+        # BLAS-1 axpy (saxpy in the nsys 2022.2 export of tests/data/nsys) is elementwise too.
+        ("elementwise", r"elementwise|vectorized|pointwise|triton_|silu|gelu|act_and_mul|axpy"
                         r"|add_?bias|residual|^aten::(?:add|add_|mul|mul_|sub|div|pow|rsqrt|sqrt|silu|neg"
-                        r"|mean|sum|exp|sigmoid|tanh|where|masked_fill\w*|cos|sin|float|type_as|relu"
-                        r"|gelu|max|min|argmax|eq|ne|lt|gt|le|ge|bitwise_\w+|cumsum|clamp\w*)$"),
+                        r"|exp|sigmoid|tanh|where|masked_fill\w*|cos|sin|float|type_as|relu"
+                        r"|gelu|maximum|minimum|eq|ne|lt|gt|le|ge|bitwise_\w+|clamp\w*)$"),
     )
 )
 
@@ -80,6 +89,7 @@ class AttributedKernel:
     name: str
     duration_us: float
     ranges: tuple[tuple[str, object], ...] = ()
+    start_ns: int | None = field(default=None, compare=False)  # GPU start (nsys), for timelines
 
 
 @dataclass(frozen=True)
@@ -89,9 +99,13 @@ class KernelRow:
     category: str
     instances: int  # instances of the range in the window (with or without this kernel)
     kernels: int  # launches of this kernel inside the range, all instances together
-    kernels_per_instance: float
-    gpu_us_per_instance_median: float  # median over instances of this kernel's time in one
+    kernels_per_instance: float  # kernels / instances: over every instance, those that did not launch it too
+    # Median of this kernel's time in one instance, over the instances that launched it (a kernel
+    # that runs in 1 of 8 decode steps gets its time there, not the 0 of the other 7); version-1
+    # tables took it over every instance and hold instances_ran None.
+    gpu_us_per_instance_median: float
     total_us: float
+    instances_ran: int | None = None  # instances that launched this kernel at least once
 
 
 @dataclass(frozen=True)
@@ -141,8 +155,9 @@ class KernelTable:
 
     @classmethod
     def from_dict(cls, d: dict) -> KernelTable:
-        if d.get("version") != KERNEL_TABLE_VERSION:
-            raise BenchInputError(f"kernel table version {d.get('version')!r} is not {KERNEL_TABLE_VERSION}: re-run `bench profile`")
+        if d.get("version") not in READABLE_VERSIONS:
+            raise BenchInputError(f"kernel table version {d.get('version')!r} is not one of {READABLE_VERSIONS}: "
+                                  "re-run `bench profile` (or `bench kernels` on its nsys export)")
         return cls(
             source=d["source"], unit=d["unit"], scope=d["scope"],
             rows=[KernelRow(**r) for r in d["rows"]],
@@ -181,12 +196,15 @@ class KernelTable:
         for row in self.rows:
             by_range[row.range].append(row)
         for rng, rows in by_range.items():
-            out += ["", f"Top {unit} in `{rng}`:", "",
-                    f"| kernel | category | per instance | {time_col} per instance (median) | total {time_col} |",
-                    "|---|---|---|---|---|"]
+            out += ["", f"Top {unit} in `{rng}` (per instance: launches over every instance of the range; "
+                    f"the median {time_col} is over the instances that launched the kernel):", "",
+                    f"| kernel | category | per instance | instances that ran it | {time_col} per instance that ran it "
+                    f"(median) | total {time_col} |",
+                    "|---|---|---|---|---|---|"]
             for row in sorted(rows, key=lambda r: -r.total_us)[:top]:
                 name = row.kernel if len(row.kernel) <= 90 else row.kernel[:87] + "..."
-                out.append(f"| `{name}` | {row.category} | {row.kernels_per_instance:.2f} | "
+                ran = "-" if row.instances_ran is None else f"{row.instances_ran} of {row.instances}"
+                out.append(f"| `{name}` | {row.category} | {row.kernels_per_instance:.2f} | {ran} | "
                            f"{row.gpu_us_per_instance_median:.2f} | {row.total_us:.1f} |")
         return "\n".join(out) + "\n"
 
@@ -240,12 +258,13 @@ def build_kernel_table(
         names = sorted({name for inst in insts for name in per[group].get(inst, {})})
         for name in names:
             counts = [per[group].get(inst, {}).get(name, [0, 0.0]) for inst in insts]
+            ran = [c for c in counts if c[0]]
             launches = sum(c[0] for c in counts)
             rows.append(KernelRow(
                 range=group, kernel=name, category=categorize(name), instances=n, kernels=launches,
                 kernels_per_instance=launches / n,
-                gpu_us_per_instance_median=statistics.median(c[1] for c in counts),
-                total_us=sum(c[1] for c in counts),
+                gpu_us_per_instance_median=statistics.median(c[1] for c in ran),
+                total_us=sum(c[1] for c in counts), instances_ran=len(ran),
             ))
         inst_counts = [sum(v[0] for v in per[group].get(inst, {}).values()) for inst in insts]
         inst_us = [sum(v[1] for v in per[group].get(inst, {}).values()) for inst in insts]

@@ -7,13 +7,27 @@ CUPTI_ACTIVITY_KIND_KERNEL, CUPTI_ACTIVITY_KIND_RUNTIME, NVTX_EVENTS, StringIds.
 schema differs between nsys versions (the reader checks which tables and columns exist):
 tested on real exports from nsys 2022.2 (schema 2.9.1) and 2024.5 (schema 3.13.2).
 
-Status: the reader has met those real exports; the collector (running nsys) has not met a
-real nsys on our GPU machine, which has none. See docs/profiling.md.
+CUDA graphs: with `--cuda-graph-trace=node` every node's kernel is its own kernel row, with a
+`graphNodeId`; CUPTI gives it the correlationId of the API call that launched the graph
+(CUpti_ActivityKernel*: "identical to the correlation ID in the driver or runtime API activity
+record that launched the kernel"), so it joins the cudaGraphLaunch call and sits in the NVTX
+ranges enclosing that launch, as torch.profiler puts a replay's kernels in the enclosing range.
+A graph kernel whose correlationId matches no call is placed by time: in the ranges of the
+latest cudaGraphLaunch of its process that began before it (`info["graph_kernels_by_time"]`).
+
+nsys discovery (`find_nsys`): an explicit path (`--nsys`), else $BENCH_NSYS, else PATH, else
+NVIDIA's install folders (NSYS_GLOBS), newest first; the H200 image's only nsys is the copy
+bundled inside Nsight Compute (scripts/nsys-on-device.sh).
+
+Status: the reader has met the real exports above; the collector ran on an H200 on 2026-12-01
+with the nsys 2025.3.1 bundled in Nsight Compute (docs/profiling.md).
 """
 
 from __future__ import annotations
 
 import bisect
+import glob
+import os
 import re
 import shutil
 import sqlite3
@@ -40,13 +54,59 @@ def parse_nsys_version(text: str) -> tuple[int, int, int]:
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
 
 
-def find_nsys(exe: str | None = None) -> tuple[str, tuple[int, int, int]]:
-    """Return (path of nsys, its version); BenchInputError when missing or older than MIN_NSYS_VERSION."""
-    path = shutil.which(exe or "nsys")
+NSYS_ENV = "BENCH_NSYS"
+# NVIDIA's usual install folders, searched after PATH: Nsight Systems' own installer, the CUDA
+# toolkit's copy, and the nsys CLI that Nsight Compute bundles (host/target-linux-x64/), which is
+# the only one on the H200 image (/opt/nvidia/nsight-compute/2025.3.1/..., see nsys-on-device.sh).
+NSYS_GLOBS = (
+    "/opt/nvidia/nsight-systems/*/bin/nsys",
+    "/opt/nvidia/nsight-systems-cli/*/bin/nsys",
+    "/usr/local/cuda*/bin/nsys",
+    "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
+    "/usr/local/cuda*/nsight-compute*/host/target-linux-x64/nsys",
+)
+
+
+def _version_key(path: str) -> tuple:
+    """Return a sort key: the numbers in the path's folders (2025.3.1 > 2024.5.1), then the path."""
+    return tuple(int(n) for n in re.findall(r"\d+", path)), path
+
+
+def nsys_candidates(exe: str | None = None, globs: tuple[str, ...] = NSYS_GLOBS) -> list[tuple[str, str]]:
+    """Return [(path, where it came from)] of the nsys executables to try, in order.
+
+    An explicit `exe` is the only candidate (a wrong one is an error, not a fallback); else
+    $BENCH_NSYS alone; else nsys on PATH, then each install folder's, newest version first.
+    """
+    if exe:
+        return [(shutil.which(exe) or exe, "--nsys")]
+    if os.environ.get(NSYS_ENV):
+        return [(shutil.which(os.environ[NSYS_ENV]) or os.environ[NSYS_ENV], f"${NSYS_ENV}")]
+    found = []
+    on_path = shutil.which("nsys")
+    if on_path:
+        found.append((on_path, "PATH"))
+    for pattern in globs:
+        for p in sorted(glob.glob(pattern), key=_version_key, reverse=True):
+            if os.access(p, os.X_OK) and all(os.path.realpath(p) != os.path.realpath(f) for f, _ in found):
+                found.append((p, pattern))
+    return found
+
+
+def find_nsys(exe: str | None = None, globs: tuple[str, ...] = NSYS_GLOBS) -> tuple[str, tuple[int, int, int]]:
+    """Return (path of nsys, its version); BenchInputError when missing or older than MIN_NSYS_VERSION.
+
+    Where it looks: see nsys_candidates (explicit path, $BENCH_NSYS, PATH, NSYS_GLOBS).
+    """
+    candidates = nsys_candidates(exe, globs)
+    path = next((p for p, _ in candidates if os.path.isfile(p) and os.access(p, os.X_OK)), None)
     if path is None:
+        where = f"{candidates[0][1]} names {candidates[0][0]!r}, which is not an executable file" if candidates else (
+            f"not on PATH, ${NSYS_ENV} unset, and none under {', '.join(globs)}")
         raise BenchInputError(
-            "nsys (Nsight Systems) is not on PATH: install Nsight Systems >= "
-            f"{'.'.join(map(str, MIN_NSYS_VERSION))} (or pass its path), or use `--tool torch`"
+            f"nsys (Nsight Systems) not found: {where}. Install Nsight Systems >= "
+            f"{'.'.join(map(str, MIN_NSYS_VERSION))}, pass its path with --nsys PATH or ${NSYS_ENV}, or use `--tool torch`"
+            " (on the H200 image: `source scripts/nsys-on-device.sh env` puts Nsight Compute's bundled nsys on PATH)"
         )
     try:
         out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
@@ -77,6 +137,40 @@ def profile_command(nsys: str, output_base: str | Path, argv: list[str]) -> list
 def export_command(nsys: str, report: str | Path, sqlite_path: str | Path) -> list[str]:
     """Return the `nsys export` command line that writes the report's SQLite database."""
     return [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(sqlite_path), str(report)]
+
+
+def report_file(out_dir: str | Path, log_text: str = "") -> Path:
+    """Return the .nsys-rep (or .qdrep) nsys wrote in out_dir; BenchInputError naming the fix when there is none.
+
+    When only a .qdstrm is there, nsys ran but its QdstrmImporter could not turn the raw stream
+    into a report: on the H200 image it cannot load libdw.so.1 (docs/profiling.md).
+    """
+    out_dir = Path(out_dir)
+    reports = sorted(out_dir.glob("report*.nsys-rep")) or sorted(out_dir.glob("report*.qdrep"))
+    if reports:
+        return reports[-1]
+    streams = sorted(out_dir.glob("report*.qdstrm"))
+    if streams:
+        why = next((line.strip() for line in log_text.splitlines() if "libdw" in line or "QdstrmImporter" in line), "")
+        raise BenchInputError(
+            f"nsys wrote only {streams[-1]} and no .nsys-rep: its QdstrmImporter could not convert the capture"
+            + (f" ({why[:300]})" if why else "") + ". It needs libdw.so.1 and libelf.so.1: install them "
+            "(Debian/Ubuntu: apt-get install libdw1 libelf1), or, where nothing can be installed (the H200 "
+            "image), run `bash scripts/nsys-on-device.sh prepare` on a machine with apt, carry .nsyslib/ to the GPU "
+            "machine and `source scripts/nsys-on-device.sh env` there before `bench profile --tool nsys`"
+        )
+    raise BenchInputError(f"nsys wrote no report in {out_dir} (did the window reach cudaProfilerStart?)")
+
+
+def export_schema(con, tables: set[str]) -> dict:
+    """Return what an export says about itself: nsys version, schema version, the metadata table's name, and
+    which of the tables the reader uses are present."""
+    meta_table = next((t for t in ("META_DATA_EXPORT", "EXPORT_META_DATA") if t in tables), None)
+    meta = dict(con.execute(f"SELECT name, value FROM {meta_table}").fetchall()) if meta_table else {}
+    used = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "StringIds",
+            "CUDA_GRAPH_EVENTS", "CUDA_GRAPH_NODE_EVENTS")
+    return {"nsys_version": meta.get("EXPORT_PRODUCT_VERSION"), "export_schema": meta.get("EXPORT_SCHEMA_VERSION"),
+            "metadata_table": meta_table, "tables_read": sorted(t for t in used if t in tables)}
 
 
 def _tables(con) -> set[str]:
@@ -124,20 +218,29 @@ def _read(con, tables: set[str]) -> tuple[list[AttributedKernel], dict[str, set]
         raise BenchInputError(f"CUPTI_ACTIVITY_KIND_KERNEL has no kernel-name column (columns: {sorted(kcols)})")
     name_expr = "COALESCE(" + ", ".join(f"(SELECT value FROM StringIds WHERE id = k.{c})" for c in name_cols) + ")"
     pid_expr = "k.globalPid" if "globalPid" in kcols else "NULL"
+    graph_expr = "k.graphNodeId" if "graphNodeId" in kcols else "NULL"
     kernels_rows = con.execute(
-        f"SELECT k.start, k.end, k.correlationId, {pid_expr}, {name_expr} FROM CUPTI_ACTIVITY_KIND_KERNEL k"
-        " ORDER BY k.start"
+        f"SELECT k.start, k.end, k.correlationId, {pid_expr}, {name_expr}, {graph_expr}"
+        " FROM CUPTI_ACTIVITY_KIND_KERNEL k ORDER BY k.start"
     ).fetchall()
 
     # One runtime call per (process, correlationId): older exports hold nested duplicates
     # (cudaLaunchKernel around cudaLaunchKernel_v7000); the outer span is the call.
     calls: dict[tuple, tuple[int, int, int]] = {}
+    graph_launches: dict[object, list[tuple[int, int, int]]] = defaultdict(list)  # pid -> [(start, end, tid)]
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
-        for tid, corr, start, end in con.execute(
-            "SELECT globalTid, correlationId, MIN(start), MAX(end) FROM CUPTI_ACTIVITY_KIND_RUNTIME"
-            " GROUP BY globalTid, correlationId"
+        rcols = _columns(con, "CUPTI_ACTIVITY_KIND_RUNTIME")
+        is_graph = ("MAX((SELECT value FROM StringIds WHERE id = r.nameId) LIKE 'cudaGraphLaunch%')"
+                    if "nameId" in rcols else "0")
+        for tid, corr, start, end, graph in con.execute(
+            f"SELECT r.globalTid, r.correlationId, MIN(r.start), MAX(r.end), {is_graph} FROM CUPTI_ACTIVITY_KIND_RUNTIME r"
+            " GROUP BY r.globalTid, r.correlationId"
         ):
             calls[(tid >> 24 if tid is not None else None, corr)] = (tid, start, end)
+            if graph:
+                graph_launches[tid >> 24 if tid is not None else None].append((start, end, tid))
+        for lst in graph_launches.values():
+            lst.sort()
     else:
         notes.append("no CUPTI_ACTIVITY_KIND_RUNTIME table: kernels cannot be placed in NVTX ranges")
 
@@ -161,10 +264,20 @@ def _read(con, tables: set[str]) -> tuple[list[AttributedKernel], dict[str, set]
     starts = {tid: [r[0] for r in lst] for tid, lst in ranges_by_tid.items()}
     kernels: list[AttributedKernel] = []
     unmatched = 0
-    for kstart, kend, corr, pid, name in kernels_rows:
+    graph_kernels = by_time = 0
+    for kstart, kend, corr, pid, name, graph_node in kernels_rows:
         call = calls.get((pid >> 24 if pid is not None else None, corr))
         if call is None and pid is None:
             call = next((c for (p, cid), c in calls.items() if cid == corr), None)
+        if graph_node:  # a node of a replayed CUDA graph (--cuda-graph-trace=node)
+            graph_kernels += 1
+            if call is None:  # no call of its correlationId: the latest graph launch before it
+                launches = graph_launches.get(pid >> 24 if pid is not None else None, [])
+                i = bisect.bisect_right(launches, (kstart, float("inf"), float("inf")))
+                if i:
+                    start, end, tid = launches[i - 1]
+                    call = (tid, start, end)
+                    by_time += 1
         enclosing: list[tuple[int, int, str, int]] = []
         if call is None:
             unmatched += 1
@@ -175,19 +288,15 @@ def _read(con, tables: set[str]) -> tuple[list[AttributedKernel], dict[str, set]
             enclosing = [r for r in lst[:hi] if r[1] >= cend]
             enclosing.sort(key=lambda r: (r[0], -r[1]))  # outermost first
         kernels.append(AttributedKernel(
-            name or "(unnamed)", (kend - kstart) / 1000.0, tuple((r[2], r[3]) for r in enclosing)
+            name or "(unnamed)", (kend - kstart) / 1000.0, tuple((r[2], r[3]) for r in enclosing), kstart
         ))
     if unmatched and calls:
         notes.append(f"{unmatched} kernel(s) had no matching runtime call (correlationId)")
-    meta = {}
-    for t in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
-        if t in tables:
-            meta = dict(con.execute(f"SELECT name, value FROM {t}").fetchall())
-            break
     info = {
-        "nsys_version": meta.get("EXPORT_PRODUCT_VERSION"),
-        "export_schema": meta.get("EXPORT_SCHEMA_VERSION"),
+        **export_schema(con, tables),
         "kernels": len(kernels_rows),
+        "graph_kernels": graph_kernels,
+        "graph_kernels_by_time": by_time,
         "nvtx_ranges": sum(len(v) for v in ranges_by_tid.values()),
         "notes": notes,
     }
@@ -199,3 +308,51 @@ def table_from_sqlite(path: str | Path, *, innermost_only: bool = False, meta: d
     kernels, instances, info = read_sqlite(path)
     return build_kernel_table(kernels, instances, source="nsys", unit="gpu_kernel", innermost_only=innermost_only,
                               meta={**(meta or {}), **info, "sqlite": str(path)})
+
+
+def timeline_spans(path: str | Path, group: str | None = "decode_step", limit: int = 3) -> dict:
+    """Return the first `limit` instances of an NVTX range group and the GPU kernels launched inside each.
+
+    group None: the group of the innermost range around the first kernel launched in one.
+
+    {"group", "ranges": [{"label", "start_us", "end_us"}], "kernels": [{"range", "name", "category",
+    "start_us", "end_us"}]}: times in us from the start of the kernel's own range (the CPU-side
+    NVTX range; its kernels run on the GPU, possibly after the range has closed). A kernel
+    belongs to the innermost chosen range enclosing its launch (as in read_sqlite). {} ranges
+    when the export holds none of the group.
+    """
+    from bench.profiling.kernels import categorize, range_group
+
+    kernels, _, _ = read_sqlite(path)
+    if group is None:
+        first = next((k for k in kernels if k.ranges), None)
+        if first is None:
+            return {"group": None, "ranges": [], "kernels": []}
+        group = range_group(first.ranges[-1][0])
+    con = sqlite3.connect(f"file:{Path(path)}?mode=ro", uri=True)
+    try:
+        tables = _tables(con)
+        if "NVTX_EVENTS" not in tables:
+            return {"group": group, "ranges": [], "kernels": []}
+        ncols = _columns(con, "NVTX_EVENTS")
+        text = "COALESCE(n.text, (SELECT value FROM StringIds WHERE id = n.textId))" if "textId" in ncols else "n.text"
+        rows = con.execute(
+            f"SELECT n.rowid, n.start, n.end, {text} FROM NVTX_EVENTS n"
+            f" WHERE n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND n.end IS NOT NULL ORDER BY n.start"
+        ).fetchall()
+    finally:
+        con.close()
+    chosen = [r for r in rows if r[3] is not None and range_group(r[3]) == group][:limit]
+    origin = {rowid: (start, label) for rowid, start, _, label in chosen}
+    out_kernels = []
+    for k in kernels:
+        key = next((key for label, key in reversed(k.ranges) if key in origin and origin[key][1] == label), None)
+        if key is None or k.start_ns is None:
+            continue
+        start, label = origin[key]
+        t0 = (k.start_ns - start) / 1000.0
+        out_kernels.append({"range": label, "name": k.name, "category": categorize(k.name),
+                            "start_us": t0, "end_us": t0 + k.duration_us})
+    return {"group": group,
+            "ranges": [{"label": label, "start_us": 0.0, "end_us": (end - start) / 1000.0} for _, start, end, label in chosen],
+            "kernels": out_kernels}

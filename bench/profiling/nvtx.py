@@ -189,8 +189,10 @@ class ModuleRanges:
         self._handles.clear()
         return False
 
-    def batch(self, index: int):
-        """Return a context manager: range "batch:<index>"; the next model forward is its prefill."""
+    def batch(self, index: int, push: bool = True):
+        """Return a context manager: range "batch:<index>" (none with push=False); the next model forward is its prefill."""
+        import contextlib
+
         self._batch = index
         self._step = 0
-        return self.stack.range(f"batch:{index}")
+        return self.stack.range(f"batch:{index}") if push else contextlib.nullcontext()

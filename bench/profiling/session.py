@@ -25,7 +25,9 @@ Order: warm-up windows, one unprofiled window (its wall time is the reference), 
 profiled window:
 - tool "torch": record_function ranges + torch.profiler -> KernelTable + Chrome trace here;
 - tool "nsys": NVTX ranges, cudaProfilerStart/Stop around the window; the parent reads the
-  report nsys writes.
+  report nsys writes;
+- tool "ncu": NVTX ranges of the decode steps only (no module or batch ranges: decode_step:1 is
+  the outermost range, the one ncu's --nvtx-include replays); the parent reads ncu's report.
 """
 
 from __future__ import annotations
@@ -63,8 +65,10 @@ class GenerateWindow:
 
     kind = "generate"
 
-    def __init__(self, loaded, cell, chunks):
+    def __init__(self, loaded, cell, chunks, batch_ranges: bool = True):
         self.loaded, self.cell, self.chunks = loaded, cell, chunks
+        # ncu filters on the decode step's range: no batch range around it, so it is the outermost one
+        self.batch_ranges = batch_ranges
 
     def prepare(self) -> None:
         """Nothing to do before a window: each pass prefills its own batches."""
@@ -74,7 +78,7 @@ class GenerateWindow:
             if ranges is None:
                 self.loaded.run(chunk, self.cell.max_batch_size, self.cell.options_dict)
             else:
-                with ranges.batch(i):
+                with ranges.batch(i, push=self.batch_ranges):
                     self.loaded.run(chunk, self.cell.max_batch_size, self.cell.options_dict)
 
 
@@ -144,7 +148,7 @@ def run_session(job: dict) -> dict:
         window = DecodeWindow(loaded, chunks[0], job["decode_steps"])
         chunks = chunks[:1]
     else:
-        window = GenerateWindow(loaded, cell, chunks)
+        window = GenerateWindow(loaded, cell, chunks, batch_ranges=job["tool"] != "ncu")
     hooks = not compiled  # hooks inside a compiled step would change the graph the profile shows
     tool = job["tool"]
     out_dir = Path(job["out_dir"])
@@ -157,14 +161,17 @@ def run_session(job: dict) -> dict:
         window()
     window.prepare()
     unprofiled_s = timed(window)
-    stack = RangeStack(record_function=tool == "torch", nvtx=tool == "nsys" and cuda)
+    stack = RangeStack(record_function=tool == "torch", nvtx=tool in ("nsys", "ncu") and cuda)
     result = {"tool": tool, "unprofiled_window_s": unprofiled_s, "cuda": cuda,
               "window": {"kind": window.kind, "requests": sum(len(c) for c in chunks), "batches": len(chunks),
                          "decode_steps": job["decode_steps"], "prompt_tokens": [r.input_len for c in chunks for r in c],
                          "static_cache_len": getattr(loaded, "cache_len", None), "module_ranges": hooks}}
     if window.kind == "decode":
         result["step_ms"] = unprofiled_s / job["decode_steps"] * 1e3
-    patterns = job["patterns"] if hooks else []
+    if getattr(loaded, "bandwidth", None):
+        result["copy_bandwidth"] = loaded.bandwidth  # the roofline's bandwidth (speed_of_light.copy_bandwidth)
+    # ncu replays the kernels of one decode-step range: no module ranges inside it (the per-kernel table is by name)
+    patterns = job["patterns"] if hooks and tool != "ncu" else []
     window.prepare()
     with ModuleRanges(model, patterns, stack=stack, phases=hooks and window.kind == "generate") as ranges:
         result["ranges_matched"] = len(ranges.targets)
@@ -191,6 +198,15 @@ def run_session(job: dict) -> dict:
                 result["profiled_window_s"] = timed(lambda: window(ranges))
             finally:
                 torch.cuda.cudart().cudaProfilerStop()
+        elif tool == "ncu":
+            if not cuda:
+                raise RuntimeError("the ncu tool profiles CUDA kernels: this cell does not run on a GPU")
+            if window.kind == "generate" and not hooks:
+                raise RuntimeError("ncu replays the kernels of the decode_step:1 range, which a compiled generate cell "
+                                   "does not have (no hooks on a compiled model): profile its eager configuration, or "
+                                   "the harness loop (decode_loop = \"harness\"), whose steps get ranges from outside")
+            # ncu (--nvtx-include) replays only decode_step:1's kernels; the window's wall time includes that replay
+            result["profiled_window_s"] = timed(lambda: window(ranges))
         else:
             raise ValueError(f"unknown tool {tool!r}")
     from bench.machine.environment import fingerprint

@@ -90,9 +90,14 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool) -> dict[st
     out = Path(out_dir)
     frontier, extra_paths, kernel_warnings = {}, {}, []
     sections: dict[str, str] = {}  # Markdown sections beside the speedup tables: OOM frontier, kernels per step
+    timelines: list[tuple] = []
     if profiled:
-        kf = kernel_frame(profiled, base_dirs=sorted({Path(s).parent for s in [*stores, *profiles]}))
-        kernel_warnings = kf.warnings
+        from bench.report.kernel_panel import kernel_timelines
+
+        bases = sorted({Path(s).parent for s in [*stores, *profiles]})
+        kf = kernel_frame(profiled, base_dirs=bases)
+        timelines, timeline_warnings = kernel_timelines(profiled, bases)
+        kernel_warnings = kf.warnings + timeline_warnings
         if len(kf.frame):
             kernels = kf.frame if kernels is None else pd.concat([kernels, kf.frame], ignore_index=True)
             out.mkdir(parents=True, exist_ok=True)
@@ -111,7 +116,7 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool) -> dict[st
         _write(extra_paths["report"], report_markdown(title, "", sections))
         if profiled or probes:
             extra_paths["dashboard"] = out / "dashboard.html"
-            _write(extra_paths["dashboard"], _kernel_page(kernels, title, kernel_warnings, sections))
+            _write(extra_paths["dashboard"], _kernel_page(kernels, title, kernel_warnings, sections, timelines))
         for w in kernel_warnings:
             warnings.warn(w, stacklevel=3)
         return {**frontier, **extra_paths, "warnings": kernel_warnings}
@@ -134,7 +139,7 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool) -> dict[st
     env_note = environment_note(frame, data.environments)
     markdown = to_markdown(tables, env_note, history)
     comparison = _comparison_frames([query.measurements(recs) for recs in per_store], labels)
-    page = _dashboard(data, cells, tables, kernels, title, env_note, comparison, history, sections)
+    page = _dashboard(data, cells, tables, kernels, title, env_note, comparison, history, sections, timelines)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"markdown": out / "speedup.md", "csv": out / "speedup.csv", "html": out / "speedup.html",
              "dashboard": out / "dashboard.html", "report": out / "report.md"}
@@ -213,7 +218,7 @@ def _comparison_frames(runs_per_store: list[list], labels: list[str]) -> dict[st
 
 
 def _dashboard(data, cells: pd.DataFrame, tables: dict, kernels: pd.DataFrame | None, title: str, env_note: str,
-               comparison_frames: dict, history: dict, tables_md: dict[str, str]) -> str:
+               comparison_frames: dict, history: dict, tables_md: dict[str, str], timelines: list = ()) -> str:
     from bench.report.dashboard import dashboard_html
 
     ambiguous = cells.groupby("workload").length.nunique()
@@ -265,7 +270,8 @@ def _dashboard(data, cells: pd.DataFrame, tables: dict, kernels: pd.DataFrame | 
         sections.append({"key": key, "figures": figs, "table_html": to_html({key: table}, "", history)})
     env_html = to_html({}, env_note)
     precisions = sorted(str(p) for p in cells.precision.dropna().unique())
-    return dashboard_html(sections, _global_sections(kernels, tables_md), title, precisions, data.warnings, env_html)
+    return dashboard_html(sections, _global_sections(kernels, tables_md, timelines), title, precisions, data.warnings,
+                          env_html)
 
 
 def _kernel_figures(kernels: pd.DataFrame | None) -> list[tuple]:
@@ -281,7 +287,7 @@ def _kernel_figures(kernels: pd.DataFrame | None) -> list[tuple]:
     return [("RMSNorm, attention and other kernels", F.kernel_bars(kernels), note)]
 
 
-def _global_sections(kernels: pd.DataFrame | None, tables_md: dict[str, str]) -> list[dict]:
+def _global_sections(kernels: pd.DataFrame | None, tables_md: dict[str, str], timelines: list = ()) -> list[dict]:
     """Return the sections shown under every workload: the OOM frontier table, then the kernels (table and panel)."""
     from bench.report.dashboard import markdown_table_html
 
@@ -290,16 +296,17 @@ def _global_sections(kernels: pd.DataFrame | None, tables_md: dict[str, str]) ->
         if heading.startswith("OOM frontier"):
             out.append({"heading": heading, "figures": [], "html": markdown_table_html(text)})
     kernel_md = next((t for h, t in tables_md.items() if h.startswith("Kernels")), None)
-    out.append({"heading": "Kernels", "figures": _kernel_figures(kernels),
+    out.append({"heading": "Kernels", "figures": _kernel_figures(kernels) + list(timelines),
                 "html": markdown_table_html(kernel_md) if kernel_md else ""})
     return out
 
 
-def _kernel_page(kernels: pd.DataFrame | None, title: str, warns: list[str], tables_md: dict[str, str]) -> str:
+def _kernel_page(kernels: pd.DataFrame | None, title: str, warns: list[str], tables_md: dict[str, str],
+                 timelines: list = ()) -> str:
     """Return a dashboard with the kernel panel and OOM frontier alone (stores holding no measurements)."""
     from bench.report.dashboard import dashboard_html
 
     precisions = sorted(str(p) for p in kernels.precision.dropna().unique()) if kernels is not None else []
-    return dashboard_html([], _global_sections(kernels, tables_md), title, precisions, warns,
+    return dashboard_html([], _global_sections(kernels, tables_md, timelines), title, precisions, warns,
                           "<p class='note'>no workload results in these stores: kernel profiles and OOM probes only</p>")
 

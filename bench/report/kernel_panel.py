@@ -153,8 +153,18 @@ def summary_row(table, window: dict | None, profile: dict) -> dict:
         out[f"{label}_per_call"] = (sum(r.kernels_per_instance * r.instances for r in hits) / calls,
                                     sum(r.gpu_us_per_instance_median * r.instances for r in hits) / calls) if calls else None
     out["step_ms"] = profile.get("step_ms")
+    # the profiler's own cost: the window with and without it, and the whole session process (load included)
+    out["window_ms"] = tuple(profile[k] * 1e3 if profile.get(k) else None
+                             for k in ("profiled_window_s", "unprofiled_window_s"))
+    out["session_s"] = profile.get("session_wall_s")
     out["unit"] = table.unit
     return out
+
+
+def _pair(v) -> str:
+    if not v or None in v:
+        return "-"
+    return f"{v[0]:.1f} / {v[1]:.1f}"
 
 
 def kernel_summary_markdown(summary: list[dict]) -> str:
@@ -163,19 +173,20 @@ def kernel_summary_markdown(summary: list[dict]) -> str:
         return "_no kernel profiles_\n"
     unit = "kernels" if all(s["unit"] == "gpu_kernel" for s in summary) else "kernels (CPU ops on CPU)"
     time_unit = "us" if all(s["unit"] == "gpu_kernel" for s in summary) else "us (CPU time on CPU)"
-    headers = ["configuration", "precision", "batch", "per", f"{unit}", f"{time_unit}", "norm kernels", f"norm {time_unit}",
+    headers = ["configuration", "precision", "batch", "tool", "per", f"{unit}", f"{time_unit}", "norm kernels", f"norm {time_unit}",
                "attention kernels", f"attention {time_unit}", "RMSNorm call: kernels, us", "attention call: kernels, us",
-               "step ms (unprofiled)"]
+               "step ms (unprofiled)", "window ms: profiled / unprofiled", "session s (profiler included)"]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
 
     def call(v):
         return "- (fused: no module ranges)" if v is None else f"{v[0]:.1f}, {v[1]:.1f}"
 
     for s in summary:
-        cells = [s["configuration"], str(s["precision"]), str(s["batch"]), f"{s['per']} (x{s['steps']})",
+        cells = [s["configuration"], str(s["precision"]), str(s["batch"]), str(s.get("tool") or "-"), f"{s['per']} (x{s['steps']})",
                  f"{s['kernels']:.0f}", f"{s['kernel_us']:.0f}", f"{s['norm_kernels']:.1f}", f"{s['norm_us']:.1f}",
                  f"{s['attention_kernels']:.1f}", f"{s['attention_us']:.1f}", call(s["RMSNorm_per_call"]),
-                 call(s["attention_per_call"]), "-" if s.get("step_ms") is None else f"{s['step_ms']:.2f}"]
+                 call(s["attention_per_call"]), "-" if s.get("step_ms") is None else f"{s['step_ms']:.2f}",
+                 _pair(s.get("window_ms")), "-" if s.get("session_s") is None else f"{s['session_s']:.0f}"]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -219,6 +230,53 @@ def kernel_frame(records: list, base_dirs: list[str | Path] = (),
                 "unit": table.unit, "source": table.source, "cell_id": rec.cell_id, "kernel_table": str(path)}
         rows += [{**base, **r} for r in table_rows(table, panels, window)]
         summary.append({"configuration": _label(cell, False), "precision": cell.get("precision"),
-                        "batch": cell.get("max_batch_size"), **summary_row(table, window, profile)})
+                        "batch": cell.get("max_batch_size"), "tool": rec.tool, **summary_row(table, window, profile)})
     return KernelFrame(pd.DataFrame(rows, columns=list(COLUMNS)), warns, summary)
 
+
+
+# The range group a timeline shows: decode steps where there are some, else batches, else (None) the
+# group of the first range that launched a kernel (an export of another program).
+TIMELINE_GROUPS = ("decode_step", "batch", None)
+TIMELINE_RANGES = 3  # instances drawn per profiled cell
+
+
+def kernel_timelines(records: list, base_dirs: list[str | Path] = (), ranges: int = TIMELINE_RANGES,
+                     cells: int = 4) -> tuple[list[tuple[str, dict | None, str]], list[str]]:
+    """Return ([(heading, timeline figure, note)], warnings) for the latest ok nsys Profile record of each cell.
+
+    The figure (bench.report.figures.kernel_timeline) draws the first `ranges` decode steps
+    (else batches) of the record's SQLite export; at most `cells` cells. A record whose export is
+    missing gets a warning naming the file, not a figure.
+    """
+    from bench.errors import BenchInputError
+    from bench.profiling.nsys_collector import timeline_spans
+    from bench.report.figures import kernel_timeline
+    from bench.results.records import Profile
+
+    bases = [Path(b) for b in base_dirs]
+    latest: dict[str, Profile] = {}
+    for rec in sorted((r for r in records if isinstance(r, Profile) and r.ok and r.tool == "nsys"),
+                      key=lambda r: r.context.started_at or 0.0):
+        latest[rec.cell_id] = rec
+    figs, warns = [], []
+    for rec in list(latest.values())[:cells]:
+        name = (rec.extra.get("profile") or {}).get("sqlite")
+        path = resolve_table(name, bases) if name else None
+        label = f"{_label(rec.cell, False)} {rec.cell.get('precision')} bs={rec.cell.get('max_batch_size')}"
+        if path is None:
+            warns.append(f"nsys export {name!r} of profile record {rec.cell_id} ({label}) is missing: no timeline; "
+                         "copy its profiles/ folder next to the store")
+            continue
+        try:
+            spans = next((s for g in TIMELINE_GROUPS if (s := timeline_spans(path, g, ranges))["ranges"]), None)
+        except BenchInputError as exc:
+            warns.append(f"{exc}: no timeline")
+            continue
+        if spans is None:
+            figs.append((f"Kernel timeline: {label}", None, f"no NVTX range encloses a kernel launch in {path}"))
+            continue
+        figs.append((f"Kernel timeline: {label}", kernel_timeline(spans, f"Kernel timeline (nsys): {label}"),
+                     f"first {len(spans['ranges'])} {spans['group']} ranges of {path.name}: GPU kernels coloured by "
+                     "category under the CPU-side NVTX range that launched them (µs from the range's start)"))
+    return figs, warns

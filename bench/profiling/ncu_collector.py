@@ -1,0 +1,289 @@
+"""Collector 3: Nsight Compute. Every kernel of one decode step against the DRAM roofline.
+
+`bench profile --tool ncu` runs the session process under `ncu`, NVTX-filtered so that only
+the kernels inside the first decode step's range (`decode_step:1`, domain `bench`) are
+replayed, with the GPU clocks left as they are (`--clock-control none`, as in the measured
+runs; ncu locks them to base by default). Five metrics per kernel:
+
+    gpu__time_duration.sum                                kernel duration
+    dram__bytes_read.sum, dram__bytes_write.sum           DRAM traffic
+    dram__throughput.avg.pct_of_peak_sustained_elapsed    DRAM bandwidth, % of ncu's peak
+    sm__throughput.avg.pct_of_peak_sustained_elapsed      compute throughput (SM), % of peak
+
+The roofline's bandwidth is the harness's own measured copy bandwidth
+(bench/backends/speed_of_light.py: read + written bytes per second of a device copy), the
+figure the speed-of-light column divides by; so a kernel's "% of copy bandwidth" is
+(read + written bytes) / duration over it, and its time at that bandwidth is bytes / it.
+
+Flags and metric names, from the Nsight Compute CLI documentation
+(https://docs.nvidia.com/nsight-compute/NsightComputeCli/index.html): `--nvtx` with
+`--nvtx-include "<domain>@<range>/"` (a trailing `/` names a push/pop range; `domain@` picks the
+NVTX domain), `--clock-control none`, `--metrics a,b,...`, `-o`/`--export` a report and `-f`
+(`--force-overwrite`); `--import REPORT --csv --page raw --print-units base` prints one CSV row
+per profiled kernel, a header row of column names, then a row of units. ncu replays each kernel
+(kernel replay, caches flushed between passes: `--cache-control all`, the default), so its
+durations are of a kernel run alone, cold, not of the back-to-back stream nsys records.
+
+Status: the command lines and the parser are tested on CPU (tests/test_ncu.py, on a CSV
+hand-made from the documented format); not yet run on the H200 (docs/profiling.md).
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import io
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from bench.errors import BenchInputError
+from bench.profiling.kernels import (
+    CATEGORIES,
+    AttributedKernel,
+    KernelTable,
+    build_kernel_table,
+    categorize,
+)
+
+NCU_ENV = "BENCH_NCU"
+NCU_STEP = "decode_step:1"  # the range ncu replays: the window's first decode step
+METRICS = (
+    "gpu__time_duration.sum",
+    "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+)
+NCU_GLOBS = (
+    "/opt/nvidia/nsight-compute/*/ncu",
+    "/usr/local/cuda*/bin/ncu",
+    "/usr/local/cuda*/nsight-compute*/ncu",
+)
+# Units ncu prints (base units with --print-units base; scaled ones otherwise) -> factor to ns / bytes.
+_TIME = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6, "second": 1e9, "s": 1e9}
+_BYTES = {"byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
+          "kibyte": 1024.0, "mibyte": 1024.0 ** 2, "gibyte": 1024.0 ** 3}
+
+
+def nvtx_include(domain: str | None, step: str = NCU_STEP) -> str:
+    """Return ncu's --nvtx-include expression for the push/pop range `step` (in `domain`, or NVTX's default one)."""
+    return f"{domain}@{step}/" if domain else f"{step}/"
+
+
+def find_ncu(exe: str | None = None, globs: tuple[str, ...] = NCU_GLOBS) -> tuple[str, str]:
+    """Return (path of ncu, its version text); BenchInputError naming the fix when there is none.
+
+    Looks, in order: an explicit path (`--ncu`), $BENCH_NCU, PATH, NVIDIA's install folders.
+    """
+    if exe or os.environ.get(NCU_ENV):
+        given = exe or os.environ[NCU_ENV]
+        candidates = [shutil.which(given) or given]
+    else:
+        candidates = [p for p in [shutil.which("ncu")] if p]
+        for pattern in globs:
+            candidates += sorted(glob.glob(pattern), key=lambda p: [int(n) for n in re.findall(r"\d+", p)], reverse=True)
+    path = next((p for p in candidates if os.path.isfile(p) and os.access(p, os.X_OK)), None)
+    if path is None:
+        raise BenchInputError(
+            "ncu (Nsight Compute) not found: " + (f"{candidates[0]!r} is not an executable file" if candidates else
+                                                  f"not on PATH, ${NCU_ENV} unset, none under {', '.join(globs)}")
+            + "; install Nsight Compute, pass --ncu PATH or set $BENCH_NCU, or use `--tool torch`")
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BenchInputError(f"cannot run {path} --version: {exc}") from exc
+    text = (out.stdout + out.stderr).strip()
+    m = re.search(r"(\d{4}\.\d+(?:\.\d+)*)", text)
+    if not m:
+        raise BenchInputError(f"cannot read a version from `{path} --version`: {text[:200]!r}")
+    return path, m.group(1)
+
+
+def profile_command(ncu: str, report_base: str | Path, argv: list[str], include: str) -> list[str]:
+    """Return the `ncu` command line that replays the kernels of the NVTX range `include` of `argv`, clocks untouched."""
+    return [ncu, "--nvtx", "--nvtx-include", include, "--clock-control", "none", "--metrics", ",".join(METRICS),
+            "--target-processes", "all", "-f", "-o", str(report_base), *argv]
+
+
+def export_command(ncu: str, report: str | Path) -> list[str]:
+    """Return the command line that prints a report's raw page as CSV, in base units."""
+    return [ncu, "--import", str(report), "--csv", "--page", "raw", "--print-units", "base"]
+
+
+@dataclass(frozen=True)
+class NcuKernel:
+    """One profiled kernel launch: ncu's five metrics, in ns, bytes and percent."""
+
+    name: str
+    duration_ns: float
+    dram_read_bytes: float
+    dram_write_bytes: float
+    dram_pct_of_peak: float
+    sm_pct_of_peak: float
+
+
+def _number(text: str) -> float:
+    text = text.strip().replace(",", "")  # ncu may group thousands: "1,048,576"
+    if text in ("", "n/a", "N/A"):
+        raise ValueError("no value")
+    return float(text)
+
+
+def parse_csv(text: str) -> list[NcuKernel]:
+    """Return the kernels of `ncu --csv --page raw` output, durations in ns and traffic in bytes.
+
+    ncu's own lines (`==PROF==`, `==WARNING==`) are skipped; the row after the header holds
+    the units (its ID cell is empty), and each value is scaled by its column's unit.
+    BenchInputError when a metric column is missing or a value cannot be read.
+    """
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("==")]
+    rows = list(csv.reader(io.StringIO("\n".join(lines))))
+    if not rows:
+        raise BenchInputError("ncu printed no CSV rows: did the NVTX filter match no kernel? (see session.log)")
+    header = rows[0]
+    missing = [m for m in METRICS + ("Kernel Name",) if m not in header]
+    if missing:
+        raise BenchInputError(f"ncu CSV lacks column(s) {missing}: profile with --metrics {','.join(METRICS)} "
+                              f"(columns present: {header[:12]}...)")
+    col = {name: header.index(name) for name in METRICS + ("Kernel Name", "ID")}
+    units = {m: "" for m in METRICS}
+    body = rows[1:]
+    if body and not body[0][col["ID"]].strip():
+        units = {m: body[0][col[m]].strip().lower() for m in METRICS}
+        body = body[1:]
+
+    def scaled(row: list[str], metric: str, table: dict | None) -> float:
+        value = _number(row[col[metric]])
+        if table is None:
+            return value
+        unit = units[metric] or next(iter(table))
+        if unit not in table:
+            raise BenchInputError(f"ncu CSV column {metric} has unit {unit!r}; known: {sorted(table)}")
+        return value * table[unit]
+
+    kernels = []
+    for i, row in enumerate(body):
+        try:
+            kernels.append(NcuKernel(
+                name=row[col["Kernel Name"]],
+                duration_ns=scaled(row, METRICS[0], _TIME),
+                dram_read_bytes=scaled(row, METRICS[1], _BYTES),
+                dram_write_bytes=scaled(row, METRICS[2], _BYTES),
+                dram_pct_of_peak=scaled(row, METRICS[3], None),
+                sm_pct_of_peak=scaled(row, METRICS[4], None),
+            ))
+        except (ValueError, IndexError) as exc:
+            raise BenchInputError(f"ncu CSV data row {i + 1} cannot be read ({exc}): {row[:6]}") from exc
+    if not kernels:
+        raise BenchInputError("ncu profiled no kernel: the NVTX filter matched no launch (is the `nvtx` package "
+                              "installed where the session runs, so that the range is in the `bench` domain?)")
+    return kernels
+
+
+@dataclass(frozen=True)
+class RooflineRow:
+    """A kernel (or a category's kernels together) against the measured copy bandwidth."""
+
+    name: str
+    category: str
+    kernels: int
+    duration_us: float
+    dram_read_mb: float
+    dram_write_mb: float
+    achieved_gb_s: float  # (read + written bytes) / duration
+    pct_of_copy_bandwidth: float | None  # achieved over the measured copy bandwidth, %
+    time_at_copy_bandwidth_us: float | None  # the bytes at the measured copy bandwidth: the kernel's roofline time
+    dram_pct_of_peak: float  # ncu's own % of peak DRAM throughput (time-weighted mean for a group)
+    sm_pct_of_peak: float  # ncu's compute (SM) throughput % of peak (time-weighted mean for a group)
+
+
+@dataclass
+class RooflineTable:
+    """Every kernel of one decode step under ncu, per category, and the step against its roofline."""
+
+    kernels: list[RooflineRow]
+    categories: list[RooflineRow]
+    total: RooflineRow
+    copy_bandwidth_bytes_s: float | None
+    meta: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def save(self, path: str | Path) -> Path:
+        from bench.files import write_atomic
+
+        return write_atomic(path, json.dumps(self.to_dict(), indent=1, sort_keys=True, allow_nan=False))
+
+    def to_markdown(self, top: int = 25) -> str:
+        """Return Markdown: the step against its roofline, the categories, the longest kernels."""
+        bw = self.copy_bandwidth_bytes_s
+        t = self.total
+        head = (f"One decode step under ncu ({t.kernels} kernels, each replayed alone with caches flushed; clocks "
+                "not locked). Roofline bandwidth: the measured copy bandwidth "
+                + (f"{bw / 1e9:.0f} GB/s (read + written bytes per second)" if bw else "(not measured: no % columns)")
+                + ".")
+        if bw:
+            head += (f" The step's kernels take {t.duration_us:.0f} us for {(t.dram_read_mb + t.dram_write_mb):.0f} MB "
+                     f"of DRAM traffic, {t.time_at_copy_bandwidth_us:.0f} us at that bandwidth: "
+                     f"{t.pct_of_copy_bandwidth:.0f}% of the speed of light.")
+        cols = ("| {} | category | kernels | us | DRAM read MB | DRAM write MB | GB/s | % of copy bw | us at copy bw "
+                "| DRAM % of peak (ncu) | SM % of peak (ncu) |")
+        sep = "|---|---|---|---|---|---|---|---|---|---|---|"
+
+        def line(r: RooflineRow, name: str) -> str:
+            pct = "-" if r.pct_of_copy_bandwidth is None else f"{r.pct_of_copy_bandwidth:.0f}"
+            sol = "-" if r.time_at_copy_bandwidth_us is None else f"{r.time_at_copy_bandwidth_us:.1f}"
+            return (f"| {name} | {r.category} | {r.kernels} | {r.duration_us:.1f} | {r.dram_read_mb:.2f} | "
+                    f"{r.dram_write_mb:.2f} | {r.achieved_gb_s:.0f} | {pct} | {sol} | {r.dram_pct_of_peak:.0f} | "
+                    f"{r.sm_pct_of_peak:.0f} |")
+
+        out = [head, "", cols.format("categories"), sep]
+        out += [line(c, c.category) for c in self.categories] + [line(t, "**decode step**")]
+        out += ["", f"Longest {min(top, len(self.kernels))} kernels:", "", cols.format("kernel"), sep]
+        for r in sorted(self.kernels, key=lambda r: -r.duration_us)[:top]:
+            name = r.name if len(r.name) <= 80 else r.name[:77] + "..."
+            out.append(line(r, f"`{name.replace('|', '/')}`"))
+        return "\n".join(out) + "\n"
+
+
+def _row(name: str, category: str, ks: list[NcuKernel], bw: float | None) -> RooflineRow:
+    ns = sum(k.duration_ns for k in ks)
+    nbytes = sum(k.dram_read_bytes + k.dram_write_bytes for k in ks)
+
+    def weighted(attr: str) -> float:
+        return sum(getattr(k, attr) * k.duration_ns for k in ks) / ns if ns else 0.0
+
+    achieved = nbytes / (ns * 1e-9) if ns else 0.0
+    return RooflineRow(
+        name=name, category=category, kernels=len(ks), duration_us=ns / 1e3,
+        dram_read_mb=sum(k.dram_read_bytes for k in ks) / 1e6, dram_write_mb=sum(k.dram_write_bytes for k in ks) / 1e6,
+        achieved_gb_s=achieved / 1e9, pct_of_copy_bandwidth=100 * achieved / bw if bw else None,
+        time_at_copy_bandwidth_us=nbytes / bw * 1e6 if bw else None,
+        dram_pct_of_peak=weighted("dram_pct_of_peak"), sm_pct_of_peak=weighted("sm_pct_of_peak"),
+    )
+
+
+def roofline_table(kernels: list[NcuKernel], copy_bandwidth_bytes_s: float | None, meta: dict | None = None) -> RooflineTable:
+    """Return every kernel, each category and the whole step against the measured copy bandwidth."""
+    rows = [_row(k.name, categorize(k.name), [k], copy_bandwidth_bytes_s) for k in kernels]
+    by_cat: dict[str, list[NcuKernel]] = defaultdict(list)
+    for k in kernels:
+        by_cat[categorize(k.name)].append(k)
+    cats = [_row(c, c, by_cat[c], copy_bandwidth_bytes_s) for c in CATEGORIES if c in by_cat]
+    return RooflineTable(rows, cats, _row("decode step", "all", kernels, copy_bandwidth_bytes_s), copy_bandwidth_bytes_s,
+                         dict(meta or {}))
+
+
+def kernel_table(kernels: list[NcuKernel], step: str = NCU_STEP, meta: dict | None = None) -> KernelTable:
+    """Return the KernelTable of the profiled step (every kernel in its one range instance), for the kernel panel."""
+    attributed = [AttributedKernel(k.name, k.duration_ns / 1e3, ((step, 0),)) for k in kernels]
+    return build_kernel_table(attributed, {step: {0}}, source="ncu", unit="gpu_kernel",
+                              meta={**(meta or {}), "median_kernel_us": statistics.median(k.duration_ns / 1e3 for k in kernels)})

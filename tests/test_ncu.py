@@ -1,0 +1,132 @@
+"""ncu collector: command lines and the CSV parser on a fixture hand-made from the documented format
+(tests/data/ncu/README.md: not a capture), and the roofline arithmetic by hand."""
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from bench.errors import BenchInputError
+from bench.profiling.ncu_collector import (
+    METRICS,
+    NCU_ENV,
+    export_command,
+    find_ncu,
+    kernel_table,
+    nvtx_include,
+    parse_csv,
+    profile_command,
+    roofline_table,
+)
+
+FIXTURE = Path(__file__).resolve().parent / "data" / "ncu" / "decode_step_raw.csv"
+GEMM_BYTES = (100_663_296 + 12_288, 33_554_432 + 4096)  # the two nvjet rows: read + written
+
+
+def test_command_lines_filter_one_nvtx_push_pop_range_and_leave_clocks_alone():
+    assert nvtx_include("bench") == "bench@decode_step:1/" and nvtx_include(None) == "decode_step:1/"
+    cmd = profile_command("ncu", "/o/report", ["python3", "-m", "x"], nvtx_include("bench"))
+    assert cmd[:3] == ["ncu", "--nvtx", "--nvtx-include"] and cmd[3] == "bench@decode_step:1/"
+    assert cmd[cmd.index("--clock-control") + 1] == "none"
+    assert cmd[cmd.index("--metrics") + 1].split(",") == list(METRICS)
+    assert cmd[-5:] == ["-o", "/o/report", "python3", "-m", "x"]
+    assert export_command("ncu", "r.ncu-rep") == ["ncu", "--import", "r.ncu-rep", "--csv", "--page", "raw",
+                                                  "--print-units", "base"]
+
+
+def test_parse_the_raw_page_fixture():
+    ks = parse_csv(FIXTURE.read_text())
+    assert [k.name[:12] for k in ks] == ["triton_red_f", "nvjet_tst_64", "void pytorch", "triton_poi_f", "nvjet_tst_64"]
+    gemm = ks[1]
+    assert gemm.dram_read_bytes == 100_663_296  # "100,663,296": thousands separators read
+    assert (gemm.duration_ns, gemm.dram_write_bytes, gemm.dram_pct_of_peak, gemm.sm_pct_of_peak) == (25000, 12288, 79.5, 11.4)
+    assert ks[2].name.startswith("void pytorch_flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64")  # commas kept
+
+
+def test_scaled_units_are_converted():
+    text = FIXTURE.read_text().replace('"byte","byte","%","nsecond","%"', '"Kbyte","Mbyte","%","usecond","%"')
+    k = parse_csv(text)[0]
+    assert (k.dram_read_bytes, k.dram_write_bytes, k.duration_ns) == (16384e3, 8192e6, 4000e3)
+    with pytest.raises(BenchInputError, match="unit 'furlong'"):
+        parse_csv(FIXTURE.read_text().replace('"nsecond"', '"furlong"'))
+
+
+def test_bad_csv_says_what_is_wrong():
+    with pytest.raises(BenchInputError, match="no CSV rows"):
+        parse_csv("==PROF== Disconnected from process 1\n")
+    header, units = FIXTURE.read_text().splitlines()[2:4]
+    with pytest.raises(BenchInputError, match="profiled no kernel.*nvtx"):
+        parse_csv(header + "\n" + units + "\n")
+    with pytest.raises(BenchInputError, match=r"lacks column\(s\) \['sm__throughput"):
+        parse_csv(FIXTURE.read_text().replace("sm__throughput", "sm__cycles"))
+    with pytest.raises(BenchInputError, match="data row 1"):
+        parse_csv(FIXTURE.read_text().replace('"4000"', '"n/a"'))
+
+
+def test_roofline_against_the_measured_copy_bandwidth_by_hand():
+    bw = 4.0e12  # bytes/s, a test input (not a measurement)
+    t = roofline_table(parse_csv(FIXTURE.read_text()), bw)
+    gemm_row = next(r for r in t.kernels if r.duration_us == 25.0)
+    assert gemm_row.achieved_gb_s == pytest.approx(GEMM_BYTES[0] / 25e-6 / 1e9)
+    assert gemm_row.pct_of_copy_bandwidth == pytest.approx(100 * GEMM_BYTES[0] / 25e-6 / bw)
+    assert gemm_row.time_at_copy_bandwidth_us == pytest.approx(GEMM_BYTES[0] / bw * 1e6)
+    cats = {c.category: c for c in t.categories}
+    assert list(cats) == ["norm", "attention", "gemm", "elementwise"]  # CATEGORIES order
+    g = cats["gemm"]
+    assert (g.kernels, g.duration_us) == (2, 35.0)
+    assert g.time_at_copy_bandwidth_us == pytest.approx(sum(GEMM_BYTES) / bw * 1e6)
+    assert g.dram_pct_of_peak == pytest.approx((79.5 * 25 + 70.0 * 10) / 35)  # time-weighted
+    all_bytes = 16384 + 8192 + sum(GEMM_BYTES) + 2_097_152 + 65_536 + 4096 + 4096
+    assert t.total.duration_us == 47.0 and t.total.kernels == 5
+    assert t.total.pct_of_copy_bandwidth == pytest.approx(100 * (all_bytes / bw) / 47e-6)
+    md = t.to_markdown()
+    assert "| **decode step** | all | 5 | 47.0 |" in md and "4000 GB/s" in md
+    assert roofline_table(parse_csv(FIXTURE.read_text()), None).total.pct_of_copy_bandwidth is None
+
+
+def test_kernel_table_puts_every_kernel_in_the_one_step():
+    kt = kernel_table(parse_csv(FIXTURE.read_text()))
+    step = kt.range("decode_step")
+    assert (step.instances, step.kernels_per_instance, step.total_us) == (1, 5, 47.0)
+    assert step.kernels_per_instance_by_category == {"attention": 1, "elementwise": 1, "gemm": 2, "norm": 1}
+
+
+def test_find_ncu(tmp_path, monkeypatch):
+    exe = tmp_path / "ncu"
+    exe.write_text("#!/bin/sh\necho 'NVIDIA (R) Nsight Compute Command Line Profiler'\necho 'Copyright (c) 2018-2025 NVIDIA Corporation'\necho 'Version 2025.3.1.0 (build 36398880)'\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    assert find_ncu(str(exe)) == (str(exe), "2025.3.1.0")
+    monkeypatch.setenv(NCU_ENV, str(exe))
+    assert find_ncu()[1] == "2025.3.1.0"
+    monkeypatch.delenv(NCU_ENV)
+    monkeypatch.setenv("PATH", str(tmp_path / "none"))
+    with pytest.raises(BenchInputError, match="not on PATH.*--tool torch"):
+        find_ncu(globs=(str(tmp_path / "x/*/ncu"),))
+    assert find_ncu(globs=(str(tmp_path / "ncu"),))[0] == str(exe)  # an install folder
+
+
+def test_profile_reads_an_ncu_report_into_its_tables(tmp_path):
+    """bench profile's ncu step after the session: `ncu --import` (a stand-in printing the fixture) -> the raw
+    CSV, roofline.json/.md and a kernel table, with the session's measured copy bandwidth as the roofline."""
+    from types import SimpleNamespace
+
+    from bench.commands.profile import _read_ncu
+    from bench.profiling.kernels import KernelTable
+
+    fake = tmp_path / "ncu"
+    fake.write_text(f"#!/bin/sh\n[ \"$1\" = --import ] && [ -f \"$2\" ] && cat {FIXTURE} && exit 0\nexit 3\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    out = tmp_path / "cell-ncu"
+    out.mkdir()
+    cell = SimpleNamespace(cell_id="c1", label="hf bf16 bs1")
+    with pytest.raises(RuntimeError, match="ncu wrote no report"):
+        _read_ncu(str(fake), out, cell, {})
+    (out / "report.ncu-rep").write_bytes(b"rep")
+    got = _read_ncu(str(fake), out, cell, {"copy_bandwidth": {"bandwidth_bytes_s": 4.0e12}, "ncu_version": "2025.3.1.0"})
+    assert got["roofline_total"]["kernels"] == 5 and got["roofline_total"]["duration_us"] == 47.0
+    assert got["roofline_total"]["pct_of_copy_bandwidth"] is not None
+    assert (out / "ncu_raw.csv").read_text() == FIXTURE.read_text()
+    assert "of the speed of light" in (out / "roofline.md").read_text()
+    table = KernelTable.load(got["kernel_table"])
+    assert table.source == "ncu" and table.range("decode_step").kernels_per_instance == 5
+    assert table.meta["ncu_version"] == "2025.3.1.0"
