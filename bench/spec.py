@@ -28,6 +28,11 @@ else:  # pragma: no cover
 PRESETS_DIR = Path(__file__).parent / "presets"
 
 
+def cell_label(backend: Any, precision: Any, max_batch_size: Any, workload: Any = None) -> str:
+    """Return the short name of a cell everywhere it is shown: backend/precision/bsN[/workload]."""
+    return f"{backend}/{precision}/bs{max_batch_size}" + (f"/{workload}" if workload is not None else "")
+
+
 def canonical_json(obj: Any) -> str:
     """Return the one JSON spelling of obj used for every hash in the harness."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
@@ -214,7 +219,7 @@ class Cell:
     def label(self) -> str:
         opts = ",".join(f"{k}={v}" for k, v in identity_options(self.backend, self.options_dict).items())
         return (
-            f"{self.backend}/{self.precision}/bs{self.max_batch_size}/{self.workload.name}"
+            cell_label(self.backend, self.precision, self.max_batch_size, self.workload.name)
             + (f" [{opts}]" if opts else "")
         )
 
@@ -523,14 +528,14 @@ def check_placement(settings: RunSettings, cells) -> None:
             for c in cells:
                 if tensor_parallel_size(c.options_dict) > len(settings.devices):
                     raise BenchInputError(
-                        f"{c.backend}/{c.precision}/bs{c.max_batch_size} asks for tensor_parallel_size={tensor_parallel_size(c.options_dict)} GPUs, but "
+                        f"{cell_label(c.backend, c.precision, c.max_batch_size)} asks for tensor_parallel_size={tensor_parallel_size(c.options_dict)} GPUs, but "
                         f"devices lists {len(settings.devices)}: list more devices or lower tensor_parallel_size")
     elif settings.executor == "local":
         for c in cells:
             tp = tensor_parallel_size(c.options_dict)
             if tp > 1 and c.device.startswith("cuda"):
                 raise BenchInputError(
-                    f"{c.backend}/{c.precision}/bs{c.max_batch_size} asks for tensor_parallel_size={tp} GPUs: list them, e.g. devices = "
+                    f"{cell_label(c.backend, c.precision, c.max_batch_size)} asks for tensor_parallel_size={tp} GPUs: list them, e.g. devices = "
                     f"{[f'cuda:{i}' for i in range(tp)]} (or devices = 'all'), or use executor = 'ray'")
 
 
@@ -544,7 +549,7 @@ def check_baseline(baseline: dict, cells) -> None:
         if len(hits) > 1:
             opts = [c.options_dict for c in hits]
             differing = [k for k in opts[0] if len({str(o.get(k)) for o in opts}) > 1]
-            labels = [f"{c.backend}/{c.precision}/bs{c.max_batch_size} [" + ", ".join(f"{k}={c.options_dict[k]}"
+            labels = [f"{cell_label(c.backend, c.precision, c.max_batch_size)} [" + ", ".join(f"{k}={c.options_dict[k]}"
                                                                              for k in differing) + "]" for c in hits]
             raise BenchInputError(ambiguous_baseline_message(baseline, labels, workload, opts))
 

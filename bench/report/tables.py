@@ -25,6 +25,7 @@ import pandas as pd
 from bench.errors import BenchInputError
 from bench.results.records import varying_keys
 from bench.results.stats import run_spread
+from bench.spec import cell_label
 
 DEFAULT_BASELINE = {"backend": "hf", "precision": "bf16", "max_batch_size": 1}
 CELL_COLUMNS = ["workload", "backend", "model", "precision", "max_batch_size", "device", "options", "all_options"]
@@ -206,7 +207,7 @@ def _baseline_row(cells: pd.DataFrame, baseline: dict):
     workload = cells.workload.iloc[0]
     if hits.empty:
         existing = "\n  ".join(
-            f"{r.backend}/{r.precision}/bs{r.max_batch_size} ({r.status})" for r in cells.itertuples()
+            f"{cell_label(r.backend, r.precision, r.max_batch_size)} ({r.status})" for r in cells.itertuples()
         )
         want = ", ".join(f"{k}={v}" for k, v in baseline.items())
         raise BenchInputError(
@@ -218,7 +219,7 @@ def _baseline_row(cells: pd.DataFrame, baseline: dict):
         if hits.gpu_memory_gb.astype(str).nunique() > 1:
             for o, cap in zip(options, hits.gpu_memory_gb, strict=True):
                 o["gpu_memory_gb"] = cap
-        labels = [f"{r.backend}/{r.precision}/bs{r.max_batch_size} [{_options_text(r.options)}]"
+        labels = [f"{cell_label(r.backend, r.precision, r.max_batch_size)} [{_options_text(r.options)}]"
                   + ("" if r.gpu_memory_gb is None or pd.isna(r.gpu_memory_gb) else f" cap {r.gpu_memory_gb:g} GB")
                   for r in hits.itertuples()]
         raise BenchInputError(ambiguous_baseline_message(baseline, labels, workload, options))
@@ -321,15 +322,15 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
                 table[metric] = g[metric]
         if (g.environment != "").any() and g.environment.nunique() > 1:
             table["environment"] = g.environment
-        table.attrs["baseline"] = f"{base.backend}/{base.precision}/bs{base.max_batch_size}"
+        table.attrs["baseline"] = cell_label(base.backend, base.precision, base.max_batch_size)
         # Named as the row is: its varying options and its table (two bs1 rows of one table differ there).
         shown = dict(zip(g.index, _options_shown(g.all_options, varying), strict=True))
         table.attrs["warnings"] = [
-            f"{r.backend}/{r.precision}/bs{r.max_batch_size}" + (f" [{shown[r.Index]}]" if shown[r.Index] else "")
+            cell_label(r.backend, r.precision, r.max_batch_size) + (f" [{shown[r.Index]}]" if shown[r.Index] else "")
             + f" on {table_key(workload, length, ambiguous[workload] > 1)}: {r.stability}"
             for r in g.itertuples() if r.stability
         ] + [
-            f"{r['backend']}/{r['precision']}/bs{r['max_batch_size']}" + (f" [{shown[i]}]" if shown[i] else "")
+            cell_label(r["backend"], r["precision"], r["max_batch_size"]) + (f" [{shown[i]}]" if shown[i] else "")
             + f" on {table_key(workload, length, ambiguous[workload] > 1)}: {w}"
             for i, r in g.iterrows() for w in load_warnings(r)
         ]

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 from bench import SCHEMA_VERSION
 from bench.errors import BenchInputError
+from bench.spec import cell_label
 
 KINDS = ("measurement", "oom-probe", "profile", "capacity-probe")
 STATUSES = ("ok", "oom", "error", "timeout")
@@ -128,7 +129,7 @@ class Record:
     @property
     def label(self) -> str:
         c = self.cell
-        return f"{c.get('backend')}/{c.get('precision')}/bs{c.get('max_batch_size')}/{(c.get('workload') or {}).get('name')}"
+        return cell_label(c.get("backend"), c.get("precision"), c.get("max_batch_size"), (c.get("workload") or {}).get("name"))
 
     def metric(self, name: str) -> float | None:
         """Return a numeric metric of the record (None when absent or not a number)."""
