@@ -94,6 +94,8 @@ def aggregate(frame: pd.DataFrame, by_run: bool = False) -> pd.DataFrame:
     cells = latest.set_index(keys)[CELL_COLUMNS + ["length"] + LIMITS + ["gpu_name", "status", "error"]
                                    + ([] if by_run else ["run_id"]) + ["run_label", "run_started_at"]]
     ok = f[f.status == "ok"]
+    if ok.empty:  # every cell failed (all OOM, all errors): rows with their statuses, no figures
+        return _failed_cells(cells, f, keys, metric_cols, order=f.drop_duplicates(keys).set_index(keys).index)
     per_run = ok.groupby(keys + ["run_key"], dropna=False)[metric_cols].mean()
     by_cell = per_run.groupby(level=keys, dropna=False)
     cells = cells.join(ok.groupby(keys, dropna=False).size().rename("trials"))
@@ -126,6 +128,29 @@ def aggregate(frame: pd.DataFrame, by_run: bool = False) -> pd.DataFrame:
         if c in cells:
             cells[c] = pd.to_numeric(cells[c], errors="coerce")
     return cells.copy()  # one block per dtype: later .assign calls stay fast
+
+
+def _failed_cells(cells: pd.DataFrame, f: pd.DataFrame, keys: list[str], metric_cols: list[str], order) -> pd.DataFrame:
+    """Return aggregate's rows when no record is ok: each cell's latest status and error, zero trials, no figures."""
+    cells = cells.join(f.groupby(keys, dropna=False).environment.agg(lambda s: " + ".join(sorted(set(s) - {""}))))
+    cells = cells.join(f.groupby(keys, dropna=False).run_id.nunique().rename("contexts"))
+    cells = cells.reindex(order).reset_index()
+    extra = {"trials": 0, "runs": 0, "stability": None}
+    for m in metric_cols:
+        extra[m] = float("nan")
+        extra[f"{m}__std"] = float("nan")
+    for m in HEADLINE:
+        for x in ("run_cv", "trial_cv"):
+            extra[f"{m}__{x}"] = float("nan")
+    for m in HEADLINE + ("decode_throughput",):
+        extra.setdefault(m, float("nan"))
+        extra.setdefault(f"{m}__std", float("nan"))
+    cells = pd.concat([cells, pd.DataFrame({k: [v] * len(cells) for k, v in extra.items()}, index=cells.index)], axis=1)
+    cells = cells.astype(object).where(cells.notna(), None)
+    for c in [*metric_cols, *(k for k in extra if k != "stability"), "max_batch_size", "contexts"]:
+        if c in cells:
+            cells[c] = pd.to_numeric(cells[c], errors="coerce")
+    return cells.copy()
 
 
 def _headline_spreads(cells: pd.DataFrame, ok: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -172,7 +197,8 @@ _ABSENT = object()
 
 
 def _baseline_row(cells: pd.DataFrame, baseline: dict):
-    """Return the one ok row the baseline names; BenchInputError if none or several match."""
+    """Return the one ok row the baseline names, or None when the cells it names all failed (OOM, error:
+    the table has no speedups); BenchInputError if it names no cell of the table, or several ok ones."""
     from bench.spec import ambiguous_baseline_message
 
     mask = pd.Series(True, index=cells.index)
@@ -187,6 +213,8 @@ def _baseline_row(cells: pd.DataFrame, baseline: dict):
             mask &= pd.Series([h is not _ABSENT and str(h) == str(v) for h in have], index=cells.index)
     hits = cells[mask & (cells.status == "ok")]
     workload = cells.workload.iloc[0]
+    if hits.empty and (mask.any() or not (cells.status == "ok").any()):
+        return None  # the baseline (or every cell) failed: a table of statuses, without speedups
     if hits.empty:
         existing = "\n  ".join(
             f"{r.backend}/{r.precision}/bs{r.max_batch_size} ({r.status})" for r in cells.itertuples()
@@ -206,6 +234,15 @@ def _baseline_row(cells: pd.DataFrame, baseline: dict):
                   for r in hits.itertuples()]
         raise BenchInputError(ambiguous_baseline_message(baseline, labels, workload, options))
     return hits.iloc[0]
+
+
+def baseline_failed_text(cells: pd.DataFrame, baseline: dict) -> str:
+    """Return why a table has no baseline: 'no cell ran ok' or 'baseline (k=v, ...) did not run ok (OOM)'."""
+    if not (cells.status == "ok").any():
+        statuses = ", ".join(f"{n} {s.upper()}" for s, n in cells.status.value_counts().items())
+        return f"no cell ran ok ({statuses})"
+    want = ", ".join(f"{k}={v}" for k, v in baseline.items())
+    return f"baseline ({want}) did not run ok ({', '.join(sorted(set(cells.status) - {'ok'})).upper()})"
 
 
 def _options_text(options: str) -> str:
@@ -282,10 +319,11 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
             "decode_throughput": g.get("decode_throughput"),
             "decode_throughput__std": g.get("decode_throughput__std"),
         })
-        table["throughput_speedup"] = g.request_throughput / base.request_throughput
-        table["output_speedup"] = g.output_throughput / base.output_throughput  # end to end (the heatmap's fallback)
+        table["throughput_speedup"] = g.request_throughput / base.request_throughput if base is not None else None
+        table["output_speedup"] = (g.output_throughput / base.output_throughput  # end to end (the heatmap's fallback)
+                                   if base is not None else None)
         # Generation speed is the decode phase's rate; records stored before it existed have none.
-        base_decode = base.get("decode_throughput")
+        base_decode = base.get("decode_throughput") if base is not None else None
         table["generation_speedup"] = (pd.to_numeric(table.decode_throughput, errors="coerce") / base_decode
                                        if base_decode is not None and not pd.isna(base_decode) else None)
         table.attrs["varying_options"] = varying
@@ -304,10 +342,14 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
                 table[metric] = g[metric]
         if (g.environment != "").any() and g.environment.nunique() > 1:
             table["environment"] = g.environment
-        table.attrs["baseline"] = f"{base.backend}/{base.precision}/bs{base.max_batch_size}"
+        table.attrs["baseline"] = (f"{base.backend}/{base.precision}/bs{base.max_batch_size}" if base is not None
+                                   else baseline_failed_text(g, baseline))
         # Named as the row is: its varying options and its table (two bs1 rows of one table differ there).
         shown = dict(zip(g.index, _options_shown(g.all_options, varying), strict=True))
-        table.attrs["warnings"] = [
+        table.attrs["warnings"] = ([] if base is not None else [
+            f"{table_key(workload, length, ambiguous[workload] > 1)}: {baseline_failed_text(g, baseline)}, so the "
+            "table has no speedups" + ("; choose an ok cell with --baseline for them" if (g.status == "ok").any() else "")
+        ]) + [
             f"{r.backend}/{r.precision}/bs{r.max_batch_size}" + (f" [{shown[r.Index]}]" if shown[r.Index] else "")
             + f" on {table_key(workload, length, ambiguous[workload] > 1)}: {r.stability}"
             for r in g.itertuples() if r.stability

@@ -1,0 +1,88 @@
+"""Every failure is a result: stores whose cells all failed, or whose baseline failed, still make their tables
+and comparisons (OOM rows, error rows), never a traceback."""
+
+import pytest
+
+from bench.cli import main
+from bench.results.store import ResultStore
+from tests.conftest import make_record
+
+FAKE = """name = "{name}"
+backends = ["fake"]
+model = "qwen-tiny"
+precisions = ["bf16", "int4"]
+max_batch_sizes = [1, 2]
+workloads = ["w"]
+device = "cpu"
+trials = 2
+baseline = {{ backend = "fake", precision = "bf16", max_batch_size = 1 }}
+[options]
+fail = "{fail}"
+[workload.w]
+path = "{data}"
+num_requests = 4
+"""
+
+
+def write_fake(tmp_path, tiny_sharegpt, name, fail):
+    path = tmp_path / f"{name}.toml"
+    path.write_text(FAKE.format(name=name, fail=fail, data=tiny_sharegpt))
+    return path
+
+
+@pytest.mark.parametrize("fail, status, code", [("error", "ERROR", 1), ("oom", "OOM", 0)])
+def test_run_and_report_of_a_matrix_whose_every_cell_failed(tmp_path, tiny_sharegpt, capsys, fail, status, code):
+    matrix = write_fake(tmp_path, tiny_sharegpt, f"all{fail}", fail)
+    assert main(["run", "--matrix", str(matrix), "--no-progress"]) == code
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err and "report not built" not in out.err
+    assert out.out.count(f"| {status} | {status} |") == 4  # one row per cell, spelled out
+    assert "no cell ran ok (4 " in out.out
+    assert main(["report", f"results/all{fail}.jsonl"]) == 0
+    rep = capsys.readouterr()
+    assert rep.out.count(f"| {status} |") >= 4 and "Traceback" not in rep.err
+    assert (tmp_path / f"dashboards/all{fail}/dashboard.html").exists()
+    # Comparing the store with itself: every cell failed on both sides, a status verdict, no environment error.
+    assert main(["compare", f"results/all{fail}.jsonl", f"results/all{fail}.jsonl"]) == 0
+    cmp = capsys.readouterr()
+    assert f"{fail} on both sides" in cmp.out and "holds only failures" in cmp.err
+
+
+def _cell(precision, bs):
+    return {"backend": "fake", "model": "m", "precision": precision, "max_batch_size": bs, "device": "cpu",
+            "options": {}, "workload": {"name": "w"}}
+
+
+def test_a_failed_baseline_leaves_a_table_without_speedups(tmp_path, capsys):
+    store = ResultStore(tmp_path / "s.jsonl")
+    store.append(make_record("base", status="oom", cell=_cell("bf16", 1)))
+    for t in range(2):
+        store.append(make_record("other", trial=t, cell=_cell("int4", 1), request_throughput=2.0,
+                                 output_throughput=50.0))
+    assert main(["report", str(store.path), "--baseline", "backend=fake,precision=bf16,max_batch_size=1"]) == 0
+    out = capsys.readouterr()
+    assert "| OOM | OOM |" in out.out and "| 2.000" in out.out
+    assert "baseline (backend=fake, precision=bf16, max_batch_size=1) did not run ok (OOM)" in out.out
+    # A baseline that names no cell at all is still refused, with the cells that exist.
+    assert main(["report", str(store.path), "--baseline", "backend=fake,precision=fp32,max_batch_size=1"]) == 2
+    assert "fake/int4/bs1 (ok)" in capsys.readouterr().err
+
+
+def test_compare_whose_head_holds_only_errors_says_so(tmp_path, capsys):
+    base, head = ResultStore(tmp_path / "base.jsonl"), ResultStore(tmp_path / "head.jsonl")
+    for run in range(2):
+        base.append(make_record("a", run=run, output_throughput=10.0 + run, env={"cpu": "x", "torch": "2"}))
+    head.append(make_record("a", status="error", run_id="run-2", env={}))  # its worker died before describing itself
+    assert main(["compare", str(base.path), str(head.path)]) == 1
+    out = capsys.readouterr()
+    assert "ok on base, error on head" in out.out
+    assert "holds only failures (error)" in out.err and "different environments" not in out.err
+
+
+def test_unknown_ignore_option_is_refused_with_the_valid_names(tmp_path, capsys):
+    store = ResultStore(tmp_path / "s.jsonl")
+    cell = {**_cell("bf16", 1), "options": {"slowdown": 1.0, "seed": 0}}
+    store.append(make_record("a", cell=cell, output_throughput=1.0))
+    assert main(["compare", str(store.path), str(store.path), "--ignore-option", "slowdwn"]) == 2
+    err = capsys.readouterr().err
+    assert "--ignore-option 'slowdwn'" in err and "'seed', 'slowdown'" in err
