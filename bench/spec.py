@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import CELL_ID_VERSION
+from bench.checks import MAX_NUM_REQUESTS, check_number
 from bench.errors import BenchInputError, choices
 
 if sys.version_info >= (3, 11):
@@ -109,19 +110,20 @@ class WorkloadSpec:
             raise BenchInputError(
                 f"{where}: unknown length_dist {self.length_dist!r}; valid values are {choices(self.LENGTH_DISTS)}"
             )
+        check_num_requests(self.num_requests, f"{where}: num_requests")
         for key in (
-            "num_requests", "min_len", "max_input_len", "max_total_len", "output_len", "max_output_len", "input_len",
+            "min_len", "max_input_len", "max_total_len", "output_len", "max_output_len", "input_len",
             "input_min", "input_max", "output_min", "output_max", "max_concurrency",
         ):
             value = getattr(self, key)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-                raise BenchInputError(f"{where}: {key} must be a positive integer, got {value!r}")
+            if value is not None:
+                check_number(value, f"{where}: {key}", integer=True, minimum=1)
+        check_number(self.seed, f"{where}: seed", integer=True, minimum=0, hint="the sampling seed is a whole number")
         for key, positive in (("input_stdev", False), ("output_stdev", False), ("burstiness", True), ("request_rate", True)):
             value = getattr(self, key)
             if value is None and key == "request_rate":
                 continue
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0 or (positive and value <= 0) or value != value:
-                raise BenchInputError(f"{where}: {key} must be a {'positive' if positive else 'non-negative'} number, got {value!r}")
+            check_number(value, f"{where}: {key}", minimum=None if positive else 0, above=0 if positive else None)
         if not isinstance(self.oversample, bool):
             raise BenchInputError(f"{where}: oversample must be true or false, got {self.oversample!r}")
         if self.source == "synthetic":
@@ -487,18 +489,7 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
         devices=pool,
     )
     check_placement(settings, unique)
-    cap = settings.gpu_memory_gb
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or cap <= 0):
-        raise BenchInputError(f"gpu_memory_gb must be a positive number of GB (1 GB = 1e9 bytes), got {cap!r}")
-    if not isinstance(settings.trials, int) or settings.trials <= 0:
-        raise BenchInputError(f"trials must be a positive integer, got {settings.trials!r}")
-    if not isinstance(settings.runs, int) or isinstance(settings.runs, bool) or settings.runs <= 0:
-        raise BenchInputError(f"runs must be a positive integer (fresh worker processes per cell), got {settings.runs!r}")
-    if not isinstance(settings.warmup, int) or settings.warmup < 0:
-        raise BenchInputError(f"warmup must be a non-negative integer, got {settings.warmup!r}")
-    for key in ("timeout_s", "build_timeout_s"):
-        if not isinstance(getattr(settings, key), (int, float)) or getattr(settings, key) <= 0:
-            raise BenchInputError(f"{key} must be a positive number of seconds")
+    check_settings(settings)
     baseline = data.get("baseline", {"backend": "hf", "precision": "bf16", "max_batch_size": 1})
     if not isinstance(baseline, dict) or not baseline:
         raise BenchInputError("baseline must be a table of cell keys, e.g. baseline = { backend = \"hf\", precision = "
@@ -510,6 +501,27 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
         description=data.get("description", ""),
         baseline=baseline,
     )
+
+
+def check_num_requests(value: Any, what: str) -> None:
+    """Raise BenchInputError unless `value` is a whole number of requests from 1 to MAX_NUM_REQUESTS."""
+    check_number(value, what, integer=True, minimum=1, maximum=MAX_NUM_REQUESTS,
+                 hint=f"a workload holds at most {MAX_NUM_REQUESTS} requests (MAX_NUM_REQUESTS, bench/checks.py); "
+                      "measure more with several workloads or runs")
+
+
+def check_settings(settings: RunSettings) -> None:
+    """Raise BenchInputError naming the first run setting (a matrix key or its command-line override) that is out of range."""
+    if settings.gpu_memory_gb is not None:
+        check_number(settings.gpu_memory_gb, "gpu_memory_gb (--gpu-memory-gb)", above=0,
+                     hint="the memory cap in GB (1 GB = 1e9 bytes)")
+    check_number(settings.trials, "trials (--trials)", integer=True, minimum=1, maximum=10_000,
+                 hint="measured passes per worker process")
+    check_number(settings.runs, "runs (--runs)", integer=True, minimum=1, maximum=1_000,
+                 hint="fresh worker processes per cell")
+    check_number(settings.warmup, "warmup", integer=True, minimum=0, maximum=10_000, hint="unmeasured passes per process")
+    for key in ("timeout_s", "build_timeout_s"):
+        check_number(getattr(settings, key), key, above=0, hint="a positive number of seconds")
 
 
 def device_pool(value: Any) -> tuple[str, ...]:
@@ -655,18 +667,14 @@ def narrow(matrix: Matrix, only: dict | None = None, requests: int | None = None
         if not cells:
             raise BenchInputError(f"--only {only} matches none of the matrix's {len(matrix.cells)} cells")
     if requests is not None:
-        if requests <= 0:
-            raise BenchInputError(f"--requests must be positive, got {requests}")
+        check_num_requests(requests, "--requests")
         cells = [with_workload(c, num_requests=requests) for c in cells]
     settings = matrix.settings
     if trials is not None:
-        if trials <= 0:
-            raise BenchInputError(f"--trials must be positive, got {trials}")
         settings = replace(settings, trials=trials)
     if runs is not None:
-        if runs <= 0:
-            raise BenchInputError(f"--runs must be positive (fresh worker processes per cell), got {runs}")
         settings = replace(settings, runs=runs)
+    check_settings(settings)
     if executor is not None:  # the other executor's settings of the matrix do not apply
         settings = replace(settings, executor=executor, devices=() if executor == "ray" else settings.devices,
                            ray_address=settings.ray_address if executor == "ray" else None)

@@ -61,7 +61,14 @@ def load(paths: Iterable[str | Path]) -> list[Record]:
         except OSError as exc:
             raise BenchInputError(f"result store {str(p)!r} cannot be read: {exc}") from exc
         legacy = _legacy_runs(raws, p.name)
-        out.extend(parse(raw, store=p.stem, legacy_run=legacy.get(i)) for i, raw in enumerate(raws))
+        records = [parse(raw, store=p.stem, legacy_run=legacy.get(i)) for i, raw in enumerate(raws)]
+        odd = sum(1 for r in records if r.extra.get("non_finite_metrics"))
+        if odd:
+            import warnings
+
+            warnings.warn(f"{p}: {odd} record(s) hold NaN or infinite metrics; those figures are treated as missing",
+                          stacklevel=2)
+        out.extend(records)
     return out
 
 

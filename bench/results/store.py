@@ -57,7 +57,7 @@ class ResultStore:
         """Yield every complete record; torn or invalid lines are skipped with one warning."""
         if not self.path.exists():
             return
-        bad = 0
+        bad = good = 0
         with open(self.path, "rb") as fh:
             for lineno, raw in enumerate(fh, 1):
                 if not raw.strip():
@@ -76,7 +76,13 @@ class ResultStore:
                         f"{self.path}:{lineno} has result schema version {version!r}, newer than this harness's "
                         f"{SCHEMA_VERSION}: upgrade bench to read it"
                     )
+                good += 1
                 yield rec
+        if bad and not good:
+            raise BenchInputError(
+                f"{self.path} is not a bench result store: none of its {bad} line(s) is a result record (binary data, "
+                "another program's JSON, or lines without a cell_id); give the .jsonl file `bench run --store` wrote"
+            )
         if bad:
             warnings.warn(f"{self.path}: skipped {bad} torn or invalid line(s)", stacklevel=2)
 
