@@ -86,3 +86,82 @@ def test_unknown_ignore_option_is_refused_with_the_valid_names(tmp_path, capsys)
     assert main(["compare", str(store.path), str(store.path), "--ignore-option", "slowdwn"]) == 2
     err = capsys.readouterr().err
     assert "--ignore-option 'slowdwn'" in err and "'seed', 'slowdown'" in err
+
+
+# ---- the store's append: every byte written and synced, or nothing --------------------------------------------
+
+
+def _failing_writes(monkeypatch, store_path, *, fail_from: int, short: bool = False, err=None):
+    """Patch os.write so that writes to the store file fail (ENOSPC) from its `fail_from`-th write on.
+
+    short: each failing write first stores part of its bytes (a short write), as a filling disk does.
+    Writes to other files (the worker pipes) go through.
+    """
+    import errno
+    import os
+
+    real = os.write
+    count = {"n": 0}
+
+    def write(fd, data):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            target = ""
+        if not target.endswith(str(store_path.name)):
+            return real(fd, data)
+        count["n"] += 1
+        if count["n"] < fail_from:
+            return real(fd, data)
+        if short and len(data) > 1:
+            return real(fd, bytes(data[: len(data) // 3]))  # part of it lands, then the next write fails
+        raise err or OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", write)
+    return count
+
+
+def test_short_writes_are_continued(tmp_path, monkeypatch):
+    import os
+
+    real = os.write
+    store = ResultStore(tmp_path / "s.jsonl")
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "write", lambda fd, data: real(fd, bytes(data[: max(1, len(data) // 2)])))
+        store.append(make_record("a", output_throughput=1.0))
+        store.append(make_record("b", output_throughput=2.0))
+    assert [r["cell_id"] for r in store.records()] == ["a", "b"]
+
+
+@pytest.mark.parametrize("short", [False, True])
+def test_a_failed_append_leaves_no_fragment_and_says_what_was_not_stored(tmp_path, monkeypatch, short):
+    import errno
+
+    from bench.errors import StoreWriteError
+
+    store = ResultStore(tmp_path / "s.jsonl")
+    store.append(make_record("a", output_throughput=1.0))
+    before = store.path.read_bytes()
+    with monkeypatch.context() as patch:
+        _failing_writes(patch, store.path, fail_from=1, short=short)
+        with pytest.raises(StoreWriteError, match=r"fake/bf16/bs1/w \(trial 0, ok\) was NOT stored .*no space left"):
+            store.append(make_record("b", output_throughput=2.0))
+    assert store.path.read_bytes() == before  # cut back: no fragment
+    with monkeypatch.context() as patch, pytest.raises(StoreWriteError, match="I/O error"):
+        _failing_writes(patch, store.path, fail_from=1, err=OSError(errno.EIO, "Input/output error"))
+        store.append(make_record("c", output_throughput=2.0))
+    assert store.path.read_bytes() == before
+
+
+def test_a_full_disk_stops_the_matrix_cleanly_and_a_rerun_resumes(tmp_path, tiny_sharegpt, monkeypatch, capsys):
+    matrix = write_fake(tmp_path, tiny_sharegpt, "full", "none")
+    store = tmp_path / "results/full.jsonl"
+    with monkeypatch.context() as patch:  # (monkeypatch.undo would also undo the test's chdir)
+        _failing_writes(patch, store, fail_from=3, short=True)  # the third record hits a full disk
+        assert main(["run", "--matrix", str(matrix), "--no-progress"]) == 3
+    err = capsys.readouterr().err
+    assert "was NOT stored" in err and "every record stored before it stays" in err and "Traceback" not in err
+    kept = list(ResultStore(store).records())
+    assert len(kept) == 2 and store.read_bytes().endswith(b"\n") and store.read_bytes().count(b"\n") == 2
+    assert main(["run", "--matrix", str(matrix), "--no-progress"]) == 0  # the next run resumes after them
+    assert len(list(ResultStore(store).records())) == 8

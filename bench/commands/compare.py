@@ -35,10 +35,12 @@ def register(sub) -> None:
 
 
 def cmd_compare(args) -> int:
-    from bench.files import write_atomic
+    from bench.files import check_output_file, write_atomic
     from bench.results.compare import compare_stores, to_markdown
 
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None
+    if args.markdown:
+        check_output_file(args.markdown, "--markdown")
     with warnings.catch_warnings(record=True) as caught:  # the stores' own warnings (torn lines, NaN figures)
         warnings.simplefilter("always")
         comparison = compare_stores(

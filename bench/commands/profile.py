@@ -100,6 +100,7 @@ def profile_matrix(matrix, settings: ProfileSettings, out_root: Path, store_path
     Records go to store_path (one per cell, appended as each finishes); files under
     out_root/<matrix>/<cell_id>-<tool>/. `printer` gets each cell's summary text.
     """
+    from bench.files import check_output_dir
     from bench.profiling.kernels import KernelTable
     from bench.profiling.nvtx import DEFAULT_PATTERNS
     from bench.results.query import check_store_path
@@ -111,6 +112,7 @@ def profile_matrix(matrix, settings: ProfileSettings, out_root: Path, store_path
     if not settings.patterns:
         settings = replace(settings, patterns=tuple(DEFAULT_PATTERNS))
     store_path = check_store_path(store_path, must_exist=False)
+    check_output_dir(out_root, "--out")
     context = new_context("profile", matrix=matrix.name, warmup=settings.warmup)
     failed, records = 0, []
     with ResultStore(store_path).writer() as store:

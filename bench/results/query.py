@@ -35,11 +35,16 @@ from bench.results.records import (
 
 def check_store_path(path: str | Path, *, must_exist: bool = True) -> Path:
     """Return the path of a result store; BenchInputError (exit 2) if it is a folder or unreadable."""
+    from bench.files import check_name_length, check_output_file
+
     p = Path(path)
+    check_name_length(p, "--store" if not must_exist else "result store")  # first: stat() of an over-long name fails
     if p.is_dir():
         stores = sorted(str(s) for s in p.glob("*.jsonl"))[:5]
         hint = f"; stores in it: {', '.join(stores)}" if stores else ""
         raise BenchInputError(f"result store {str(p)!r} is a folder, not a store: give a .jsonl file{hint}")
+    if not must_exist:  # a store to write: its folder must take files, with space to spare
+        check_output_file(p, "--store")
     if not p.exists():
         if must_exist:
             raise BenchInputError(f"result store {str(p)!r} does not exist: run `bench run --store {p}` first, or check the path")
