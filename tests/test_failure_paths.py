@@ -165,3 +165,42 @@ def test_a_full_disk_stops_the_matrix_cleanly_and_a_rerun_resumes(tmp_path, tiny
     assert len(kept) == 2 and store.read_bytes().endswith(b"\n") and store.read_bytes().count(b"\n") == 2
     assert main(["run", "--matrix", str(matrix), "--no-progress"]) == 0  # the next run resumes after them
     assert len(list(ResultStore(store).records())) == 8
+
+
+# ---- partial runs: marked, or left out and said so -------------------------------------------------------------
+
+
+def _runs_store(tmp_path, runs: int, trials: int, outcomes: dict) -> ResultStore:
+    """Return a store of one cell whose context asked for runs × trials; outcomes: {run: [status per trial]}."""
+    from bench.results.records import RunContext, new_record
+
+    ctx = RunContext(run_id="r1", command="run", matrix="m", commit="c" * 40, dirty=False, runs=runs, trials=trials,
+                     started_at=1.0, baseline={"backend": "fake"})
+    store = ResultStore(tmp_path / "s.jsonl")
+    for run, statuses in outcomes.items():
+        for trial, status in enumerate(statuses):
+            metrics = {"request_throughput": 1.0 + run, "output_throughput": 10.0 * (1 + run)} if status == "ok" else None
+            store.append(new_record("measurement", _cell("bf16", 1), {
+                "cell_id": "a", "trial": trial, "status": status, "metrics": metrics, "started_at": 10.0 * run + trial,
+                "error": None if status == "ok" else "worker died"}, context=ctx, run=run, environment={"cpu": "x"}))
+    return store
+
+
+@pytest.mark.parametrize("runs, trials, outcomes, shown, tok_s", [
+    # a worker killed after its first trial: the row is marked, not passed off as complete
+    (1, 2, {0: ["ok", "error"]}, "| 1 × 1 of 1 × 2, partial |", "| 10.0 |"),
+    # resumed: run 1 was killed after one trial, run 2 replaced it: 2 × 3, run 1 left out of the figures (not 3 × 2.3)
+    (2, 3, {0: ["ok"] * 3, 1: ["ok", "error"], 2: ["ok"] * 3}, "| 2 × 3 (+1 partial run left out) |", "| 20.0 ± 14.1 |"),
+    # not yet resumed: one complete run of two, and the partial one left out
+    (2, 3, {0: ["ok"] * 3, 1: ["ok", "error"]}, "| 1 × 3 of 2 × 3, partial (+1 partial run left out) |",
+     "| 10.0 ± 0.0 |"),
+    # complete: nothing to say
+    (2, 2, {0: ["ok"] * 2, 1: ["ok"] * 2}, "| 2 × 2 |", "| 15.0 ± 7.1 |"),
+])
+def test_partial_runs_are_marked_or_left_out_and_said_so(tmp_path, capsys, runs, trials, outcomes, shown, tok_s):
+    store = _runs_store(tmp_path, runs, trials, outcomes)
+    assert main(["report", str(store.path), "--baseline", "backend=fake"]) == 0
+    out = capsys.readouterr()
+    row = next(line for line in out.out.splitlines() if line.startswith("| fake |"))
+    assert shown in row and tok_s in row, row
+    assert ("partial runs (a worker killed" in out.err) == ("left out" in shown)

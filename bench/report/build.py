@@ -121,7 +121,7 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool) -> dict[st
     if not runs:
         raise BenchInputError("the result store is empty: run `bench run` first (or pass a store that has results)")
     selection = query.select(runs, pool=pool)
-    data = report_data(selection.records)
+    data = report_data(selection.records, selection.left_out_runs())
     data.warnings.extend(selection.warnings)
     data.warnings.extend(kernel_warnings)
     frame = data.frame

@@ -34,6 +34,7 @@ NOT_METRICS = set(CELL_COLUMNS) | set(RUN_COLUMNS) | {
     "store", "cell_id", "trial", "status", "gpu_name", "gpu_count", "driver", "cuda", "torch", "transformers",
     "tensorrt_llm", "torchao", "cpu", "commit", "dirty", "error", "started_at", "schema_version", "length",
     "gpu_memory_gb", "environment", "input_len_limit", "output_len_limit", "lengths_exact", "tuned_digest",
+    "planned_runs", "planned_trials", "left_out_runs",
 }
 # Metrics whose spread between runs and within runs the tables show (and judge for stability).
 HEADLINE = ("request_throughput", "output_throughput")
@@ -113,7 +114,7 @@ def aggregate(frame: pd.DataFrame, by_run: bool = False) -> pd.DataFrame:
     envs = f.groupby(keys, dropna=False).environment.agg(lambda s: " + ".join(sorted(set(s) - {""})))
     cells = cells.join(envs)
     contexts = f.groupby(keys, dropna=False).run_id.nunique().rename("contexts")
-    cells = cells.join(contexts)
+    cells = cells.join(contexts).join(_planned(f, keys))
     cells["trials"] = cells.trials.fillna(0).astype(int)
     cells["runs"] = cells.runs.fillna(0).astype(int)
     cells.loc[cells.trials > 0, "status"] = "ok"
@@ -130,10 +131,23 @@ def aggregate(frame: pd.DataFrame, by_run: bool = False) -> pd.DataFrame:
     return cells.copy()  # one block per dtype: later .assign calls stay fast
 
 
+def _planned(f: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Return per cell what its run contexts asked for (runs: summed over pooled contexts; trials per run) and the
+    partial runs the selection left out (bench.results.query.counted_records); empty columns for hand-made frames."""
+    cols = {}
+    if "planned_runs" in f and "run_id" in f:
+        per_context = f.drop_duplicates(keys + ["run_id"]).groupby(keys, dropna=False)
+        cols["planned_runs"] = per_context.planned_runs.sum(min_count=1)
+        cols["planned_trials"] = f.groupby(keys, dropna=False).planned_trials.max()
+    if "left_out_runs" in f:
+        cols["left_out_runs"] = f.groupby(keys, dropna=False).left_out_runs.max()
+    return pd.DataFrame(cols) if cols else pd.DataFrame(index=f.groupby(keys, dropna=False).size().index)
+
+
 def _failed_cells(cells: pd.DataFrame, f: pd.DataFrame, keys: list[str], metric_cols: list[str], order) -> pd.DataFrame:
     """Return aggregate's rows when no record is ok: each cell's latest status and error, zero trials, no figures."""
     cells = cells.join(f.groupby(keys, dropna=False).environment.agg(lambda s: " + ".join(sorted(set(s) - {""}))))
-    cells = cells.join(f.groupby(keys, dropna=False).run_id.nunique().rename("contexts"))
+    cells = cells.join(f.groupby(keys, dropna=False).run_id.nunique().rename("contexts")).join(_planned(f, keys))
     cells = cells.reindex(order).reset_index()
     extra = {"trials": 0, "runs": 0, "stability": None}
     for m in metric_cols:
@@ -307,6 +321,9 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
             "status": g.status,
             "runs": g.runs,
             "trials": g.trials,
+            "planned_runs": g.get("planned_runs"),
+            "planned_trials": g.get("planned_trials"),
+            "left_out_runs": g.get("left_out_runs"),
             "mean_input_len": g.get("mean_input_len"),
             "input_len_limit": g.input_len_limit,
             "mean_output_len": g.get("mean_output_len"),
@@ -407,7 +424,7 @@ def render_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         rows.append(head + figures + [
             _num(r["throughput_speedup"], None, "{:.2f}x"),
             _num(r["generation_speedup"], None, "{:.2f}x"),
-            f"{int(r.get('runs') or 0)} × {_per_run(r)}",
+            runs_text(r),
             spread_text(r.get("output_throughput__run_cv"), r.get("output_throughput__trial_cv"), r.get("runs"),
                         bool(r.get("stability"))),
         ] + [_num(r[m], None, f) for m, _, f in extra] + tail)
@@ -424,6 +441,24 @@ def lengths_text(r: dict) -> str:
         return f"{text} (≤{int(limit)})" if known else text
 
     return f"{side(r.get('mean_input_len'), r.get('input_len_limit'))} / {side(r.get('mean_output_len'), r.get('output_len_limit'))}"
+
+
+def runs_text(r: dict) -> str:
+    """Return a row's runs × trials: '2 × 3'; '1 × 1 of 2 × 3, partial' when fewer complete runs than asked for;
+    '(+1 partial run left out)' when partial runs beside complete ones are not in the figures."""
+    runs, trials = int(r.get("runs") or 0), int(r.get("trials") or 0)
+    text = f"{runs} × {_per_run(r)}"
+    planned_runs, planned_trials = _int_or_none(r.get("planned_runs")), _int_or_none(r.get("planned_trials"))
+    if planned_runs and planned_trials and (runs < planned_runs or trials < planned_runs * planned_trials):
+        text += f" of {planned_runs} × {planned_trials}, partial"
+    left = _int_or_none(r.get("left_out_runs"))
+    if left:
+        text += f" (+{left} partial run{'s' if left > 1 else ''} left out)"
+    return text
+
+
+def _int_or_none(value) -> int | None:
+    return None if value is None or pd.isna(value) else int(value)
 
 
 def _per_run(r: dict) -> str:
@@ -531,7 +566,7 @@ def history_rows(h: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         opts = [_options_text(r["options"])] if show_options else []
         ok = r["status"] == "ok"
         rows.append([str(r["backend"]), str(r["precision"]), *opts, str(int(r["max_batch_size"])), str(r["run_label"]),
-                     f"{int(r['runs'] or 0)} × {_per_run(r)}",
+                     runs_text(r) if ok else f"{int(r['runs'] or 0)} × {_per_run(r)}",
                      _num(r.get("request_throughput"), r.get("request_throughput__std"), "{:.3f}") if ok else "",
                      _num(r.get("output_throughput"), r.get("output_throughput__std"), "{:.1f}") if ok else "",
                      str(r["status"])])
