@@ -39,15 +39,15 @@ def add_matrix_arguments(parser: argparse.ArgumentParser, only_help: str) -> Non
     parser.add_argument("--only", help=only_help)
 
 
-def load_selected_matrix(args):
+def load_selected_matrix(args, only: bool = True):
     """Return the matrix named by --matrix / --preset, narrowed by --only (and --requests/--trials/--runs and the
-    executor flags if the command has them)."""
+    executor flags if the command has them); only=False: without --only's narrowing."""
     from bench.spec import load_matrix, narrow
 
     if args.matrix and args.preset:
         raise BenchInputError("give either --matrix FILE or --preset NAME, not both")
     matrix = load_matrix(args.matrix) if args.matrix else load_matrix(args.preset or "default", preset=True)
-    return narrow(matrix, only=parse_pairs(args.only, "--only"), requests=getattr(args, "requests", None),
+    return narrow(matrix, only=parse_pairs(args.only, "--only") if only else None, requests=getattr(args, "requests", None),
                   trials=getattr(args, "trials", None), runs=getattr(args, "runs", None),
                   executor=getattr(args, "executor", None), ray_address=getattr(args, "ray_address", None),
                   devices=getattr(args, "devices", None))

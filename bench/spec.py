@@ -579,18 +579,33 @@ def check_placement(settings: RunSettings, cells) -> None:
                     f"{[f'cuda:{i}' for i in range(tp)]} (or devices = 'all'), or use executor = 'ray'")
 
 
-def check_baseline(baseline: dict, cells) -> None:
-    """Raise BenchInputError if the speedup baseline matches several cells of one workload.
+def check_baseline(baseline: dict, cells, must_match: bool = False, flag: str = "--baseline") -> None:
+    """Raise BenchInputError if the speedup baseline matches several cells of one workload, or (must_match) none.
 
-    Called by `bench run` with the baseline it will report against, before anything runs.
+    Called by `bench run` with the baseline it will report against, before anything runs;
+    must_match for a baseline the user named (--baseline), checked against the matrix's cells.
     """
+    if must_match and not any(_baseline_matches(c, baseline) for c in cells):
+        want = ", ".join(f"{k}={v}" for k, v in baseline.items())
+        varying = sorted({k for c in cells for k in c.options_dict
+                          if len({str(x.options_dict.get(k, _MISSING)) for x in cells}) > 1})
+        labels = list(dict.fromkeys(
+            f"{c.backend}/{c.precision}/bs{c.max_batch_size}/{c.workload.name}" + (" [" + ", ".join(
+                f"{k}={c.options_dict[k]}" for k in varying if k in c.options_dict) + "]" if varying else "")
+            for c in cells))
+        raise BenchInputError(
+            f"{flag} ({want}) matches none of the matrix's {len(cells)} cells: name one of them, e.g. --baseline "
+            + ",".join(f"{k}={v}" for k, v in (("backend", cells[0].backend), ("precision", cells[0].precision),
+                                               ("max_batch_size", cells[0].max_batch_size)))
+            + "; the cells are:\n  " + "\n  ".join(labels[:20]) + ("\n  ..." if len(labels) > 20 else ""))
     for workload in dict.fromkeys(c.workload.name for c in cells):
         hits = [c for c in cells if c.workload.name == workload and _baseline_matches(c, baseline)]
         if len(hits) > 1:
-            opts = [c.options_dict for c in hits]
-            differing = [k for k in opts[0] if len({str(o.get(k)) for o in opts}) > 1]
-            labels = [f"{c.backend}/{c.precision}/bs{c.max_batch_size} [" + ", ".join(f"{k}={c.options_dict[k]}"
-                                                                             for k in differing) + "]" for c in hits]
+            # The cell fields count as keys too: backend=fake alone matches every precision and batch size.
+            opts = [{"backend": c.backend, "model": c.model, "precision": c.precision, "max_batch_size": c.max_batch_size,
+                     "device": c.device, **c.options_dict} for c in hits]
+            labels = [f"{c.backend}/{c.precision}/bs{c.max_batch_size} [" + ", ".join(
+                f"{k}={o[k]}" for k in shown_keys(opts) if k in o) + "]" for c, o in zip(hits, opts, strict=True)]
             raise BenchInputError(ambiguous_baseline_message(baseline, labels, workload, opts))
 
 
@@ -605,16 +620,35 @@ def _baseline_matches(cell: Cell, baseline: dict) -> bool:
     return True
 
 
+def shown_keys(options: list[dict]) -> list[str]:
+    """Return the keys that tell these cells apart, for people: cell fields and options every one of them has
+    with different values (options only some have, another backend's, only when nothing else differs)."""
+    def differ(k):
+        return len({str(x.get(k, _MISSING)) for x in options}) > 1
+
+    shared = [k for k in sorted(set.intersection(*map(set, options))) if differ(k)] if options else []
+    return shared or sorted({k for o in options for k in o if differ(k)})
+
+
 def ambiguous_baseline_message(baseline: dict, labels: list[str], workload: str, options: list[dict]) -> str:
     """Return the error for a baseline that matches several cells: the candidates and how to pick one."""
-    differing = sorted({k for o in options for k in o if len({str(x.get(k)) for x in options}) > 1})
+    differing = sorted({k for o in options for k in o if len({str(x.get(k, _MISSING)) for x in options}) > 1})
     want = ", ".join(f"{k}={v}" for k, v in baseline.items())
-    first = options[0] if options else {}
-    pick = ",".join([f"{k}={v}" for k, v in baseline.items()] + [f"{k}={first.get(k)}" for k in differing])
+    # The example picks the candidate with the most of those keys and names only keys it has: a key a cell
+    # lacks never matches it, so the example selects one cell (naming key=None for a missing key would match none).
+    first = max(options, key=lambda o: sum(k in o for k in differing)) if options else {}
+    # Fewest keys that single it out, cell fields first (backend=hf rather than hf's every option).
+    fields_first = sorted((k for k in differing if k in first), key=lambda k: (k not in RULE_KEYS, k))
+    chosen: list[str] = []
+    for k in fields_first:
+        chosen.append(k)
+        if sum(all(str(o.get(c, _MISSING)) == str(first[c]) for c in chosen) for o in options) == 1:
+            break
+    pick = ",".join([f"{k}={v}" for k, v in baseline.items()] + [f"{k}={first[k]}" for k in chosen])
     return (
         f"baseline ({want}) matches {len(labels)} cells of workload {workload!r}, so speedups would depend on record "
         "order:\n  " + "\n  ".join(labels) + "\nname one cell: add the keys that differ"
-        + (f" ({', '.join(differing)})" if differing else "")
+        + (f" ({', '.join(shown_keys(options))})" if differing else "")
         + f", e.g. --baseline {pick} (or the matrix's baseline = {{ ... }})"
     )
 

@@ -204,3 +204,35 @@ def test_partial_runs_are_marked_or_left_out_and_said_so(tmp_path, capsys, runs,
     row = next(line for line in out.out.splitlines() if line.startswith("| fake |"))
     assert shown in row and tok_s in row, row
     assert ("partial runs (a worker killed" in out.err) == ("left out" in shown)
+
+
+# ---- baselines: the error's suggested fix works, a named baseline must name a cell ----------------------------
+
+
+def test_the_ambiguous_baseline_fix_works_when_a_cell_lacks_the_key(tmp_path):
+    import re
+
+    from bench.cli import parse_pairs
+    from bench.errors import BenchInputError
+    from bench.spec import _baseline_matches, check_baseline, load_matrix
+
+    path = tmp_path / "m.toml"
+    path.write_text('backends = ["hf", "fake"]\nmodel = "qwen-tiny"\ndevice = "cpu"\nprecisions = ["bf16"]\n'
+                    'max_batch_sizes = [1]\nworkloads = ["w"]\n[options.hf]\nattn_implementation = ["sdpa", "eager"]\n'
+                    '[workload.w]\nsource = "synthetic"\ninput_len = 8\noutput_len = 4\n')
+    cells = load_matrix(str(path)).cells
+    with pytest.raises(BenchInputError) as err:
+        check_baseline({"precision": "bf16"}, cells)
+    suggestion = re.search(r"e\.g\. --baseline (\S+)", str(err.value)).group(1)
+    assert "None" not in suggestion
+    baseline = parse_pairs(suggestion)
+    check_baseline(baseline, cells, must_match=True)  # neither ambiguous nor empty
+    assert sum(_baseline_matches(c, baseline) for c in cells) == 1
+
+
+def test_a_named_baseline_that_matches_no_cell_is_refused_before_running(tmp_path, tiny_sharegpt, capsys):
+    matrix = write_fake(tmp_path, tiny_sharegpt, "nobase", "none")
+    assert main(["run", "--matrix", str(matrix), "--baseline", "backend=hf,precision=bf16"]) == 2
+    err = capsys.readouterr().err
+    assert "matches none of the matrix's 4 cells" in err and "fake/int4/bs2/w" in err
+    assert not (tmp_path / "results/nobase.jsonl").exists()

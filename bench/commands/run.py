@@ -71,6 +71,8 @@ def cmd_run(args) -> int:
     matrix = load_selected_matrix(args)
     baseline = parse_pairs(args.baseline) or matrix.baseline
     check_baseline(baseline, matrix.cells)  # an ambiguous baseline fails now, not after the run
+    if args.baseline:  # a named baseline must name a cell of the matrix (before --only: a slice may leave it out)
+        check_baseline(baseline, load_selected_matrix(args, only=False).cells, must_match=True)
     store = Path(args.store or f"results/{matrix.name}.jsonl")
     report_dir = check_output_dir(args.report_dir or f"dashboards/{matrix.name}", "--report-dir")  # before the run
     console = Console(stderr=True)
