@@ -41,14 +41,14 @@ def check_number(value: Any, what: str, *, integer: bool = False, minimum: float
 def range_text(minimum: float | None, maximum: float | None, above: float | None = None, integer: bool = False) -> str:
     """Return a range in words: 'a positive integer', 'a non-negative number', 'between 0 and 1', 'a positive integer <= 100000'."""
     noun = "integer" if integer else "number"
+    if minimum is not None and maximum is not None and above is None and not (integer and minimum == 1):
+        return f"{'an integer' if integer else 'a number'} between {minimum:g} and {maximum:g}"
     if above == 0 or (integer and minimum == 1 and above is None):
         low = f"a positive {noun}"
     elif minimum == 0 and above is None:
         low = f"a non-negative {noun}"
     elif above is not None:
         low = f"a {noun} > {above:g}"
-    elif minimum is not None and maximum is not None:
-        return f"{'an integer' if integer else 'a number'} between {minimum:g} and {maximum:g}"
     elif minimum is not None:
         low = f"a {noun} >= {minimum:g}"
     else:

@@ -100,6 +100,15 @@ class WorkloadSpec:
 
     def check(self) -> None:
         where = f"workload {self.name!r}"
+        for key in ("source", "tokenizer", "prompt_format", "length_dist", "path"):
+            value = getattr(self, key)
+            if not isinstance(value, str) and not (key == "path" and value is None):
+                raise BenchInputError(f"{where}: {key} must be a string, got {value!r}")
+        for key in ("min_len", "max_input_len", "max_total_len", "num_requests", "seed", "input_stdev", "output_stdev",
+                    "burstiness"):
+            if getattr(self, key) is None:
+                raise BenchInputError(f"{where}: {key} cannot be none; leave it out for its default "
+                                      f"({getattr(WorkloadSpec, key)!r})")
         if self.source not in self.SOURCES:
             raise BenchInputError(f"{where}: unknown source {self.source!r}; valid sources are {choices(self.SOURCES)}")
         if self.prompt_format not in self.PROMPT_FORMATS:
@@ -364,7 +373,7 @@ def _as_list(value: Any) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def _axis(data: dict, plural: str, singular: str | None = None) -> list:
+def _axis(data: dict, plural: str, singular: str | None = None, kind: type = str) -> list:
     if plural in data and singular and singular in data:
         raise BenchInputError(f"give either {plural!r} or {singular!r}, not both")
     if plural in data:
@@ -375,7 +384,16 @@ def _axis(data: dict, plural: str, singular: str | None = None) -> list:
         raise BenchInputError(f"matrix is missing {plural!r}")
     if not values:
         raise BenchInputError(f"matrix key {plural!r} is empty")
+    for v in values:
+        if not isinstance(v, kind) or isinstance(v, bool):
+            what = "names (strings)" if kind is str else "positive integers"
+            raise BenchInputError(f"matrix key {plural!r} takes {what}, e.g. {plural} = "
+                                  f"{EXAMPLES.get(plural, '[...]')}; got {v!r}")
     return values
+
+
+EXAMPLES = {"backends": '["hf", "fake"]', "models": '["qwen-tiny"]', "precisions": '["fp32", "bf16"]',
+            "max_batch_sizes": "[1, 2, 4]", "workloads": '["sharegpt"]', "device": '"cpu"'}
 
 
 def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
@@ -387,15 +405,21 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
     if unknown:
         raise BenchInputError(f"unknown matrix key {sorted(unknown)[0]!r}; valid keys are {choices(TOP_KEYS)}")
 
+    for key in ("name", "description", "executor"):
+        if key in data and not isinstance(data[key], str):
+            raise BenchInputError(f"matrix key {key!r} must be a string, got {data[key]!r}")
     workload_defs = data.get("workload", {})
-    if not isinstance(workload_defs, dict):
+    if not isinstance(workload_defs, dict) or not all(isinstance(d, dict) for d in workload_defs.values()):
         raise BenchInputError("[workload] must be a table of named workloads: [workload.NAME]")
+    if not isinstance(data.get("options", {}), dict):
+        raise BenchInputError("options must be a table: [options] with key = value lines ([options.BACKEND] for one "
+                              "backend)")
     workloads = {name: WorkloadSpec.from_dict(name, dict(d)) for name, d in workload_defs.items()}
 
     backends = _axis(data, "backends")
     models = _axis(data, "models", "model")
     precisions = _axis(data, "precisions")
-    batch_sizes = _axis(data, "max_batch_sizes")
+    batch_sizes = _axis(data, "max_batch_sizes", kind=int)
     workload_names = _axis(data, "workloads")
     pool = device_pool(data["devices"]) if "devices" in data else ()
     if pool and "device" in data:

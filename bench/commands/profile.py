@@ -57,8 +57,12 @@ class ProfileSettings:
     nsys: str | None = None  # the nsys executable (tool nsys), already checked
 
     def check(self) -> None:
-        if self.decode_steps < 1 or self.batches < 1 or self.warmup < 0:
-            raise BenchInputError("--decode-steps and --batches must be >= 1 and --warmup >= 0")
+        from bench.checks import check_number
+
+        check_number(self.decode_steps, "--decode-steps", integer=True, minimum=1, maximum=100_000)
+        check_number(self.batches, "--batches", integer=True, minimum=1, maximum=10_000)
+        check_number(self.warmup, "--warmup", integer=True, minimum=0, maximum=10_000)
+        check_number(self.timeout, "--timeout", above=0, hint="seconds per cell before the session is killed")
 
 
 def check_profilable(cells) -> None:
