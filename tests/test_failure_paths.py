@@ -236,3 +236,87 @@ def test_a_named_baseline_that_matches_no_cell_is_refused_before_running(tmp_pat
     err = capsys.readouterr().err
     assert "matches none of the matrix's 4 cells" in err and "fake/int4/bs2/w" in err
     assert not (tmp_path / "results/nobase.jsonl").exists()
+
+
+# ---- file-system errors: one message naming the path and the fix, never a traceback ---------------------------
+
+
+def _ok_store(tmp_path) -> ResultStore:
+    store = ResultStore(tmp_path / "ok.jsonl")
+    store.append(make_record("a", output_throughput=1.0, request_throughput=1.0, baseline={"backend": "fake"}))
+    return store
+
+
+def test_a_read_only_report_folder_is_refused_before_reading(tmp_path, monkeypatch, capsys):
+    import os
+
+    store = _ok_store(tmp_path)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    real = os.access
+    with monkeypatch.context() as patch:  # root may write anywhere: the check is what matters
+        patch.setattr(os, "access", lambda p, mode, **kw: False if str(p) == str(ro) else real(p, mode, **kw))
+        patch.setattr(os, "statvfs", lambda p: type("V", (), {"f_flag": os.ST_RDONLY})())
+        assert main(["report", str(store.path), "--out", str(ro / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "is on a read-only file system: write to a writable folder with --out" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("errno_name, needle", [("EROFS", "read-only file system"), ("ENOSPC", "no space left"),
+                                                ("EACCES", "not writable (permissions)")])
+def test_a_write_that_fails_midway_is_one_message(tmp_path, monkeypatch, capsys, errno_name, needle):
+    import errno
+    from pathlib import Path
+
+    store = _ok_store(tmp_path)
+
+    def fail(self, *a, **kw):
+        raise OSError(getattr(errno, errno_name), os.strerror(getattr(errno, errno_name)), str(self))
+
+    import os
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Path, "write_text", fail)
+        assert main(["report", str(store.path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write" in err and needle in err and "Traceback" not in err
+
+
+def test_too_little_free_space_is_refused_before_running(tmp_path, tiny_sharegpt, monkeypatch, capsys):
+    import shutil
+
+    matrix = write_fake(tmp_path, tiny_sharegpt, "full", "none")
+    with monkeypatch.context() as patch:
+        patch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**9, 10**9 - 4096, 4096))
+        assert main(["run", "--matrix", str(matrix), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "only 4 KiB free" in err and "Traceback" not in err
+    assert not (tmp_path / "results/full.jsonl").exists()
+
+
+def test_an_unforeseen_file_system_error_is_a_message(monkeypatch, capsys):
+    import errno
+
+    import bench.commands.presets as presets
+
+    def boom(args):  # any command that meets a file-system error no check foresaw
+        raise OSError(errno.EIO, "Input/output error", "/some/file")
+
+    monkeypatch.setattr(presets, "cmd_presets", boom)
+    assert main(["presets"]) == 2
+    err = capsys.readouterr().err
+    assert "I/O error on '/some/file'" in err and "Traceback" not in err
+
+
+def test_hf_matrix_on_cuda_without_cuda_reports_its_errors(tmp_path, tiny_sharegpt, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the cells would run")
+    path = tmp_path / "m.toml"
+    path.write_text(f'name = "hfcuda"\nbackends = ["hf"]\nmodel = "qwen-tiny"\ndevice = "cuda"\nprecisions = ["bf16"]\n'
+                    f'max_batch_sizes = [1]\nworkloads = ["w"]\ntrials = 1\n[workload.w]\npath = "{tiny_sharegpt}"\n'
+                    'num_requests = 2\nmax_input_len = 64\nmax_total_len = 128\nmax_output_len = 8\n')
+    assert main(["run", "--matrix", str(path), "--no-progress"]) == 1  # failed cells: exit 1, with their table
+    out = capsys.readouterr()
+    assert "| ERROR | ERROR |" in out.out and "no cell ran ok (1 ERROR)" in out.out and "Traceback" not in out.err
