@@ -47,7 +47,7 @@ class Option:
         if not isinstance(value, self.kind) or (numeric and isinstance(value, bool) and bool not in kinds):
             raise BenchInputError(f"option {name}={value!r} for backend {backend!r} must be {_kind_text(kinds)}")
         if numeric and isinstance(value, (int, float)) and not isinstance(value, bool):
-            check_number(value, f"option {name} for backend {backend!r}", minimum=self.minimum,
+            check_number(value, f"option {name} for backend {backend!r}", integer=float not in kinds, minimum=self.minimum,
                          maximum=self.maximum, infinite_ok=self.infinite_ok, hint=self.help)
 
 
