@@ -5,7 +5,8 @@ Every module in `bench/commands/` defines `register(subparsers)`, adding its sub
 modules import heavy libraries inside their functions: `bench --help` stays fast.
 
 Exit status: 0 success, 1 a run finished with failed cells (error/timeout), 2 bad input
-(nothing was run), 130 interrupted.
+(nothing was run; a path that cannot be written is bad input too), 3 a record could not be stored
+(disk full, I/O error: the run stopped, what was stored stays), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import importlib
 import pkgutil
 import sys
 
-from bench.errors import BenchInputError
+from bench.errors import BenchInputError, StoreWriteError
 
 
 def parse_pairs(text: str | None, flag: str = "--baseline") -> dict | None:
@@ -38,15 +39,15 @@ def add_matrix_arguments(parser: argparse.ArgumentParser, only_help: str) -> Non
     parser.add_argument("--only", help=only_help)
 
 
-def load_selected_matrix(args):
+def load_selected_matrix(args, only: bool = True):
     """Return the matrix named by --matrix / --preset, narrowed by --only (and --requests/--trials/--runs and the
-    executor flags if the command has them)."""
+    executor flags if the command has them); only=False: without --only's narrowing."""
     from bench.spec import load_matrix, narrow
 
     if args.matrix and args.preset:
         raise BenchInputError("give either --matrix FILE or --preset NAME, not both")
     matrix = load_matrix(args.matrix) if args.matrix else load_matrix(args.preset or "default", preset=True)
-    return narrow(matrix, only=parse_pairs(args.only, "--only"), requests=getattr(args, "requests", None),
+    return narrow(matrix, only=parse_pairs(args.only, "--only") if only else None, requests=getattr(args, "requests", None),
                   trials=getattr(args, "trials", None), runs=getattr(args, "runs", None),
                   executor=getattr(args, "executor", None), ray_address=getattr(args, "ray_address", None),
                   devices=getattr(args, "devices", None))
@@ -70,6 +71,14 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except BenchInputError as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
+        return 2
+    except StoreWriteError as exc:
+        print(f"bench: error: {exc}", file=sys.stderr)
+        return 3
+    except OSError as exc:  # a file-system error no check foresaw: the path and the fix, not a traceback
+        from bench.files import describe_os_error
+
+        print(f"bench: error: {describe_os_error(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("bench: interrupted; every finished cell is in the store, re-run to continue", file=sys.stderr)

@@ -17,6 +17,7 @@ from typing import Any
 
 from bench import CELL_ID_VERSION
 from bench.backends.registry import BACKENDS, backend_config
+from bench.checks import MAX_NUM_REQUESTS, check_number
 from bench.errors import BenchInputError, choices
 from bench.machine.devices import DEVICE_RE, device_pool
 
@@ -92,6 +93,15 @@ class WorkloadSpec:
 
     def check(self) -> None:
         where = f"workload {self.name!r}"
+        for key in ("source", "tokenizer", "prompt_format", "length_dist", "path"):
+            value = getattr(self, key)
+            if not isinstance(value, str) and not (key == "path" and value is None):
+                raise BenchInputError(f"{where}: {key} must be a string, got {value!r}")
+        for key in ("min_len", "max_input_len", "max_total_len", "num_requests", "seed", "input_stdev", "output_stdev",
+                    "burstiness"):
+            if getattr(self, key) is None:
+                raise BenchInputError(f"{where}: {key} cannot be none; leave it out for its default "
+                                      f"({getattr(WorkloadSpec, key)!r})")
         if self.source not in self.SOURCES:
             raise BenchInputError(f"{where}: unknown source {self.source!r}; valid sources are {choices(self.SOURCES)}")
         if self.prompt_format not in self.PROMPT_FORMATS:
@@ -102,19 +112,20 @@ class WorkloadSpec:
             raise BenchInputError(
                 f"{where}: unknown length_dist {self.length_dist!r}; valid values are {choices(self.LENGTH_DISTS)}"
             )
+        check_num_requests(self.num_requests, f"{where}: num_requests")
         for key in (
-            "num_requests", "min_len", "max_input_len", "max_total_len", "output_len", "max_output_len", "input_len",
+            "min_len", "max_input_len", "max_total_len", "output_len", "max_output_len", "input_len",
             "input_min", "input_max", "output_min", "output_max", "max_concurrency",
         ):
             value = getattr(self, key)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-                raise BenchInputError(f"{where}: {key} must be a positive integer, got {value!r}")
+            if value is not None:
+                check_number(value, f"{where}: {key}", integer=True, minimum=1)
+        check_number(self.seed, f"{where}: seed", integer=True, minimum=0, hint="the sampling seed is a whole number")
         for key, positive in (("input_stdev", False), ("output_stdev", False), ("burstiness", True), ("request_rate", True)):
             value = getattr(self, key)
             if value is None and key == "request_rate":
                 continue
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0 or (positive and value <= 0) or value != value:
-                raise BenchInputError(f"{where}: {key} must be a {'positive' if positive else 'non-negative'} number, got {value!r}")
+            check_number(value, f"{where}: {key}", minimum=None if positive else 0, above=0 if positive else None)
         if not isinstance(self.oversample, bool):
             raise BenchInputError(f"{where}: oversample must be true or false, got {self.oversample!r}")
         if self.source == "synthetic":
@@ -352,7 +363,7 @@ def _as_list(value: Any) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def _axis(data: dict, plural: str, singular: str | None = None) -> list:
+def _axis(data: dict, plural: str, singular: str | None = None, kind: type = str) -> list:
     if plural in data and singular and singular in data:
         raise BenchInputError(f"give either {plural!r} or {singular!r}, not both")
     if plural in data:
@@ -363,7 +374,16 @@ def _axis(data: dict, plural: str, singular: str | None = None) -> list:
         raise BenchInputError(f"matrix is missing {plural!r}")
     if not values:
         raise BenchInputError(f"matrix key {plural!r} is empty")
+    for v in values:
+        if not isinstance(v, kind) or isinstance(v, bool):
+            what = "names (strings)" if kind is str else "positive integers"
+            raise BenchInputError(f"matrix key {plural!r} takes {what}, e.g. {plural} = "
+                                  f"{EXAMPLES.get(plural, '[...]')}; got {v!r}")
     return values
+
+
+EXAMPLES = {"backends": '["hf", "fake"]', "models": '["qwen-tiny"]', "precisions": '["fp32", "bf16"]',
+            "max_batch_sizes": "[1, 2, 4]", "workloads": '["sharegpt"]', "device": '"cpu"'}
 
 
 def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
@@ -374,15 +394,21 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
     if unknown:
         raise BenchInputError(f"unknown matrix key {sorted(unknown)[0]!r}; valid keys are {choices(TOP_KEYS)}")
 
+    for key in ("name", "description", "executor"):
+        if key in data and not isinstance(data[key], str):
+            raise BenchInputError(f"matrix key {key!r} must be a string, got {data[key]!r}")
     workload_defs = data.get("workload", {})
-    if not isinstance(workload_defs, dict):
+    if not isinstance(workload_defs, dict) or not all(isinstance(d, dict) for d in workload_defs.values()):
         raise BenchInputError("[workload] must be a table of named workloads: [workload.NAME]")
+    if not isinstance(data.get("options", {}), dict):
+        raise BenchInputError("options must be a table: [options] with key = value lines ([options.BACKEND] for one "
+                              "backend)")
     workloads = {name: WorkloadSpec.from_dict(name, dict(d)) for name, d in workload_defs.items()}
 
     backends = _axis(data, "backends")
     models = _axis(data, "models", "model")
     precisions = _axis(data, "precisions")
-    batch_sizes = _axis(data, "max_batch_sizes")
+    batch_sizes = _axis(data, "max_batch_sizes", kind=int)
     workload_names = _axis(data, "workloads")
     pool = device_pool(data["devices"]) if "devices" in data else ()
     if pool and "device" in data:
@@ -476,18 +502,7 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
         devices=pool,
     )
     check_placement(settings, unique)
-    cap = settings.gpu_memory_gb
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or cap <= 0):
-        raise BenchInputError(f"gpu_memory_gb must be a positive number of GB (1 GB = 1e9 bytes), got {cap!r}")
-    if not isinstance(settings.trials, int) or settings.trials <= 0:
-        raise BenchInputError(f"trials must be a positive integer, got {settings.trials!r}")
-    if not isinstance(settings.runs, int) or isinstance(settings.runs, bool) or settings.runs <= 0:
-        raise BenchInputError(f"runs must be a positive integer (fresh worker processes per cell), got {settings.runs!r}")
-    if not isinstance(settings.warmup, int) or settings.warmup < 0:
-        raise BenchInputError(f"warmup must be a non-negative integer, got {settings.warmup!r}")
-    for key in ("timeout_s", "build_timeout_s"):
-        if not isinstance(getattr(settings, key), (int, float)) or getattr(settings, key) <= 0:
-            raise BenchInputError(f"{key} must be a positive number of seconds")
+    check_settings(settings)
     baseline = data.get("baseline", {"backend": "hf", "precision": "bf16", "max_batch_size": 1})
     if not isinstance(baseline, dict) or not baseline:
         raise BenchInputError("baseline must be a table of cell keys, e.g. baseline = { backend = \"hf\", precision = "
@@ -499,6 +514,27 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
         description=data.get("description", ""),
         baseline=baseline,
     )
+
+
+def check_num_requests(value: Any, what: str) -> None:
+    """Raise BenchInputError unless `value` is a whole number of requests from 1 to MAX_NUM_REQUESTS."""
+    check_number(value, what, integer=True, minimum=1, maximum=MAX_NUM_REQUESTS,
+                 hint=f"a workload holds at most {MAX_NUM_REQUESTS} requests (MAX_NUM_REQUESTS, bench/checks.py); "
+                      "measure more with several workloads or runs")
+
+
+def check_settings(settings: RunSettings) -> None:
+    """Raise BenchInputError naming the first run setting (a matrix key or its command-line override) that is out of range."""
+    if settings.gpu_memory_gb is not None:
+        check_number(settings.gpu_memory_gb, "gpu_memory_gb (--gpu-memory-gb)", above=0,
+                     hint="the memory cap in GB (1 GB = 1e9 bytes)")
+    check_number(settings.trials, "trials (--trials)", integer=True, minimum=1, maximum=10_000,
+                 hint="measured passes per worker process")
+    check_number(settings.runs, "runs (--runs)", integer=True, minimum=1, maximum=1_000,
+                 hint="fresh worker processes per cell")
+    check_number(settings.warmup, "warmup", integer=True, minimum=0, maximum=10_000, hint="unmeasured passes per process")
+    for key in ("timeout_s", "build_timeout_s"):
+        check_number(getattr(settings, key), key, above=0, hint="a positive number of seconds")
 
 
 
@@ -539,18 +575,33 @@ def check_placement(settings: RunSettings, cells) -> None:
                     f"{[f'cuda:{i}' for i in range(tp)]} (or devices = 'all'), or use executor = 'ray'")
 
 
-def check_baseline(baseline: dict, cells) -> None:
-    """Raise BenchInputError if the speedup baseline matches several cells of one workload.
+def check_baseline(baseline: dict, cells, must_match: bool = False, flag: str = "--baseline") -> None:
+    """Raise BenchInputError if the speedup baseline matches several cells of one workload, or (must_match) none.
 
-    Called by `bench run` with the baseline it will report against, before anything runs.
+    Called by `bench run` with the baseline it will report against, before anything runs;
+    must_match for a baseline the user named (--baseline), checked against the matrix's cells.
     """
+    if must_match and not any(_baseline_matches(c, baseline) for c in cells):
+        want = ", ".join(f"{k}={v}" for k, v in baseline.items())
+        varying = sorted({k for c in cells for k in c.options_dict
+                          if len({str(x.options_dict.get(k, _MISSING)) for x in cells}) > 1})
+        labels = list(dict.fromkeys(
+            f"{c.backend}/{c.precision}/bs{c.max_batch_size}/{c.workload.name}" + (" [" + ", ".join(
+                f"{k}={c.options_dict[k]}" for k in varying if k in c.options_dict) + "]" if varying else "")
+            for c in cells))
+        raise BenchInputError(
+            f"{flag} ({want}) matches none of the matrix's {len(cells)} cells: name one of them, e.g. --baseline "
+            + ",".join(f"{k}={v}" for k, v in (("backend", cells[0].backend), ("precision", cells[0].precision),
+                                               ("max_batch_size", cells[0].max_batch_size)))
+            + "; the cells are:\n  " + "\n  ".join(labels[:20]) + ("\n  ..." if len(labels) > 20 else ""))
     for workload in dict.fromkeys(c.workload.name for c in cells):
         hits = [c for c in cells if c.workload.name == workload and _baseline_matches(c, baseline)]
         if len(hits) > 1:
-            opts = [c.options_dict for c in hits]
-            differing = [k for k in opts[0] if len({str(o.get(k)) for o in opts}) > 1]
-            labels = [f"{cell_label(c.backend, c.precision, c.max_batch_size)} [" + ", ".join(f"{k}={c.options_dict[k]}"
-                                                                             for k in differing) + "]" for c in hits]
+            # The cell fields count as keys too: backend=fake alone matches every precision and batch size.
+            opts = [{"backend": c.backend, "model": c.model, "precision": c.precision, "max_batch_size": c.max_batch_size,
+                     "device": c.device, **c.options_dict} for c in hits]
+            labels = [f"{cell_label(c.backend, c.precision, c.max_batch_size)} [" + ", ".join(
+                f"{k}={o[k]}" for k in shown_keys(opts) if k in o) + "]" for c, o in zip(hits, opts, strict=True)]
             raise BenchInputError(ambiguous_baseline_message(baseline, labels, workload, opts))
 
 
@@ -565,16 +616,35 @@ def _baseline_matches(cell: Cell, baseline: dict) -> bool:
     return True
 
 
+def shown_keys(options: list[dict]) -> list[str]:
+    """Return the keys that tell these cells apart, for people: cell fields and options every one of them has
+    with different values (options only some have, another backend's, only when nothing else differs)."""
+    def differ(k):
+        return len({str(x.get(k, _MISSING)) for x in options}) > 1
+
+    shared = [k for k in sorted(set.intersection(*map(set, options))) if differ(k)] if options else []
+    return shared or sorted({k for o in options for k in o if differ(k)})
+
+
 def ambiguous_baseline_message(baseline: dict, labels: list[str], workload: str, options: list[dict]) -> str:
     """Return the error for a baseline that matches several cells: the candidates and how to pick one."""
-    differing = sorted({k for o in options for k in o if len({str(x.get(k)) for x in options}) > 1})
+    differing = sorted({k for o in options for k in o if len({str(x.get(k, _MISSING)) for x in options}) > 1})
     want = ", ".join(f"{k}={v}" for k, v in baseline.items())
-    first = options[0] if options else {}
-    pick = ",".join([f"{k}={v}" for k, v in baseline.items()] + [f"{k}={first.get(k)}" for k in differing])
+    # The example picks the candidate with the most of those keys and names only keys it has: a key a cell
+    # lacks never matches it, so the example selects one cell (naming key=None for a missing key would match none).
+    first = max(options, key=lambda o: sum(k in o for k in differing)) if options else {}
+    # Fewest keys that single it out, cell fields first (backend=hf rather than hf's every option).
+    fields_first = sorted((k for k in differing if k in first), key=lambda k: (k not in RULE_KEYS, k))
+    chosen: list[str] = []
+    for k in fields_first:
+        chosen.append(k)
+        if sum(all(str(o.get(c, _MISSING)) == str(first[c]) for c in chosen) for o in options) == 1:
+            break
+    pick = ",".join([f"{k}={v}" for k, v in baseline.items()] + [f"{k}={first[k]}" for k in chosen])
     return (
         f"baseline ({want}) matches {len(labels)} cells of workload {workload!r}, so speedups would depend on record "
         "order:\n  " + "\n  ".join(labels) + "\nname one cell: add the keys that differ"
-        + (f" ({', '.join(differing)})" if differing else "")
+        + (f" ({', '.join(shown_keys(options))})" if differing else "")
         + f", e.g. --baseline {pick} (or the matrix's baseline = {{ ... }})"
     )
 
@@ -627,18 +697,14 @@ def narrow(matrix: Matrix, only: dict | None = None, requests: int | None = None
         if not cells:
             raise BenchInputError(f"--only {only} matches none of the matrix's {len(matrix.cells)} cells")
     if requests is not None:
-        if requests <= 0:
-            raise BenchInputError(f"--requests must be positive, got {requests}")
+        check_num_requests(requests, "--requests")
         cells = [with_workload(c, num_requests=requests) for c in cells]
     settings = matrix.settings
     if trials is not None:
-        if trials <= 0:
-            raise BenchInputError(f"--trials must be positive, got {trials}")
         settings = replace(settings, trials=trials)
     if runs is not None:
-        if runs <= 0:
-            raise BenchInputError(f"--runs must be positive (fresh worker processes per cell), got {runs}")
         settings = replace(settings, runs=runs)
+    check_settings(settings)
     if executor is not None:  # the other executor's settings of the matrix do not apply
         settings = replace(settings, executor=executor, devices=() if executor == "ray" else settings.devices,
                            ray_address=settings.ray_address if executor == "ray" else None)

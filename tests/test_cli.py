@@ -47,8 +47,8 @@ def test_unreadable_dataset_exits_2(tmp_path):
     out = bench("run", "--matrix", str(path))
     import os
 
-    if os.geteuid() == 0:  # root reads anything: the file is readable, the empty set is the error
-        assert out.returncode == 2 and "zero requests" in out.stderr
+    if os.geteuid() == 0:  # root reads anything: the file is readable, the empty array is the error
+        assert out.returncode == 2 and "holds no records (an empty JSON array)" in out.stderr
     else:
         assert out.returncode == 2 and "not readable" in out.stderr
 

@@ -18,7 +18,7 @@ PACKAGE = ROOT / "bench"
 # The pipeline, in order. Each stage lists the modules or packages it holds (a package holds
 # its submodules).
 STAGES: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("bench", "bench.errors", "bench.files", "bench.metrics")),
+    ("base", ("bench", "bench.errors", "bench.checks", "bench.files", "bench.metrics")),
     ("machine", ("bench.machine",)),
     # A backend's declaration sits with the spec: the matrix reads it to validate cells and compute
     # their ids, never its runtime (bench/backends/<name>/config.py, optimum-benchmark's split).

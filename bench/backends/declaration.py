@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from bench.checks import check_number
 from bench.errors import BenchInputError, choices
 
 
@@ -27,21 +28,41 @@ class Option:
     # Added after results were stored: left out of cell ids and build keys while at its default,
     # so every earlier result keeps its id (bench compare, resume and asv history still match).
     keeps_ids_at_default: bool = False
+    # Numbers: the range allowed (inclusive; None: unbounded). NaN is never allowed, infinity only where declared.
+    minimum: float | None = None
+    maximum: float | None = None
+    infinite_ok: bool = False
 
     def check(self, name: str, value: Any, backend: str) -> None:
+        """Raise BenchInputError naming the option, the value and what it must be, unless the value is valid."""
         if self.allowed is not None and value not in self.allowed:
             raise BenchInputError(
                 f"option {name}={value!r} is not valid for backend {backend!r}: valid values are "
                 f"{choices(self.allowed)}"
             )
-        if self.allowed is None and not isinstance(value, self.kind):
-            raise BenchInputError(f"option {name}={value!r} for backend {backend!r} must be {self.kind}")
+        if self.allowed is not None:
+            return
+        kinds = self.kind if isinstance(self.kind, tuple) else (self.kind,)
+        numeric = int in kinds or float in kinds
+        if not isinstance(value, self.kind) or (numeric and isinstance(value, bool) and bool not in kinds):
+            raise BenchInputError(f"option {name}={value!r} for backend {backend!r} must be {_kind_text(kinds)}")
+        if numeric and isinstance(value, (int, float)) and not isinstance(value, bool):
+            check_number(value, f"option {name} for backend {backend!r}", integer=float not in kinds, minimum=self.minimum,
+                         maximum=self.maximum, infinite_ok=self.infinite_ok, hint=self.help)
+
+
+def _kind_text(kinds: tuple) -> str:
+    """Return what values of these types are called in a message: 'an integer', 'a number or a string'."""
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+    if int in kinds and float in kinds:
+        kinds = tuple(k for k in kinds if k is not int)
+    return " or ".join(names.get(k, getattr(k, "__name__", str(k))) for k in kinds)
 
 
 # A backend that can split one model over several GPUs declares this option (hf, trtllm, fake).
 # Added after results were stored: at its default (1) it is left out of cell ids and build keys.
 TENSOR_PARALLEL = Option(
-    1, kind=int, keeps_ids_at_default=True,
+    1, kind=int, keeps_ids_at_default=True, minimum=1,
     help="GPUs one model is split over (tensor parallelism); the cell asks its executor for that many GPUs",
 )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 
 
 def register(sub) -> None:
@@ -34,16 +35,22 @@ def register(sub) -> None:
 
 
 def cmd_compare(args) -> int:
-    from bench.files import write_atomic
+    from bench.files import check_output_file, write_atomic
     from bench.results.compare import compare_stores, to_markdown
 
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None
-    comparison = compare_stores(
-        args.base, args.head, base_commit=args.base_commit, head_commit=args.head_commit, metrics=metrics,
-        factor=args.factor, confidence=args.confidence, test=args.test,
-        ignore_options=[o for opt in args.ignore_option for o in opt.split(",") if o],
-        allow_env_mismatch=args.allow_env_mismatch, pool=args.pool,
-    )
+    if args.markdown:
+        check_output_file(args.markdown, "--markdown")
+    with warnings.catch_warnings(record=True) as caught:  # the stores' own warnings (torn lines, NaN figures)
+        warnings.simplefilter("always")
+        comparison = compare_stores(
+            args.base, args.head, base_commit=args.base_commit, head_commit=args.head_commit, metrics=metrics,
+            factor=args.factor, confidence=args.confidence, test=args.test,
+            ignore_options=[o for opt in args.ignore_option for o in opt.split(",") if o],
+            allow_env_mismatch=args.allow_env_mismatch, pool=args.pool,
+        )
+    for w in caught:
+        print(f"bench compare: warning: {w.message}", file=sys.stderr)
     markdown = to_markdown(comparison)
     print(markdown)
     if args.markdown:

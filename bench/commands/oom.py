@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bench.cli import add_matrix_arguments, load_selected_matrix
 from bench.errors import BenchInputError
-from bench.files import write_atomic
+from bench.files import check_output_dir, write_atomic
 
 
 def register(sub) -> None:
@@ -126,6 +126,7 @@ def search_matrix(matrix, settings: OomSettings, store: Path, console, report_di
 
     searches, (lower, upper), cap = plan_searches(matrix, settings)
     store = query.check_store_path(store, must_exist=False)
+    check_output_dir(report_dir, "--report-dir")
     console.print(f"OOM search: {len(searches)} configuration(s), batch sizes {lower}..{upper} ({settings.strategy}), "
                   f"memory cap {'none' if cap is None else f'{cap:g} GB'} -> {store}")
     context = new_context("oom", matrix=matrix.name, gpu_memory_gb=cap, warmup=0)

@@ -66,8 +66,12 @@ class ProfileSettings:
     progress: bool = True  # a line on stderr as each cell starts
 
     def check(self) -> None:
-        if self.decode_steps < 1 or self.batches < 1 or self.warmup < 0:
-            raise BenchInputError("--decode-steps and --batches must be >= 1 and --warmup >= 0")
+        from bench.checks import check_number
+
+        check_number(self.decode_steps, "--decode-steps", integer=True, minimum=1, maximum=100_000)
+        check_number(self.batches, "--batches", integer=True, minimum=1, maximum=10_000)
+        check_number(self.warmup, "--warmup", integer=True, minimum=0, maximum=10_000)
+        check_number(self.timeout, "--timeout", above=0, hint="seconds per cell before the session is killed")
 
 
 def check_profilable(cells) -> None:
@@ -114,6 +118,7 @@ def profile_matrix(matrix, settings: ProfileSettings, out_root: Path, store_path
     Records go to store_path (one per cell, appended as each finishes); files under
     out_root/<matrix>/<cell_id>-<tool>/. `printer` gets each cell's summary text.
     """
+    from bench.files import check_output_dir
     from bench.profiling.kernels import KernelTable
     from bench.profiling.nvtx import DEFAULT_PATTERNS
     from bench.results.query import check_store_path
@@ -125,6 +130,7 @@ def profile_matrix(matrix, settings: ProfileSettings, out_root: Path, store_path
     if not settings.patterns:
         settings = replace(settings, patterns=tuple(DEFAULT_PATTERNS))
     store_path = check_store_path(store_path, must_exist=False)
+    check_output_dir(out_root, "--out")
     context = new_context("profile", matrix=matrix.name, warmup=settings.warmup)
     failed, records = 0, []
     with ResultStore(store_path).writer() as store:

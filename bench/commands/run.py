@@ -63,6 +63,7 @@ def run_estimate(matrix, store: Path, history: list, redo: bool = False):
 def cmd_run(args) -> int:
     from rich.console import Console
 
+    from bench.files import check_output_dir
     from bench.report.build import build_report
     from bench.runner.matrix import run_matrix
     from bench.spec import check_baseline
@@ -70,7 +71,10 @@ def cmd_run(args) -> int:
     matrix = load_selected_matrix(args)
     baseline = parse_pairs(args.baseline) or matrix.baseline
     check_baseline(baseline, matrix.cells)  # an ambiguous baseline fails now, not after the run
+    if args.baseline:  # a named baseline must name a cell of the matrix (before --only: a slice may leave it out)
+        check_baseline(baseline, load_selected_matrix(args, only=False).cells, must_match=True)
     store = Path(args.store or f"results/{matrix.name}.jsonl")
+    report_dir = check_output_dir(args.report_dir or f"dashboards/{matrix.name}", "--report-dir")  # before the run
     console = Console(stderr=True)
     st = matrix.settings
     where = f"executor {st.executor}" + (f" on {','.join(st.devices)}" if st.devices else "") + (
@@ -87,7 +91,6 @@ def cmd_run(args) -> int:
         f"done in {summary.elapsed_s:.1f} s: {summary.statuses or 'nothing new'}; {summary.skipped} trial(s) already "
         f"stored; run id {summary.run_id}"
     )
-    report_dir = Path(args.report_dir or f"dashboards/{matrix.name}")
     try:
         paths = build_report([store], report_dir, baseline)
         print(paths["markdown"].read_text())

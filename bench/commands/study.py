@@ -205,6 +205,9 @@ def cmd_study(args) -> int:
     if args.dry_run:
         print(dry_run_text(plan, steps, stores, args.history, commands, args.redo))
         return 0
+    from bench.files import check_output_dir
+
+    check_output_dir(report_dir, "--report-dir")  # before any step runs
     timings: dict[str, float] = {}
     failed: dict[str, int] = {}
     for step in steps:

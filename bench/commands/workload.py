@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.errors import BenchInputError
-from bench.files import write_atomic
+from bench.files import check_output_file, write_atomic
 
 
 def register(sub) -> None:
@@ -87,6 +87,7 @@ def cmd_build(args) -> int:
     from bench.workloads.workload import build_workload
 
     spec = spec_from_args(args)
+    check_output_file(args.out or f"workloads/{spec.name}.json", "--out")
     wl = build_workload(spec)
     out = write_atomic(args.out or f"workloads/{spec.name}.json", wl.to_json())
     print(format_stats(wl))
@@ -121,6 +122,7 @@ def _read_frozen(file: str):
 def cmd_export(args) -> int:
     from bench.workloads.trtllm_dataset import to_trtllm_jsonl
 
+    check_output_file(args.out, "--out")
     wl = _read_frozen(args.file)
     out = write_atomic(args.out, to_trtllm_jsonl(wl))
     print(f"wrote {len(wl.requests)} requests to {out} (trtllm-bench --dataset format)")

@@ -21,6 +21,7 @@ import os
 import resource
 import sys
 
+from bench.checks import check_number
 from bench.errors import BenchInputError
 
 ENV_VAR = "BENCH_GPU_MEMORY_GB"
@@ -43,8 +44,8 @@ def check_cap(gpu_memory_gb, devices, gpu_info=None) -> None:
     Runs in the parent, through NVML only (no CUDA context is created here)."""
     if gpu_memory_gb is None:
         return
-    if isinstance(gpu_memory_gb, bool) or not isinstance(gpu_memory_gb, (int, float)) or gpu_memory_gb <= 0:
-        raise BenchInputError(f"gpu_memory_gb must be a positive number of GB (1 GB = 1e9 bytes), got {gpu_memory_gb!r}")
+    check_number(gpu_memory_gb, "gpu_memory_gb (--gpu-memory-gb)", above=0,
+                 hint="the memory cap in GB (1 GB = 1e9 bytes)")
     from bench.machine.environment import nvml_index
 
     if gpu_info is None:

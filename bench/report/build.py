@@ -58,6 +58,9 @@ def build_report(stores: list[str | Path], out_dir: str | Path, baseline: dict |
     Warnings about the data (mixed schema versions or environments) are issued with
     warnings.warn and shown at the top of the dashboard; the paths dict has them under "warnings".
     """
+    from bench.files import check_output_dir
+
+    check_output_dir(out_dir, "--out")  # before reading the stores
     with _gc_paused():
         return _build_report(stores, out_dir, baseline, kernels, profiles, pool)
 
@@ -123,7 +126,7 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool) -> dict[st
     if not runs:
         raise BenchInputError("the result store is empty: run `bench run` first (or pass a store that has results)")
     selection = query.select(runs, pool=pool)
-    data = report_data(selection.records)
+    data = report_data(selection.records, selection.left_out_runs())
     data.warnings.extend(selection.warnings)
     data.warnings.extend(kernel_warnings)
     frame = data.frame

@@ -101,6 +101,8 @@ def _row(rec: Record) -> dict:
         "options": json.dumps(identity_options(cell.get("backend"), cell.get("options", {})), sort_keys=True),
         "all_options": json.dumps(cell.get("options", {}), sort_keys=True),
         "gpu_memory_gb": _number(ctx.gpu_memory_gb),
+        "planned_runs": ctx.runs,  # what the invocation asked for: a row with fewer complete runs is partial
+        "planned_trials": ctx.trials,
         "commit": ctx.commit,
         "dirty": ctx.dirty,
         "error": rec.error,
@@ -169,8 +171,12 @@ def _keyed_frame(keys: list[tuple], counts: list[int], columns: dict[str, list])
     return key_frame
 
 
-def report_data(records: list[Record]) -> ReportData:
-    """Return the report frames of typed records (chosen by bench.results.query.select); empty -> clear error."""
+def report_data(records: list[Record], left_out_runs: dict | None = None) -> ReportData:
+    """Return the report frames of typed records (chosen by bench.results.query.select); empty -> clear error.
+
+    left_out_runs: {(cell_id, gpu_memory_gb): partial runs the selection left out} (Selection.left_out_runs),
+    a `left_out_runs` column of the rows' cells.
+    """
     if not records:
         raise BenchInputError("the result store is empty: run `bench run` first (or pass a store that has results)")
     rows, envs = [], []
@@ -196,6 +202,9 @@ def report_data(records: list[Record]) -> ReportData:
             tele_counts.append(len(tele))
             tele_vals.extend(tele)
     frame = pd.DataFrame(rows)
+    if left_out_runs:
+        frame["left_out_runs"] = [left_out_runs.get((c, cap), 0) for c, cap in zip(frame.cell_id, frame.gpu_memory_gb,
+                                                                                  strict=True)]
     ins, outs, ttfts, e2els = (list(c) for c in zip(*sample_vals, strict=True)) if sample_vals else ([], [], [], [])
     samples = _keyed_frame(sample_keys, sample_counts, {"in": ins, "out": outs, "ttft_ms": ttfts})
     samples["tpot_ms"] = _tpot_ms(samples, ttfts, e2els, outs)

@@ -35,6 +35,7 @@ NOT_METRICS = set(CELL_COLUMNS) | set(RUN_COLUMNS) | {
     "store", "cell_id", "trial", "status", "gpu_name", "gpu_count", "driver", "cuda", "torch", "transformers",
     "tensorrt_llm", "torchao", "cpu", "commit", "dirty", "error", "started_at", "schema_version", "length",
     "gpu_memory_gb", "environment", "input_len_limit", "output_len_limit", "lengths_exact", "tuned_digest",
+    "planned_runs", "planned_trials", "left_out_runs",
 }
 # Metrics whose spread between runs and within runs the tables show (and judge for stability).
 HEADLINE = ("request_throughput", "output_throughput")
@@ -100,6 +101,8 @@ def aggregate(frame: pd.DataFrame, by_run: bool = False) -> pd.DataFrame:
     cells = latest.set_index(keys)[CELL_COLUMNS + ["length"] + LIMITS + ["gpu_name", "status", "error"]
                                    + ([] if by_run else ["run_id"]) + ["run_label", "run_started_at"]]
     ok = f[f.status == "ok"]
+    if ok.empty:  # every cell failed (all OOM, all errors): rows with their statuses, no figures
+        return _failed_cells(cells, f, keys, metric_cols, order=f.drop_duplicates(keys).set_index(keys).index)
     per_run = ok.groupby(keys + ["run_key"], dropna=False)[metric_cols].mean()
     by_cell = per_run.groupby(level=keys, dropna=False)
     cells = cells.join(ok.groupby(keys, dropna=False).size().rename("trials"))
@@ -117,7 +120,7 @@ def aggregate(frame: pd.DataFrame, by_run: bool = False) -> pd.DataFrame:
     envs = f.groupby(keys, dropna=False).environment.agg(lambda s: " + ".join(sorted(set(s) - {""})))
     cells = cells.join(envs)
     contexts = f.groupby(keys, dropna=False).run_id.nunique().rename("contexts")
-    cells = cells.join(contexts)
+    cells = cells.join(contexts).join(_planned(f, keys))
     cells["trials"] = cells.trials.fillna(0).astype(int)
     cells["runs"] = cells.runs.fillna(0).astype(int)
     cells.loc[cells.trials > 0, "status"] = "ok"
@@ -132,6 +135,42 @@ def aggregate(frame: pd.DataFrame, by_run: bool = False) -> pd.DataFrame:
         if c in cells:
             cells[c] = pd.to_numeric(cells[c], errors="coerce")
     return cells.copy()  # one block per dtype: later .assign calls stay fast
+
+
+def _planned(f: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Return per cell what its run contexts asked for (runs: summed over pooled contexts; trials per run) and the
+    partial runs the selection left out (bench.results.query.counted_records); empty columns for hand-made frames."""
+    cols = {}
+    if "planned_runs" in f and "run_id" in f:
+        per_context = f.drop_duplicates(keys + ["run_id"]).groupby(keys, dropna=False)
+        cols["planned_runs"] = per_context.planned_runs.sum(min_count=1)
+        cols["planned_trials"] = f.groupby(keys, dropna=False).planned_trials.max()
+    if "left_out_runs" in f:
+        cols["left_out_runs"] = f.groupby(keys, dropna=False).left_out_runs.max()
+    return pd.DataFrame(cols) if cols else pd.DataFrame(index=f.groupby(keys, dropna=False).size().index)
+
+
+def _failed_cells(cells: pd.DataFrame, f: pd.DataFrame, keys: list[str], metric_cols: list[str], order) -> pd.DataFrame:
+    """Return aggregate's rows when no record is ok: each cell's latest status and error, zero trials, no figures."""
+    cells = cells.join(f.groupby(keys, dropna=False).environment.agg(lambda s: " + ".join(sorted(set(s) - {""}))))
+    cells = cells.join(f.groupby(keys, dropna=False).run_id.nunique().rename("contexts")).join(_planned(f, keys))
+    cells = cells.reindex(order).reset_index()
+    extra = {"trials": 0, "runs": 0, "stability": None}
+    for m in metric_cols:
+        extra[m] = float("nan")
+        extra[f"{m}__std"] = float("nan")
+    for m in HEADLINE:
+        for x in ("run_cv", "trial_cv"):
+            extra[f"{m}__{x}"] = float("nan")
+    for m in HEADLINE + ("decode_throughput",):
+        extra.setdefault(m, float("nan"))
+        extra.setdefault(f"{m}__std", float("nan"))
+    cells = pd.concat([cells, pd.DataFrame({k: [v] * len(cells) for k, v in extra.items()}, index=cells.index)], axis=1)
+    cells = cells.astype(object).where(cells.notna(), None)
+    for c in [*metric_cols, *(k for k in extra if k != "stability"), "max_batch_size", "contexts"]:
+        if c in cells:
+            cells[c] = pd.to_numeric(cells[c], errors="coerce")
+    return cells.copy()
 
 
 def _headline_spreads(cells: pd.DataFrame, ok: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -190,7 +229,8 @@ _ABSENT = object()
 
 
 def _baseline_row(cells: pd.DataFrame, baseline: dict):
-    """Return the one ok row the baseline names; BenchInputError if none or several match."""
+    """Return the one ok row the baseline names, or None when the cells it names all failed (OOM, error:
+    the table has no speedups); BenchInputError if it names no cell of the table, or several ok ones."""
     from bench.spec import ambiguous_baseline_message
 
     mask = pd.Series(True, index=cells.index)
@@ -205,6 +245,8 @@ def _baseline_row(cells: pd.DataFrame, baseline: dict):
             mask &= pd.Series([h is not _ABSENT and str(h) == str(v) for h in have], index=cells.index)
     hits = cells[mask & (cells.status == "ok")]
     workload = cells.workload.iloc[0]
+    if hits.empty and (mask.any() or not (cells.status == "ok").any()):
+        return None  # the baseline (or every cell) failed: a table of statuses, without speedups
     if hits.empty:
         existing = "\n  ".join(
             f"{cell_label(r.backend, r.precision, r.max_batch_size)} ({r.status})" for r in cells.itertuples()
@@ -224,6 +266,15 @@ def _baseline_row(cells: pd.DataFrame, baseline: dict):
                   for r in hits.itertuples()]
         raise BenchInputError(ambiguous_baseline_message(baseline, labels, workload, options))
     return hits.iloc[0]
+
+
+def baseline_failed_text(cells: pd.DataFrame, baseline: dict) -> str:
+    """Return why a table has no baseline: 'no cell ran ok' or 'baseline (k=v, ...) did not run ok (OOM)'."""
+    if not (cells.status == "ok").any():
+        statuses = ", ".join(f"{n} {s.upper()}" for s, n in cells.status.value_counts().items())
+        return f"no cell ran ok ({statuses})"
+    want = ", ".join(f"{k}={v}" for k, v in baseline.items())
+    return f"baseline ({want}) did not run ok ({', '.join(sorted(set(cells.status) - {'ok'})).upper()})"
 
 
 def _options_text(options: str) -> str:
@@ -288,6 +339,9 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
             "status": g.status,
             "runs": g.runs,
             "trials": g.trials,
+            "planned_runs": g.get("planned_runs"),
+            "planned_trials": g.get("planned_trials"),
+            "left_out_runs": g.get("left_out_runs"),
             "mean_input_len": g.get("mean_input_len"),
             "input_len_limit": g.input_len_limit,
             "mean_output_len": g.get("mean_output_len"),
@@ -300,10 +354,11 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
             "decode_throughput": g.get("decode_throughput"),
             "decode_throughput__std": g.get("decode_throughput__std"),
         })
-        table["throughput_speedup"] = g.request_throughput / base.request_throughput
-        table["output_speedup"] = g.output_throughput / base.output_throughput  # end to end (the heatmap's fallback)
+        table["throughput_speedup"] = g.request_throughput / base.request_throughput if base is not None else None
+        table["output_speedup"] = (g.output_throughput / base.output_throughput  # end to end (the heatmap's fallback)
+                                   if base is not None else None)
         # Generation speed is the decode phase's rate; records stored before it existed have none.
-        base_decode = base.get("decode_throughput")
+        base_decode = base.get("decode_throughput") if base is not None else None
         table["generation_speedup"] = (pd.to_numeric(table.decode_throughput, errors="coerce") / base_decode
                                        if base_decode is not None and not pd.isna(base_decode) else None)
         table.attrs["varying_options"] = varying
@@ -322,10 +377,14 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
                 table[metric] = g[metric]
         if (g.environment != "").any() and g.environment.nunique() > 1:
             table["environment"] = g.environment
-        table.attrs["baseline"] = cell_label(base.backend, base.precision, base.max_batch_size)
+        table.attrs["baseline"] = (cell_label(base.backend, base.precision, base.max_batch_size) if base is not None
+                                   else baseline_failed_text(g, baseline))
         # Named as the row is: its varying options and its table (two bs1 rows of one table differ there).
         shown = dict(zip(g.index, _options_shown(g.all_options, varying), strict=True))
-        table.attrs["warnings"] = [
+        table.attrs["warnings"] = ([] if base is not None else [
+            f"{table_key(workload, length, ambiguous[workload] > 1)}: {baseline_failed_text(g, baseline)}, so the "
+            "table has no speedups" + ("; choose an ok cell with --baseline for them" if (g.status == "ok").any() else "")
+        ]) + [
             cell_label(r.backend, r.precision, r.max_batch_size) + (f" [{shown[r.Index]}]" if shown[r.Index] else "")
             + f" on {table_key(workload, length, ambiguous[workload] > 1)}: {r.stability}"
             for r in g.itertuples() if r.stability
@@ -415,7 +474,7 @@ def render_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         rows.append(head + figures + [
             _num(r["throughput_speedup"], None, "{:.2f}x"),
             _num(r["generation_speedup"], None, "{:.2f}x"),
-            f"{int(r.get('runs') or 0)} × {_per_run(r)}",
+            runs_text(r),
             spread_text(r.get("output_throughput__run_cv"), r.get("output_throughput__trial_cv"), r.get("runs"),
                         bool(r.get("stability"))),
         ] + [_num(r[m], None, f) for m, _, f in extra] + tail)
@@ -432,6 +491,24 @@ def lengths_text(r: dict) -> str:
         return f"{text} (≤{int(limit)})" if known else text
 
     return f"{side(r.get('mean_input_len'), r.get('input_len_limit'))} / {side(r.get('mean_output_len'), r.get('output_len_limit'))}"
+
+
+def runs_text(r: dict) -> str:
+    """Return a row's runs × trials: '2 × 3'; '1 × 1 of 2 × 3, partial' when fewer complete runs than asked for;
+    '(+1 partial run left out)' when partial runs beside complete ones are not in the figures."""
+    runs, trials = int(r.get("runs") or 0), int(r.get("trials") or 0)
+    text = f"{runs} × {_per_run(r)}"
+    planned_runs, planned_trials = _int_or_none(r.get("planned_runs")), _int_or_none(r.get("planned_trials"))
+    if planned_runs and planned_trials and (runs < planned_runs or trials < planned_runs * planned_trials):
+        text += f" of {planned_runs} × {planned_trials}, partial"
+    left = _int_or_none(r.get("left_out_runs"))
+    if left:
+        text += f" (+{left} partial run{'s' if left > 1 else ''} left out)"
+    return text
+
+
+def _int_or_none(value) -> int | None:
+    return None if value is None or pd.isna(value) else int(value)
 
 
 def _per_run(r: dict) -> str:
@@ -539,7 +616,7 @@ def history_rows(h: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         opts = [_options_text(r["options"])] if show_options else []
         ok = r["status"] == "ok"
         rows.append([str(r["backend"]), str(r["precision"]), *opts, str(int(r["max_batch_size"])), str(r["run_label"]),
-                     f"{int(r['runs'] or 0)} × {_per_run(r)}",
+                     runs_text(r) if ok else f"{int(r['runs'] or 0)} × {_per_run(r)}",
                      _num(r.get("request_throughput"), r.get("request_throughput__std"), "{:.3f}") if ok else "",
                      _num(r.get("output_throughput"), r.get("output_throughput__std"), "{:.1f}") if ok else "",
                      str(r["status"])])

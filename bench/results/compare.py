@@ -222,6 +222,11 @@ def compare_stores(
 
     base = load_side(base_path, base_commit, ignore_options, pool)
     head = load_side(head_path, head_commit, ignore_options, pool)
+    known = {k for side in (base, head) for row in side.cells.values() for k in (row.cell.get("options") or {})}
+    unknown_ignored = sorted(set(ignore_options) - known)
+    if unknown_ignored:
+        raise BenchInputError(f"--ignore-option {unknown_ignored[0]!r} is not an option of any cell in these stores: "
+                              f"valid option names are {choices(known) if known else 'none (the cells have no options)'}")
     warnings: list[str] = []
     for side, where in ((base, "base"), (head, "head")):
         if side.history:
@@ -243,7 +248,14 @@ def compare_stores(
             warnings.append(f"{len(only)} cell(s) only on the {where} side, not compared: " + ", ".join(sorted(only)[:8])
                             + (" ..." if len(only) > 8 else ""))
 
-    env_diff = environment_differences(base, head)
+    # A side without an ok record has no environment to compare (its workers may have failed before describing
+    # themselves): its cells are compared by status, and the environment check needs both sides.
+    failed_only = [(where, side) for side, where in ((base, "base"), (head, "head")) if not side.environments]
+    for where, side in failed_only:
+        statuses = sorted({row.status for row in side.cells.values()})
+        warnings.append(f"the {where} side ({side.name}) holds only failures ({', '.join(statuses)}): its cells are "
+                        "compared by status, and the environments were not compared")
+    env_diff = {} if failed_only else environment_differences(base, head)
     if env_diff:
         text = "; ".join(f"{k}: {', '.join(b)} vs {', '.join(h)}" for k, (b, h) in env_diff.items())
         if not allow_env_mismatch:

@@ -35,11 +35,16 @@ from bench.results.records import (
 
 def check_store_path(path: str | Path, *, must_exist: bool = True) -> Path:
     """Return the path of a result store; BenchInputError (exit 2) if it is a folder or unreadable."""
+    from bench.files import check_name_length, check_output_file
+
     p = Path(path)
+    check_name_length(p, "--store" if not must_exist else "result store")  # first: stat() of an over-long name fails
     if p.is_dir():
         stores = sorted(str(s) for s in p.glob("*.jsonl"))[:5]
         hint = f"; stores in it: {', '.join(stores)}" if stores else ""
         raise BenchInputError(f"result store {str(p)!r} is a folder, not a store: give a .jsonl file{hint}")
+    if not must_exist:  # a store to write: its folder must take files, with space to spare
+        check_output_file(p, "--store")
     if not p.exists():
         if must_exist:
             raise BenchInputError(f"result store {str(p)!r} does not exist: run `bench run --store {p}` first, or check the path")
@@ -61,7 +66,14 @@ def load(paths: Iterable[str | Path]) -> list[Record]:
         except OSError as exc:
             raise BenchInputError(f"result store {str(p)!r} cannot be read: {exc}") from exc
         legacy = _legacy_runs(raws, p.name)
-        out.extend(parse(raw, store=p.stem, legacy_run=legacy.get(i)) for i, raw in enumerate(raws))
+        records = [parse(raw, store=p.stem, legacy_run=legacy.get(i)) for i, raw in enumerate(raws)]
+        odd = sum(1 for r in records if r.extra.get("non_finite_metrics"))
+        if odd:
+            import warnings
+
+            warnings.warn(f"{p}: {odd} record(s) hold NaN or infinite metrics; those figures are treated as missing",
+                          stacklevel=2)
+        out.extend(records)
     return out
 
 
@@ -123,8 +135,29 @@ class CellRuns:
 
     cell_id: str
     gpu_memory_gb: float | None
-    records: tuple[Record, ...]  # every record of the chosen context(s), all statuses, in store order
+    records: tuple[Record, ...]  # the records of the chosen context(s) the row counts, all statuses, in store order
     contexts: tuple[RunContext, ...]  # the chosen contexts, latest first
+    left_out: tuple[Record, ...] = ()  # ok trials of partial runs, left out beside complete ones (counted_records)
+
+    @property
+    def planned_runs(self) -> int:
+        """Return how many runs (worker processes) the chosen contexts asked for."""
+        return sum(c.runs for c in self.contexts)
+
+    @property
+    def planned_trials(self) -> int:
+        """Return the trials per run the latest context asked for."""
+        return self.context.trials
+
+    @property
+    def left_out_runs(self) -> int:
+        return len({r.process_key for r in self.left_out})
+
+    @property
+    def partial(self) -> bool:
+        """Return True for a row that ran ok but has fewer complete runs than its contexts asked for."""
+        per_run, complete = _run_counts(self.records, self.contexts)
+        return bool(per_run) and len(complete) < self.planned_runs
 
     @property
     def pooled(self) -> bool:
@@ -200,6 +233,42 @@ class Selection:
     def by_key(self) -> dict[tuple[str, float | None], CellRuns]:
         return {(r.cell_id, r.gpu_memory_gb): r for r in self.rows}
 
+    def left_out_runs(self) -> dict[tuple[str, float | None], int]:
+        """Return {(cell_id, gpu_memory_gb): partial runs left out of the row's figures} for rows that left any out."""
+        return {(r.cell_id, r.gpu_memory_gb): r.left_out_runs for r in self.rows if r.left_out}
+
+
+def counted_records(records: Sequence[Record], contexts: Sequence[RunContext]) -> tuple[list[Record], list[Record]]:
+    """Return (the records a row's figures count, the ok trials left out) under the partial-run rule.
+
+    A run (one worker process) is complete when it holds its context's `trials` ok trials. A
+    partial run (a worker killed or failed after some ok trials, or a run cut short) is left out
+    of the figures when the row has a complete run, so a resumed 2 x 3 row reads 2 x 3, not
+    3 x 2.3; a row with no complete run keeps its partial trials and is marked partial
+    (docs/results.md, "Partial runs").
+    """
+    per_run, complete = _run_counts(records, contexts)
+    partial = set(per_run) - complete
+    if not complete or not partial:
+        return list(records), []
+    kept = [r for r in records if not (r.ok and r.process_key in partial)]
+    return kept, [r for r in records if r.ok and r.process_key in partial]
+
+
+def _run_counts(records: Sequence[Record], contexts: Sequence[RunContext]) -> tuple[dict[tuple, int], set[tuple]]:
+    """Return ({process key: ok trials}, the process keys holding all the trials their context asked for)."""
+    trials = {c.run_id: c.trials for c in contexts}
+    per_run: dict[tuple, int] = {}
+    for r in records:
+        if r.ok:
+            per_run[r.process_key] = per_run.get(r.process_key, 0) + 1
+    return per_run, {k for k, n in per_run.items() if n >= trials.get(k[0], 1)}
+
+
+def _cell_runs(cell_id: str, cap, records: Sequence[Record], contexts: tuple[RunContext, ...]) -> CellRuns:
+    kept, left_out = counted_records(records, contexts)
+    return CellRuns(cell_id, cap, tuple(kept), contexts, tuple(left_out))
+
 
 def _contexts(records: Sequence[Record], by_environment: bool = False) -> list[tuple[RunContext, list[Record]]]:
     """Return the records of one cell grouped by run id, latest context first.
@@ -253,17 +322,24 @@ def select(records: Iterable[Record], pool: bool = False) -> Selection:
         split += len({c.run_id for c, _ in ranked}) < len(ranked)
         if not pool:
             ctx, chosen = ranked[0]
-            sel.rows.append(CellRuns(cell_id, cap, tuple(chosen), (ctx,)))
-            sel.history.extend(CellRuns(cell_id, cap, tuple(rs), (c,)) for c, rs in ranked[1:])
+            sel.rows.append(_cell_runs(cell_id, cap, chosen, (ctx,)))
+            sel.history.extend(_cell_runs(cell_id, cap, rs, (c,)) for c, rs in ranked[1:])
             continue
         _check_poolable(ranked)
         chosen = tuple(r for r in recs if any(r.context.run_id == c.run_id for c, _ in ranked))
-        sel.rows.append(CellRuns(cell_id, cap, chosen, tuple(c for c, _ in ranked)))
+        sel.rows.append(_cell_runs(cell_id, cap, chosen, tuple(dict.fromkeys(c for c, _ in ranked))))
     if split:
         sel.warnings.append(
             f"{split} cell(s) ran the runs of one invocation in different environments (nodes whose GPU, driver or "
             "libraries differ): each environment's runs are shown apart, the latest as the row, never averaged together"
         )
+    left = [row for row in sel.rows if row.left_out]
+    if left:
+        sel.warnings.append(
+            f"{len(left)} cell(s) have partial runs (a worker killed or failed before its last trial) beside complete "
+            "ones: left out of the figures, as the runs × trials column says: "
+            + ", ".join(f"{row.label} ({row.left_out_runs} run(s), {len(row.left_out)} trial(s))" for row in left[:5])
+            + (" ..." if len(left) > 5 else ""))
     if sel.history and not pool:
         n = len({(h.cell_id, h.gpu_memory_gb) for h in sel.history})
         sel.warnings.append(

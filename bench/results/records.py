@@ -16,6 +16,7 @@ field docs below (`schema_markdown`), and a test checks that they agree.
 from __future__ import annotations
 
 import json
+import math
 import secrets
 import time
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
@@ -226,6 +227,21 @@ def environment_digest(environment: dict) -> str | None:
     return short_hash({k: environment.get(k) for k in COMPARABILITY_KEYS})
 
 
+def finite_metrics(metrics: dict | None) -> tuple[dict | None, list[str]]:
+    """Return (metrics with NaN and ±inf replaced by None, the names replaced).
+
+    The store holds JSON, which has no NaN or infinity (a zero-length pass divides by zero): a
+    writer stores such a figure as missing and says which, and a reader of an older store sees
+    them as missing rather than failing on them.
+    """
+    if not metrics:
+        return metrics, []
+    bad = sorted(k for k, v in metrics.items() if isinstance(v, float) and not math.isfinite(v))
+    if not bad:
+        return metrics, []
+    return {k: (None if k in bad else v) for k, v in metrics.items()}, bad
+
+
 def new_record(kind: str, cell, outcome: dict, *, context: RunContext, run: int = 0, workload: dict | None = None,
                build: dict | None = None, environment: dict | None = None) -> Record:
     """Return the typed record of one outcome. The one constructor every writer uses.
@@ -245,9 +261,13 @@ def new_record(kind: str, cell, outcome: dict, *, context: RunContext, run: int 
     workload = dict(workload or {})
     ctx = replace(context, env_digest=environment_digest(environment),
                   workload_hash=workload.get("content_hash", context.workload_hash))
+    metrics, non_finite = finite_metrics(outcome.get("metrics"))
+    extra = dict(outcome.get("extra") or {})
+    if non_finite:
+        extra["non_finite_metrics"] = non_finite
     return TYPES[kind](
         cell_id=cell_id, cell=cell_dict, context=ctx, run=run, trial=outcome.get("trial", 0), status=status,
-        metrics=outcome.get("metrics"), extra=dict(outcome.get("extra") or {}), samples=outcome.get("samples"),
+        metrics=metrics, extra=extra, samples=outcome.get("samples"),
         error=outcome.get("error"), workload=workload, build=dict(build or {}), environment=environment,
         started_at=outcome.get("started_at"), ended_at=outcome.get("ended_at", time.time()),
     )
@@ -265,19 +285,27 @@ def parse(raw: dict, store: str | None = None, legacy_run: tuple[str, float | No
         kind, context = _legacy(raw, *(legacy_run or (None, None)))
     else:
         kind = raw.get("kind", "measurement")
-        context = RunContext.from_json(raw.get("context") or {"run_id": "unknown", "command": "unknown"})
+        ctx = raw.get("context")
+        context = RunContext.from_json(ctx if isinstance(ctx, dict) and "run_id" in ctx and "command" in ctx
+                                       else {"run_id": "unknown", "command": "unknown"})
     cls = TYPES.get(kind)
     if cls is None:
         raise BenchInputError(f"unknown record kind {kind!r}; this harness reads {KINDS}")
-    env = raw.get("environment") or {}
+    env = raw.get("environment") if isinstance(raw.get("environment"), dict) else {}
     if context.env_digest is None and env:
         context = replace(context, env_digest=environment_digest(env))
     trial = raw.get("trial", 0)
+    metrics, non_finite = finite_metrics(raw.get("metrics") if isinstance(raw.get("metrics"), dict) else None)
+    extra = raw.get("extra") if isinstance(raw.get("extra"), dict) else {}
+    if non_finite:
+        extra = {**extra, "non_finite_metrics": non_finite}
     return cls(
-        cell_id=raw["cell_id"], cell=raw.get("cell") or {}, context=context, run=raw.get("run", 0),
-        trial=trial if isinstance(trial, int) else 0, status=raw.get("status", "error"), metrics=raw.get("metrics"),
-        extra=raw.get("extra") or {}, samples=raw.get("samples"), error=raw.get("error"),
-        workload=raw.get("workload") or {}, build=raw.get("build") or {}, environment=env,
+        cell_id=str(raw["cell_id"]), cell=raw.get("cell") if isinstance(raw.get("cell"), dict) else {}, context=context,
+        run=raw.get("run") if isinstance(raw.get("run"), int) else 0,
+        trial=trial if isinstance(trial, int) else 0, status=raw.get("status", "error"), metrics=metrics,
+        extra=extra, samples=raw.get("samples"), error=raw.get("error"),
+        workload=raw.get("workload") if isinstance(raw.get("workload"), dict) else {},
+        build=raw.get("build") if isinstance(raw.get("build"), dict) else {}, environment=env,
         started_at=raw.get("started_at"), ended_at=raw.get("ended_at"), schema_version=version, store=store,
     )
 

@@ -1,9 +1,11 @@
 """Append-only JSON Lines result store: one line per typed record, never rewritten.
 
-Each record is written with one write() of a complete line and fsync'd, under an exclusive
-lock, so Ctrl-C or a killed process can lose at most the record being written and never
-corrupts earlier ones. A torn last line (power loss, SIGKILL mid-write) is skipped when
-loading and fenced off with a newline before the next append. One invocation writes a store
+Each record is written as one complete line (short writes continued) and fsync'd, under an
+exclusive lock, so Ctrl-C or a killed process can lose at most the record being written and
+never corrupts earlier ones. A write that fails (disk full, I/O error) is cut back to the size
+before it and raises StoreWriteError naming the record: no fragment counts as stored. A torn
+last line (power loss, SIGKILL mid-write) is skipped when loading and fenced off with a newline
+before the next append. One invocation writes a store
 at a time (`ResultStore.writer`): a second `bench run` on the same store is refused.
 Readers go through bench.results.query, which types what `records()` yields.
 """
@@ -19,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bench import SCHEMA_VERSION
-from bench.errors import BenchInputError
+from bench.errors import BenchInputError, StoreWriteError
 
 try:  # optional: parses a large store 2-3x faster than json; json decides whenever orjson refuses a line
     from orjson import loads as _orjson_loads
@@ -38,8 +40,11 @@ class ResultStore:
         if not isinstance(record, Record):
             raise TypeError(f"append takes a bench.results.records.Record (made by new_record), got {type(record).__name__}")
         line = (json.dumps(record.to_json(), sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n").encode()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreWriteError(self._not_stored(record, exc)) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             size = os.fstat(fd).st_size
@@ -47,17 +52,32 @@ class ResultStore:
                 with open(self.path, "rb") as fh:  # fence off a torn last line
                     fh.seek(size - 1)
                     if fh.read(1) != b"\n":
-                        os.write(fd, b"\n")
-            os.write(fd, line)
-            os.fsync(fd)
+                        line = b"\n" + line
+            try:
+                _write_all(fd, line)
+                os.fsync(fd)
+            except OSError as exc:
+                # Leave no fragment that a reader would skip (or count): back to the size before this record.
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)
+                    os.fsync(fd)
+                raise StoreWriteError(self._not_stored(record, exc)) from exc
         finally:
             os.close(fd)
+
+    def _not_stored(self, record, exc: OSError) -> str:
+        """Return the message of a record that could not be stored: which, where, why, and what stays."""
+        from bench.files import describe_os_error
+
+        return (f"{record.label} (trial {record.trial}, {record.status}) was NOT stored in {str(self.path)!r}: "
+                f"{describe_os_error(exc, self.path)}. The run stopped here; every record stored before it stays, "
+                "and re-running the same command resumes after them")
 
     def records(self) -> Iterator[dict]:
         """Yield every complete record; torn or invalid lines are skipped with one warning."""
         if not self.path.exists():
             return
-        bad = 0
+        bad = good = 0
         with open(self.path, "rb") as fh:
             for lineno, raw in enumerate(fh, 1):
                 if not raw.strip():
@@ -76,7 +96,13 @@ class ResultStore:
                         f"{self.path}:{lineno} has result schema version {version!r}, newer than this harness's "
                         f"{SCHEMA_VERSION}: upgrade bench to read it"
                     )
+                good += 1
                 yield rec
+        if bad and not good:
+            raise BenchInputError(
+                f"{self.path} is not a bench result store: none of its {bad} line(s) is a result record (binary data, "
+                "another program's JSON, or lines without a cell_id); give the .jsonl file `bench run --store` wrote"
+            )
         if bad:
             warnings.warn(f"{self.path}: skipped {bad} torn or invalid line(s)", stacklevel=2)
 
@@ -91,9 +117,15 @@ class ResultStore:
 
         if self.path.is_dir():
             raise BenchInputError(f"result store {str(self.path)!r} is a folder: give a .jsonl file with --store")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         lock_path = self.path.with_name(self.path.name + ".lock")
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            from bench.files import describe_os_error
+
+            raise BenchInputError(f"cannot write result store {str(self.path)!r}: "
+                                  + describe_os_error(exc, exc.filename or lock_path, "--store")) from exc
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -108,6 +140,18 @@ class ResultStore:
             yield self
         finally:
             os.close(fd)  # releases the lock
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` to fd, going on after short writes; OSError(ENOSPC) if the device takes no more."""
+    import errno
+
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        if n <= 0:
+            raise OSError(errno.ENOSPC, "no space left on device (a write stored 0 bytes)")
+        view = view[n:]
 
 
 def _loads(raw: bytes):

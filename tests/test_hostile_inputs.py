@@ -1,0 +1,314 @@
+"""A catalogue of hostile inputs: each is an argv (with a matrix text or a store where it needs one), the exit status
+it must get and a piece of the message that names the problem. Run in-process (bench.cli.main), so the catalogue
+stays fast; an exception escaping main is a traceback a user would see, and fails the case as TRACEBACK.
+
+Grow it: every input that once gave a traceback or a misleading message gets a line here. Plus property-based
+tests (hypothesis) of the matrix parser and of the command line's value coercion: a valid matrix or a
+BenchInputError with a message, never another exception.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import string
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bench.cli import main
+from bench.errors import BenchInputError
+from bench.results.store import ResultStore
+from tests.support.records import make_record
+
+LONG = "a" * 300  # longer than any common file system's name limit (255 bytes)
+
+TOP = {"name": '"hostile"', "backends": '["fake"]', "model": '"qwen-tiny"', "precisions": '["bf16"]',
+       "max_batch_sizes": "[1]", "workloads": '["w"]', "device": '"cpu"', "trials": "1",
+       "baseline": '{ backend = "fake" }'}
+SYNTHETIC = {"source": '"synthetic"', "input_len": "8", "output_len": "4", "num_requests": "2"}
+
+
+def matrix(top: dict | None = None, options: dict | None = None, workload: dict | None = None, *,
+           replace_workload: bool = False) -> str:
+    """Return matrix TOML: the valid fake matrix with keys changed (values are TOML literals; None removes a key)."""
+    t = {k: v for k, v in {**TOP, **(top or {})}.items() if v is not None}
+    w = {k: v for k, v in ({**(workload or {})} if replace_workload else {**SYNTHETIC, **(workload or {})}).items()
+         if v is not None}
+    lines = [f"{k} = {v}" for k, v in t.items()]
+    if options:
+        lines += ["[options]"] + [f"{k} = {v}" for k, v in options.items()]
+    lines += ["[workload.w]"] + [f"{k} = {v}" for k, v in w.items()]
+    return "\n".join(lines) + "\n"
+
+
+def M(**kw) -> str:
+    return matrix(**kw)
+
+
+RUN = ["run", "--matrix", "{matrix}", "--no-progress"]
+
+# (id, matrix text or None, argv, exit status, a piece of the message)
+CASES = [
+    # numbers in a matrix: finite, integral where they count, in range
+    ("option nan", M(options={"step_ms": "nan"}), RUN, 2, "step_ms for backend 'fake' must be a finite number"),
+    ("option inf", M(options={"step_ms": "inf"}), RUN, 2, "must be a finite number"),
+    ("option -inf", M(options={"slowdown": "-inf"}), RUN, 2, "must be a finite number"),
+    ("option negative", M(options={"step_ms": "-1"}), RUN, 2, "must be a non-negative number"),
+    ("option text", M(options={"step_ms": '"fast"'}), RUN, 2, "must be a number"),
+    ("option bool", M(options={"step_ms": "true"}), RUN, 2, "must be a number"),
+    ("option int 1.5", M(options={"seed": "1.5"}), RUN, 2, "option seed=1.5 for backend 'fake' must be an integer"),
+    ("option band > 1", M(options={"oom_flaky_band": "2"}), RUN, 2, "between 0 and 1"),
+    ("option nested list", M(options={"step_ms": "[[1, 2]]"}), RUN, 2, "must be a number"),
+    ("option unknown", M(options={"turbo": "1"}), RUN, 2, "unknown option 'turbo'"),
+    ("tensor_parallel 0", M(options={"tensor_parallel_size": "0"}), RUN, 2, "tensor_parallel_size"),
+    ("seed 1.5", M(workload={"seed": "1.5"}), RUN, 2, "seed must be an integer, got 1.5"),
+    ("seed -1", M(workload={"seed": "-1"}), RUN, 2, "seed must be a non-negative integer"),
+    ("seed nan", M(workload={"seed": "nan"}), RUN, 2, "seed must be a finite number"),
+    ("num_requests 1e9", M(workload={"num_requests": "1000000000"}), RUN, 2, "holds at most 100000 requests"),
+    ("num_requests 0", M(workload={"num_requests": "0"}), RUN, 2, "num_requests must be a positive integer"),
+    ("num_requests 4.0", M(workload={"num_requests": "4.0"}), RUN, 2, "num_requests must be an integer"),
+    ("num_requests true", M(workload={"num_requests": "true"}), RUN, 2, "num_requests must be a positive integer"),
+    ("input_len nan", M(workload={"input_len": "nan"}), RUN, 2, "input_len must be a finite number"),
+    ("input_stdev inf", M(workload={"input_stdev": "inf"}), RUN, 2, "input_stdev must be a finite number"),
+    ("burstiness nan", M(workload={"burstiness": "nan"}), RUN, 2, "burstiness must be a finite number"),
+    ("request_rate -1", M(workload={"request_rate": "-1"}), RUN, 2, "request_rate must be a positive number"),
+    ("workload unknown key", M(workload={"lenght": "3"}), RUN, 2, "unknown key 'lenght'"),
+    ("trials 0", M(top={"trials": "0"}), RUN, 2, "trials (--trials) must be a positive integer"),
+    ("trials true", M(top={"trials": "true"}), RUN, 2, "trials (--trials) must be a positive integer"),
+    ("trials 1.5", M(top={"trials": "1.5"}), RUN, 2, "must be an integer"),
+    ("trials huge", M(top={"trials": "100000000"}), RUN, 2, "<= 10000"),
+    ("runs nan", M(top={"runs": "nan"}), RUN, 2, "runs (--runs) must be a finite number"),
+    ("warmup -1", M(top={"warmup": "-1"}), RUN, 2, "warmup must be an integer between 0 and"),
+    ("timeout nan", M(top={"timeout_s": "nan"}), RUN, 2, "timeout_s must be a finite number"),
+    ("timeout inf", M(top={"timeout_s": "inf"}), RUN, 2, "timeout_s must be a finite number"),
+    ("timeout 0", M(top={"timeout_s": "0"}), RUN, 2, "timeout_s must be a positive number"),
+    ("gpu_memory_gb nan", M(top={"gpu_memory_gb": "nan"}), RUN, 2, "gpu_memory_gb (--gpu-memory-gb) must be a finite"),
+    ("gpu_memory_gb -1", M(top={"gpu_memory_gb": "-1"}), RUN, 2, "must be a positive number"),
+    ("gpu_memory_gb text", M(top={"gpu_memory_gb": '"24"'}), RUN, 2, "must be a positive number"),
+    ("batch size 1.5", M(top={"max_batch_sizes": "[1.5]"}), RUN, 2, "positive integers"),
+    ("batch sizes empty", M(top={"max_batch_sizes": "[]"}), RUN, 2, "max_batch_sizes"),
+    ("not toml", "this = is [ not toml", RUN, 2, "not valid TOML"),
+    ("binary matrix", "\x00\x01\x02\xff", RUN, 2, "matrix"),
+    # workload files
+    ("empty sharegpt", M(workload={"path": '"{tmp}/empty.json"', "num_requests": "2"}, replace_workload=True), RUN, 2,
+     "'empty.json' is empty (0 bytes)"),
+    ("sharegpt []", M(workload={"path": '"{tmp}/emptyarr.json"', "num_requests": "2"}, replace_workload=True), RUN, 2,
+     "holds no records"),
+    ("sharegpt no conversations", M(workload={"path": '"{tmp}/shape.json"'}, replace_workload=True), RUN, 2,
+     "holds no usable conversation"),
+    # command-line numbers and selections
+    ("--requests 0", M(), [*RUN, "--requests", "0"], 2, "--requests must be a positive integer"),
+    ("--requests 1e9", M(), [*RUN, "--requests", "1000000000"], 2, "at most 100000 requests"),
+    ("--requests 1.5", M(), [*RUN, "--requests", "1.5"], 2, "invalid int value"),
+    ("--trials 0", M(), [*RUN, "--trials", "0"], 2, "trials (--trials) must be a positive integer"),
+    ("--runs -1", M(), [*RUN, "--runs", "-1"], 2, "runs (--runs) must be a positive integer"),
+    ("--only none", M(), [*RUN, "--only", "precision=fp64"], 2, "matches none"),
+    ("--baseline none", M(), [*RUN, "--baseline", "backend=hf,precision=bf16"], 2, "matches none of the matrix's 1"),
+    ("--baseline garbage", M(), [*RUN, "--baseline", "fast"], 2, "key=value"),
+    # paths a run writes
+    ("--store folder", M(), [*RUN, "--store", "{tmp}/folder"], 2, "is a folder"),
+    ("--store long name", M(), [*RUN, "--store", f"{{tmp}}/{LONG}.jsonl"], 2, "longer than the file system's limit"),
+    ("--store under a file", M(), [*RUN, "--store", "{tmp}/plain.txt/s.jsonl"], 2, "is a file, not a folder"),
+    ("--report-dir a file", M(), [*RUN, "--report-dir", "{tmp}/plain.txt"], 2, "is an existing file, not a folder"),
+    ("--report-dir long", M(), [*RUN, "--report-dir", f"{{tmp}}/{LONG}"], 2, "longer than the file system's limit"),
+    # oom and profile flags
+    ("oom cap nan", M(), ["oom", "--matrix", "{matrix}", "--gpu-memory-gb", "nan"], 2, "must be a finite number"),
+    ("oom cap inf", M(), ["oom", "--matrix", "{matrix}", "--gpu-memory-gb", "inf"], 2, "must be a finite number"),
+    ("oom cap -3", M(), ["oom", "--matrix", "{matrix}", "--gpu-memory-gb", "-3"], 2, "must be a positive number"),
+    ("oom lower 0", M(), ["oom", "--matrix", "{matrix}", "--lower", "0"], 2, "positive integer"),
+    ("oom bounds inverted", M(), ["oom", "--matrix", "{matrix}", "--lower", "8", "--upper", "2"], 2, "inverted"),
+    ("oom lengths", M(), ["oom", "--matrix", "{matrix}", "--lengths", "1x"], 2, "INPUTxOUTPUT"),
+    ("oom decode steps", M(), ["oom", "--matrix", "{matrix}", "--decode-steps", "0"], 2, "decode_steps"),
+    ("profile timeout nan", M(), ["profile", "--matrix", "{matrix}", "--timeout", "nan"], 2, "--timeout must be a finite"),
+    ("profile steps 0", M(), ["profile", "--matrix", "{matrix}", "--decode-steps", "0"], 2, "--decode-steps must be"),
+    # reports of odd stores
+    ("report missing", None, ["report", "{tmp}/nope.jsonl"], 2, "does not exist"),
+    ("report binary", None, ["report", "{tmp}/bin.jsonl"], 2, "is not a bench result store"),
+    ("report other schema", None, ["report", "{tmp}/other.jsonl"], 2, "is not a bench result store"),
+    ("report empty", None, ["report", "{tmp}/empty.jsonl"], 2, "empty"),
+    ("report folder", None, ["report", "{tmp}/folder"], 2, "is a folder"),
+    ("report all errors", None, ["report", "{tmp}/err.jsonl"], 0, "no cell ran ok"),
+    ("report all oom", None, ["report", "{tmp}/oom.jsonl"], 0, "no cell ran ok"),
+    ("report NaN store", None, ["report", "{tmp}/nan.jsonl"], 0, "NaN or infinite"),
+    ("report --out a file", None, ["report", "{tmp}/ok.jsonl", "--out", "{tmp}/plain.txt"], 2, "existing file"),
+    ("report --out long", None, ["report", "{tmp}/ok.jsonl", "--out", f"{{tmp}}/{LONG}"], 2, "longer than"),
+    ("report --baseline none", None, ["report", "{tmp}/ok.jsonl", "--baseline", "backend=hf"], 2, "choose one"),
+    # comparisons
+    ("compare errors head", None, ["compare", "{tmp}/ok.jsonl", "{tmp}/err.jsonl"], 1, "holds only failures"),
+    ("compare errors both", None, ["compare", "{tmp}/err.jsonl", "{tmp}/err.jsonl"], 0, "error on both sides"),
+    ("compare oom both", None, ["compare", "{tmp}/oom.jsonl", "{tmp}/oom.jsonl"], 0, "oom on both sides"),
+    ("compare NaN head", None, ["compare", "{tmp}/ok.jsonl", "{tmp}/nan.jsonl"], 2, "no metric could be judged"),
+    ("compare binary", None, ["compare", "{tmp}/bin.jsonl", "{tmp}/ok.jsonl"], 2, "is not a bench result store"),
+    ("compare ignore unknown", None, ["compare", "{tmp}/ok.jsonl", "{tmp}/ok.jsonl", "--ignore-option", "slowdwn"], 2,
+     "valid option names are"),
+    ("compare factor nan", None, ["compare", "{tmp}/ok.jsonl", "{tmp}/ok.jsonl", "--factor", "nan"], 2, "--factor"),
+    ("compare factor inf", None, ["compare", "{tmp}/ok.jsonl", "{tmp}/ok.jsonl", "--factor", "inf"], 2, "--factor"),
+    ("compare confidence 2", None, ["compare", "{tmp}/ok.jsonl", "{tmp}/ok.jsonl", "--confidence", "2"], 2,
+     "--confidence"),
+    ("compare --markdown under a file", None,
+     ["compare", "{tmp}/ok.jsonl", "{tmp}/ok.jsonl", "--markdown", "{tmp}/plain.txt/x.md"], 2, "is a file, not a folder"),
+    ("compare --markdown folder", None, ["compare", "{tmp}/ok.jsonl", "{tmp}/ok.jsonl", "--markdown", "{tmp}/folder"], 2,
+     "is a folder"),
+    # workload commands
+    ("workload num_requests 1e9", M(), ["workload", "build", "--matrix", "{matrix}", "--set", "num_requests=1e9"], 2,
+     "num_requests must be an integer"),
+    ("workload seed 1.5", M(), ["workload", "build", "--matrix", "{matrix}", "--set", "seed=1.5"], 2, "seed must be"),
+    ("workload seed nan", M(), ["workload", "build", "--matrix", "{matrix}", "--set", "seed=nan"], 2, "finite"),
+    ("workload --out folder", M(), ["workload", "build", "--matrix", "{matrix}", "--out", "{tmp}/folder"], 2,
+     "is a folder"),
+    ("workload show missing", None, ["workload", "show", "{tmp}/nope.json"], 2, "does not exist"),
+    ("workload export long", None, ["workload", "export", "{tmp}/nope.json", "--out", f"{{tmp}}/{LONG}.jsonl"], 2,
+     "longer than"),
+]
+
+
+@pytest.fixture
+def files(tmp_path):
+    """Write the stores and files the catalogue names under tmp_path; return tmp_path."""
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "plain.txt").write_text("a file\n")
+    (tmp_path / "empty.json").write_text("")
+    (tmp_path / "emptyarr.json").write_text("[]")
+    (tmp_path / "shape.json").write_text('[{"id": "x"}]')
+    (tmp_path / "bin.jsonl").write_bytes(bytes(range(256)) * 4)
+    (tmp_path / "other.jsonl").write_text('{"name": "not a record"}\n{"a": 1}\n')
+    (tmp_path / "empty.jsonl").write_text("")
+    cell = {"backend": "fake", "model": "m", "precision": "bf16", "max_batch_size": 1, "device": "cpu",
+            "options": {"slowdown": 1.0}, "workload": {"name": "w"}}
+    env = {"cpu": "x", "torch": "2"}
+    ok, err, oom = (ResultStore(tmp_path / f"{n}.jsonl") for n in ("ok", "err", "oom"))
+    for run in range(2):
+        ok.append(make_record("a", run=run, cell=cell, env=env, baseline={"backend": "fake"},
+                              output_throughput=10.0 + run, request_throughput=1.0))
+    err.append(make_record("a", status="error", cell=cell, env={}, baseline={"backend": "fake"}))
+    oom.append(make_record("a", status="oom", cell=cell, env=env, baseline={"backend": "fake"}))
+    line = json.loads((tmp_path / "ok.jsonl").read_text().splitlines()[0])
+    line["metrics"]["output_throughput"] = float("nan")
+    line["metrics"]["request_throughput"] = float("inf")
+    second = json.loads((tmp_path / "ok.jsonl").read_text().splitlines()[1])
+    (tmp_path / "nan.jsonl").write_text(json.dumps(line) + "\n" + json.dumps(second) + "\n")
+    return tmp_path
+
+
+def run_cli(argv: list[str]) -> int:
+    """Return main's exit status; an exception escaping main fails the case as a TRACEBACK."""
+    try:
+        return main(argv)
+    except SystemExit as exc:  # argparse's own refusals (exit 2 with a usage line)
+        return exc.code if isinstance(exc.code, int) else 1
+    except Exception as exc:  # noqa: BLE001 - what a user would see as a traceback
+        pytest.fail(f"TRACEBACK: {type(exc).__name__}: {str(exc)[:300]}", pytrace=False)
+
+
+@pytest.mark.parametrize("text, argv, code, needle", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_hostile_input(files, capsys, text, argv, code, needle):
+    tmp = str(files)
+    subs = {"tmp": tmp, "matrix": str(files / "m.toml")}
+    if text is not None:
+        (files / "m.toml").write_text(text.replace("{tmp}", tmp))
+    got = run_cli([a.format(**subs) for a in argv])
+    out = capsys.readouterr()
+    both = out.out + out.err
+    assert "Traceback" not in both
+    assert got == code, both[-2000:]
+    assert needle in both, both[-2000:]
+
+
+def test_catalogue_ids_are_unique():
+    ids = [c[0] for c in CASES]
+    assert len(ids) == len(set(ids))
+
+
+# ---- properties: a valid matrix or a BenchInputError, never another exception ----------------------------------
+
+# A few seconds by default; BENCH_HYPOTHESIS_EXAMPLES=3000 for a deeper search (a minute or two).
+PROPERTY = settings(max_examples=int(os.environ.get("BENCH_HYPOTHESIS_EXAMPLES", "80")), deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                            HealthCheck.function_scoped_fixture])
+
+# TOML literals a user might write, plausible and hostile
+LITERALS = st.sampled_from([
+    "0", "1", "-1", "2", "8", "1.5", "-0.0", "1e9", "100000000000000000000", "nan", "inf", "-inf", "true", "false",
+    '""', '"x"', '"fake"', '"hf"', '"cpu"', '"cuda"', '"bf16"', '"none"', '"inf"', '"synthetic"', '"sharegpt"',
+    "[]", "[1]", "[1, 2]", "[0]", "[1.5]", '["fake"]', '["bf16", "int4"]', '["x"]', "[[1]]", "[true]",
+    "{}", "{ a = 1 }", '{ backend = "fake" }', '{ backend = "fake", precision = "bf16" }',
+])
+TOP_KEYS = st.sampled_from(["name", "backends", "model", "precisions", "max_batch_sizes", "workloads", "device",
+                            "devices", "trials", "warmup", "runs", "timeout_s", "build_timeout_s", "gpu_memory_gb",
+                            "baseline", "executor", "ray_address", "include", "exclude", "description", "unknown"])
+OPTION_KEYS = st.sampled_from(["step_ms", "step_ms_per_seq", "noise", "slowdown", "memory_gb", "seed", "fail",
+                               "oom_flaky_band", "short_rows", "wall_ms", "tensor_parallel_size", "kv_bytes_per_token",
+                               "turbo"])
+WORKLOAD_KEYS = st.sampled_from(["source", "num_requests", "seed", "input_len", "output_len", "max_input_len",
+                                 "max_total_len", "min_len", "length_dist", "input_stdev", "input_min", "input_max",
+                                 "output_min", "output_max", "request_rate", "burstiness", "max_concurrency",
+                                 "oversample", "prompt_format", "tokenizer", "lenght"])
+
+
+def _load(tmp_path, text: str):
+    from bench.spec import load_matrix
+
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    try:
+        return load_matrix(str(path))
+    except BenchInputError as exc:
+        assert str(exc).strip(), "a BenchInputError must say what is wrong"
+        return None
+
+
+@PROPERTY
+@given(top=st.dictionaries(TOP_KEYS, LITERALS, max_size=4), options=st.dictionaries(OPTION_KEYS, LITERALS, max_size=3),
+       workload=st.dictionaries(WORKLOAD_KEYS, LITERALS, max_size=3))
+def test_matrix_parser_gives_a_matrix_or_a_clear_error(tmp_path, top, options, workload):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # e.g. device 'cuda' without NVML: a warning, not the property
+        m = _load(tmp_path, matrix(top=top, options=options or None, workload=workload))
+    if m is not None:  # what loads is valid all through: finite numbers, cells that name their backend
+        assert m.cells and all(c.max_batch_size >= 1 for c in m.cells)
+        assert m.settings.trials >= 1 and m.settings.runs >= 1
+        for c in m.cells:
+            for v in c.options_dict.values():
+                assert not (isinstance(v, float) and v != v)
+
+
+@PROPERTY
+@given(st.text(alphabet=string.printable, max_size=120))
+def test_arbitrary_text_is_a_matrix_or_a_clear_error(tmp_path, text):
+    _load(tmp_path, text)
+
+
+@PROPERTY
+@given(key=OPTION_KEYS, text=st.one_of(st.sampled_from(["nan", "inf", "-inf", "1e309", "1.5", "-1", "0", "true",
+                                                         "none", "null", "fast", "", "1_0", "0x10", "  3 "]),
+                                        st.text(max_size=8)))
+def test_command_line_values_coerce_to_a_valid_option_or_a_clear_error(key, text):
+    from bench.backends.fake.backend import FakeBackend
+    from bench.spec import coerce_cli_value
+
+    value = coerce_cli_value(text)
+    try:
+        opts = FakeBackend.normalize_options({key: value})
+    except BenchInputError as exc:
+        assert key in str(exc)
+        return
+    v = opts[key]
+    assert not (isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))))
+
+
+@PROPERTY
+@given(key=WORKLOAD_KEYS, text=st.one_of(st.sampled_from(["nan", "inf", "1e9", "1.5", "-1", "0", "4", "true", "none",
+                                                           "synthetic", "uniform"]), st.text(max_size=8)))
+def test_workload_set_values_give_a_spec_or_a_clear_error(key, text):
+    from bench.spec import WorkloadSpec, coerce_cli_value
+
+    data = {"source": "synthetic", "input_len": 8, "output_len": 4, key: coerce_cli_value(text)}
+    try:
+        spec = WorkloadSpec.from_dict("w", data)
+    except BenchInputError as exc:
+        assert str(exc).startswith("workload 'w'")
+        return
+    assert 1 <= spec.num_requests <= 100_000 and isinstance(spec.seed, int)
