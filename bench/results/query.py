@@ -161,6 +161,11 @@ class CellRuns:
         """Return how many worker processes contributed an ok trial."""
         return len({r.process_key for r in self.ok_records})
 
+    @property
+    def tuned_digests(self) -> tuple[str, ...]:
+        """Return the distinct tuned-kernel digests its ok records ran (Record.tuned_digest), sorted; () when untuned."""
+        return tuple(sorted({r.tuned_digest for r in self.ok_records} - {None}))
+
     def values(self, metric: str) -> list[list[float]]:
         """Return the metric's ok trial values grouped by worker process (one list per run)."""
         by_run: dict[tuple, list[float]] = {}
@@ -275,6 +280,16 @@ def select(records: Iterable[Record], pool: bool = False) -> Selection:
 
 def _check_poolable(ranked: list[tuple[RunContext, list[Record]]]) -> None:
     label = ranked[0][1][-1].label
+    # Different tuned kernels are different programs: their figures are two tunings, not one (docs/hf-backend.md).
+    tuned = [(c, tuple(sorted({r.tuned_digest for r in rs if r.ok} - {None}))) for c, rs in ranked]
+    tuned = [(c, d) for c, d in tuned if d]
+    if len({d for _, d in tuned}) > 1:
+        detail = "; ".join(f"{', '.join(x[:8] + '…' for x in d)} in run {c.run_id} ({c.label})" for c, d in tuned)
+        raise BenchInputError(
+            f"cannot pool the runs of {label}: they ran different tuned kernels (tuned {detail}); their figures are "
+            "different tunings' figures, not one. Drop --pool (each row then shows the latest run), or measure every "
+            "run from one engine artifact (`bench build`, `bench run --engines`)"
+        )
     for key, what in (("env_digest", "environments"), ("workload_hash", "workloads")):
         values = {getattr(c, key) for c, _ in ranked} - {None}
         if len(values) > 1:

@@ -7,7 +7,7 @@ out-of-memory when a batch's KV cache exceeds memory_gb (or the gpu_memory_gb ca
 `oom_flaky_band` makes sizes just under the limit fail on alternate runs. `fail` injects worker
 failures, `short_rows` rows that come out one token short. `tuning_spread` simulates a tuned
 build: the first load of a cold engine folder draws a speed factor and a tuned digest (seeded by
-the build key and which tuning build it is, so K cold builds draw K outcomes), keeps them in the
+the build key, the tuning build and the folder's parent, so K cold builds draw K outcomes), keeps them in the
 folder's tuned.json, and every later process of that folder, or of an artifact of it, runs them.
 """
 
@@ -64,7 +64,8 @@ class FakeLoaded(Loaded):
         path = self.folder / "tuned.json"
         if path.is_file():
             return json.loads(path.read_text())
-        seed = f"{json.dumps(self.key, sort_keys=True)}:{tuning_build}"
+        # Every cold folder draws anew (its parent: a build's stamp, `build-k` of a tuning build, an artifact's digest).
+        seed = f"{json.dumps(self.key, sort_keys=True)}:{tuning_build}:{self.folder.parent.name}"
         factor = random.Random(seed).uniform(1 - spread, 1 + spread)
         tuned = {"factor": factor, "digest": hashlib.sha256(f"{seed}:{factor}".encode()).hexdigest()[:16]}
         path.write_text(json.dumps(tuned))
