@@ -250,3 +250,39 @@ def test_compare_labels_a_change_between_different_tuned_kernels_instead_of_a_ve
     # The same kernels on both sides: the change is the code's, and judged.
     judged = compare_stores(base, store("m5b", "c38cec28aa", 100.0), metrics=["output_throughput"])
     assert judged.rows[0].verdict == "regressed" and judged.exit_status == 1
+
+
+def test_hf_carries_torchs_cache_artifacts_and_the_tuned_configs_and_installs_the_configs_last(tmp_path, monkeypatch):
+    """The hf side without a GPU: what engine_files collects, and that install_engine hands torch its bytes first and
+    then writes the `*.best_config` files, so the loaded folder's tuned digest is the artifact's."""
+    import torch
+
+    from bench.backends.hf import compile as hf_compile
+    from bench.backends.hf.backend import HFBackend
+
+    built = tmp_path / "built"
+    cache = built / "inductor" / "ab"
+    cache.mkdir(parents=True)
+    (cache / "k1.best_config").write_text(json.dumps({"XBLOCK": 64, "found_by_coordesc": True, "time_taken_ms": 9}))
+    (built / "inductor" / "fxgraph").mkdir()
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"torch-bytes", None))
+    files = hf_compile.engine_files(built)
+    assert files == {hf_compile.TORCH_CACHE_ARTIFACTS: b"torch-bytes",
+                     "inductor/ab/k1.best_config": (cache / "k1.best_config").read_bytes()}
+
+    loaded = tmp_path / "loaded"
+    events = []
+
+    def load_cache_artifacts(blob):
+        events.append(("torch", blob, (loaded / "inductor" / "ab" / "k1.best_config").exists()))
+        # torch's own autotune entry, recorded earlier in the build: the artifact's file must win
+        (loaded / "inductor" / "ab").mkdir(parents=True, exist_ok=True)
+        (loaded / "inductor" / "ab" / "k1.best_config").write_text(json.dumps({"XBLOCK": 8}))
+
+    monkeypatch.setattr(torch.compiler, "load_cache_artifacts", load_cache_artifacts)
+    HFBackend().install_engine({"folder": str(loaded)}, files)
+    assert events == [("torch", b"torch-bytes", False)]
+    assert not (loaded / hf_compile.TORCH_CACHE_ARTIFACTS).exists()  # torch's bytes go to torch, not to a file
+    assert hf_compile.tuned_kernel_configs(loaded / "inductor") == hf_compile.tuned_kernel_configs(built / "inductor")
+    with pytest.raises(ValueError, match="outside the build folder"):
+        HFBackend().install_engine({"folder": str(loaded)}, {"../escape.best_config": b"{}"})
