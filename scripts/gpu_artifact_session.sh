@@ -30,6 +30,12 @@ PY=${PYTHON:-python3}
 CARRY=results/h200-artifacts
 ART=$CARRY/art
 budget_s=${BENCH_SESSION_BUDGET_S:-470}
+# A dry run on a CPU: BENCH_MATRIX=a fake matrix TOML, TUNED=its --only for the spread (tests of this script).
+if [ -n "${BENCH_MATRIX:-}" ]; then MATRIX=(--matrix "$BENCH_MATRIX"); else MATRIX=(--preset h200-best-bs1); fi
+TUNED=${TUNED:-precision=int8wo}
+# Stores and worker logs stay out of $OUT (it returns 8 files at most); the stores are copied there at the end.
+WORK=/tmp/bench-session-$mode
+mkdir -p "$WORK"
 started=$(date +%s)
 exec > >(tee -a "$OUT/session.log") 2>&1
 
@@ -48,7 +54,7 @@ step() {  # step NAME COMMAND...: run it within what is left of the budget; say 
 }
 
 echo "issue 31, mode $mode, $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo +dirty)"
-nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader
+nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader || echo "no nvidia-smi"
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__)"
 if ! $PY -c "import torchao" 2>/dev/null; then  # int8wo needs it; docs/hf-backend.md says how to carry the wheel
     ls .whl/torchao-*.whl >/dev/null 2>&1 && $PY -m pip install -q --no-deps --no-index .whl/torchao-*.whl
@@ -58,11 +64,11 @@ $PY -c "import torchao; print('torchao', torchao.__version__)" || { echo "torcha
 case "$mode" in
 first)
     mkdir -p "$ART"
-    step build $PY -m bench build --preset h200-best-bs1 --artifacts "$ART" | tee "$OUT/build.txt"
+    step build $PY -m bench build "${MATRIX[@]}" --artifacts "$ART" | tee "$OUT/build.txt"
     ls -l "$ART"/*.tar
-    step artifact-runs $PY -m bench run --preset h200-best-bs1 --engines "$ART" --runs 2 \
-        --store "$OUT/m1.jsonl" --report-dir /tmp/m1-report --no-progress
-    step report $PY -m bench report "$OUT/m1.jsonl" --out /tmp/m1-report && cp /tmp/m1-report/speedup.md "$OUT/m1-report.md"
+    step artifact-runs $PY -m bench run "${MATRIX[@]}" --engines "$ART" --runs 2 \
+        --store "$WORK/m1.jsonl" --report-dir /tmp/m1-report --no-progress
+    step report $PY -m bench report "$WORK/m1.jsonl" --out /tmp/m1-report && cp /tmp/m1-report/report.md "$OUT/m1-report.md"
     for a in "$ART"/*.tar; do  # $OUT returns files of at most 16 MiB
         if (( $(stat -c %s "$a") > 15 * 1024 * 1024 )); then
             split -b 15M -d "$a" "$OUT/$(basename "$a").part-"
@@ -72,13 +78,14 @@ first)
     done
     ;;
 spread)
-    gpus=$(nvidia-smi -L | wc -l)
+    gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
     devices=()
     (( gpus > 1 )) && devices=(--devices all)  # the K cold builds at once, one per GPU
-    step tuning-builds $PY -m bench run --preset h200-best-bs1 --only precision=int8wo --tuning-builds "${K:-3}" \
-        --runs 1 "${devices[@]}" --store "$OUT/spread.jsonl" --report-dir /tmp/spread-report --no-progress
-    step report $PY -m bench report "$OUT/spread.jsonl" --out /tmp/spread-report \
-        && cp /tmp/spread-report/speedup.md "$OUT/spread-report.md"
+    step tuning-builds $PY -m bench run "${MATRIX[@]}" --only "$TUNED" --tuning-builds "${K:-3}" \
+        --runs 1 "${devices[@]}" --store "$WORK/spread.jsonl" --report-dir /tmp/spread-report --no-progress \
+        --baseline "$TUNED"  # the tuned cell alone: it is its own baseline
+    step report $PY -m bench report "$WORK/spread.jsonl" --out /tmp/spread-report --baseline "$TUNED" \
+        && cp /tmp/spread-report/report.md "$OUT/spread-report.md"
     ;;
 second)
     for first_part in "$ART"/*.tar.part-00; do  # artifacts that came back in parts
@@ -86,13 +93,13 @@ second)
         cat "${first_part%-00}"-* > "${first_part%.part-00}"
     done
     ls -l "$ART"/*.tar "$CARRY/m1.jsonl" || { echo "carry results/h200-artifacts (art/*.tar, m1.jsonl) from first"; exit 2; }
-    step artifact-runs $PY -m bench run --preset h200-best-bs1 --engines "$ART" --runs 2 \
-        --store "$OUT/m2.jsonl" --report-dir /tmp/m2-report --no-progress
-    step report $PY -m bench report "$OUT/m2.jsonl" --out /tmp/m2-report && cp /tmp/m2-report/speedup.md "$OUT/m2-report.md"
+    step artifact-runs $PY -m bench run "${MATRIX[@]}" --engines "$ART" --runs 2 \
+        --store "$WORK/m2.jsonl" --report-dir /tmp/m2-report --no-progress
+    step report $PY -m bench report "$WORK/m2.jsonl" --out /tmp/m2-report && cp /tmp/m2-report/report.md "$OUT/m2-report.md"
     # Two machines by design: their environments may differ (the CPU's name); compare says how.
-    step compare $PY -m bench compare "$CARRY/m1.jsonl" "$OUT/m2.jsonl" --allow-env-mismatch \
+    step compare $PY -m bench compare "$CARRY/m1.jsonl" "$WORK/m2.jsonl" --allow-env-mismatch \
         --metrics output_throughput,tpot_median_ms --markdown "$OUT/compare.md"
-    $PY - "$CARRY/m1.jsonl" "$OUT/m2.jsonl" <<'EOF'
+    $PY - "$CARRY/m1.jsonl" "$WORK/m2.jsonl" <<'EOF'
 import sys
 from bench.results import query
 for store in sys.argv[1:]:
@@ -104,4 +111,5 @@ for store in sys.argv[1:]:
 EOF
     ;;
 esac
+cp "$WORK"/*.jsonl "$OUT/" 2>/dev/null
 echo "mode $mode done after $(( $(date +%s) - started )) s"
