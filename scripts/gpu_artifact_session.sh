@@ -105,9 +105,10 @@ from bench.results import query
 for store in sys.argv[1:]:
     recs = [r for r in query.load([store]) if r.ok]
     seen = sorted({(r.cell["precision"], r.environment.get("gpu_uuid"), r.kernels.get("source"),
-                    (r.kernels.get("artifact") or "")[:12], r.tuned_digest) for r in recs})
-    for row in seen:
-        print(store, "precision, GPU, kernels, artifact, tuned digest:", *row)
+                    (r.kernels.get("artifact") or "")[:12], r.kernels.get("artifact_tuned_digest"), r.tuned_digest)
+                   for r in recs})
+    for row in seen:  # the last two equal: the process ran the artifact's tuned configs, tuned nothing anew
+        print(store, "precision, GPU, kernels, artifact, its tuned digest, the pass's tuned digest:", *row)
 EOF
     ;;
 esac

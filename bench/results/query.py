@@ -6,8 +6,9 @@ Rules (docs/results.md, "Which records make a row"):
   default the latest (the context that started last), so two runs of one cell never pool into
   one figure without a word. The other contexts of that cell are its history.
 - Pooling several contexts of a cell happens only when asked (`pool=True`), and only for
-  contexts whose environment digest and workload agree; otherwise it is refused, as pyperf's
-  Benchmark.add_run refuses runs whose metadata differ. A pooled row says so.
+  contexts whose environment digest, workload and tuned kernels (Record.tuned_digest) agree;
+  otherwise it is refused, as pyperf's Benchmark.add_run refuses runs whose metadata differ. A
+  pooled row says so.
 - Inside a row, values come in two levels: trials inside a worker process, and runs (fresh
   processes). A row's figure is the mean of its runs' means (bench.results.stats.run_spread).
 

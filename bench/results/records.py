@@ -87,8 +87,10 @@ class Record:
     trial: int = _doc("which measured pass inside that process (0-based)", 0)
     status: str = _doc("ok, oom, error, timeout", "ok")
     metrics: dict | None = _doc("the pass's metrics (below); null for failures", None)
-    extra: dict = _doc("backend figures: parameters, weight bytes, peak memory, telemetry, warm-up costs; "
-                       "probes: `probe`; profiles: `kernel_table`, `trace`, `profile`", None)
+    extra: dict = _doc("backend figures: parameters, weight bytes, peak memory, telemetry, warm-up costs; `kernels`: "
+                       "where the pass's kernels came from (`source`: built here or artifact, `artifact`: its digest, "
+                       "`artifact_tuned_digest`, `tuning_build`, `refused_because`); probes: `probe`; profiles: "
+                       "`kernel_table`, `trace`, `profile`", None)
     samples: list | None = _doc("per request: id, input and output tokens, TTFT and E2E in ms, error", None)
     error: str | None = _doc("the failure's message and traceback tail", None)
     workload: dict = _doc("name, content_hash, num_requests, tokenizer, source and SHA-256, token totals", None)
