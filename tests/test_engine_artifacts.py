@@ -128,6 +128,10 @@ def test_bench_build_then_run_engines_runs_the_artifacts_tuned_kernels_in_every_
     # Without --engines the cell builds here (its own cold folder): the records say so.
     assert main(["run", "--matrix", matrix, "--store", "here.jsonl", "--no-progress"]) == 0
     assert {r.kernels["source"] for r in query.load(["here.jsonl"])} == {"built here"}
+    # The same store with the artifact: other kernels, so a new run, not "already stored"; then resumed as done.
+    for _ in range(2):
+        assert main(["run", "--matrix", matrix, "--engines", "art", "--store", "here.jsonl", "--no-progress"]) == 0
+    assert [r.kernels["source"] for r in query.load(["here.jsonl"])] == ["built here"] * 2 + ["artifact"] * 2
 
 
 def test_an_artifact_made_elsewhere_is_refused_before_any_work_unless_asked_to_tune_here(lottery, tmp_path, capsys):

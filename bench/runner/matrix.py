@@ -38,13 +38,16 @@ class PlannedCell:
     runs: list[int]
 
 
-def plan(matrix: Matrix, records, context: RunContext, redo: bool = False) -> list[PlannedCell]:
+def plan(matrix: Matrix, records, context: RunContext, redo: bool = False,
+         artifacts: dict[str, str] | None = None) -> list[PlannedCell]:
     """Return the cells still to measure, in matrix order, each with its context and runs.
 
     A cell is done when its latest run context (at this memory cap) holds `runs` runs of `trials`
     ok trials, or ended in a final failure (oom). An unfinished context measured at
     this same commit is resumed (its missing runs join it); otherwise the cell starts afresh in
     this invocation's context. A run (one worker process) counts only when all its trials are ok.
+    A context counts only for the same kernels' source: as many tuning builds, and the same engine
+    artifact (artifacts: {build key hash: digest}, or none: built here).
     """
     from bench.results.query import _contexts
 
@@ -62,6 +65,12 @@ def plan(matrix: Matrix, records, context: RunContext, redo: bool = False) -> li
         latest, latest_recs = _contexts(recs)[0]
         if not any(r.ok for r in latest_recs) and latest_recs[-1].status in FINAL_FAILURES:
             continue  # a batch that did not fit does not fit on a re-run (--redo measures again)
+        wanted = (artifacts or {}).get(cell.build_key().key_hash)
+        same_kernels = latest.tuning_builds == matrix.settings.tuning_builds and all(
+            r.kernels.get("artifact") == wanted for r in latest_recs if r.ok)
+        if not same_kernels:  # measured from other kernels (built here, another artifact, other builds): afresh
+            out.append(PlannedCell(cell, context, list(range(want_runs))))
+            continue
         ok_trials: dict[int, int] = {}
         for r in latest_recs:
             if r.ok:
@@ -70,8 +79,7 @@ def plan(matrix: Matrix, records, context: RunContext, redo: bool = False) -> li
         if complete >= want_runs:
             continue
         resumable = (latest.command == "run" and latest.commit == context.commit and latest.dirty == context.dirty
-                     and latest.trials == trials and latest.warmup == matrix.settings.warmup
-                     and latest.tuning_builds == matrix.settings.tuning_builds)
+                     and latest.trials == trials and latest.warmup == matrix.settings.warmup)
         if resumable:
             first = max(r.run for r in latest_recs) + 1
             out.append(PlannedCell(cell, latest, list(range(first, first + want_runs - complete))))
@@ -98,6 +106,7 @@ def run_matrix(
     (matrix.settings.executor; bench.execution.executors) runs as many build groups at once as
     it has GPUs for; this process alone writes the store, as each event arrives.
     """
+    from bench.backends import engine_artifact
     from bench.execution.executors import make_executor, run_chains
     from bench.execution.progress import MatrixProgress
     from bench.machine.memory_cap import check_cap
@@ -114,7 +123,8 @@ def run_matrix(
         context = new_context(command, matrix=matrix.name, baseline=matrix.baseline, gpu_memory_gb=settings.gpu_memory_gb,
                               runs=settings.runs, trials=settings.trials, warmup=settings.warmup,
                               tuning_builds=settings.tuning_builds)
-        todo = plan(matrix, load([store.path]) if store.path.exists() else [], context, redo)
+        digests = {h: engine_artifact.read_manifest(p)["digest"] for h, p in artifacts.items()}
+        todo = plan(matrix, load([store.path]) if store.path.exists() else [], context, redo, digests)
         total = len(matrix.cells) * settings.runs * settings.tuning_builds
         summary = RunSummary(planned=total * settings.trials, run_id=context.run_id)
         summary.skipped = summary.planned - sum(len(p.runs) for p in todo) * settings.trials
