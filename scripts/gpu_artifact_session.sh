@@ -20,6 +20,12 @@
 #   carry = ["results/h200-artifacts"] (plus ".whl" where torchao must be installed there).
 # Each mode stops its steps (SIGINT: what finished is stored) so that it ends within
 # BENCH_SESSION_BUDGET_S seconds (default 470, under the 8-minute goal).
+# Estimates on an H200 (torch 2.11 cu130), from docs/gpu-results.md: a cold int8wo process took
+# 155 s and 268 s to its first trial on two starts, bf16's cold one about 55 s; a warm int8wo
+# process about 65 s with its trials, a warm bf16 one about 35 s. So: first 7-9 min (at the slow
+# compile the budget cuts the last int8wo process), second 4-5 min, spread with K=2 on one GPU
+# 6-9.5 min, with K=3 on one GPU 8.5-14 min (too long: use K=2, or a machine of several GPUs,
+# where the builds run at once: 3-5 min).
 set -uo pipefail
 mode=${1:-}
 case "$mode" in first|spread|second) ;; *) echo "usage: $0 first|spread|second (OUT must be set)" >&2; exit 2;; esac
@@ -40,6 +46,15 @@ started=$(date +%s)
 exec > >(tee -a "$OUT/session.log") 2>&1
 
 left() { echo $(( budget_s - ($(date +%s) - started) )); }
+
+built_cells() {  # --only value of the cells that have an artifact in $ART (a failed build leaves its cell out)
+    $PY - "$ART" <<'EOF'
+import glob, sys
+from bench.backends.engine_artifact import read_manifest
+precisions = sorted({read_manifest(p)["build_key"]["precision"] for p in glob.glob(sys.argv[1] + "/*.tar")})
+print("precision=" + "|".join(precisions) if precisions else "")
+EOF
+}
 
 step() {  # step NAME COMMAND...: run it within what is left of the budget; say how long it took
     local name=$1 t t0 rc; shift
@@ -66,7 +81,9 @@ first)
     mkdir -p "$ART"
     step build $PY -m bench build "${MATRIX[@]}" --artifacts "$ART" | tee "$OUT/build.txt"
     ls -l "$ART"/*.tar
-    step artifact-runs $PY -m bench run "${MATRIX[@]}" --engines "$ART" --runs 2 \
+    only=$(built_cells)
+    [ -n "$only" ] || { echo "no artifact was built: see build.txt and $ART/logs"; exit 1; }
+    step artifact-runs $PY -m bench run "${MATRIX[@]}" --only "$only" --engines "$ART" --runs 2 \
         --store "$WORK/m1.jsonl" --report-dir /tmp/m1-report --no-progress
     step report $PY -m bench report "$WORK/m1.jsonl" --out /tmp/m1-report && cp /tmp/m1-report/report.md "$OUT/m1-report.md"
     for a in "$ART"/*.tar; do  # $OUT returns files of at most 16 MiB
@@ -93,7 +110,7 @@ second)
         cat "${first_part%-00}"-* > "${first_part%.part-00}"
     done
     ls -l "$ART"/*.tar "$CARRY/m1.jsonl" || { echo "carry results/h200-artifacts (art/*.tar, m1.jsonl) from first"; exit 2; }
-    step artifact-runs $PY -m bench run "${MATRIX[@]}" --engines "$ART" --runs 2 \
+    step artifact-runs $PY -m bench run "${MATRIX[@]}" --only "$(built_cells)" --engines "$ART" --runs 2 \
         --store "$WORK/m2.jsonl" --report-dir /tmp/m2-report --no-progress
     step report $PY -m bench report "$WORK/m2.jsonl" --out /tmp/m2-report && cp /tmp/m2-report/report.md "$OUT/m2-report.md"
     # Two machines by design: their environments may differ (the CPU's name); compare says how.
