@@ -50,7 +50,8 @@ def load_selected_matrix(args, only: bool = True):
     return narrow(matrix, only=parse_pairs(args.only, "--only") if only else None, requests=getattr(args, "requests", None),
                   trials=getattr(args, "trials", None), runs=getattr(args, "runs", None),
                   executor=getattr(args, "executor", None), ray_address=getattr(args, "ray_address", None),
-                  devices=getattr(args, "devices", None))
+                  devices=getattr(args, "devices", None), tuning_builds=getattr(args, "tuning_builds", None),
+                  engines=getattr(args, "engines", None), retune_on_mismatch=getattr(args, "retune_on_mismatch", False))
 
 
 def build_parser() -> argparse.ArgumentParser:

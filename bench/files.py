@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 
 
-def write_atomic(path: str | Path, text: str) -> Path:
-    """Return `path` after replacing its content with `text` (UTF-8) in one step.
+def write_atomic(path: str | Path, text: str | bytes) -> Path:
+    """Return `path` after replacing its content with `text` (UTF-8; bytes as they are) in one step.
 
     The text goes to a temporary file beside it (this process's own name, so two writers do not
     share one), then os.replace: an interrupted write leaves the old file or none, never a torn one.
@@ -21,7 +21,10 @@ def write_atomic(path: str | Path, text: str) -> Path:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text, encoding="utf-8")
+        if isinstance(text, bytes):
+            tmp.write_bytes(text)
+        else:
+            tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
     except BaseException as exc:
         with contextlib.suppress(OSError):

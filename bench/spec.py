@@ -312,6 +312,14 @@ class RunSettings:
     # The local executor's GPUs, one worker per GPU at a time: ("cuda:0", "cuda:1", ...) or
     # ("all",); () = one worker at a time on the cells' own device.
     devices: tuple[str, ...] = ()
+    # Cold builds per cell, each in its own engine folder with `runs` processes: the spread of the
+    # figure between them is the tuning spread (docs/hf-backend.md, "Engines as artifacts").
+    tuning_builds: int = 1
+    # Engine artifacts to load (`bench build`'s .tar files or folders of them), one per build key;
+    # () = build (compile, tune) here. retune_on_mismatch: an artifact made elsewhere is refused
+    # unless this asks to build here instead.
+    engines: tuple[str, ...] = ()
+    retune_on_mismatch: bool = False
 
 
 EXECUTORS = ("local", "ray")
@@ -331,7 +339,7 @@ TOP_KEYS = set(AXES) | {
     "name", "description", "model", "devices", "options", "include", "exclude", "workload",
     "trials", "warmup", "runs", "timeout_s", "build_timeout_s", "baseline", "gpu_memory_gb",
     "study",  # read by `bench study` (bench/commands/study.py): its OOM search and profile settings
-    "executor", "ray_address",
+    "executor", "ray_address", "tuning_builds", "engines",
 }
 RULE_KEYS = {"backend", "model", "precision", "max_batch_size", "workload", "device"}
 
@@ -500,9 +508,12 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
         executor=data.get("executor", RunSettings.executor),
         ray_address=data.get("ray_address"),
         devices=pool,
+        tuning_builds=data.get("tuning_builds", RunSettings.tuning_builds),
+        engines=_engine_paths(data.get("engines", ())),
     )
     check_placement(settings, unique)
     check_settings(settings)
+    check_engine_settings(settings)
     baseline = data.get("baseline", {"backend": "hf", "precision": "bf16", "max_batch_size": 1})
     if not isinstance(baseline, dict) or not baseline:
         raise BenchInputError("baseline must be a table of cell keys, e.g. baseline = { backend = \"hf\", precision = "
@@ -536,6 +547,25 @@ def check_settings(settings: RunSettings) -> None:
     for key in ("timeout_s", "build_timeout_s"):
         check_number(getattr(settings, key), key, above=0, hint="a positive number of seconds")
 
+
+
+def _engine_paths(value) -> tuple[str, ...]:
+    """Return the matrix's `engines` (a path or a list of paths) as a tuple of strings."""
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise BenchInputError(f"engines must be a path (an artifact .tar or a folder of them) or a list of paths, got {value!r}")
+
+
+def check_engine_settings(settings: RunSettings) -> None:
+    """Refuse tuning builds that are not a positive integer, and tuning builds combined with artifacts to load."""
+    k = settings.tuning_builds
+    if not isinstance(k, int) or isinstance(k, bool) or k <= 0:
+        raise BenchInputError(f"tuning_builds must be a positive integer (cold builds per cell), got {k!r}")
+    if k > 1 and settings.engines:
+        raise BenchInputError("tuning_builds > 1 builds each cell cold, engines loads a built artifact: give one of "
+                              "them (--tuning-builds or --engines)")
 
 
 def check_placement(settings: RunSettings, cells) -> None:
@@ -684,7 +714,8 @@ def with_workload(cell: Cell, **changes: Any) -> Cell:
 
 def narrow(matrix: Matrix, only: dict | None = None, requests: int | None = None, trials: int | None = None,
            runs: int | None = None, executor: str | None = None, ray_address: str | None = None,
-           devices: str | None = None) -> Matrix:
+           devices: str | None = None, tuning_builds: int | None = None, engines: list[str] | None = None,
+           retune_on_mismatch: bool = False) -> Matrix:
     """Return the matrix restricted to cells matching `only`, with optional overrides (the command line's)."""
     cells = list(matrix.cells)
     if only:
@@ -704,7 +735,14 @@ def narrow(matrix: Matrix, only: dict | None = None, requests: int | None = None
         settings = replace(settings, trials=trials)
     if runs is not None:
         settings = replace(settings, runs=runs)
+    if tuning_builds is not None:
+        settings = replace(settings, tuning_builds=tuning_builds)
+    if engines:
+        settings = replace(settings, engines=tuple(engines))
+    if retune_on_mismatch:
+        settings = replace(settings, retune_on_mismatch=True)
     check_settings(settings)
+    check_engine_settings(settings)
     if executor is not None:  # the other executor's settings of the matrix do not apply
         settings = replace(settings, executor=executor, devices=() if executor == "ray" else settings.devices,
                            ray_address=settings.ray_address if executor == "ray" else None)

@@ -9,6 +9,11 @@ by the real harness (bench.runner.matrix.run_matrix: worker subprocesses, the re
 Which cells: BENCH_ASV_MATRIX=cpu (default) runs the CPU default model (hf backend, qwen-tiny)
 on a tiny ShareGPT slice; BENCH_ASV_MATRIX=gpu runs the Qwen-7B-shaped model in bf16 at batch 1
 and 8 on 8 prompts (in an existing environment on the GPU machine: scripts/asv_existing.py).
+BENCH_ASV_ENGINES=PATH (an artifact of `bench build` or a folder of them, one per build key of
+the chosen matrix) makes ModelCell load those engines instead of compiling and tuning in each
+commit's run, so a compiled, tuned cell's verdict compares code, not two tuning draws
+(docs/hf-backend.md, "Engines as artifacts"); an artifact from another torch, Triton, GPU or
+driver fails setup_cache with the difference named.
 `FakeCell` is the harness's own canary on the fake backend's virtual clock (deterministic: a
 change means the timing accounting changed); BENCH_ASV_FAKE_SLOWDOWN / BENCH_ASV_FAKE_NOISE
 plant a regression in it (the planted-regression test uses them).
@@ -49,9 +54,11 @@ def _cpu_or_gpu_data() -> dict:
 
 
 def _cpu_or_gpu_matrix():
-    from bench.spec import parse_matrix
+    from bench.spec import narrow, parse_matrix
 
-    return parse_matrix(_cpu_or_gpu_data())
+    matrix = parse_matrix(_cpu_or_gpu_data())
+    engines = os.environ.get("BENCH_ASV_ENGINES")
+    return narrow(matrix, engines=[engines]) if engines else matrix
 
 
 def _fake_matrix():

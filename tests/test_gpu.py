@@ -8,7 +8,8 @@
 - NVML telemetry: power, memory, clock and energy present and sane under load;
 - OOM and CUDA-error classification through real worker processes (bench run's path);
 - the torch.profiler collector: RMSNorm and attention kernels per call on a 2-layer model, and a
-  compiled decode step's kernels (bench profile's path).
+  compiled decode step's kernels (bench profile's path);
+- engines as artifacts: a tuned build written by `bench build`'s path and loaded by fresh workers.
 """
 
 from __future__ import annotations
@@ -511,3 +512,40 @@ def _window_copies(table) -> int:
             target = outside if row.range == "(no range)" else inside
             target[row.kernel] = max(target.get(row.kernel, 0), row.kernels)
     return sum(outside.values()) + sum(inside.values())
+
+
+# --- engines as artifacts ---------------------------------------------------------------
+
+
+def test_an_engine_artifact_carries_the_tuned_kernels_to_a_fresh_folder(tmp_path):
+    """bench build then bench run --engines (issue 31): a compiled, coordinate-descent-tuned qwen-tiny cell built cold
+    in one worker, written as an artifact, and loaded by two fresh workers in folders of their own: they run the
+    build's tuned configs (the tuned digest after their passes is the artifact's), and the records say so."""
+    from bench.backends import engine_artifact
+    from bench.results import query
+    from bench.runner.build import build_artifacts
+    from bench.runner.matrix import run_matrix
+    from bench.spec import narrow, parse_matrix
+
+    matrix = parse_matrix({
+        "name": "gpu-artifact", "backends": ["hf"], "model": "qwen-tiny", "device": "cuda", "precisions": ["bf16"],
+        "max_batch_sizes": [1], "workloads": ["w"], "trials": 2, "warmup": 1, "timeout_s": 600,
+        "options": {"attn_implementation": "sdpa", "cache": "static", "compile": "reduce-overhead",
+                    "decode_loop": "harness", "compile_tuning": "coordinate-descent"},
+        "workload": {"w": {"source": "synthetic", "input_len": 16, "output_len": 16, "num_requests": 2}},
+    })
+    (built,) = build_artifacts(matrix, tmp_path / "art", engines_dir=tmp_path / "engines", workload_cache=tmp_path / "wl")
+    assert built.artifact, built.error
+    manifest, files = engine_artifact.read_files(built.artifact)
+    print("artifact", built.bytes, "bytes,", len(files), "files; tuned", manifest["tuned"], "; build", built.seconds, "s")
+    assert manifest["tuned"]["kernels"] > 0 and any(p.endswith(".best_config") for p in files)
+    assert manifest["environment"]["gpu_name"] and manifest["environment"]["triton"]
+    store = tmp_path / "s.jsonl"
+    summary = run_matrix(narrow(matrix, engines=[str(tmp_path / "art")], runs=2), store,
+                         engines_dir=tmp_path / "engines", workload_cache=tmp_path / "wl", show_progress=False)
+    assert summary.statuses == {"ok": 4}
+    records = query.load([store])
+    assert {r.kernels["source"] for r in records} == {"artifact"}
+    assert {r.kernels["artifact"] for r in records} == {manifest["digest"]}
+    assert {r.tuned_digest for r in records} == {manifest["tuned"]["digest"]}
+    assert len({r.environment["pid"] for r in records}) == 2

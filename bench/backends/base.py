@@ -45,6 +45,17 @@ class Loaded:
             times.append(time.perf_counter() - t0)
         return {"warmup_pass_s": times}
 
+    def engine_files(self) -> dict[str, bytes]:
+        """Return the files of this build's engine an artifact carries, by path relative to the build's folder.
+
+        Called after the warm-up (compiled and tuned by then); {} where the backend has nothing to
+        carry (bench.backends.engine_artifact)."""
+        return {}
+
+    def tuned_kernels(self) -> dict | None:
+        """Return {kernels, digest, ...} of the kernel configs this engine tuned (None: nothing tuned)."""
+        return None
+
     def recover(self) -> None:
         """Free what a failed run (for example an out-of-memory) left behind."""
 
@@ -61,3 +72,15 @@ class Backend:
 
     def load(self, artifact) -> Loaded:  # pragma: no cover - protocol
         raise NotImplementedError
+
+    def install_engine(self, artifact: dict, files: dict[str, bytes]) -> None:
+        """Put an engine artifact's files into the build's folder (artifact["folder"]) before `load`.
+
+        A backend whose compiler keeps state elsewhere (torch's cache artifacts) overrides it."""
+        folder = Path(artifact["folder"]).resolve()
+        for rel, data in files.items():
+            target = (folder / rel).resolve()
+            if folder not in target.parents:
+                raise ValueError(f"engine artifact file {rel!r} points outside the build folder")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)

@@ -32,6 +32,15 @@ def register(sub) -> None:
     r.add_argument("--ray-address", help="the Ray cluster of --executor ray: auto, HOST:PORT or ray://HOST:10001 "
                    "(default: ray.init's own: RAY_ADDRESS, a running local cluster, or a new one)")
     r.add_argument("--devices", help="spread the matrix over these GPUs, one worker per GPU: cuda:0,cuda:1,... or all")
+    r.add_argument("--engines", action="append",
+                   help="load engine artifacts (`bench build`'s .tar files, or a folder of them) instead of compiling and "
+                        "tuning here; one per build key (repeatable)")
+    r.add_argument("--retune-on-mismatch", action="store_true",
+                   help="with --engines: an artifact made with another torch, Triton, GPU or driver is not loaded and the "
+                        "cell is built and tuned here (the records say so); without it such an artifact is refused")
+    r.add_argument("--tuning-builds", type=int,
+                   help="build each cell K times from cold, each in its own engine folder with --runs processes: the "
+                        "table's tuning spread is the spread of the figure between the builds")
     r.set_defaults(func=cmd_run)
 
 

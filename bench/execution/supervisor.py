@@ -56,6 +56,9 @@ class GroupJob:
     log_dir: Path  # each worker process gets a new file here, named after log_prefix
     log_prefix: str
     env: dict = field(default_factory=dict)  # extra environment variables for the worker
+    # What the worker does with its engine (bench.execution.worker.install_artifact / export_artifact):
+    # {"artifact": path, "retune_on_mismatch": bool, "tuning_build": k, "export_dir": path}
+    engine: dict = field(default_factory=dict)
     logs: list[Path] = field(default_factory=list)  # the files this job's workers wrote, in order
 
     def new_log(self):
@@ -77,6 +80,7 @@ class GroupJob:
             "build_key": self.build_key.to_dict(),
             "engines_dir": str(self.engines_dir),
             "settings": {"warmup": self.warmup},
+            "engine": self.engine,
             "cells": [{"cell": it.cell.to_dict(), "trials": it.trials, "workload_file": it.workload_file} for it in items],
         }
 

@@ -65,6 +65,9 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
     backend = backend_class(key.backend)()
     # Backends that calibrate while building (trtllm) read the group's requests from these files.
     backend.workload_files = sorted({item["workload_file"] for item in job["cells"]})
+    # What this process does with its engine: load an artifact, build it as tuning build k, export it.
+    engine = job.get("engine") or {}
+    backend.tuning_build = engine.get("tuning_build")
     t0 = time.perf_counter()
     try:
         if backend.measures_copy_bandwidth and device.startswith("cuda"):
@@ -76,6 +79,7 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
         # Emulating a smaller device (gpu_memory_gb) must precede the model's first allocation.
         memory_cap = apply_cap(device)
         artifact = backend.build(key, Path(job["engines_dir"]))
+        kernels = install_artifact(engine, backend, key, artifact, environment)
         t1 = time.perf_counter()
         loaded = backend.load(artifact)
     except Exception as exc:
@@ -86,6 +90,7 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
     emit({"event": "built", "build_s": t1 - t0, "load_s": t2 - t1, **build_info, **memory_cap})
 
     workloads: dict[str, Workload] = {}
+    export_failed = False
     for item in job["cells"]:
         cell = Cell.from_dict(item["cell"])
         wl_file = item["workload_file"]
@@ -99,6 +104,12 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
             # decides which batches cover the shapes its measured passes will see.
             warmup = loaded.warmup(requests, cell.max_batch_size, cell.options_dict, settings["warmup"])
         except Exception as exc:
+            if not item["trials"]:  # a build without measurement (bench build): no artifact of a failed warm-up
+                emit({"event": "warmup_failed", "cell_id": cell.cell_id, "status": classify_exception(exc),
+                      "error": "warm-up: " + _describe(exc)})
+                export_failed = True
+                loaded.recover()
+                continue
             # One record for the failure; the cell's other trials are not run.
             first, rest = item["trials"][0], item["trials"][1:]
             emit({"event": "result", "cell_id": cell.cell_id, "trial": first, "status": classify_exception(exc),
@@ -120,7 +131,7 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
                 metrics = pass_metrics(out.timings, out.started, out.ended)
                 # GPUs the cell used: its tensor-parallel ranks (one device otherwise)
                 metrics.update(interactivity_metrics(out.timings, metrics["output_throughput"], world))
-                extra = {**out.extra, "warmup": warmup, "telemetry": sampler.timeline}
+                extra = {**out.extra, "warmup": warmup, "telemetry": sampler.timeline, "kernels": kernels}
                 metrics.update(extra.pop("metrics", {}))  # figures beyond the timings (goodput, achieved rate)
                 metrics.update(sampler.summary)
                 metrics.update(efficiency_metrics(metrics["total_output_tokens"], metrics["duration_s"],
@@ -150,7 +161,58 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
                       "extra": {} if peak is None else {"peak_memory_bytes_at_failure": peak}})
                 loaded.recover()
                 failed = True
+    if engine.get("export_dir") and not export_failed:
+        try:
+            emit(export_artifact(engine["export_dir"], loaded, key, environment))
+        except Exception as exc:
+            emit({"event": "fatal", "status": classify_exception(exc), "error": _describe(exc), "phase": "export"})
     loaded.close()
+
+
+def install_artifact(engine: dict, backend, key, artifact, environment: dict) -> dict:
+    """Install the engine artifact the job names (if any) before the load; return what records say of their kernels.
+
+    `kernels.source`: "built here" (compiled and tuned in this process or its engine folder) or
+    "artifact" (loaded from `kernels.artifact`, a digest). An artifact made in another environment
+    raises ArtifactMismatch naming the differences, unless the job allows tuning here instead
+    (`retune_on_mismatch`): then the refusal is recorded beside the kernels built here.
+    """
+    from bench.backends import engine_artifact
+
+    kernels: dict = {"source": "built here", "artifact": None}
+    if engine.get("tuning_build") is not None:
+        kernels["tuning_build"] = engine["tuning_build"]
+    path = engine.get("artifact")
+    if not path:
+        return kernels
+    manifest, files = engine_artifact.read_files(path)
+    if manifest["key_hash"] != key.key_hash:
+        raise engine_artifact.ArtifactMismatch(f"engine artifact {Path(path).name} is for build key {manifest['key_hash']}, "
+                                               f"not this cell's {key.key_hash}")
+    differences = engine_artifact.mismatches(manifest["environment"], environment)
+    if differences:
+        if not engine.get("retune_on_mismatch"):
+            raise engine_artifact.ArtifactMismatch(engine_artifact.mismatch_message(path, manifest, differences))
+        return {**kernels, "refused_artifact": manifest["digest"], "refused_because": differences}
+    backend.install_engine(artifact, files)
+    made = manifest["environment"]
+    return {"source": "artifact", "artifact": manifest["digest"], "artifact_file": Path(path).name,
+            "artifact_tuned_digest": (manifest.get("tuned") or {}).get("digest"),
+            "made_on": {"host": made.get("host"), "gpu_uuid": made.get("gpu_uuid")}}
+
+
+def export_artifact(out_dir: str, loaded, key, environment: dict) -> dict:
+    """Write the warmed-up engine of this process as an artifact; return the `exported` event."""
+    from bench.backends import engine_artifact
+
+    files = loaded.engine_files()
+    if not files:
+        raise ValueError(f"backend {key.backend!r} has no engine files to carry for build key {key.key_hash} "
+                         "(an hf cell carries something only when compiled: compile != off)")
+    path, manifest = engine_artifact.write(out_dir, key.to_dict(), key.key_hash, environment, loaded.tuned_kernels(),
+                                           files)
+    return {"event": "exported", "path": str(path), "digest": manifest["digest"], "key_hash": key.key_hash,
+            "bytes": path.stat().st_size, "files": len(files), "tuned": manifest["tuned"]}
 
 
 def _length_error(timings, metrics: dict, shown: int = 10) -> str:

@@ -223,6 +223,7 @@ def fingerprint(device: str = "cpu") -> dict:
         "tensorrt_llm": installed_version("tensorrt_llm", "tensorrt-llm"),
         "torchao": installed_version("torchao"),
         "gemlite": installed_version("gemlite"),
+        "triton": installed_version("triton"),  # Inductor's kernels are Triton's: an engine artifact names it
         **project_commit(),
     }
     if "torch" in sys.modules or device.startswith("cuda"):

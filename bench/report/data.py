@@ -121,7 +121,8 @@ def _row(rec: Record) -> dict:
             row[f"mean_{side}_len"] = None if total is None else total / done
     extra = rec.extra
     # Which tuned Triton kernels the pass ran (hf compiled cells): runs that differ here ran different kernels.
-    row["tuned_digest"] = ((extra.get("inductor") or {}).get("tuned") or {}).get("digest")
+    row["tuned_digest"] = rec.tuned_digest
+    row["tuning_build"] = rec.tuning_build  # which cold build of --tuning-builds (None: not one)
     for k in EXTRA_METRICS:
         if row.get(k) is None and _number(extra.get(k)) is not None:
             row[k] = extra[k]

@@ -24,7 +24,7 @@ import pandas as pd
 
 from bench.errors import BenchInputError
 from bench.results.records import varying_keys
-from bench.results.stats import run_spread
+from bench.results.stats import run_spread, tuning_warnings
 from bench.spec import cell_label
 
 DEFAULT_BASELINE = {"backend": "hf", "precision": "bf16", "max_batch_size": 1}
@@ -36,6 +36,7 @@ NOT_METRICS = set(CELL_COLUMNS) | set(RUN_COLUMNS) | {
     "tensorrt_llm", "torchao", "cpu", "commit", "dirty", "error", "started_at", "schema_version", "length",
     "gpu_memory_gb", "environment", "input_len_limit", "output_len_limit", "lengths_exact", "tuned_digest",
     "planned_runs", "planned_trials", "left_out_runs",
+    "tuning_build",
 }
 # Metrics whose spread between runs and within runs the tables show (and judge for stability).
 HEADLINE = ("request_throughput", "output_throughput")
@@ -176,6 +177,7 @@ def _failed_cells(cells: pd.DataFrame, f: pd.DataFrame, keys: list[str], metric_
 def _headline_spreads(cells: pd.DataFrame, ok: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Return cells with run/trial coefficients of variation and stability warnings of the headline metrics."""
     new: dict[str, dict] = {f"{m}__{x}": {} for m in HEADLINE for x in ("run_cv", "trial_cv")}
+    new.update({"output_throughput__tuning_cv": {}, "tuning_builds": {}, "tuned_digests": {}})
     warnings: dict = {}
     for m in HEADLINE:
         if m not in ok:
@@ -190,7 +192,19 @@ def _headline_spreads(cells: pd.DataFrame, ok: pd.DataFrame, keys: list[str]) ->
             new[f"{m}__run_cv"][key], new[f"{m}__trial_cv"][key] = spread.run_cv, spread.trial_cv
             if m == "output_throughput" and spread.runs > 1 and spread.warnings:
                 warnings[key] = "; ".join(spread.warnings) + _tuning_cause(g) + _telemetry_cause(g)
-    columns = {name: pd.Series(values, dtype=float).reindex(cells.index) for name, values in new.items()}
+            builds = _by_build(g, m) if m == "output_throughput" else []
+            if len(builds) > 1:
+                # Cold builds, each with its own tuned kernels: the spread between them is the tuning's.
+                tuning = run_spread(builds, m)
+                new["output_throughput__tuning_cv"][key], new["tuning_builds"][key] = tuning.run_cv, len(builds)
+                new["tuned_digests"][key] = g.tuned_digest.nunique() if "tuned_digest" in g else 0
+                said = tuning_warnings(tuning, m)
+                # The builds' spread is what the runs' spread showed too: one warning, naming the builds.
+                warnings.pop(key, None)
+                if said:
+                    warnings[key] = "; ".join(said) + _tuning_cause(g, "tuning_build")
+    columns = {name: pd.Series(values, dtype=float).reindex(cells.index) for name, values in new.items()
+               if values or not name.startswith(("tuning", "tuned", "output_throughput__tuning"))}
     columns["stability"] = pd.Series(warnings, dtype=object).reindex(cells.index)
     return pd.concat([cells, pd.DataFrame(columns, index=cells.index)], axis=1)
 
@@ -207,15 +221,28 @@ def _telemetry_cause(g: pd.DataFrame) -> str:
     return "; telemetry: " + "; ".join(causes) if causes else ""
 
 
-def _tuning_cause(g: pd.DataFrame) -> str:
-    """Return a clause naming the tuned-kernel digests when a cell's runs ran different tuned kernels, else ''."""
+def _tuning_cause(g: pd.DataFrame, by: str = "run_key") -> str:
+    """Return a clause naming the tuned-kernel digests when a cell's runs (or tuning builds) ran different tuned
+    kernels, else ''."""
     if "tuned_digest" not in g:
         return ""
-    digests = list(dict.fromkeys(g.groupby("run_key", sort=False).tuned_digest.first().dropna()))
+    digests = list(dict.fromkeys(g.groupby(by, sort=False).tuned_digest.first().dropna()))
     if len(digests) < 2:
         return ""
+    if by == "tuning_build":
+        return (f"; each build tuned its own kernels (tuned-config digests {', '.join(digests)}): which one a machine "
+                "gets is a draw; load one build's artifact (`bench build`, `bench run --engines`) to run the same "
+                "kernels everywhere (docs/hf-backend.md, \"Engines as artifacts\")")
     return (f"; the runs ran different tuned kernels (Inductor's tuned-config digests {', '.join(digests)}): "
             "each process tuned its own (docs/hf-backend.md, \"Tuned kernels and runs\")")
+
+
+def _by_build(g: pd.DataFrame, metric: str) -> list[list[float]]:
+    """Return a cell's metric values grouped by tuning build (empty where its records are of no tuning build)."""
+    if "tuning_build" not in g or not g.tuning_build.notna().any():
+        return []
+    groups = [v.dropna().tolist() for _, v in g[g.tuning_build.notna()].groupby("tuning_build", sort=True)[metric]]
+    return [v for v in groups if v]
 
 
 def _option_value(row, key: str):
@@ -364,6 +391,10 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
         table.attrs["varying_options"] = varying
         table["output_throughput__run_cv"] = g.get("output_throughput__run_cv")
         table["output_throughput__trial_cv"] = g.get("output_throughput__trial_cv")
+        if "tuning_builds" in g and g.tuning_builds.notna().any():
+            table["output_throughput__tuning_cv"] = g.output_throughput__tuning_cv
+            table["tuning_builds"] = g.tuning_builds
+            table["tuned_digests"] = g.tuned_digests
         table["stability"] = g.get("stability")
         # Which run each row is: shown when the rows come from different runs, or a row is pooled.
         table["run"] = [f"pooled from {int(n)} runs" if n and n > 1 else lbl
@@ -451,6 +482,8 @@ def render_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         "max_batch_size"] + (["GPU mem cap (GB)"] if show_cap else []) + (
         ["tokens in / out: mean (limit)"] if show_lengths else []) + numbers + [
         "runs × trials", "tok/s spread: runs / trials"]
+    show_tuning = "tuning_builds" in table
+    headers += ["tuning spread: builds (digests)"] if show_tuning else []
     extra = [(m, h, f) for m, h, f in OPTIONAL if m in table]
     headers += [h for _, h, _ in extra] + (["environment"] if show_env else []) + (["run"] if show_run else [])
     rows = []
@@ -465,7 +498,7 @@ def render_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         tail = ([str(r["environment"] or "")] if show_env else []) + ([str(r.get("run") or "")] if show_run else [])
         if r["status"] != "ok":
             label = str(r["status"]).upper()
-            rows.append(head + [label] * len(numbers) + ["", ""] + [""] * len(extra) + tail)
+            rows.append(head + [label] * len(numbers) + ["", ""] + [""] * (len(extra) + show_tuning) + tail)
             continue
         figures = [_num(r["request_throughput"], r["request_throughput__std"], "{:.3f}"),
                    _num(r["output_throughput"], r["output_throughput__std"], "{:.1f}")]
@@ -476,8 +509,8 @@ def render_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
             _num(r["generation_speedup"], None, "{:.2f}x"),
             runs_text(r),
             spread_text(r.get("output_throughput__run_cv"), r.get("output_throughput__trial_cv"), r.get("runs"),
-                        bool(r.get("stability"))),
-        ] + [_num(r[m], None, f) for m, _, f in extra] + tail)
+                        bool(r.get("stability")) and not (r.get("tuning_builds") or 0) >= 2),
+        ] + ([tuning_text(r)] if show_tuning else []) + [_num(r[m], None, f) for m, _, f in extra] + tail)
     return headers, rows
 
 
@@ -523,6 +556,17 @@ def spread_text(run_cv, trial_cv, runs, unstable: bool = False) -> str:
 
     text = f"{pct(run_cv if runs and runs > 1 else None)} / {pct(trial_cv)}"
     return text + (" ⚠" if unstable else "")
+
+
+def tuning_text(r: dict) -> str:
+    """Return a row's '8.2% (3 builds, 3 digests) ⚠': the spread between its cold builds, '—' without several."""
+    builds = r.get("tuning_builds")
+    if builds is None or pd.isna(builds) or builds < 2:
+        return "—"
+    cv, digests = r.get("output_throughput__tuning_cv"), r.get("tuned_digests")
+    text = f"{100 * cv:.1f}%" if cv is not None and not pd.isna(cv) else "—"
+    text += f" ({int(builds)} builds" + (f", {int(digests)} digests)" if digests and not pd.isna(digests) else ")")
+    return text + (" ⚠" if r.get("stability") else "")
 
 
 def _title(workload: str, table: pd.DataFrame) -> str:

@@ -9,7 +9,11 @@ difference look significant. The runs of each side give a ratio head/base with a
 interval (bench.results.stats.ratio_test) or an exact Mann-Whitney p-value, and a verdict that needs
 both significance and a minimum factor; with fewer than two runs on a side the row is
 inconclusive and says to use --runs. A cell that ran on the base side but failed
-(oom/error/timeout) on the head side is a regression too.
+(oom/error/timeout) on the head side is a regression too. A cell whose two sides ran different
+tuned kernels (their records' tuned digests differ) gets no regression or improvement verdict:
+its change is labelled `kernels differ` with the digests, since two tunings of one code differ
+by up to 1.4x on the H200 (docs/hf-backend.md, "Engines as artifacts"); load one artifact on both
+sides to judge the code.
 
 Bad input is refused before any statistics: unknown metrics, a commit not in the store, no
 cells in common, environments that differ on a comparability key (GPU, driver, library
@@ -34,6 +38,8 @@ DEFAULT_METRICS = (
     "e2el_p99_ms", "peak_memory_gb",
 )
 TESTS = ("t", "mannwhitney")
+# A change between two sides that ran different tuned kernels: a difference of tunings, not of code.
+KERNELS_DIFFER = "kernels differ"
 
 
 @dataclass
@@ -279,6 +285,7 @@ def compare_stores(
         if not b.ok_records or not h.ok_records:
             rows.append(_status_row(label, b, h))
             continue
+        kernels = kernels_note(b.tuned_digests, h.tuned_digests)
         for m in metrics:
             bv, hv = _values(b, m), _values(h, m)
             if not bv and not hv:
@@ -286,6 +293,9 @@ def compare_stores(
             row = compare_metric(label, m, bv, hv, factor=factor, confidence=confidence, test=test)
             if row.verdict == "missing":
                 warnings.append(f"{label}: {row.note}")
+            elif kernels and row.verdict in (stats.REGRESSED, stats.IMPROVED):
+                row.note = f"{kernels} (was: {row.verdict}) " + row.note
+                row.verdict = KERNELS_DIFFER
             rows.append(row)
     judged = [r for r in rows if r.verdict not in (stats.INCONCLUSIVE, "missing")]
     if not judged:
@@ -295,6 +305,17 @@ def compare_stores(
     if inconclusive:
         warnings.append(f"{len(inconclusive)} comparison(s) inconclusive (see notes): not judged, not passed")
     return Comparison(rows, warnings, base, head, factor, confidence, test, env_diff)
+
+
+def kernels_note(base: tuple[str, ...], head: tuple[str, ...]) -> str:
+    """Return 'kernels differ: tuned c38cec28… vs 0035a36c…' when the two sides ran different tuned kernels, else ''.
+
+    A side without digests (an untuned cell, records from before digests) is not judged."""
+    if not base or not head or base == head:
+        return ""
+    def short(ds):
+        return ", ".join(d[:8] + "…" for d in ds)
+    return f"kernels differ: tuned {short(base)} vs {short(head)}"
 
 
 def _status_row(label: str, b: query.CellRuns, h: query.CellRuns) -> Row:
@@ -309,10 +330,10 @@ def _status_row(label: str, b: query.CellRuns, h: query.CellRuns) -> Row:
 
 # ---- rendering -------------------------------------------------------------------------------
 
-_ORDER = {stats.REGRESSED: 0, "missing": 1, stats.INCONCLUSIVE: 2, stats.IMPROVED: 3, stats.NOT_SIGNIFICANT: 4,
-          stats.UNCHANGED: 5}
+_ORDER = {stats.REGRESSED: 0, "missing": 1, KERNELS_DIFFER: 2, stats.INCONCLUSIVE: 2, stats.IMPROVED: 3,
+          stats.NOT_SIGNIFICANT: 4, stats.UNCHANGED: 5}
 _ICON = {stats.REGRESSED: ":red_circle:", stats.IMPROVED: ":green_circle:", "missing": ":warning:",
-         stats.INCONCLUSIVE: ":warning:"}
+         stats.INCONCLUSIVE: ":warning:", KERNELS_DIFFER: ":large_orange_diamond:"}
 
 
 def _fmt(x: float | None) -> str:

@@ -6,8 +6,9 @@ Rules (docs/results.md, "Which records make a row"):
   default the latest (the context that started last), so two runs of one cell never pool into
   one figure without a word. The other contexts of that cell are its history.
 - Pooling several contexts of a cell happens only when asked (`pool=True`), and only for
-  contexts whose environment digest and workload agree; otherwise it is refused, as pyperf's
-  Benchmark.add_run refuses runs whose metadata differ. A pooled row says so.
+  contexts whose environment digest, workload and tuned kernels (Record.tuned_digest) agree;
+  otherwise it is refused, as pyperf's Benchmark.add_run refuses runs whose metadata differ. A
+  pooled row says so.
 - Inside a row, values come in two levels: trials inside a worker process, and runs (fresh
   processes). A row's figure is the mean of its runs' means (bench.results.stats.run_spread).
 
@@ -194,6 +195,11 @@ class CellRuns:
         """Return how many worker processes contributed an ok trial."""
         return len({r.process_key for r in self.ok_records})
 
+    @property
+    def tuned_digests(self) -> tuple[str, ...]:
+        """Return the distinct tuned-kernel digests its ok records ran (Record.tuned_digest), sorted; () when untuned."""
+        return tuple(sorted({r.tuned_digest for r in self.ok_records} - {None}))
+
     def values(self, metric: str) -> list[list[float]]:
         """Return the metric's ok trial values grouped by worker process (one list per run)."""
         by_run: dict[tuple, list[float]] = {}
@@ -351,6 +357,16 @@ def select(records: Iterable[Record], pool: bool = False) -> Selection:
 
 def _check_poolable(ranked: list[tuple[RunContext, list[Record]]]) -> None:
     label = ranked[0][1][-1].label
+    # Different tuned kernels are different programs: their figures are two tunings, not one (docs/hf-backend.md).
+    tuned = [(c, tuple(sorted({r.tuned_digest for r in rs if r.ok} - {None}))) for c, rs in ranked]
+    tuned = [(c, d) for c, d in tuned if d]
+    if len({d for _, d in tuned}) > 1:
+        detail = "; ".join(f"{', '.join(x[:8] + '…' for x in d)} in run {c.run_id} ({c.label})" for c, d in tuned)
+        raise BenchInputError(
+            f"cannot pool the runs of {label}: they ran different tuned kernels (tuned {detail}); their figures are "
+            "different tunings' figures, not one. Drop --pool (each row then shows the latest run), or measure every "
+            "run from one engine artifact (`bench build`, `bench run --engines`)"
+        )
     for key, what in (("env_digest", "environments"), ("workload_hash", "workloads")):
         values = {getattr(c, key) for c, _ in ranked} - {None}
         if len(values) > 1:

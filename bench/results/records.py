@@ -57,6 +57,8 @@ class RunContext:
     runs: int = _doc("worker processes per cell the invocation asked for (pyperf's runs)", 1)
     trials: int = _doc("measured passes per process", 1)
     warmup: int = _doc("unmeasured warm-up passes per process", 0)
+    tuning_builds: int = _doc("cold builds per cell, each in its own engine folder (`--tuning-builds`): `runs` "
+                              "processes each; the table's tuning spread is the spread between them", 1)
     started_at: float | None = _doc("Unix time the invocation started (orders runs: the latest is shown)", None)
 
     def to_json(self) -> dict:
@@ -88,8 +90,10 @@ class Record:
     trial: int = _doc("which measured pass inside that process (0-based)", 0)
     status: str = _doc("ok, oom, error, timeout", "ok")
     metrics: dict | None = _doc("the pass's metrics (below); null for failures", None)
-    extra: dict = _doc("backend figures: parameters, weight bytes, peak memory, telemetry, warm-up costs; "
-                       "probes: `probe`; profiles: `kernel_table`, `trace`, `profile`; capacity probes: `capacity`", None)
+    extra: dict = _doc("backend figures: parameters, weight bytes, peak memory, telemetry, warm-up costs; `kernels`: "
+                       "where the pass's kernels came from (`source`: built here or artifact, `artifact`: its digest, "
+                       "`artifact_tuned_digest`, `tuning_build`, `refused_because`); probes: `probe`; profiles: "
+                       "`kernel_table`, `trace`, `profile`; capacity probes: `capacity`", None)
     samples: list | None = _doc("per request: id, input and output tokens, TTFT and E2E in ms, error", None)
     error: str | None = _doc("the failure's message and traceback tail", None)
     workload: dict = _doc("name, content_hash, num_requests, tokenizer, source and SHA-256, token totals", None)
@@ -131,6 +135,22 @@ class Record:
     def label(self) -> str:
         c = self.cell
         return cell_label(c.get("backend"), c.get("precision"), c.get("max_batch_size"), (c.get("workload") or {}).get("name"))
+
+    @property
+    def tuned_digest(self) -> str | None:
+        """Return the digest of the tuned kernel configs the pass ran (hf: Inductor's; fake: simulated), or None."""
+        inductor = (self.extra.get("inductor") or {}).get("tuned") or {}
+        return inductor.get("digest") or (self.extra.get("tuned") or {}).get("digest")
+
+    @property
+    def kernels(self) -> dict:
+        """Return where the pass's kernels came from: {"source": "built here" | "artifact", "artifact": digest, ...}."""
+        return self.extra.get("kernels") or {}
+
+    @property
+    def tuning_build(self) -> int | None:
+        """Return which cold build (`--tuning-builds`) of its run context the record's process belongs to."""
+        return self.kernels.get("tuning_build")
 
     def metric(self, name: str) -> float | None:
         """Return a numeric metric of the record (None when absent or not a number)."""
@@ -203,7 +223,8 @@ TYPES = {t.KIND: t for t in (Measurement, OomProbe, Profile, CapacityProbe)}
 
 
 def new_context(command: str, *, matrix: str = "", baseline: dict | None = None, gpu_memory_gb: float | None = None,
-                runs: int = 1, trials: int = 1, warmup: int = 0, run_id: str | None = None) -> RunContext:
+                runs: int = 1, trials: int = 1, warmup: int = 0, run_id: str | None = None,
+                tuning_builds: int = 1) -> RunContext:
     """Return the context of a new invocation: a fresh run id, the project's commit, the settings."""
     from bench.machine.environment import project_commit
 
@@ -213,7 +234,7 @@ def new_context(command: str, *, matrix: str = "", baseline: dict | None = None,
         run_id=run_id or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now)) + "-" + secrets.token_hex(3),
         command=command, matrix=matrix, baseline=dict(baseline) if baseline else None,
         commit=code.get("commit"), dirty=code.get("dirty"), gpu_memory_gb=gpu_memory_gb,
-        runs=runs, trials=trials, warmup=warmup, started_at=now,
+        runs=runs, trials=trials, warmup=warmup, started_at=now, tuning_builds=tuning_builds,
     )
 
 

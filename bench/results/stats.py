@@ -81,19 +81,36 @@ def run_spread(values_by_run: Sequence[Sequence[float]], name: str = "value") ->
     return RunSpread(**{**spread.__dict__, "warnings": tuple(run_warnings(spread, name))})
 
 
-def run_warnings(s: RunSpread, name: str = "value") -> list[str]:
-    """Return why a RunSpread's figure may not reproduce in another process (empty: no reason seen)."""
+def run_warnings(s: RunSpread, name: str = "value", groups: tuple[str, str, str] = (
+        "runs (fresh processes)", "run", "trials in one process")) -> list[str]:
+    """Return why a RunSpread's figure may not reproduce in another process (empty: no reason seen).
+
+    groups: what the spread's groups are called (plural, singular) and what the spread inside one
+    understates; tuning_warnings applies the same rule to cold builds."""
+    plural, single, inside = groups
     if s.runs < 2:
         return [f"{name}: 1 run: the spread between processes is not measured (use --runs 2 or more)"]
     out = []
     run_cv, trial_cv = s.run_cv or 0.0, s.trial_cv
+    short = plural.split(" (")[0]
     if run_cv > MAX_RUN_CV:
-        out.append(f"{name}: the runs (fresh processes) differ by {run_cv:.1%} (relative std of the run means "
+        out.append(f"{name}: the {plural} differ by {run_cv:.1%} (relative std of the {single} means "
                    f"{_means(s)}; limit {MAX_RUN_CV:.0%}): the figure may not reproduce")
     elif trial_cv is not None and run_cv > RUN_CV_FLOOR and run_cv > RUN_TO_TRIAL * trial_cv:
-        out.append(f"{name}: the runs differ by {run_cv:.1%} (means {_means(s)}), {run_cv / trial_cv:.0f}x the spread "
-                   f"inside a run ({trial_cv:.2%}): trials in one process understate the uncertainty")
+        out.append(f"{name}: the {short} differ by {run_cv:.1%} (means {_means(s)}), {run_cv / trial_cv:.0f}x the spread "
+                   f"inside a {single} ({trial_cv:.2%}): {inside} understate the uncertainty")
     return out
+
+
+def tuning_warnings(s: RunSpread, name: str = "value") -> list[str]:
+    """Return why a figure belongs to one tuning: the run spread's rule applied to the means of cold builds.
+
+    s: the run_spread of a metric's values grouped by tuning build (each a cold build with its own
+    tuned kernels); empty with fewer than two builds."""
+    if s.runs < 2:
+        return []
+    return run_warnings(s, name, ("tuning builds (cold builds, each its own tuned kernels)", "build",
+                                  "the processes of one build"))
 
 
 def _means(s: RunSpread) -> str:

@@ -38,17 +38,20 @@ class PlannedCell:
     runs: list[int]
 
 
-def plan(matrix: Matrix, records, context: RunContext, redo: bool = False) -> list[PlannedCell]:
+def plan(matrix: Matrix, records, context: RunContext, redo: bool = False,
+         artifacts: dict[str, str] | None = None) -> list[PlannedCell]:
     """Return the cells still to measure, in matrix order, each with its context and runs.
 
     A cell is done when its latest run context (at this memory cap) holds `runs` runs of `trials`
     ok trials, or ended in a final failure (oom). An unfinished context measured at
     this same commit is resumed (its missing runs join it); otherwise the cell starts afresh in
     this invocation's context. A run (one worker process) counts only when all its trials are ok.
+    A context counts only for the same kernels' source: as many tuning builds, and the same engine
+    artifact (artifacts: {build key hash: digest}, or none: built here).
     """
     from bench.results.query import _contexts
 
-    want_runs, trials = matrix.settings.runs, matrix.settings.trials
+    want_runs, trials = matrix.settings.runs * matrix.settings.tuning_builds, matrix.settings.trials
     by_cell: dict[str, list] = {}
     for r in records:
         if r.kind == "measurement" and r.gpu_memory_gb == matrix.settings.gpu_memory_gb:
@@ -62,6 +65,12 @@ def plan(matrix: Matrix, records, context: RunContext, redo: bool = False) -> li
         latest, latest_recs = _contexts(recs)[0]
         if not any(r.ok for r in latest_recs) and latest_recs[-1].status in FINAL_FAILURES:
             continue  # a batch that did not fit does not fit on a re-run (--redo measures again)
+        wanted = (artifacts or {}).get(cell.build_key().key_hash)
+        same_kernels = latest.tuning_builds == matrix.settings.tuning_builds and all(
+            r.kernels.get("artifact") == wanted for r in latest_recs if r.ok)
+        if not same_kernels:  # measured from other kernels (built here, another artifact, other builds): afresh
+            out.append(PlannedCell(cell, context, list(range(want_runs))))
+            continue
         ok_trials: dict[int, int] = {}
         for r in latest_recs:
             if r.ok:
@@ -97,28 +106,40 @@ def run_matrix(
     (matrix.settings.executor; bench.execution.executors) runs as many build groups at once as
     it has GPUs for; this process alone writes the store, as each event arrives.
     """
+    from bench.backends import engine_artifact
     from bench.execution.executors import make_executor, run_chains
     from bench.execution.progress import MatrixProgress
     from bench.machine.memory_cap import check_cap
     from bench.results.query import check_store_path, load
+    from bench.runner.engines import artifacts_for, engine_for
     from bench.workloads.workload import cached_workload
 
     started = time.monotonic()
     settings = matrix.settings
     check_cap(settings.gpu_memory_gb, _capped_devices(matrix))  # before any work
+    artifacts = artifacts_for(matrix)  # before any work: a missing artifact or one made elsewhere is refused
     store = ResultStore(check_store_path(store_path, must_exist=False))
     with store.writer():
         context = new_context(command, matrix=matrix.name, baseline=matrix.baseline, gpu_memory_gb=settings.gpu_memory_gb,
-                              runs=settings.runs, trials=settings.trials, warmup=settings.warmup)
-        todo = plan(matrix, load([store.path]) if store.path.exists() else [], context, redo)
-        total = len(matrix.cells) * settings.runs
+                              runs=settings.runs, trials=settings.trials, warmup=settings.warmup,
+                              tuning_builds=settings.tuning_builds)
+        digests = {h: engine_artifact.read_manifest(p)["digest"] for h, p in artifacts.items()}
+        todo = plan(matrix, load([store.path]) if store.path.exists() else [], context, redo, digests)
+        total = len(matrix.cells) * settings.runs * settings.tuning_builds
         summary = RunSummary(planned=total * settings.trials, run_id=context.run_id)
         summary.skipped = summary.planned - sum(len(p.runs) for p in todo) * settings.trials
 
-        groups: OrderedDict = OrderedDict()  # build key -> its planned cells, in matrix order
+        # (build key, tuning build or None) -> its planned cells, in matrix order. Each tuning build is a
+        # group of its own (its own engine folder), so an executor with several GPUs builds them at once.
+        groups: OrderedDict = OrderedDict()
         for p in todo:
-            groups.setdefault(p.cell.build_key(), []).append(p)
-        executor = make_executor(settings, list(groups)) if groups else None  # bad placement: an error now
+            if settings.tuning_builds > 1:
+                for b in sorted({r // settings.runs for r in p.runs}):
+                    runs = [r for r in p.runs if r // settings.runs == b]
+                    groups.setdefault((p.cell.build_key(), b), []).append(PlannedCell(p.cell, p.context, runs))
+            else:
+                groups.setdefault((p.cell.build_key(), None), []).append(p)
+        executor = make_executor(settings, [k for k, _ in groups]) if groups else None  # bad placement: an error now
         workloads: dict = {}
         try:
             for p in todo:
@@ -132,9 +153,10 @@ def run_matrix(
         failed: set[str] = set()  # cells whose run failed: their later runs are not started
         rounds = max((len(p.runs) for p in todo), default=0)
         with MatrixProgress(total, total - sum(len(p.runs) for p in todo), enabled=show_progress, console=console,
-                            unit="run" if settings.runs > 1 else "cell") as progress:
+                            unit="run" if settings.runs * settings.tuning_builds > 1 else "cell") as progress:
 
-            def chain(key, members: list[PlannedCell]):
+            def chain(group, members: list[PlannedCell]):
+                key, build = group
                 def round_k(k: int):
                     planned = []
                     for p in members:
@@ -146,8 +168,10 @@ def run_matrix(
                         planned.append(p)
                     if not planned:
                         return None
+                    dest, engine = engine_for(key, build, artifacts, settings, Path(engines_dir),
+                                              planned[0].context.run_id)
                     return _group_round(key, planned, k, matrix, store, workloads, summary, failed, progress,
-                                        engines_dir, store_path)
+                                        dest, store_path, engine)
                 return round_k
 
             if executor is not None:
@@ -167,7 +191,7 @@ def _capped_devices(matrix: Matrix) -> list[str]:
 
 
 def _group_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store: ResultStore, workloads: dict,
-                 summary: RunSummary, failed: set, progress, engines_dir, store_path):
+                 summary: RunSummary, failed: set, progress, engines_dir, store_path, engine: dict | None = None):
     """Return the GroupRun of one build group's cells for their k-th run; its events store each outcome."""
     from bench.execution.executors import GroupRun, gpus_needed
     from bench.machine.memory_cap import env_for
@@ -209,6 +233,7 @@ def _group_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store:
         cell_timeout_s=matrix.settings.timeout_s,
         log_dir=Path(store_path).parent / "logs", log_prefix=f"{Path(store_path).stem}-{key.key_hash}",
         env=env_for(matrix.settings.gpu_memory_gb),
+        engine=engine or {},
     )
     group = GroupRun(job=job, gpus=gpus_needed(key), on_event=on_event)
     return group

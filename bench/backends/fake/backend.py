@@ -5,11 +5,16 @@ decode step costs step_ms + step_ms_per_seq x batch size (so throughput grows wi
 and saturates, as on a real device). A memory model (weights + KV bytes per token) raises an
 out-of-memory when a batch's KV cache exceeds memory_gb (or the gpu_memory_gb cap, if lower);
 `oom_flaky_band` makes sizes just under the limit fail on alternate runs. `fail` injects worker
-failures, `short_rows` rows that come out one token short.
+failures, `short_rows` rows that come out one token short. `tuning_spread` simulates a tuned
+build: the first load of a cold engine folder draws a speed factor and a tuned digest (seeded by
+the build key, the tuning build and the folder's parent, so K cold builds draw K outcomes), keeps them in the
+folder's tuned.json, and every later process of that folder, or of an artifact of it, runs them.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import random
 import time
@@ -34,20 +39,44 @@ class FakeBackend(FakeConfig, Backend):
             time.sleep(3600)
         folder = engines_dir / key.key_hash
         folder.mkdir(parents=True, exist_ok=True)
-        return {"key": key.to_dict(), "folder": str(folder), "build_info": {"cold": True}}
+        return {"key": key.to_dict(), "folder": str(folder), "build_info": {"cold": True},
+                "tuning_build": getattr(self, "tuning_build", None) or 0}
 
     def load(self, artifact: dict) -> FakeLoaded:
-        return FakeLoaded(artifact["key"], Path(artifact["folder"]))
+        return FakeLoaded(artifact["key"], Path(artifact["folder"]), artifact.get("tuning_build", 0))
 
 
 class FakeLoaded(Loaded):
-    def __init__(self, key: dict, folder: Path | None = None):
+    def __init__(self, key: dict, folder: Path | None = None, tuning_build: int = 0):
         self.key = key
         self.folder = folder
         self.runs = 0
         # Which load of this build this process is: each worker process draws its own noise, as
         # real processes differ (reproducible: counted in the build folder, like the flaky band).
         self.process = self._count("loads") if folder is not None else 0
+        self.tuned = self._tuned(tuning_build)
+
+    def _tuned(self, tuning_build: int) -> dict | None:
+        """Return this engine's simulated tuning outcome {factor, digest}: the folder's, or drawn now (a cold build)."""
+        spread = float(dict(self.key.get("options") or {}).get("tuning_spread", 0.0) or 0.0)
+        if not spread or self.folder is None:
+            return None
+        path = self.folder / "tuned.json"
+        if path.is_file():
+            return json.loads(path.read_text())
+        # Every cold folder draws anew (its parent: a build's stamp, `build-k` of a tuning build, an artifact's digest).
+        seed = f"{json.dumps(self.key, sort_keys=True)}:{tuning_build}:{self.folder.parent.name}"
+        factor = random.Random(seed).uniform(1 - spread, 1 + spread)
+        tuned = {"factor": factor, "digest": hashlib.sha256(f"{seed}:{factor}".encode()).hexdigest()[:16]}
+        path.write_text(json.dumps(tuned))
+        return tuned
+
+    def tuned_kernels(self) -> dict | None:
+        return dict(self.tuned) if self.tuned else None
+
+    def engine_files(self) -> dict[str, bytes]:
+        path = (self.folder or Path(".")) / "tuned.json"
+        return {"tuned.json": path.read_bytes()} if path.is_file() else {}
 
     def _count(self, name: str) -> int:
         """Return how many times `name` was counted before in the build folder, and count this one.
@@ -75,7 +104,7 @@ class FakeLoaded(Loaded):
             time.sleep(opts["wall_ms"] / 1000)
         rng = random.Random((opts["seed"] * 1_000_003 + self.runs) * 7_919 + self.process)
         self.runs += 1
-        k = opts["slowdown"]
+        k = opts["slowdown"] / (self.tuned["factor"] if self.tuned else 1.0)  # a faster tuning: shorter steps
         clock = 0.0
         timings = []
         peak = opts["weights_gb"] * 1e9
@@ -109,4 +138,7 @@ class FakeLoaded(Loaded):
                 times = steps[:produced]
                 timings.append(RequestTiming(r.id, r.input_len, r.output_len, produced, start, times,
                                              times[-1] if times else start))
-        return RunOutput(timings, 0.0, clock, {"peak_memory_bytes": int(peak), "virtual_clock": True})
+        extra = {"peak_memory_bytes": int(peak), "virtual_clock": True}
+        if self.tuned:
+            extra["tuned"] = dict(self.tuned)
+        return RunOutput(timings, 0.0, clock, extra)

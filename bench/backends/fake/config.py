@@ -31,6 +31,11 @@ class FakeConfig(BackendConfig):
             0, kind=(int, float), in_build_key=False, keeps_ids_at_default=True, minimum=0,
             help="real milliseconds each pass sleeps (the virtual clock costs no wall time): executor tests",
         ),
+        "tuning_spread": Option(
+            0.0, kind=(int, float), keeps_ids_at_default=True,
+            help="simulate a tuned build: each cold build draws a speed factor in 1 ± this and a tuned digest, "
+                 "kept in its engine folder (tuned.json) and carried by its artifact (tests of tuning spread)",
+        ),
         "tensor_parallel_size": TENSOR_PARALLEL,
     }
 

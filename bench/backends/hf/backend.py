@@ -64,6 +64,22 @@ class HFBackend(HFConfig, Backend):
     def load(self, artifact: dict) -> HFLoaded:
         return HFLoaded(artifact)
 
+    def install_engine(self, artifact: dict, files: dict[str, bytes]) -> None:
+        """Load an engine artifact into this build's folder: torch's cache artifacts, then the tuned configs.
+
+        build() has pointed Inductor's and Triton's caches at the folder, so torch writes its FX
+        graphs, AOT entries, Triton kernels and autotune entries there; the `*.best_config` files are
+        written after them, so the folder's tuned configs are exactly the artifact's
+        (bench.backends.hf.compile.engine_files says what each part is)."""
+        from bench.backends.hf.compile import TORCH_CACHE_ARTIFACTS
+
+        blob = files.get(TORCH_CACHE_ARTIFACTS)
+        if blob:
+            import torch
+
+            torch.compiler.load_cache_artifacts(blob)
+        super().install_engine(artifact, {p: d for p, d in files.items() if p != TORCH_CACHE_ARTIFACTS})
+
 
 class HFLoaded(Loaded):
     def __init__(self, artifact: dict):
@@ -143,6 +159,14 @@ class HFLoaded(Loaded):
             # Once per machine and GPU, cached beside the engines; the worker measured it before
             # the memory cap (measures_copy_bandwidth), so this reads the cache.
             self.bandwidth = copy_bandwidth(self.device, bandwidth_cache_dir(artifact.get("engines_dir", artifact["folder"])))
+
+    def tuned_kernels(self) -> dict | None:
+        return tuned_kernel_configs(self.engine_dir) if self.compile != "off" else None
+
+    def engine_files(self) -> dict[str, bytes]:
+        from bench.backends.hf.compile import engine_files
+
+        return engine_files(self.engine_dir) if self.compile != "off" else {}
 
     def _sync(self):
         import torch

@@ -68,6 +68,8 @@ def configure_process(key_hash: str, compile_mode: str, tuning: str, freeze: boo
         for name in ("recompile_limit", "cache_size_limit"):
             if hasattr(torch._dynamo.config, name):
                 setattr(torch._dynamo.config, name, max(64, getattr(torch._dynamo.config, name)))
+    # pytorch/pytorch#173391 backported where torch lacks it (2.11 here); from torch 2.13 on apply() finds the fix
+    # in torch's own source and changes nothing (bench.backends.hf.inductor_recheck).
     inductor_recheck.apply()
 
 
@@ -102,3 +104,30 @@ def tuned_kernel_configs(folder: Path) -> dict:
     digest = hashlib.sha256(json.dumps(configs, sort_keys=True).encode()).hexdigest()[:16] if configs else None
     return {"kernels": len(configs), "coordinate_descent": sum(bool(c.get("found_by_coordesc")) for _, c in configs),
             "digest": digest}
+
+
+# The artifact's member that holds torch.compiler.save_cache_artifacts()'s bytes.
+TORCH_CACHE_ARTIFACTS = "torch/cache-artifacts.bin"
+
+
+def engine_files(folder: Path) -> dict[str, bytes]:
+    """Return what an engine artifact of this process's compiled cell carries, by path relative to its folder.
+
+    - torch's own portable caches (`torch.compiler.save_cache_artifacts`, torch >= 2.6): the FX
+      graphs (with their Triton kernels bundled), AOTAutograd entries, and the autotune entries
+      this process recorded, including coordinate-descent winners saved while it ran.
+    - every `*.best_config` file of the folder's Inductor cache: the tuned winners themselves, so
+      they travel even where torch's recorder missed one (a cache hit it did not record, a torch
+      without the API), and the loaded folder's `tuned_kernel_configs` digest is the artifact's.
+    Call it after the warm-up: the winners are saved when a kernel first runs.
+    """
+    import torch
+
+    files: dict[str, bytes] = {}
+    save = getattr(getattr(torch, "compiler", None), "save_cache_artifacts", None)
+    saved = save() if save is not None else None
+    if saved:
+        files[TORCH_CACHE_ARTIFACTS] = saved[0]
+    for f in sorted((Path(folder) / "inductor").rglob("*.best_config")):
+        files[str(f.relative_to(folder))] = f.read_bytes()
+    return files

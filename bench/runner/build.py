@@ -1,0 +1,78 @@
+"""`bench build`: each build key of a matrix built cold in a worker, warmed up, and written as an engine artifact.
+
+Nothing is measured and nothing goes into a result store: the worker builds, loads and runs the
+warm-up of every cell of the build group (the shapes its measured passes would compile and
+tune), then writes the engine as an artifact (bench.backends.engine_artifact) to the output
+folder. Each build starts from an empty engine folder of its own, so an artifact is one cold
+build's compile and tuning, never a mix with an earlier process's cache.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class BuildOutcome:
+    """What one build key's build gave: its artifact (path, digest, size) or why there is none."""
+
+    key_hash: str
+    label: str
+    artifact: str | None = None
+    digest: str | None = None
+    bytes: int | None = None
+    tuned: dict | None = None
+    error: str | None = None
+    seconds: float = 0.0
+    events: list = field(default_factory=list)
+
+
+def build_artifacts(matrix, out_dir: str | Path, *, engines_dir: str | Path = "engines",
+                    workload_cache: str | Path = "workloads/cache", on_outcome=None) -> list[BuildOutcome]:
+    """Return one BuildOutcome per build key of the matrix, each built cold in a fresh worker and exported to out_dir."""
+    from bench.execution.supervisor import GroupItem, GroupJob, supervise_group
+    from bench.machine.memory_cap import check_cap, env_for
+    from bench.workloads.workload import cached_workload
+
+    settings = matrix.settings
+    check_cap(settings.gpu_memory_gb, [c.device for c in matrix.cells])
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    groups: OrderedDict = OrderedDict()
+    for cell in matrix.cells:
+        groups.setdefault(cell.build_key(), []).append(cell)
+    workloads = {}
+    for cell in matrix.cells:
+        if cell.workload not in workloads:
+            workloads[cell.workload] = cached_workload(cell.workload, Path(workload_cache))
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
+    outcomes = []
+    for key, cells in groups.items():
+        items = [GroupItem(c, [], str(workloads[c.workload][1])) for c in cells]
+        job = GroupJob(
+            build_key=key, items=items, engines_dir=Path(engines_dir) / "builds" / stamp,
+            warmup=max(1, settings.warmup), build_timeout_s=settings.build_timeout_s,
+            cell_timeout_s=settings.timeout_s, log_dir=out_dir / "logs", log_prefix=f"build-{key.key_hash}",
+            env=env_for(settings.gpu_memory_gb), engine={"export_dir": str(out_dir)},
+        )
+        outcome = BuildOutcome(key.key_hash, cells[0].label)
+        started = time.monotonic()
+        supervise_group(job, outcome.events.append)
+        outcome.seconds = time.monotonic() - started
+        for event in outcome.events:
+            kind = event.get("event")
+            if kind == "exported":
+                outcome.artifact, outcome.digest = event["path"], event["digest"]
+                outcome.bytes, outcome.tuned = event["bytes"], event.get("tuned")
+            elif kind in ("fatal", "warmup_failed") and outcome.error is None:
+                outcome.error = f"{event.get('status')}: {event.get('error')}"
+        if outcome.artifact is None and outcome.error is None:
+            outcome.error = f"the worker ended without writing an artifact; log {job.logs[-1] if job.logs else '?'}"
+        outcomes.append(outcome)
+        if on_outcome:
+            on_outcome(outcome)
+    return outcomes

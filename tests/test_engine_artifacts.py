@@ -1,0 +1,292 @@
+"""Engines as artifacts, tuning spread, and comparisons that know the kernels (issue 31), on the fake backend.
+
+The fake backend's `tuning_spread` simulates a tuned build: the first load of a cold engine folder
+draws a speed factor and a tuned digest (seeded by the build key and the tuning build), keeps them
+in the folder and carries them in its artifact, so every path below runs end to end in real
+worker processes without a GPU.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from bench.backends import engine_artifact
+from bench.cli import main
+from bench.errors import BenchInputError
+from bench.results import query
+from tests.support.records import make_record
+
+MATRIX = """
+name = "lottery"
+backends = ["fake"]
+model = "qwen-tiny"
+device = "cpu"
+precisions = ["bf16"]
+max_batch_sizes = [1]
+workloads = ["syn"]
+trials = 2
+warmup = 1
+timeout_s = 60
+build_timeout_s = 60
+baseline = {{ backend = "fake", precision = "bf16", max_batch_size = 1 }}
+
+[options]
+tuning_spread = {spread}
+
+[workload.syn]
+source = "synthetic"
+num_requests = 4
+input_len = 16
+output_len = 8
+"""
+
+
+@pytest.fixture
+def lottery(tmp_path, monkeypatch):
+    """Return a function writing the lottery matrix (a given tuning spread) in a fresh working folder."""
+    monkeypatch.chdir(tmp_path)  # bench run/build write engines/, results/, workloads/cache/ here
+
+    def write(spread: float = 0.3) -> str:
+        path = tmp_path / f"lottery-{spread}.toml"
+        path.write_text(MATRIX.format(spread=spread))
+        return str(path)
+
+    return write
+
+
+def _rewrite_manifest(path: Path, **environment) -> None:
+    """Change the environment an artifact says it was made in (as a copy from another machine would say)."""
+    with tarfile.open(path) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for member, data in members:
+            if member.name == engine_artifact.MANIFEST:
+                manifest = json.loads(data)
+                manifest["environment"].update(environment)
+                data = json.dumps(manifest).encode()
+                member.size = len(data)
+            tar.addfile(member, io.BytesIO(data))
+    path.write_bytes(out.getvalue())
+
+
+def test_an_artifact_holds_its_files_under_a_content_digest_and_refuses_a_damaged_copy(tmp_path):
+    files = {"tuned.json": b'{"factor": 1.1}', "inductor/ab/k.best_config": b'{"XBLOCK": 64}'}
+    key = {"backend": "fake", "options": {}}
+    env = {"torch": "2.11.0+cu130", "triton": "3.5.0", "cuda": "13.0", "gpu_name": "NVIDIA H200",
+           "compute_capability": "9.0", "driver": "580.159.04", "host": "m1", "gpu_uuid": "GPU-1"}
+    path, manifest = engine_artifact.write(tmp_path, key, "k" * 16, env, {"digest": "abcd"}, files)
+    assert path.name == f"{'k' * 16}-{manifest['digest'][:12]}.tar"
+    again, read = engine_artifact.read_files(path)
+    assert read == files and again["digest"] == manifest["digest"] == engine_artifact.digest_of(key, files)
+    assert again["environment"]["gpu_uuid"] == "GPU-1" and again["tuned"] == {"digest": "abcd"}
+    # The same files give the same digest wherever and whenever they were made; other files another.
+    assert engine_artifact.digest_of(key, dict(reversed(files.items()))) == manifest["digest"]
+    assert engine_artifact.digest_of(key, {**files, "tuned.json": b"{}"}) != manifest["digest"]
+    assert engine_artifact.mismatches(env, {**env, "host": "m2", "gpu_uuid": "GPU-2"}) == []  # another board: fine
+    assert engine_artifact.mismatches(env, {"torch": "2.13.0", "driver": "580.159.04"}) == [
+        "torch: made with 2.11.0+cu130, here 2.13.0"]  # keys `here` lacks are not judged
+
+    with tarfile.open(path) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    damaged = tmp_path / "damaged.tar"
+    with tarfile.open(damaged, mode="w") as tar:
+        for member, data in members:
+            if member.name == "files/tuned.json":
+                data = b'{"factor": 9.9}'
+            tar.addfile(member, io.BytesIO(data))
+    with pytest.raises(BenchInputError, match="does not match its SHA-256"):
+        engine_artifact.read_files(damaged)
+    (tmp_path / "not.tar").write_text("hello")
+    with pytest.raises(BenchInputError, match="not an engine artifact"):
+        engine_artifact.read_manifest(tmp_path / "not.tar")
+
+
+def test_bench_build_then_run_engines_runs_the_artifacts_tuned_kernels_in_every_process(lottery, tmp_path):
+    matrix = lottery()
+    assert main(["build", "--matrix", matrix, "--artifacts", "art"]) == 0
+    (artifact,) = (tmp_path / "art").glob("*.tar")
+    manifest = engine_artifact.read_manifest(artifact)
+    assert manifest["tuned"]["digest"] and [f["path"] for f in manifest["files"]] == ["tuned.json"]
+    assert not (tmp_path / "results").exists()  # a build measures nothing
+
+    assert main(["run", "--matrix", matrix, "--engines", "art", "--runs", "2", "--store", "s.jsonl",
+                 "--no-progress"]) == 0
+    records = query.load(["s.jsonl"])
+    assert len(records) == 4 and all(r.ok for r in records)
+    assert {r.kernels["source"] for r in records} == {"artifact"}
+    assert {r.kernels["artifact"] for r in records} == {manifest["digest"]}
+    assert {r.tuned_digest for r in records} == {manifest["tuned"]["digest"]}  # the build's tuning, not a new one
+    # Both processes ran the build's kernels: one figure (the fake's clock has no noise here).
+    assert len({round(r.metric("output_throughput"), 9) for r in records}) == 1
+
+    # Without --engines the cell builds here (its own cold folder): the records say so.
+    assert main(["run", "--matrix", matrix, "--store", "here.jsonl", "--no-progress"]) == 0
+    assert {r.kernels["source"] for r in query.load(["here.jsonl"])} == {"built here"}
+    # The same store with the artifact: other kernels, so a new run, not "already stored"; then resumed as done.
+    for _ in range(2):
+        assert main(["run", "--matrix", matrix, "--engines", "art", "--store", "here.jsonl", "--no-progress"]) == 0
+    assert [r.kernels["source"] for r in query.load(["here.jsonl"])] == ["built here"] * 2 + ["artifact"] * 2
+
+
+def test_an_artifact_made_elsewhere_is_refused_before_any_work_unless_asked_to_tune_here(lottery, tmp_path, capsys):
+    matrix = lottery()
+    assert main(["build", "--matrix", matrix, "--artifacts", "art"]) == 0
+    (artifact,) = (tmp_path / "art").glob("*.tar")
+    _rewrite_manifest(artifact, torch="2.11.0+cu130")
+    capsys.readouterr()
+    assert main(["run", "--matrix", matrix, "--engines", str(artifact), "--store", "s.jsonl", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "made in another environment: torch: made with 2.11.0+cu130, here " in err and "--retune-on-mismatch" in err
+    assert not (tmp_path / "s.jsonl").exists()  # refused before any work
+
+    with pytest.warns(UserWarning, match="building here"):
+        assert main(["run", "--matrix", matrix, "--engines", str(artifact), "--retune-on-mismatch", "--store",
+                     "s.jsonl", "--no-progress"]) == 0
+    records = query.load(["s.jsonl"])
+    assert records and all(r.ok for r in records)
+    kernels = records[0].kernels
+    assert kernels["source"] == "built here" and kernels["refused_artifact"] == engine_artifact.read_manifest(
+        artifact)["digest"]
+    assert kernels["refused_because"][0].startswith("torch: made with 2.11.0+cu130")
+
+
+def test_a_difference_only_the_worker_can_see_is_refused_there_with_a_stored_reason(lottery, tmp_path):
+    """The parent does not import torch, so the CUDA version is the worker's to check."""
+    matrix = lottery()
+    assert main(["build", "--matrix", matrix, "--artifacts", "art"]) == 0
+    (artifact,) = (tmp_path / "art").glob("*.tar")
+    _rewrite_manifest(artifact, cuda="13.0")
+    from bench.runner.matrix import run_matrix
+    from bench.spec import load_matrix, narrow
+
+    # (run_matrix, not `bench run`: the report of a store holding only failed builds raises in
+    # bench.report.tables.aggregate, a fault older than this issue.)
+    summary = run_matrix(narrow(load_matrix(matrix), engines=["art"]), "s.jsonl", show_progress=False)
+    assert summary.statuses == {"error": 2}
+    (record, *_) = query.load(["s.jsonl"])
+    assert record.status == "error" and "ArtifactMismatch" in record.error and "cuda: made with 13.0" in record.error
+
+
+def test_engines_must_cover_every_build_key_and_exclude_tuning_builds(lottery, tmp_path, capsys):
+    matrix = lottery()
+    assert main(["build", "--matrix", matrix, "--artifacts", "art"]) == 0
+    other = lottery(0.2)  # another tuning_spread: another build key
+    capsys.readouterr()
+    assert main(["run", "--matrix", other, "--engines", "art", "--store", "s.jsonl", "--no-progress"]) == 2
+    assert "no engine artifact for 1 cell(s)" in capsys.readouterr().err
+    assert main(["run", "--matrix", matrix, "--engines", "art", "--tuning-builds", "2", "--store", "s.jsonl"]) == 2
+    assert "give one of them" in capsys.readouterr().err
+    assert main(["run", "--matrix", matrix, "--engines", "missing-folder", "--store", "s.jsonl"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_tuning_builds_measure_the_lottery_and_the_table_flags_it(lottery, tmp_path):
+    from bench.report.build import build_report
+
+    matrix = lottery()
+    assert main(["run", "--matrix", matrix, "--tuning-builds", "3", "--store", "t.jsonl", "--no-progress"]) == 0
+    records = query.load(["t.jsonl"])
+    assert sorted({r.tuning_build for r in records}) == [0, 1, 2] and len(records) == 6
+    assert len({r.tuned_digest for r in records}) == 3  # three cold builds, three tunings
+    folders = sorted(p.parent.parent.name for p in (tmp_path / "engines" / "tuning").rglob("tuned.json"))
+    assert folders == ["build-0", "build-1", "build-2"]  # each build its own engine folder
+    means = [sum(r.metric("output_throughput") for r in records if r.tuning_build == b) / 2 for b in range(3)]
+    mean = sum(means) / 3
+    cv = (sum((m - mean) ** 2 for m in means) / 2) ** 0.5 / mean
+    assert cv > 0.03  # the draws of this build key (tuning_spread 0.3) differ by more than the ⚠ limit
+    text = build_report([tmp_path / "t.jsonl"], tmp_path / "rep", {"backend": "fake"})["markdown"].read_text()
+    assert "tuning spread: builds (digests)" in text
+    assert f"{100 * cv:.1f}% (3 builds, 3 digests) ⚠" in text
+    assert "the tuning builds (cold builds, each its own tuned kernels) differ by" in text
+
+    # Resume: the same invocation again measures nothing new.
+    assert main(["run", "--matrix", matrix, "--tuning-builds", "3", "--store", "t.jsonl", "--no-progress"]) == 0
+    assert len(query.load(["t.jsonl"])) == 6
+
+
+def test_builds_without_a_tuning_show_no_tuning_warning(lottery, tmp_path):
+    from bench.report.build import build_report
+
+    matrix = lottery(0.0)
+    assert main(["run", "--matrix", matrix, "--tuning-builds", "2", "--store", "t.jsonl", "--no-progress"]) == 0
+    text = build_report([tmp_path / "t.jsonl"], tmp_path / "rep", {"backend": "fake"})["markdown"].read_text()
+    assert "0.0% (2 builds) |" in text and "⚠" not in text
+
+
+def _tuned(digest: str) -> dict:
+    return {"inductor": {"coordinate_descent_tuning": True, "tuned": {"kernels": 17, "digest": digest}}}
+
+
+def test_pooling_refuses_runs_of_different_tuned_kernels():
+    def runs(run_id, started, digest, value):
+        return [make_record("i", run=r, trial=t, run_id=run_id, started_at=started, output_throughput=value,
+                            extra=_tuned(digest)) for r in range(2) for t in range(2)]
+
+    same = runs("a", 1.0, "c38cec28aa", 144.0) + runs("b", 2.0, "c38cec28aa", 145.0)
+    (row,) = query.select(same, pool=True).rows
+    assert row.pooled and row.tuned_digests == ("c38cec28aa",)
+    with pytest.raises(BenchInputError, match=r"different tuned kernels \(tuned 0035a36c… in run b .*; c38cec28… in run a"):
+        query.select(runs("a", 1.0, "c38cec28aa", 144.0) + runs("b", 2.0, "0035a36caa", 256.0), pool=True)
+
+
+def test_compare_labels_a_change_between_different_tuned_kernels_instead_of_a_verdict(tmp_path):
+    from bench.results.compare import KERNELS_DIFFER, compare_stores, to_markdown
+    from tests.support.synthetic import write_store
+
+    def store(name, digest, value):
+        recs = [make_record("i", run=r, trial=t, run_id=name, output_throughput=value + r * 0.5,
+                            request_throughput=1.0, extra=_tuned(digest)) for r in range(3) for t in range(2)]
+        write_store(tmp_path / f"{name}.jsonl", recs)
+        return tmp_path / f"{name}.jsonl"
+
+    base = store("m5", "c38cec28aa", 144.0)  # machine 5 of issue 31: 0.78x
+    lottery = compare_stores(base, store("m6", "8a5e1145bb", 256.0), metrics=["output_throughput"])
+    (row,) = lottery.rows
+    assert row.verdict == KERNELS_DIFFER and row.note.startswith("kernels differ: tuned c38cec28… vs 8a5e1145…")
+    assert "(was: improved)" in row.note and lottery.exit_status == 0
+    assert "kernels differ" in to_markdown(lottery)
+    # The same kernels on both sides: the change is the code's, and judged.
+    judged = compare_stores(base, store("m5b", "c38cec28aa", 100.0), metrics=["output_throughput"])
+    assert judged.rows[0].verdict == "regressed" and judged.exit_status == 1
+
+
+def test_hf_carries_torchs_cache_artifacts_and_the_tuned_configs_and_installs_the_configs_last(tmp_path, monkeypatch):
+    """The hf side without a GPU: what engine_files collects, and that install_engine hands torch its bytes first and
+    then writes the `*.best_config` files, so the loaded folder's tuned digest is the artifact's."""
+    import torch
+
+    from bench.backends.hf import compile as hf_compile
+    from bench.backends.hf.backend import HFBackend
+
+    built = tmp_path / "built"
+    cache = built / "inductor" / "ab"
+    cache.mkdir(parents=True)
+    (cache / "k1.best_config").write_text(json.dumps({"XBLOCK": 64, "found_by_coordesc": True, "time_taken_ms": 9}))
+    (built / "inductor" / "fxgraph").mkdir()
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"torch-bytes", None))
+    files = hf_compile.engine_files(built)
+    assert files == {hf_compile.TORCH_CACHE_ARTIFACTS: b"torch-bytes",
+                     "inductor/ab/k1.best_config": (cache / "k1.best_config").read_bytes()}
+
+    loaded = tmp_path / "loaded"
+    events = []
+
+    def load_cache_artifacts(blob):
+        events.append(("torch", blob, (loaded / "inductor" / "ab" / "k1.best_config").exists()))
+        # torch's own autotune entry, recorded earlier in the build: the artifact's file must win
+        (loaded / "inductor" / "ab").mkdir(parents=True, exist_ok=True)
+        (loaded / "inductor" / "ab" / "k1.best_config").write_text(json.dumps({"XBLOCK": 8}))
+
+    monkeypatch.setattr(torch.compiler, "load_cache_artifacts", load_cache_artifacts)
+    HFBackend().install_engine({"folder": str(loaded)}, files)
+    assert events == [("torch", b"torch-bytes", False)]
+    assert not (loaded / hf_compile.TORCH_CACHE_ARTIFACTS).exists()  # torch's bytes go to torch, not to a file
+    assert hf_compile.tuned_kernel_configs(loaded / "inductor") == hf_compile.tuned_kernel_configs(built / "inductor")
+    with pytest.raises(ValueError, match="outside the build folder"):
+        HFBackend().install_engine({"folder": str(loaded)}, {"../escape.best_config": b"{}"})
