@@ -290,3 +290,15 @@ def test_hf_carries_torchs_cache_artifacts_and_the_tuned_configs_and_installs_th
     assert hf_compile.tuned_kernel_configs(loaded / "inductor") == hf_compile.tuned_kernel_configs(built / "inductor")
     with pytest.raises(ValueError, match="outside the build folder"):
         HFBackend().install_engine({"folder": str(loaded)}, {"../escape.best_config": b"{}"})
+
+
+def test_a_version_without_its_local_part_matches_the_full_one_and_other_versions_do_not():
+    """The parent reads torch's version from package metadata ('2.11.0' on the H200), the worker from
+    torch.__version__ ('2.11.0+cu130'): the same torch, which the first H200 run refused."""
+    from bench.backends import engine_artifact
+
+    made = {"torch": "2.11.0+cu130", "triton": "3.6.0", "gpu_name": "NVIDIA H200"}
+    assert engine_artifact.mismatches(made, {"torch": "2.11.0", "triton": "3.6.0"}) == []
+    assert engine_artifact.mismatches(made, {"torch": "2.11.0+cu128"}) == ["torch: made with 2.11.0+cu130, here 2.11.0+cu128"]
+    assert engine_artifact.mismatches(made, {"torch": "2.12.0"}) == ["torch: made with 2.11.0+cu130, here 2.12.0"]
+    assert engine_artifact.mismatches(made, {"gpu_name": "NVIDIA H100"}) == ["gpu_name: made with NVIDIA H200, here NVIDIA H100"]

@@ -114,9 +114,22 @@ def mismatches(made: dict, here: dict) -> list[str]:
     """Return 'key: made with A, here B' for each MATCH_KEYS value that differs; keys `here` lacks are not judged."""
     out = []
     for k in MATCH_KEYS:
-        if k in here and str(made.get(k)) != str(here.get(k)):
+        if k in here and not _same(k, made.get(k), here.get(k)):
             out.append(f"{k}: made with {made.get(k)}, here {here.get(k)}")
     return out
+
+
+def _same(key: str, made, here) -> bool:
+    """Return whether two values of a MATCH_KEYS entry agree. A version read from the package's metadata
+    (the parent, which never imports torch) may lack the local part that torch.__version__ has
+    ('2.11.0' vs '2.11.0+cu130', seen on the H200): then the public versions are compared, and the
+    worker, which imports torch, judges the full one."""
+    made, here = str(made), str(here)
+    if made == here:
+        return True
+    if key in ("torch", "triton") and ("+" in made) != ("+" in here):
+        return made.split("+")[0] == here.split("+")[0]
+    return False
 
 
 def mismatch_message(path, manifest: dict, differences: list[str]) -> str:
