@@ -335,12 +335,27 @@ TOP_KEYS = set(AXES) | {
 RULE_KEYS = {"backend", "model", "precision", "max_batch_size", "workload", "device"}
 
 
+def requirements(cells) -> list:
+    """Return the optional packages (bench.backends.base.Requirement) the cells need, one per package, in cell order."""
+    from bench.backends import backend_class
+
+    out: dict = {}
+    for cell in cells:
+        for req in backend_class(cell.backend).requirements(cell):
+            out.setdefault(req.package, req)
+    return list(out.values())
+
+
 def list_presets() -> list[str]:
     return sorted(p.stem for p in PRESETS_DIR.glob("*.toml"))
 
 
-def load_matrix(source: str | Path, *, preset: bool = False) -> Matrix:
-    """Return the validated Matrix from a preset name or a TOML file; BenchInputError if bad."""
+def load_matrix(source: str | Path, *, preset: bool = False, check_installed: bool = True) -> Matrix:
+    """Return the validated Matrix from a preset name or a TOML file; BenchInputError if bad.
+
+    check_installed=False: for listing and planning (dry runs), a missing optional package
+    (torchao, gemlite, flash-attn: `requirements`) is not an error.
+    """
     if preset:
         path = PRESETS_DIR / f"{source}.toml"
         if not path.is_file():
@@ -355,7 +370,7 @@ def load_matrix(source: str | Path, *, preset: bool = False) -> Matrix:
         raise BenchInputError(f"cannot read matrix file {str(path)!r}: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise BenchInputError(f"matrix file {str(path)!r} is not valid TOML: {exc}") from exc
-    return parse_matrix(data, default_name=path.stem)
+    return parse_matrix(data, default_name=path.stem, check_installed=check_installed)
 
 
 def _as_list(value: Any) -> list:
@@ -376,8 +391,8 @@ def _axis(data: dict, plural: str, singular: str | None = None) -> list:
     return values
 
 
-def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
-    """Return the validated Matrix for an already-parsed TOML document."""
+def parse_matrix(data: dict, default_name: str = "matrix", *, check_installed: bool = True) -> Matrix:
+    """Return the validated Matrix for an already-parsed TOML document (check_installed: as load_matrix's)."""
     from bench.backends import backend_class
     from bench.models import resolve_model
 
@@ -465,7 +480,7 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
             "options": {**options, **rule_options},
         }
         try:
-            cells.extend(parse_matrix(sub).cells)
+            cells.extend(parse_matrix(sub, check_installed=check_installed).cells)
         except BenchInputError as exc:
             raise BenchInputError(f"include rule #{i + 1}: {exc}") from None
 
@@ -474,6 +489,10 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
         raise BenchInputError("the matrix expands to zero cells: check the exclude rules")
     for cell in unique:
         backend_class(cell.backend).validate(cell)
+    if check_installed:
+        for req in requirements(unique):
+            if not req.installed():
+                raise BenchInputError(req.message)
 
     settings = RunSettings(
         trials=data.get("trials", RunSettings.trials),

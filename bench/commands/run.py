@@ -71,7 +71,7 @@ def cmd_run(args) -> int:
     baseline = parse_pairs(args.baseline) or matrix.baseline
     check_baseline(baseline, matrix.cells)  # an ambiguous baseline fails now, not after the run
     store = Path(args.store or f"results/{matrix.name}.jsonl")
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     st = matrix.settings
     where = f"executor {st.executor}" + (f" on {','.join(st.devices)}" if st.devices else "") + (
         f" at {st.ray_address}" if st.ray_address else "")

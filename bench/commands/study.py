@@ -193,14 +193,15 @@ def cmd_study(args) -> int:
     if bad or not steps:
         raise BenchInputError(f"--steps: unknown step {bad[0] if bad else '(none)'!r}; steps are {choices(STEPS)}")
     path = _source(args)
-    matrix = narrow(load_matrix(path), requests=args.requests, runs=args.runs)
+    # Planning (--dry-run) needs no optional package (torchao, ...); a real run checks them here, before any work.
+    matrix = narrow(load_matrix(path, check_installed=not args.dry_run), requests=args.requests, runs=args.runs)
     plan = study_plan(path, matrix, check_devices=not args.dry_run)
     check_baseline(matrix.baseline, matrix.cells)
     name = matrix.name
     stores = {"run": Path(f"results/{name}.jsonl"), "oom": Path(f"results/{name}-oom.jsonl"),
               "profile": Path(f"profiles/{name}.jsonl")}
     report_dir = Path(args.report_dir or f"dashboards/{name}")
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     commands = _commands(args, plan)
     if args.dry_run:
         print(dry_run_text(plan, steps, stores, args.history, commands, args.redo))

@@ -38,6 +38,7 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
     """Build the job's artifact once, then warm up and measure each cell's trials, emitting events."""
     from bench.backends import backend_class
     from bench.execution.environment import fingerprint, nvml_device, rank_device
+    from bench.execution.host_load import LoadSampler
     from bench.execution.telemetry import Sampler
     from bench.results.metrics import efficiency_metrics, pass_metrics, request_samples
     from bench.spec import BuildKey, Cell
@@ -110,10 +111,11 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
             emit({"event": "start", "cell_id": cell.cell_id, "trial": trial})
             started_at = time.time()
             try:
-                with Sampler(sampled) as sampler:  # NVML in a background thread; None figures on CPU
+                # How busy the machine was (load, steal, other GPU processes): recorded, warned about by the parent.
+                with LoadSampler(sampled) as load, Sampler(sampled) as sampler:  # NVML sampled in a thread; None on CPU
                     out = loaded.run(requests, cell.max_batch_size, cell.options_dict)
                 metrics = pass_metrics(out.timings, out.started, out.ended)
-                extra = {**out.extra, "warmup": warmup, "telemetry": sampler.timeline}
+                extra = {**out.extra, "warmup": warmup, "telemetry": sampler.timeline, "host_load": load.summary}
                 metrics.update(extra.pop("metrics", {}))  # figures beyond the timings (goodput, achieved rate)
                 metrics.update(sampler.summary)
                 metrics.update(efficiency_metrics(metrics["total_output_tokens"], metrics["duration_s"],

@@ -118,6 +118,8 @@ def _row(rec: Record) -> dict:
             total = _number(rec.metrics.get(f"total_{side}_tokens"))
             row[f"mean_{side}_len"] = None if total is None else total / done
     extra = rec.extra
+    # Why the pass's machine was busy (bench.execution.host_load), '; '-joined; None when it was not.
+    row["busy"] = "; ".join((extra.get("host_load") or {}).get("busy") or ()) or None
     # Which tuned Triton kernels the pass ran (hf compiled cells): runs that differ here ran different kernels.
     row["tuned_digest"] = ((extra.get("inductor") or {}).get("tuned") or {}).get("digest")
     for k in EXTRA_METRICS:

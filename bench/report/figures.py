@@ -151,6 +151,9 @@ def throughput_vs_batch(cells: pd.DataFrame, title: str) -> dict:
     records = cells.to_dict("records")
     bs_all = cells.max_batch_size.to_numpy()
     tp_all = cells.output_throughput.to_numpy()
+    # Error bars: the ± of the tables (between runs, or between trials with one run; bench.report.tables.aggregate).
+    std_all = (pd.to_numeric(cells["output_throughput__std"], errors="coerce").fillna(0.0).to_numpy()
+               if "output_throughput__std" in cells else np.zeros(len(cells)))
     status_all = cells.status.to_numpy()
 
     def hover(positions) -> list[str]:
@@ -164,6 +167,7 @@ def throughput_vs_batch(cells: pd.DataFrame, title: str) -> dict:
         color = colors[label]
         data.append({"type": "scatter", "mode": "lines+markers", "name": esc(label), "legendgroup": esc(label),
                      "x": bs_all[ok].tolist(), "y": tp_all[ok].tolist(), "line": {"color": color},
+                     "error_y": {"type": "data", "array": std_all[ok].tolist(), "visible": True, "color": color},
                      "marker": {"color": color}, "hovertext": hover(ok), "hoverinfo": "text", "meta": {"precision": precision}})
         if len(failed):
             band += 1
@@ -178,7 +182,7 @@ def throughput_vs_batch(cells: pd.DataFrame, title: str) -> dict:
     ticks = sorted(cells.max_batch_size.unique().tolist())
     return {"data": data, "layout": _layout(f"Output throughput vs max_batch_size — {title}", xaxis={
         "title": {"text": "max_batch_size"}, "type": "log", "tickvals": ticks, "ticktext": [str(t) for t in ticks]},
-        yaxis={"title": {"text": "output tokens/s (failures marked x above the points)"}, "rangemode": "tozero"})}
+        yaxis={"title": {"text": "output tokens/s ± spread (failures marked x above the points)"}, "rangemode": "tozero"})}
 
 
 def _sweep_series(cells: pd.DataFrame) -> list[tuple[str, pd.DataFrame]] | None:

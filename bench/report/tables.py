@@ -24,7 +24,7 @@ import pandas as pd
 
 from bench.errors import BenchInputError
 from bench.results.records import varying_keys
-from bench.results.stats import run_spread
+from bench.results.stats import concerns, run_spread
 
 DEFAULT_BASELINE = {"backend": "hf", "precision": "bf16", "max_batch_size": 1}
 CELL_COLUMNS = ["workload", "backend", "model", "precision", "max_batch_size", "device", "options", "all_options"]
@@ -33,7 +33,7 @@ RUN_COLUMNS = ["run_id", "run", "run_key", "run_started_at", "run_label", "env_d
 NOT_METRICS = set(CELL_COLUMNS) | set(RUN_COLUMNS) | {
     "store", "cell_id", "trial", "status", "gpu_name", "gpu_count", "driver", "cuda", "torch", "transformers",
     "tensorrt_llm", "torchao", "cpu", "commit", "dirty", "error", "started_at", "schema_version", "length",
-    "gpu_memory_gb", "environment", "input_len_limit", "output_len_limit", "lengths_exact", "tuned_digest",
+    "gpu_memory_gb", "environment", "input_len_limit", "output_len_limit", "lengths_exact", "tuned_digest", "busy",
 }
 # Metrics whose spread between runs and within runs the tables show (and judge for stability).
 HEADLINE = ("request_throughput", "output_throughput")
@@ -64,7 +64,7 @@ def _fill(frame: pd.DataFrame) -> pd.DataFrame:
     f = frame.copy()
     defaults = (("gpu_memory_gb", None), ("length", ""), ("environment", ""), ("gpu_name", None), ("run", 0),
                 ("run_id", "?"), ("run_label", ""), ("run_started_at", None), ("all_options", None),
-                ("input_len_limit", None), ("output_len_limit", None), ("lengths_exact", False))
+                ("input_len_limit", None), ("output_len_limit", None), ("lengths_exact", False), ("busy", None))
     for col, default in defaults:
         if col not in f:
             f[col] = default
@@ -110,6 +110,7 @@ def aggregate(frame: pd.DataFrame, by_run: bool = False) -> pd.DataFrame:
     cells = cells.join(std.add_suffix("__std"))
     envs = f.groupby(keys, dropna=False).environment.agg(lambda s: " + ".join(sorted(set(s) - {""})))
     cells = cells.join(envs)
+    cells = cells.join(ok.groupby(keys, dropna=False).busy.agg(busy_note).rename("busy"))
     contexts = f.groupby(keys, dropna=False).run_id.nunique().rename("contexts")
     cells = cells.join(contexts)
     cells["trials"] = cells.trials.fillna(0).astype(int)
@@ -143,11 +144,21 @@ def _headline_spreads(cells: pd.DataFrame, ok: pd.DataFrame, keys: list[str]) ->
                 continue
             spread = run_spread(values, m)
             new[f"{m}__run_cv"][key], new[f"{m}__trial_cv"][key] = spread.run_cv, spread.trial_cv
-            if m == "output_throughput" and spread.runs > 1 and spread.warnings:
-                warnings[key] = "; ".join(spread.warnings) + _tuning_cause(g)
+            unstable = concerns(spread.warnings)
+            if m == "output_throughput" and unstable:
+                warnings[key] = "; ".join(unstable) + (_tuning_cause(g) if spread.runs > 1 else "")
     columns = {name: pd.Series(values, dtype=float).reindex(cells.index) for name, values in new.items()}
     columns["stability"] = pd.Series(warnings, dtype=object).reindex(cells.index)
     return pd.concat([cells, pd.DataFrame(columns, index=cells.index)], axis=1)
+
+
+def busy_note(reasons: pd.Series) -> str | None:
+    """Return '2 of 3 passes ran on a busy machine (load average 5.1 on 2 core(s), ...)' from each pass's reasons, or None."""
+    busy = [r for r in reasons if isinstance(r, str) and r]
+    if not busy:
+        return None
+    worst = max(busy, key=lambda r: r.count(";"))
+    return f"{len(busy)} of {len(reasons)} pass(es) measured on a busy machine ({worst}): the figures may be low"
 
 
 def _tuning_cause(g: pd.DataFrame) -> str:
@@ -292,6 +303,7 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
         table["output_throughput__run_cv"] = g.get("output_throughput__run_cv")
         table["output_throughput__trial_cv"] = g.get("output_throughput__trial_cv")
         table["stability"] = g.get("stability")
+        table["busy"] = g.get("busy")
         # Which run each row is: shown when the rows come from different runs, or a row is pooled.
         table["run"] = [f"pooled from {int(n)} runs" if n and n > 1 else lbl
                         for n, lbl in zip(g.contexts, g.run_label, strict=True)]
@@ -311,6 +323,10 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
             f"{r.backend}/{r.precision}/bs{r.max_batch_size}" + (f" [{shown[r.Index]}]" if shown[r.Index] else "")
             + f" on {table_key(workload, length, ambiguous[workload] > 1)}: {r.stability}"
             for r in g.itertuples() if r.stability
+        ] + [
+            f"{r.backend}/{r.precision}/bs{r.max_batch_size}" + (f" [{shown[r.Index]}]" if shown[r.Index] else "")
+            + f" on {table_key(workload, length, ambiguous[workload] > 1)}: {r.busy}"
+            for r in g.itertuples() if isinstance(r.busy, str) and r.busy
         ]
         table.attrs["length"] = length
         out[table_key(workload, length, ambiguous[workload] > 1)] = table.reset_index(drop=True)
@@ -367,7 +383,7 @@ def render_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
             _num(r["generation_speedup"], None, "{:.2f}x"),
             f"{int(r.get('runs') or 0)} × {_per_run(r)}",
             spread_text(r.get("output_throughput__run_cv"), r.get("output_throughput__trial_cv"), r.get("runs"),
-                        bool(r.get("stability"))),
+                        bool(r.get("stability")) or bool(r.get("busy"))),
         ] + [_num(r[m], None, f) for m, _, f in extra] + tail)
     return headers, rows
 
@@ -390,7 +406,7 @@ def _per_run(r: dict) -> str:
 
 
 def spread_text(run_cv, trial_cv, runs, unstable: bool = False) -> str:
-    """Return '0.3% / 0.1%' (runs / trials), '— / 0.1%' with one run, a ⚠ when the runs disagree."""
+    """Return '0.3% / 0.1%' (runs / trials), '— / 0.1%' with one run, a ⚠ when the figure is unstable (see the warnings)."""
     def pct(x):
         return "—" if x is None or pd.isna(x) else f"{100 * x:.1f}%"
 

@@ -38,6 +38,7 @@ MIN_TRIALS = 3
 MAX_RUN_CV = 0.03
 RUN_CV_FLOOR = 0.01
 RUN_TO_TRIAL = 4.0
+ONE_RUN = "1 run"
 
 
 @dataclass(frozen=True)
@@ -83,17 +84,26 @@ def run_spread(values_by_run: Sequence[Sequence[float]], name: str = "value") ->
 
 def run_warnings(s: RunSpread, name: str = "value") -> list[str]:
     """Return why a RunSpread's figure may not reproduce in another process (empty: no reason seen)."""
-    if s.runs < 2:
-        return [f"{name}: 1 run: the spread between processes is not measured (use --runs 2 or more)"]
     out = []
     run_cv, trial_cv = s.run_cv or 0.0, s.trial_cv
-    if run_cv > MAX_RUN_CV:
-        out.append(f"{name}: the runs (fresh processes) differ by {run_cv:.1%} (relative std of the run means "
-                   f"{_means(s)}; limit {MAX_RUN_CV:.0%}): the figure may not reproduce")
+    if s.runs < 2:
+        out.append(f"{name}: {ONE_RUN}: the spread between processes is not measured (use --runs 2 or more)")
+    elif run_cv > MAX_RUN_CV:
+        out.append(f"{name}: the runs (fresh processes) differ by {run_cv:.1%} (standard deviation of the run means "
+                   f"{_means(s)} over their mean; limit {MAX_RUN_CV:.0%}): the figure may not reproduce")
     elif trial_cv is not None and run_cv > RUN_CV_FLOOR and run_cv > RUN_TO_TRIAL * trial_cv:
         out.append(f"{name}: the runs differ by {run_cv:.1%} (means {_means(s)}), {run_cv / trial_cv:.0f}x the spread "
                    f"inside a run ({trial_cv:.2%}): trials in one process understate the uncertainty")
+    # pyperf's 10 % rule (docs/regressions.md) on the trials, whatever the number of runs.
+    if trial_cv is not None and trial_cv > MAX_CV:
+        out.append(f"{name}: the trials inside a run differ by {trial_cv:.1%} (standard deviation over the mean; "
+                   f"limit {MAX_CV:.0%}): unstable, was the machine busy?")
     return out
+
+
+def concerns(warnings: Sequence[str]) -> list[str]:
+    """Return the warnings of run_warnings that say a figure is unstable (not the note that one run says nothing)."""
+    return [w for w in warnings if f": {ONE_RUN}:" not in w]
 
 
 def _means(s: RunSpread) -> str:
