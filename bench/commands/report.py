@@ -13,7 +13,8 @@ from bench.errors import BenchInputError
 def register(sub) -> None:
     rep = sub.add_parser("report", help="rebuild tables and dashboard from result stores (runs nothing)")
     rep.add_argument("stores", nargs="*", help="result stores (default: every results/*.jsonl); 2+ stores add a comparison view")
-    rep.add_argument("--out", help="output folder (default dashboards/<store>)")
+    rep.add_argument("--out", help="output folder (default dashboards/<store> for one store, dashboards/combined for "
+                     "several: name one with --out when you compare stores)")
     rep.add_argument("--baseline", help="speedup baseline, e.g. backend=hf,precision=bf16,max_batch_size=1 "
                      "(default: the baseline the stored matrix named)")
     rep.add_argument("--pool", action="store_true",

@@ -46,7 +46,11 @@ PROFILE_KEYS = {"only", "decode_steps", "warmup", "batches", "tool"}
 
 def register(sub) -> None:
     r = sub.add_parser("study", help="run, OOM frontier, kernel profiles and report of a matrix in one command "
-                                     "(its [study] table says what the OOM search and the profile cover)")
+                                     "(its [study] table says what the OOM search and the profile cover)",
+                       description="Run `bench run`, `bench oom`, `bench profile` and `bench report` on one matrix "
+                                   "that has a [study] table (e.g. --preset h200-study), printing each step's "
+                                   "equivalent command. --dry-run lists the cells, searches and profiles with a time "
+                                   "estimate from stored records, and needs no optional package (torchao).")
     r.add_argument("--preset", help="built-in matrix with a [study] table (e.g. h200-study)")
     r.add_argument("--matrix", help="matrix TOML file with a [study] table")
     r.add_argument("--steps", default=",".join(STEPS), help=f"which steps, in order (default all: {','.join(STEPS)})")
