@@ -292,6 +292,44 @@ def ratio_test(base: Sequence[float], head: Sequence[float], confidence: float =
                      int(b.size), int(h.size))
 
 
+# The power a comparison should have to call a change of the size it looks for: 80 %, the
+# usual convention (a real change of that size is missed one time in five).
+POWER = 0.80
+
+
+def detectable_ratio(log_sd: float, n_base: int, n_head: int, confidence: float = 0.99, power: float = POWER) -> float:
+    """Return the smallest ratio (>1) the pooled t-test on logs detects with `power`, given the spread of the logs.
+
+    The usual approximation (t quantiles in place of the noncentral t): the change must exceed
+    (t_{1-a/2} + t_{power}) standard errors, the standard error being log_sd * sqrt(1/n_base + 1/n_head).
+    """
+    df = n_base + n_head - 2
+    if df < 1:
+        return math.inf
+    if log_sd == 0:
+        return 1.0
+    se = log_sd * math.sqrt(1.0 / n_base + 1.0 / n_head)
+    return math.exp((t_ppf(0.5 + confidence / 2.0, df) + t_ppf(power, df)) * se)
+
+
+def runs_needed(log_sd: float, factor: float, confidence: float = 0.99, power: float = POWER, limit: int = 1000) -> int:
+    """Return the runs a side (equal on both sides) the t-test needs to detect a change of `factor` with `power`."""
+    target = math.log1p(factor)
+    for n in range(2, limit + 1):
+        if math.log(detectable_ratio(log_sd, n, n, confidence, power)) <= target:
+            return n
+    return limit
+
+
+def log_sd(base: Sequence[float], head: Sequence[float]) -> float | None:
+    """Return the pooled sample standard deviation of the log values of both sides (None with fewer than 3 in all)."""
+    b, h = np.log(_clean(base)), np.log(_clean(head))
+    df = b.size + h.size - 2
+    if b.size < 1 or h.size < 1 or df < 1:
+        return None
+    return math.sqrt((((b - b.mean()) ** 2).sum() + ((h - h.mean()) ** 2).sum()) / df)
+
+
 @lru_cache(maxsize=256)
 def _u_counts(n1: int, n2: int) -> tuple[int, ...]:
     """Return the number of rank arrangements giving U = 0 .. n1*n2 (no ties)."""
