@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import re
 import sys
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -518,7 +519,7 @@ def parse_matrix(data: dict, default_name: str = "matrix", *, check_installed: b
     for key in ("timeout_s", "build_timeout_s"):
         if not isinstance(getattr(settings, key), (int, float)) or getattr(settings, key) <= 0:
             raise BenchInputError(f"{key} must be a positive number of seconds")
-    baseline = data.get("baseline", {"backend": "hf", "precision": "bf16", "max_batch_size": 1})
+    baseline = data["baseline"] if "baseline" in data else default_baseline(unique)
     if not isinstance(baseline, dict) or not baseline:
         raise BenchInputError("baseline must be a table of cell keys, e.g. baseline = { backend = \"hf\", precision = "
                               "\"bf16\", max_batch_size = 1 }")
@@ -584,6 +585,41 @@ def check_placement(settings: RunSettings, cells) -> None:
                 raise BenchInputError(
                     f"{c.backend}/{c.precision}/bs{c.max_batch_size} asks for tensor_parallel_size={tp} GPUs: list them, e.g. devices = "
                     f"{[f'cuda:{i}' for i in range(tp)]} (or devices = 'all'), or use executor = 'ray'")
+
+
+HF_BASELINE = {"backend": "hf", "precision": "bf16", "max_batch_size": 1}
+
+
+def default_baseline(cells) -> dict:
+    """Return the speedup baseline of a matrix that names none.
+
+    hf/bf16/bs1 (transformers as users run it) where the matrix has that cell; otherwise its
+    lightest cell, e.g. a serving sweep's lowest request rate and concurrency: the first in
+    (max_batch_size, request_rate, max_concurrency) order, named by its backend, precision,
+    batch size and every option that varies between the cells, so that it names one cell per
+    workload.
+    """
+    cells = list(cells)
+    if not cells or any(_baseline_matches(c, HF_BASELINE) for c in cells):
+        return dict(HF_BASELINE)
+
+    def load(value) -> float:
+        try:
+            return float(value)  # 'inf' (all at once) is the heaviest rate
+        except (TypeError, ValueError):
+            return math.inf  # 'batch' / 'none': as many in flight as the batch allows
+
+    def lightness(c: Cell):
+        o = c.options_dict
+        return (c.max_batch_size, load(o.get("request_rate")), load(o.get("max_concurrency")))
+
+    first = min(cells, key=lightness)  # min keeps matrix order among equals
+    opts = [c.options_dict for c in cells]
+    varying = [k for k in first.options_dict if len({json.dumps(o.get(k), sort_keys=True) for o in opts}) > 1]
+    out = {"backend": first.backend, "precision": first.precision, "max_batch_size": first.max_batch_size}
+    if len({c.model for c in cells}) > 1:
+        out["model"] = first.model
+    return {**out, **{k: first.options_dict[k] for k in varying}}
 
 
 def check_baseline(baseline: dict, cells) -> None:

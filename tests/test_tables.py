@@ -59,7 +59,7 @@ def test_missing_baseline_lists_cells():
     rows = [r for r in ROWS if r["cell_id"] != "a"]
     with pytest.raises(BenchInputError) as err:
         speedup_table(frame(rows))
-    assert "trtllm/int4/bs2 (ok)" in str(err.value) and "--baseline" in str(err.value)
+    assert "--baseline backend=trtllm,precision=int4,max_batch_size=2  (ok)" in str(err.value)
 
 
 def test_empty_store():

@@ -34,6 +34,7 @@ NOT_METRICS = set(CELL_COLUMNS) | set(RUN_COLUMNS) | {
     "store", "cell_id", "trial", "status", "gpu_name", "gpu_count", "driver", "cuda", "torch", "transformers",
     "tensorrt_llm", "torchao", "cpu", "commit", "dirty", "error", "started_at", "schema_version", "length",
     "gpu_memory_gb", "environment", "input_len_limit", "output_len_limit", "lengths_exact", "tuned_digest", "busy",
+    "notes",
 }
 # Metrics whose spread between runs and within runs the tables show (and judge for stability).
 HEADLINE = ("request_throughput", "output_throughput")
@@ -64,7 +65,8 @@ def _fill(frame: pd.DataFrame) -> pd.DataFrame:
     f = frame.copy()
     defaults = (("gpu_memory_gb", None), ("length", ""), ("environment", ""), ("gpu_name", None), ("run", 0),
                 ("run_id", "?"), ("run_label", ""), ("run_started_at", None), ("all_options", None),
-                ("input_len_limit", None), ("output_len_limit", None), ("lengths_exact", False), ("busy", None))
+                ("input_len_limit", None), ("output_len_limit", None), ("lengths_exact", False), ("busy", None),
+                ("notes", None))
     for col, default in defaults:
         if col not in f:
             f[col] = default
@@ -111,6 +113,7 @@ def aggregate(frame: pd.DataFrame, by_run: bool = False) -> pd.DataFrame:
     envs = f.groupby(keys, dropna=False).environment.agg(lambda s: " + ".join(sorted(set(s) - {""})))
     cells = cells.join(envs)
     cells = cells.join(ok.groupby(keys, dropna=False).busy.agg(busy_note).rename("busy"))
+    cells = cells.join(ok.groupby(keys, dropna=False).notes.agg(_unique_lines).rename("notes"))
     contexts = f.groupby(keys, dropna=False).run_id.nunique().rename("contexts")
     cells = cells.join(contexts)
     cells["trials"] = cells.trials.fillna(0).astype(int)
@@ -150,6 +153,12 @@ def _headline_spreads(cells: pd.DataFrame, ok: pd.DataFrame, keys: list[str]) ->
     columns = {name: pd.Series(values, dtype=float).reindex(cells.index) for name, values in new.items()}
     columns["stability"] = pd.Series(warnings, dtype=object).reindex(cells.index)
     return pd.concat([cells, pd.DataFrame(columns, index=cells.index)], axis=1)
+
+
+def _unique_lines(values: pd.Series) -> str | None:
+    """Return the distinct lines of newline-joined texts, in order, joined again (None if there are none)."""
+    lines = dict.fromkeys(line for v in values if isinstance(v, str) for line in v.splitlines() if line)
+    return "\n".join(lines) or None
 
 
 def busy_note(reasons: pd.Series) -> str | None:
@@ -199,9 +208,13 @@ def _baseline_row(cells: pd.DataFrame, baseline: dict):
     hits = cells[mask & (cells.status == "ok")]
     workload = cells.workload.iloc[0]
     if hits.empty:
-        existing = "\n  ".join(
-            f"{r.backend}/{r.precision}/bs{r.max_batch_size} ({r.status})" for r in cells.itertuples()
-        )
+        # Each cell once, as the --baseline that names it (with the options that vary between the cells).
+        varying = varying_options(cells.all_options)
+        existing = "\n  ".join(dict.fromkeys(
+            f"--baseline backend={r.backend},precision={r.precision},max_batch_size={r.max_batch_size}"
+            + "".join(f",{k}={opts[k]}" for k in varying if k in opts) + f"  ({r.status})"
+            for r, opts in zip(cells.itertuples(), _parsed(cells.all_options), strict=True)
+        ))
         want = ", ".join(f"{k}={v}" for k, v in baseline.items())
         raise BenchInputError(
             f"baseline cell ({want}) has no ok result in workload {workload!r}; choose one with "
@@ -328,6 +341,8 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
             + f" on {table_key(workload, length, ambiguous[workload] > 1)}: {r.busy}"
             for r in g.itertuples() if isinstance(r.busy, str) and r.busy
         ]
+        table.attrs["notes"] = list(dict.fromkeys(line for n in g.get("notes", pd.Series(dtype=object))
+                                                  if isinstance(n, str) for line in n.splitlines()))
         table.attrs["length"] = length
         out[table_key(workload, length, ambiguous[workload] > 1)] = table.reset_index(drop=True)
     return out
@@ -437,6 +452,8 @@ def to_markdown(tables: dict[str, pd.DataFrame], environment: str = "",
         parts.append("")
         for w in table.attrs.get("warnings", []):
             parts.append(f"⚠ {w}\n")
+        for n in table.attrs.get("notes", []):
+            parts.append(f"Note: {n}\n")
         h = (history or {}).get(workload)
         if h is not None and len(h):
             parts.append("Earlier runs of these cells (history: not in the figures above; `--pool` pools them):\n")
@@ -468,6 +485,8 @@ def to_html(tables: dict[str, pd.DataFrame], environment: str = "",
         parts.extend(_html_table(headers, rows, "speedup"))
         for w in table.attrs.get("warnings", []):
             parts.append(f"<p class='warn'>⚠ {e(w)}</p>")
+        for n in table.attrs.get("notes", []):
+            parts.append(f"<p class='note'>Note: {e(n)}</p>")
         h = (history or {}).get(workload)
         if h is not None and len(h):
             parts.append("<p class='note'>Earlier runs of these cells (history: not in the figures above; "
