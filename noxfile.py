@@ -109,7 +109,7 @@ def torch_install_args(has_gpu: bool, reachable: Callable[[], bool], forced: str
         return [CPU_TORCH], "an NVIDIA GPU here: the default index's build (CUDA on Linux)"
     if reachable():
         return cpu, f"no NVIDIA GPU: the CPU build from {CPU_INDEX}"
-    return [CPU_TORCH], (f"no NVIDIA GPU, and {CPU_INDEX} did not answer within {PROBE_TIMEOUT_S:g} s: "
+    return [CPU_TORCH], (f"no NVIDIA GPU, and {CPU_INDEX} could not be reached (probe bounded to {PROBE_TIMEOUT_S:g} s): "
                          "pip's configured index (on PyPI itself that is the CUDA build on Linux)")
 
 
