@@ -26,3 +26,19 @@ def test_run_summary_in_words_and_every_file_named():
     for p in paths.values():
         assert str(p) in text
     assert "warnings" not in text and text.startswith("tables: ")
+
+
+def test_report_prints_each_warning_once(tmp_path, capsys):
+    import dataclasses
+
+    from bench.cli import main
+    from tests.support.synthetic import synthetic_records, write_store
+
+    recs = synthetic_records(workloads=(("w", 128, 128),), backends=("hf",), precisions=("bf16",), batch_sizes=(1,),
+                             trials=3, requests=4, telemetry=False)
+    tok = [100.0, 130.0, 80.0]  # a 24 % spread: a table warning
+    recs = [dataclasses.replace(r, metrics={**r.metrics, "output_throughput": tok[r.trial]}) for r in recs]
+    write_store(tmp_path / "s.jsonl", recs)
+    assert main(["report", str(tmp_path / "s.jsonl"), "--out", str(tmp_path / "d")]) == 0
+    out, err = capsys.readouterr()
+    assert (out + err).count("trials inside a run differ by") == 1

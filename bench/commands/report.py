@@ -43,10 +43,12 @@ def cmd_report(args) -> int:
         warnings.simplefilter("always")
         paths = build_report(stores, out, parse_pairs(args.baseline), kernels=load_kernels(args.kernels),
                              profiles=profiles, pool=args.pool)
-    if "report" in paths:
-        print(paths["report"].read_text())
-    for w in caught:
-        print(f"warning: {w.message}", file=sys.stderr)
+    printed = paths["report"].read_text() if "report" in paths else ""
+    if printed:
+        print(printed)
+    for w in dict.fromkeys(str(w.message) for w in caught):
+        if w not in printed:  # the tables' own warnings are printed with them: once is enough
+            print(f"warning: {w}", file=sys.stderr)
     written = ", ".join(str(paths[k]) for k in ("report", "markdown", "csv", "html", "kernels", "frontier") if k in paths)
     print(f"tables: {written}; dashboard: {paths.get('dashboard', '(none: no workload results)')}", file=sys.stderr)
     return 0
