@@ -406,3 +406,29 @@ def test_graph_replay_kernels_land_in_their_decode_step_range(tmp_path, engines)
     step = table.range("decode_step")
     assert step.instances == 3 and step.kernels_per_instance >= 0.9 * table.total_kernels / 3, (
         step, table.total_kernels, [(r.range, r.kernels) for r in table.ranges])
+
+
+# --- a busy GPU -------------------------------------------------------------------------------
+
+
+def test_another_process_on_the_gpu_is_seen_and_warned_about():
+    """bench.execution.host_load: NVML's compute processes other than ours (optimum-benchmark's isolation check)."""
+    import torch
+
+    from bench.execution.host_load import LoadSampler
+
+    torch.ones(1 << 20, device="cuda:0")  # this process holds a context too: it must not count as another
+    with LoadSampler("cuda:0") as alone:
+        time.sleep(0.2)
+    assert alone.summary["gpu_other_processes"] == [], alone.summary
+    holder = subprocess.Popen([sys.executable, "-c", "import torch, sys, time; x = torch.ones(1 << 28, device='cuda:0'); "
+                               "print('ready', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        with LoadSampler("cuda:0") as shared:
+            time.sleep(0.2)
+    finally:
+        holder.kill()
+    others = shared.summary["gpu_other_processes"]
+    assert len(others) == 1 and others[0]["used_memory_gb"] > 0.9, shared.summary  # the holder's 1 GiB (and context)
+    assert any("other process(es) on the GPU" in r for r in shared.summary["busy"])

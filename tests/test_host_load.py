@@ -43,17 +43,20 @@ def test_busy_reasons_take_off_the_workers_own_load():
 
 
 def test_other_gpu_processes_through_nvml_exclude_our_own(monkeypatch):
-    procs = [types.SimpleNamespace(pid=11, usedGpuMemory=2_000_000_000), types.SimpleNamespace(pid=22, usedGpuMemory=None)]
+    import os
+
+    procs = [types.SimpleNamespace(pid=os.getpid(), usedGpuMemory=None),
+             types.SimpleNamespace(pid=4_000_011, usedGpuMemory=2_000_000_000)]
     fake = types.SimpleNamespace(nvmlInit=lambda: None, nvmlShutdown=lambda: None,
                                  nvmlDeviceGetHandleByIndex=lambda i: f"h{i}",
                                  nvmlDeviceGetComputeRunningProcesses=lambda h: procs)
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.setattr("bench.execution.environment.nvml_device", lambda d: 0)
-    assert host_load.gpu_other_processes("cuda:0", {22}) == [{"pid": 11, "used_memory_gb": 2.0}]
+    assert host_load.gpu_other_processes("cuda:0", {os.getpid()}) == [{"pid": 4_000_011, "used_memory_gb": 2.0}]
     with LoadSampler("cuda:0", interval_s=0.05) as s:
         pass
-    assert [p["pid"] for p in s.summary["gpu_other_processes"]] == [11, 22]
-    assert any("2 other process(es) on the GPU" in r for r in s.summary["busy"])
+    assert s.summary["gpu_other_processes"] == [{"pid": 4_000_011, "used_memory_gb": 2.0}]
+    assert "1 other process(es) on the GPU (pid 4000011)" in s.summary["busy"]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
@@ -133,3 +136,13 @@ def test_no_terminal_prints_a_line_per_finished_cell_and_warnings_once():
     assert f"cell 1/2 ok: {label} (0:00 elapsed)" in lines  # one line, not wrapped at the console's width
     assert any(line.startswith("cell 2/2 oom: hf/fp32/bs1") for line in lines)
     assert sum("busy" in line for line in lines) == 1
+
+
+def test_container_pids_do_not_make_this_process_another():
+    listed = [{"pid": 900001, "used_memory_gb": 30.0}, {"pid": 900002, "used_memory_gb": 2.0}]
+    # NVML's host pids, none of them ours and none visible here: the largest is this process
+    assert host_load.others_on_gpu(listed, {42}, lambda pid: False) == [{"pid": 900002, "used_memory_gb": 2.0}]
+    # our pid listed: exactly the others
+    assert host_load.others_on_gpu(listed + [{"pid": 42, "used_memory_gb": 5.0}], {42}, lambda pid: False) == listed
+    # every pid visible in our namespace and none ours: all are others
+    assert host_load.others_on_gpu(listed, {42}, lambda pid: True) == listed

@@ -129,16 +129,14 @@ def gpu_other_processes(device, own_pids: set[int]) -> list[dict] | None:
     except Exception:
         return None
     try:
-        out = []
+        listed = []
         for i in indices:
             handle = (pynvml.nvmlDeviceGetHandleByUUID(i.encode()) if isinstance(i, str)
                       else pynvml.nvmlDeviceGetHandleByIndex(i))
             for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                if p.pid in own_pids:
-                    continue
                 used = getattr(p, "usedGpuMemory", None)
-                out.append({"pid": int(p.pid), "used_memory_gb": None if not isinstance(used, int) else used / 1e9})
-        return out
+                listed.append({"pid": int(p.pid), "used_memory_gb": None if not isinstance(used, int) else used / 1e9})
+        return others_on_gpu(listed, own_pids, lambda pid: os.path.exists(f"/proc/{pid}"))
     except Exception:
         return None
     finally:
@@ -146,6 +144,22 @@ def gpu_other_processes(device, own_pids: set[int]) -> list[dict] | None:
             pynvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def others_on_gpu(listed: list[dict], own_pids: set[int], visible) -> list[dict]:
+    """Return the GPU processes of `listed` that are not this one.
+
+    In a container NVML reports the host's process ids, which are not ours: when none of the
+    listed ids is ours and some are not visible here (another PID namespace), the largest of
+    those invisible ones is taken to be this process (it holds the model), not another's.
+    """
+    if any(p["pid"] in own_pids for p in listed):
+        return [p for p in listed if p["pid"] not in own_pids]
+    hidden = [p for p in listed if not visible(p["pid"])]
+    if not hidden:
+        return list(listed)
+    ours = max(hidden, key=lambda p: p["used_memory_gb"] or 0.0)
+    return [p for p in listed if p is not ours]
 
 
 def _parent_pid(pid: int) -> int | None:
