@@ -136,20 +136,32 @@ def shared_env_stamp(pyproject_text: str, torch_args: list[str]) -> str:
 
 
 def _shared_python(session: nox.Session) -> str:
-    """Return the Python of .nox/bench-shared, (re)building it when pyproject.toml or the torch choice changed."""
+    """Return the Python of .nox/bench-shared, (re)building it when pyproject.toml or the torch choice changed.
+
+    Two nox processes at once (bench-matrix and dashboard) take turns (a file lock): one building
+    while the other clears the folder would leave a virtualenv without its pyvenv.cfg, whose
+    python is then the base interpreter, and pip would install into that.
+    """
+    import fcntl
+
     args, why = _torch_choice()
     stamp = shared_env_stamp(Path("pyproject.toml").read_text(), args)
     python = str(SHARED_ENV / "bin" / "python")
     stamp_file = SHARED_ENV / "bench-stamp"
-    if stamp_file.is_file() and stamp_file.read_text() == stamp and os.path.exists(python):
-        session.log(f"reusing {SHARED_ENV} (built for this pyproject.toml and torch choice)")
-        return python
-    session.log(f"building {SHARED_ENV}; torch: {' '.join(args)} ({why})")
-    stamp_file.unlink(missing_ok=True)
-    session.run(sys.executable, "-m", "venv", "--clear", str(SHARED_ENV), external=True)
-    session.run(python, "-m", "pip", "install", *args, external=True)
-    session.run(python, "-m", "pip", "install", "-e", ".", external=True)
-    stamp_file.write_text(stamp)
+    SHARED_ENV.parent.mkdir(exist_ok=True)
+    with open(SHARED_ENV.parent / "bench-shared.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stamp_file.is_file() and stamp_file.read_text() == stamp and os.path.exists(python):
+            session.log(f"reusing {SHARED_ENV} (built for this pyproject.toml and torch choice)")
+            return python
+        session.log(f"building {SHARED_ENV}; torch: {' '.join(args)} ({why})")
+        stamp_file.unlink(missing_ok=True)
+        session.run(sys.executable, "-m", "venv", "--clear", str(SHARED_ENV), external=True)
+        if not (SHARED_ENV / "pyvenv.cfg").is_file():  # never let pip install into the base interpreter
+            session.error(f"{SHARED_ENV} is not a virtualenv after `python -m venv` (no pyvenv.cfg)")
+        session.run(python, "-m", "pip", "install", *args, external=True)
+        session.run(python, "-m", "pip", "install", "-e", ".", external=True)
+        stamp_file.write_text(stamp)
     return python
 
 
