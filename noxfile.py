@@ -1,24 +1,44 @@
 """nox sessions: tests, gpu-tests, lint, bench-matrix, dashboard, asv, asv-planted, micro-benchmarks.
 
-On a machine without a CUDA GPU the sessions install torch's CPU build first (torch==2.13.0),
-so nothing pulls a multi-GB CUDA wheel. On a machine whose Python already has torch with CUDA
-(a GPU box, NVIDIA's containers), `bench-matrix` runs in that existing environment instead of
-building a new one; force either way with BENCH_NOX_REUSE_ENV=1 / 0.
+Torch, one version for every session and the README's install (CPU_TORCH): the sessions install
+it first, so the project's `torch>=2.4` is already met. Which build (`torch_install_args`, a pure
+function tests/test_noxfile.py checks): on a machine without an NVIDIA GPU, the CPU build from
+PyTorch's CPU wheel index (https://download.pytorch.org/whl/cpu), so nothing pulls the multi-GB
+CUDA wheels; where that index cannot be reached within a few seconds (an offline machine whose
+pip configuration serves a local wheel), pip's own configuration (its default index, PyPI unless
+configured otherwise); on a machine with an NVIDIA GPU, the default index's build (CUDA on
+Linux). BENCH_TORCH_INDEX = cpu | default | URL forces the choice.
+
+On a machine whose Python already has torch with CUDA (a GPU box, NVIDIA's containers),
+`bench-matrix` and `dashboard` run in that existing environment instead of building a new one;
+force either way with BENCH_NOX_REUSE_ENV=1 / 0. Otherwise they share one environment,
+.nox/bench-shared (the project and torch, no test extras), built once and rebuilt only when
+pyproject.toml or the torch choice changes: a dashboard rebuild then costs the report, not a
+new 2 GB virtualenv. `tests` keeps its own (CI runs it; it adds the test extras).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
 
 import nox
 
 nox.options.sessions = ["tests"]
 nox.options.error_on_missing_interpreters = False
 
-CPU_TORCH = "torch==2.13.0"  # asv.conf.json's matrix pins the same (tests/test_asv_config.py)
+CPU_TORCH = "torch==2.13.0"  # asv.conf.json's matrix and the README's install pin the same (tests check)
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+PROBE_TIMEOUT_S = 5.0  # how long the CPU index may take to answer before pip's configured index is used
+SHARED_ENV = Path(".nox") / "bench-shared"
 ASV = "asv==0.6.6"  # scripts/asv_site.py vendors the scripts this version's site loads
 # What `nox -s asv` fails on: deterministic values (FakeCell: the fake backend's virtual clock)
 # and values asv times itself, with its statistics (the harness's hot paths). ModelCell's CPU
@@ -45,10 +65,104 @@ def _system_has_cuda_torch() -> bool:
 REUSE = _system_has_cuda_torch()
 
 
+def has_nvidia_gpu() -> bool:
+    """Return True where an NVIDIA driver is loaded (no torch, no CUDA context: the driver's files)."""
+    return os.path.exists("/proc/driver/nvidia/version") or shutil.which("nvidia-smi") is not None
+
+
+def index_reachable(url: str = CPU_INDEX, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """Return True when `url` answers within timeout_s (proxies from the environment apply, as for pip).
+
+    The request runs in a thread joined with the timeout, so a resolver that hangs costs
+    timeout_s too, never pip's minutes of retries.
+    """
+    answer: list[bool] = []
+
+    def probe() -> None:
+        try:
+            with urllib.request.urlopen(url + "/torch/", timeout=timeout_s):  # headers only: the body is not read
+                answer.append(True)
+        except urllib.error.HTTPError:
+            answer.append(True)  # it answered: reachable (pip will say what it thinks of the answer)
+        except Exception:  # no route, no name, refused, timed out
+            answer.append(False)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    return bool(answer and answer[0])
+
+
+def torch_install_args(has_gpu: bool, reachable: Callable[[], bool], forced: str | None = None) -> tuple[list[str], str]:
+    """Return (pip install arguments for CPU_TORCH, why), choosing the build as the module docstring says.
+
+    reachable() is asked only when the CPU index is a candidate (no GPU, nothing forced).
+    """
+    cpu = [CPU_TORCH, "--index-url", CPU_INDEX]
+    if forced:
+        if forced == "cpu":
+            return cpu, "BENCH_TORCH_INDEX=cpu: the CPU build from PyTorch's CPU index"
+        if forced == "default":
+            return [CPU_TORCH], "BENCH_TORCH_INDEX=default: pip's configured index"
+        return [CPU_TORCH, "--index-url", forced], f"BENCH_TORCH_INDEX: the index {forced}"
+    if has_gpu:
+        return [CPU_TORCH], "an NVIDIA GPU here: the default index's build (CUDA on Linux)"
+    if reachable():
+        return cpu, f"no NVIDIA GPU: the CPU build from {CPU_INDEX}"
+    return [CPU_TORCH], (f"no NVIDIA GPU, and {CPU_INDEX} could not be reached (probe bounded to {PROBE_TIMEOUT_S:g} s): "
+                         "pip's configured index (on PyPI itself that is the CUDA build on Linux)")
+
+
+_TORCH_CHOICE: list = []  # one probe per nox invocation, whatever the number of sessions
+
+
+def _torch_choice() -> tuple[list[str], str]:
+    if not _TORCH_CHOICE:
+        _TORCH_CHOICE.append(torch_install_args(has_nvidia_gpu(), index_reachable, os.environ.get("BENCH_TORCH_INDEX")))
+    return _TORCH_CHOICE[0]
+
+
 def _install(session: nox.Session, *extras: str) -> None:
-    session.install(CPU_TORCH)  # the CPU build: first, so the project's `torch` is satisfied
+    args, why = _torch_choice()
+    session.log(f"torch: {' '.join(args)} ({why})")
+    session.install(*args)  # first, so the project's `torch` is satisfied by this build
     target = ".[" + ",".join(extras) + "]" if extras else "."
     session.install("-e", target)
+
+
+def shared_env_stamp(pyproject_text: str, torch_args: list[str]) -> str:
+    """Return what the shared environment was built from: pyproject.toml and the torch choice (a digest)."""
+    return hashlib.sha256((pyproject_text + "\n" + " ".join(torch_args)).encode()).hexdigest()[:16]
+
+
+def _shared_python(session: nox.Session) -> str:
+    """Return the Python of .nox/bench-shared, (re)building it when pyproject.toml or the torch choice changed.
+
+    Two nox processes at once (bench-matrix and dashboard) take turns (a file lock): one building
+    while the other clears the folder would leave a virtualenv without its pyvenv.cfg, whose
+    python is then the base interpreter, and pip would install into that.
+    """
+    import fcntl
+
+    args, why = _torch_choice()
+    stamp = shared_env_stamp(Path("pyproject.toml").read_text(), args)
+    python = str(SHARED_ENV / "bin" / "python")
+    stamp_file = SHARED_ENV / "bench-stamp"
+    SHARED_ENV.parent.mkdir(exist_ok=True)
+    with open(SHARED_ENV.parent / "bench-shared.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stamp_file.is_file() and stamp_file.read_text() == stamp and os.path.exists(python):
+            session.log(f"reusing {SHARED_ENV} (built for this pyproject.toml and torch choice)")
+            return python
+        session.log(f"building {SHARED_ENV}; torch: {' '.join(args)} ({why})")
+        stamp_file.unlink(missing_ok=True)
+        session.run(sys.executable, "-m", "venv", "--clear", str(SHARED_ENV), external=True)
+        if not (SHARED_ENV / "pyvenv.cfg").is_file():  # never let pip install into the base interpreter
+            session.error(f"{SHARED_ENV} is not a virtualenv after `python -m venv` (no pyvenv.cfg)")
+        session.run(python, "-m", "pip", "install", *args, external=True)
+        session.run(python, "-m", "pip", "install", "-e", ".", external=True)
+        stamp_file.write_text(stamp)
+    return python
 
 
 def _chromium(session: nox.Session) -> None:
@@ -89,23 +203,21 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", "bench", "tests", "noxfile.py")
 
 
-@nox.session(name="bench-matrix", venv_backend="none" if REUSE else None)
+@nox.session(name="bench-matrix", venv_backend="none")
 def bench_matrix(session: nox.Session) -> None:
     """Run a matrix (default: the CPU preset) and build its tables and dashboard.
 
     Arguments pass through: `nox -s bench-matrix -- --preset h200-qwen7b`.
     """
-    if not REUSE:
-        _install(session)
-    session.run("python", "-m", "bench", "run", *session.posargs)
+    python = sys.executable if REUSE else _shared_python(session)
+    session.run(python, "-m", "bench", "run", *session.posargs, external=True)
 
 
-@nox.session(venv_backend="none" if REUSE else None)
+@nox.session(venv_backend="none")
 def dashboard(session: nox.Session) -> None:
     """Rebuild tables and dashboards from every store in results/."""
-    if not REUSE:
-        _install(session)
-    session.run("python", "-m", "bench", "report", *session.posargs)
+    python = sys.executable if REUSE else _shared_python(session)
+    session.run(python, "-m", "bench", "report", *session.posargs, external=True)
 
 
 @nox.session(name="micro-benchmarks")

@@ -41,12 +41,15 @@ def add_matrix_arguments(parser: argparse.ArgumentParser, only_help: str) -> Non
 
 def load_selected_matrix(args, only: bool = True):
     """Return the matrix named by --matrix / --preset, narrowed by --only (and --requests/--trials/--runs and the
-    executor flags if the command has them); only=False: without --only's narrowing."""
+    executor flags if the command has them); only=False: without --only's narrowing. A --dry-run plans without
+    the optional packages the cells need."""
     from bench.spec import load_matrix, narrow
 
     if args.matrix and args.preset:
         raise BenchInputError("give either --matrix FILE or --preset NAME, not both")
-    matrix = load_matrix(args.matrix) if args.matrix else load_matrix(args.preset or "default", preset=True)
+    check = not getattr(args, "dry_run", False)
+    matrix = (load_matrix(args.matrix, check_installed=check) if args.matrix
+              else load_matrix(args.preset or "default", preset=True, check_installed=check))
     return narrow(matrix, only=parse_pairs(args.only, "--only") if only else None, requests=getattr(args, "requests", None),
                   trials=getattr(args, "trials", None), runs=getattr(args, "runs", None),
                   executor=getattr(args, "executor", None), ray_address=getattr(args, "ray_address", None),
@@ -66,7 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    """Return a warning as the CLI prints it: 'bench: warning: ...' (no source file and line: they say nothing to a user)."""
+    return f"bench: warning: {message}\n"
+
+
 def main(argv: list[str] | None = None) -> int:
+    import warnings
+
+    warnings.formatwarning = _format_warning
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import sys
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -344,12 +345,26 @@ TOP_KEYS = set(AXES) | {
 RULE_KEYS = {"backend", "model", "precision", "max_batch_size", "workload", "device"}
 
 
+def requirements(cells) -> list:
+    """Return the optional packages (bench.backends.declaration.Requirement) the cells need, one per package, in cell order."""
+
+    out: dict = {}
+    for cell in cells:
+        for req in backend_config(cell.backend).requirements(cell):
+            out.setdefault(req.package, req)
+    return list(out.values())
+
+
 def list_presets() -> list[str]:
     return sorted(p.stem for p in PRESETS_DIR.glob("*.toml"))
 
 
-def load_matrix(source: str | Path, *, preset: bool = False) -> Matrix:
-    """Return the validated Matrix from a preset name or a TOML file; BenchInputError if bad."""
+def load_matrix(source: str | Path, *, preset: bool = False, check_installed: bool = True) -> Matrix:
+    """Return the validated Matrix from a preset name or a TOML file; BenchInputError if bad.
+
+    check_installed=False: for listing and planning (dry runs), a missing optional package
+    (torchao, gemlite, flash-attn: `requirements`) is not an error.
+    """
     if preset:
         path = PRESETS_DIR / f"{source}.toml"
         if not path.is_file():
@@ -364,7 +379,7 @@ def load_matrix(source: str | Path, *, preset: bool = False) -> Matrix:
         raise BenchInputError(f"cannot read matrix file {str(path)!r}: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise BenchInputError(f"matrix file {str(path)!r} is not valid TOML: {exc}") from exc
-    return parse_matrix(data, default_name=path.stem)
+    return parse_matrix(data, default_name=path.stem, check_installed=check_installed)
 
 
 def _as_list(value: Any) -> list:
@@ -394,8 +409,8 @@ EXAMPLES = {"backends": '["hf", "fake"]', "models": '["qwen-tiny"]', "precisions
             "max_batch_sizes": "[1, 2, 4]", "workloads": '["sharegpt"]', "device": '"cpu"'}
 
 
-def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
-    """Return the validated Matrix for an already-parsed TOML document."""
+def parse_matrix(data: dict, default_name: str = "matrix", *, check_installed: bool = True) -> Matrix:
+    """Return the validated Matrix for an already-parsed TOML document (check_installed: as load_matrix's)."""
     from bench.models import resolve_model
 
     unknown = set(data) - TOP_KEYS
@@ -488,7 +503,7 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
             "options": {**options, **rule_options},
         }
         try:
-            cells.extend(parse_matrix(sub).cells)
+            cells.extend(parse_matrix(sub, check_installed=check_installed).cells)
         except BenchInputError as exc:
             raise BenchInputError(f"include rule #{i + 1}: {exc}") from None
 
@@ -497,6 +512,10 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
         raise BenchInputError("the matrix expands to zero cells: check the exclude rules")
     for cell in unique:
         backend_config(cell.backend).validate(cell)
+    if check_installed:
+        for req in requirements(unique):
+            if not req.installed():
+                raise BenchInputError(req.message)
 
     settings = RunSettings(
         trials=data.get("trials", RunSettings.trials),
@@ -514,7 +533,7 @@ def parse_matrix(data: dict, default_name: str = "matrix") -> Matrix:
     check_placement(settings, unique)
     check_settings(settings)
     check_engine_settings(settings)
-    baseline = data.get("baseline", {"backend": "hf", "precision": "bf16", "max_batch_size": 1})
+    baseline = data["baseline"] if "baseline" in data else default_baseline(unique)
     if not isinstance(baseline, dict) or not baseline:
         raise BenchInputError("baseline must be a table of cell keys, e.g. baseline = { backend = \"hf\", precision = "
                               "\"bf16\", max_batch_size = 1 }")
@@ -603,6 +622,41 @@ def check_placement(settings: RunSettings, cells) -> None:
                 raise BenchInputError(
                     f"{cell_label(c.backend, c.precision, c.max_batch_size)} asks for tensor_parallel_size={tp} GPUs: list them, e.g. devices = "
                     f"{[f'cuda:{i}' for i in range(tp)]} (or devices = 'all'), or use executor = 'ray'")
+
+
+HF_BASELINE = {"backend": "hf", "precision": "bf16", "max_batch_size": 1}
+
+
+def default_baseline(cells) -> dict:
+    """Return the speedup baseline of a matrix that names none.
+
+    hf/bf16/bs1 (transformers as users run it) where the matrix has that cell; otherwise its
+    lightest cell, e.g. a serving sweep's lowest request rate and concurrency: the first in
+    (max_batch_size, request_rate, max_concurrency) order, named by its backend, precision,
+    batch size and every option that varies between the cells, so that it names one cell per
+    workload.
+    """
+    cells = list(cells)
+    if not cells or any(_baseline_matches(c, HF_BASELINE) for c in cells):
+        return dict(HF_BASELINE)
+
+    def load(value) -> float:
+        try:
+            return float(value)  # 'inf' (all at once) is the heaviest rate
+        except (TypeError, ValueError):
+            return math.inf  # 'batch' / 'none': as many in flight as the batch allows
+
+    def lightness(c: Cell):
+        o = c.options_dict
+        return (c.max_batch_size, load(o.get("request_rate")), load(o.get("max_concurrency")))
+
+    first = min(cells, key=lightness)  # min keeps matrix order among equals
+    opts = [c.options_dict for c in cells]
+    varying = [k for k in first.options_dict if len({json.dumps(o.get(k), sort_keys=True) for o in opts}) > 1]
+    out = {"backend": first.backend, "precision": first.precision, "max_batch_size": first.max_batch_size}
+    if len({c.model for c in cells}) > 1:
+        out["model"] = first.model
+    return {**out, **{k: first.options_dict[k] for k in varying}}
 
 
 def check_baseline(baseline: dict, cells, must_match: bool = False, flag: str = "--baseline") -> None:

@@ -77,7 +77,7 @@ num_requests = 6
     html = (tmp_path / "dashboards/fakes/dashboard.html").read_text()
     assert "plotly" in html and "<script" in html
     bad = bench("report", "results/fakes.jsonl", "--baseline", "backend=hf,precision=bf16,max_batch_size=1")
-    assert bad.returncode == 2 and "fake/int4/bs2 (ok)" in bad.stderr
+    assert bad.returncode == 2 and "--baseline backend=fake,precision=int4,max_batch_size=2  (ok)" in bad.stderr
 
 
 def test_help_is_fast_and_lists_commands():

@@ -151,10 +151,12 @@ def test_a_rate_sweep_gets_latency_and_requests_against_the_offered_rate(tmp_pat
     requests = _figure(figs, "Requests/s vs offered request rate")
     ttft = {t["name"]: t for t in latency["data"] if t["name"].endswith("TTFT p50")}
     assert len(ttft) == 2 and all("request_rate" not in name for name in ttft)  # a line per server, not per rate
-    first = next(t for name, t in ttft.items() if "33829" in name)
+    # servers not named by their ephemeral ports: model_name (each its own directory) tells them apart here
+    assert not any("base_url" in name or "127.0.0.1" in name for name in ttft)
+    first = next(t for name, t in ttft.items() if "/tmp/serving/model" in name)  # the server on port 33829
     assert first["x"] == [1.0, 2.0, 4.0, 8.0, 16.0]  # ascending, every rate of the first server
     assert first["y"][-1] == pytest.approx(159.48, abs=0.01)  # its 16 req/s pass: TTFT p50 of the store
-    completed = next(t for t in requests["data"] if t["name"].endswith("completed req/s") and "33829" in t["name"])
+    completed = next(t for t in requests["data"] if t["name"].endswith("completed req/s") and "/tmp/serving/model" in t["name"])
     assert completed["y"][0] == pytest.approx((0.59196 + 0.74088) / 2, abs=1e-4)  # 1 req/s: the mean of its 2 runs
     assert latency["layout"]["xaxis"]["type"] == "log" and latency["layout"]["yaxis2"]["overlaying"] == "y"
 

@@ -216,7 +216,8 @@ def test_builds_without_a_tuning_show_no_tuning_warning(lottery, tmp_path):
     matrix = lottery(0.0)
     assert main(["run", "--matrix", matrix, "--tuning-builds", "2", "--store", "t.jsonl", "--no-progress"]) == 0
     text = build_report([tmp_path / "t.jsonl"], tmp_path / "rep", {"backend": "fake"})["markdown"].read_text()
-    assert "0.0% (2 builds) |" in text and "⚠" not in text
+    # No tuning warning (a busy-machine note may still appear: this machine's load is not the test's subject).
+    assert "0.0% (2 builds) |" in text and "tuning builds" not in text
 
 
 def _tuned(digest: str) -> dict:

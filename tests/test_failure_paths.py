@@ -65,7 +65,7 @@ def test_a_failed_baseline_leaves_a_table_without_speedups(tmp_path, capsys):
     assert "baseline (backend=fake, precision=bf16, max_batch_size=1) did not run ok (OOM)" in out.out
     # A baseline that names no cell at all is still refused, with the cells that exist.
     assert main(["report", str(store.path), "--baseline", "backend=fake,precision=fp32,max_batch_size=1"]) == 2
-    assert "fake/int4/bs1 (ok)" in capsys.readouterr().err
+    assert "--baseline backend=fake,precision=int4,max_batch_size=1  (ok)" in capsys.readouterr().err
 
 
 def test_compare_whose_head_holds_only_errors_says_so(tmp_path, capsys):

@@ -549,3 +549,29 @@ def test_an_engine_artifact_carries_the_tuned_kernels_to_a_fresh_folder(tmp_path
     assert {r.kernels["artifact"] for r in records} == {manifest["digest"]}
     assert {r.tuned_digest for r in records} == {manifest["tuned"]["digest"]}
     assert len({r.environment["pid"] for r in records}) == 2
+
+
+# --- a busy GPU -------------------------------------------------------------------------------
+
+
+def test_another_process_on_the_gpu_is_seen_and_warned_about():
+    """bench.machine.host_load: NVML's compute processes other than ours (optimum-benchmark's isolation check)."""
+    import torch
+
+    from bench.machine.host_load import LoadSampler
+
+    torch.ones(1 << 20, device="cuda:0")  # this process holds a context too: it must not count as another
+    with LoadSampler("cuda:0") as alone:
+        time.sleep(0.2)
+    assert alone.summary["gpu_other_processes"] == [], alone.summary
+    holder = subprocess.Popen([sys.executable, "-c", "import torch, sys, time; x = torch.ones(1 << 28, device='cuda:0'); "
+                               "print('ready', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        with LoadSampler("cuda:0") as shared:
+            time.sleep(0.2)
+    finally:
+        holder.kill()
+    others = shared.summary["gpu_other_processes"]
+    assert len(others) == 1 and others[0]["used_memory_gb"] > 0.9, shared.summary  # the holder's 1 GiB (and context)
+    assert any("other process(es) on the GPU" in r for r in shared.summary["busy"])

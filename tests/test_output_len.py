@@ -35,7 +35,7 @@ def test_a_late_option_keeps_the_fake_cell_ids():
 
     plain, = parse_matrix(base).cells
     before = plain.to_dict()
-    for late in ("short_rows", "wall_ms", "tensor_parallel_size"):
+    for late in ("short_rows", "wall_ms", "tensor_parallel_size", "tuning_spread"):
         del before["options"][late]  # the cell as stored before these options existed
     assert plain.cell_id == short_hash({"schema_version": CELL_ID_VERSION, "cell": before})
     short, = parse_matrix({**base, "options": {"short_rows": 1}}).cells

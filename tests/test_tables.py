@@ -52,14 +52,14 @@ def test_runs_give_the_spread_between_processes():
     headers, (row,) = render_rows(t)
     col = {h: i for i, h in enumerate(headers)}
     assert row[col["runs × trials"]] == "2 × 2" and row[col["tok/s spread: runs / trials"]] == "6.7% / 0.7% ⚠"
-    assert t.attrs["warnings"] and "differ by 6.7% (relative std of the run means 100.5, 110.5; limit 3%)" in t.attrs["warnings"][0]
+    assert t.attrs["warnings"] and "differ by 6.7% (standard deviation of the run means 100.5, 110.5 over their mean; limit 3%)" in t.attrs["warnings"][0]
 
 
 def test_missing_baseline_lists_cells():
     rows = [r for r in ROWS if r["cell_id"] != "a"]
     with pytest.raises(BenchInputError) as err:
         speedup_table(frame(rows))
-    assert "trtllm/int4/bs2 (ok)" in str(err.value) and "--baseline" in str(err.value)
+    assert "--baseline backend=trtllm,precision=int4,max_batch_size=2  (ok)" in str(err.value)
 
 
 def test_empty_store():

@@ -17,6 +17,20 @@ from bench.errors import BenchInputError, choices
 
 
 @dataclass(frozen=True)
+class Requirement:
+    """A package a cell needs installed to run; listing and planning a matrix need none of them."""
+
+    package: str  # the import name, e.g. "torchao" (looked up with find_spec: never imported here)
+    why: str  # what in the cell needs it, e.g. "precision 'int4wo'"
+    message: str  # the error when it is missing: what needs it and how to install it
+
+    def installed(self) -> bool:
+        from importlib import util
+
+        return util.find_spec(self.package) is not None
+
+
+@dataclass(frozen=True)
 class Option:
     """One backend option: its default and the values allowed (None: any value of `kind`)."""
 
@@ -157,3 +171,8 @@ class BackendConfig:
                     "(all due at once, in batches of max_batch_size) and would ignore it: remove it from the workload; "
                     "arrival rates and concurrency apply to the 'openai' serving backend"
                 )
+
+    @classmethod
+    def requirements(cls, cell) -> list[Requirement]:
+        """Return the optional packages `cell` needs installed to run (checked before a run, not by a dry run)."""
+        return []

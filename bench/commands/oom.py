@@ -82,7 +82,7 @@ def cmd_oom(args) -> int:
                            upper=args.upper, strategy=args.strategy, decode_steps=args.decode_steps,
                            confirm=not args.no_confirm, gpu_memory_gb=args.gpu_memory_gb, redo=args.redo)
     store = Path(args.store or f"results/{matrix.name}-oom.jsonl")
-    failed, table = search_matrix(matrix, settings, store, Console(stderr=True),
+    failed, table = search_matrix(matrix, settings, store, Console(stderr=True, soft_wrap=True),
                                   Path(args.report_dir or f"dashboards/{matrix.name}"))
     print(table)
     return 1 if failed else 0

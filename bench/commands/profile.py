@@ -26,7 +26,12 @@ PROFILABLE_BACKENDS = ("hf",)  # backends whose loaded object exposes a torch mo
 
 
 def register(sub) -> None:
-    p = sub.add_parser("profile", help="kernel counts per RMSNorm/attention call and a trace, for a few decode steps")
+    p = sub.add_parser("profile", help="kernel counts per RMSNorm/attention call and a trace, for a few decode steps",
+                       description="Profile a few decode steps of each selected hf cell in a fresh worker: kernels per "
+                                   "RMSNorm and attention call (NVTX ranges per module), their GPU time, and a trace "
+                                   "(torch.profiler, or nsys with --tool nsys); one profile record per cell in "
+                                   "profiles/<matrix>.jsonl, which `bench report` turns into the kernel panel "
+                                   "(docs/profiling.md).")
     add_matrix_arguments(p, "profile only matching cells, e.g. precision=bf16,max_batch_size=1")
     p.add_argument("--tool", choices=("torch", "nsys", "ncu"), default="torch",
                    help="collector: torch.profiler (default), nsys (Nsight Systems), ncu (Nsight Compute: one decode step "

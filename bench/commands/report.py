@@ -13,7 +13,8 @@ from bench.errors import BenchInputError
 def register(sub) -> None:
     rep = sub.add_parser("report", help="rebuild tables and dashboard from result stores (runs nothing)")
     rep.add_argument("stores", nargs="*", help="result stores (default: every results/*.jsonl); 2+ stores add a comparison view")
-    rep.add_argument("--out", help="output folder (default dashboards/<store>)")
+    rep.add_argument("--out", help="output folder (default dashboards/<store> for one store, dashboards/combined for "
+                     "several: name one with --out when you compare stores)")
     rep.add_argument("--baseline", help="speedup baseline, e.g. backend=hf,precision=bf16,max_batch_size=1 "
                      "(default: the baseline the stored matrix named)")
     rep.add_argument("--pool", action="store_true",
@@ -42,10 +43,12 @@ def cmd_report(args) -> int:
         warnings.simplefilter("always")
         paths = build_report(stores, out, parse_pairs(args.baseline), kernels=load_kernels(args.kernels),
                              profiles=profiles, pool=args.pool)
-    if "report" in paths:
-        print(paths["report"].read_text())
-    for w in caught:
-        print(f"warning: {w.message}", file=sys.stderr)
+    printed = paths["report"].read_text() if "report" in paths else ""
+    if printed:
+        print(printed)
+    for w in dict.fromkeys(str(w.message) for w in caught):
+        if w not in printed:  # the tables' own warnings are printed with them: once is enough
+            print(f"warning: {w}", file=sys.stderr)
     written = ", ".join(str(paths[k]) for k in ("report", "markdown", "csv", "html", "kernels", "frontier") if k in paths)
     print(f"tables: {written}; dashboard: {paths.get('dashboard', '(none: no workload results)')}", file=sys.stderr)
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 from bench.cli import add_matrix_arguments, load_selected_matrix, parse_pairs
@@ -9,7 +10,11 @@ from bench.errors import BenchInputError
 
 
 def register(sub) -> None:
-    r = sub.add_parser("run", help="run a matrix (default: the CPU preset 'default') and print its speedup table")
+    r = sub.add_parser("run", help="run a matrix (default: the CPU preset 'default') and print its speedup table",
+                       description="Run every cell of a matrix (a preset or a TOML file) not yet in its result store, "
+                                   "each in fresh worker processes, store one record per measured pass, then print "
+                                   "the speedup table and write the tables and the dashboard. Without a terminal, "
+                                   "one line per finished cell; a busy machine is warned about.")
     add_matrix_arguments(r, "run only matching cells, e.g. precision=bf16,max_batch_size=1|8")
     r.add_argument("--store", help="result store (default results/<matrix>.jsonl)")
     r.add_argument("--requests", type=int, help="override every workload's num_requests (a quick slice)")
@@ -69,6 +74,20 @@ def run_estimate(matrix, store: Path, history: list, redo: bool = False):
     return estimate_run(matrix, planned, records, output_tokens)
 
 
+def statuses_text(statuses: dict) -> str:
+    """Return '24 ok, 2 oom' (records written, by status), or 'nothing new'."""
+    return ", ".join(f"{n} {status}" for status, n in statuses.items()) or "nothing new"
+
+
+def written_text(paths: dict) -> str:
+    """Return every file a report build wrote, named, e.g. 'tables: a.md, a.csv, a.html; report: r.md; dashboard: d.html'."""
+    groups = (("tables", ("markdown", "csv", "html")), ("report", ("report",)), ("OOM frontier", ("frontier",)),
+              ("kernels", ("kernels",)), ("dashboard", ("dashboard",)))
+    parts = [f"{name}: " + ", ".join(str(paths[k]) for k in keys if k in paths)
+             for name, keys in groups if any(k in paths for k in keys)]
+    return "; ".join(parts)
+
+
 def cmd_run(args) -> int:
     from rich.console import Console
 
@@ -84,7 +103,7 @@ def cmd_run(args) -> int:
         check_baseline(baseline, load_selected_matrix(args, only=False).cells, must_match=True)
     store = Path(args.store or f"results/{matrix.name}.jsonl")
     report_dir = check_output_dir(args.report_dir or f"dashboards/{matrix.name}", "--report-dir")  # before the run
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     st = matrix.settings
     where = f"executor {st.executor}" + (f" on {','.join(st.devices)}" if st.devices else "") + (
         f" at {st.ray_address}" if st.ray_address else "")
@@ -96,14 +115,18 @@ def cmd_run(args) -> int:
         print(run_estimate(matrix, store, args.history, redo=args.redo).text())
         return 0
     summary = run_matrix(matrix, store, redo=args.redo, show_progress=not args.no_progress, console=console)
-    console.print(
-        f"done in {summary.elapsed_s:.1f} s: {summary.statuses or 'nothing new'}; {summary.skipped} trial(s) already "
-        f"stored; run id {summary.run_id}"
-    )
+    console.print(f"done in {summary.elapsed_s:.1f} s: {statuses_text(summary.statuses)}; {summary.skipped} trial(s) "
+                  f"already stored; run id {summary.run_id}", highlight=False)
     try:
-        paths = build_report([store], report_dir, baseline)
-        print(paths["markdown"].read_text())
-        console.print(f"tables: {paths['markdown']}, {paths['csv']}; dashboard: {paths['dashboard']}")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            paths = build_report([store], report_dir, baseline)
+        markdown = paths["markdown"].read_text()
+        print(markdown)
+        for w in dict.fromkeys(str(w.message) for w in caught):
+            if w not in markdown:  # the tables' own warnings are printed with them: once is enough
+                console.print(f"warning: {w}", style="yellow", highlight=False, markup=False)
+        console.print("wrote " + written_text(paths), highlight=False)
     except BenchInputError as exc:
         console.print(f"[yellow]report not built: {exc}")
     return 1 if summary.statuses.get("error") or summary.statuses.get("timeout") else 0

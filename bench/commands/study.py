@@ -46,7 +46,11 @@ PROFILE_KEYS = {"only", "decode_steps", "warmup", "batches", "tool"}
 
 def register(sub) -> None:
     r = sub.add_parser("study", help="run, OOM frontier, kernel profiles and report of a matrix in one command "
-                                     "(its [study] table says what the OOM search and the profile cover)")
+                                     "(its [study] table says what the OOM search and the profile cover)",
+                       description="Run `bench run`, `bench oom`, `bench profile` and `bench report` on one matrix "
+                                   "that has a [study] table (e.g. --preset h200-study), printing each step's "
+                                   "equivalent command. --dry-run lists the cells, searches and profiles with a time "
+                                   "estimate from stored records, and needs no optional package (torchao).")
     r.add_argument("--preset", help="built-in matrix with a [study] table (e.g. h200-study)")
     r.add_argument("--matrix", help="matrix TOML file with a [study] table")
     r.add_argument("--steps", default=",".join(STEPS), help=f"which steps, in order (default all: {','.join(STEPS)})")
@@ -193,14 +197,15 @@ def cmd_study(args) -> int:
     if bad or not steps:
         raise BenchInputError(f"--steps: unknown step {bad[0] if bad else '(none)'!r}; steps are {choices(STEPS)}")
     path = _source(args)
-    matrix = narrow(load_matrix(path), requests=args.requests, runs=args.runs)
+    # Planning (--dry-run) needs no optional package (torchao, ...); a real run checks them here, before any work.
+    matrix = narrow(load_matrix(path, check_installed=not args.dry_run), requests=args.requests, runs=args.runs)
     plan = study_plan(path, matrix, check_devices=not args.dry_run)
     check_baseline(matrix.baseline, matrix.cells)
     name = matrix.name
     stores = {"run": Path(f"results/{name}.jsonl"), "oom": Path(f"results/{name}-oom.jsonl"),
               "profile": Path(f"profiles/{name}.jsonl")}
     report_dir = Path(args.report_dir or f"dashboards/{name}")
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     commands = _commands(args, plan)
     if args.dry_run:
         print(dry_run_text(plan, steps, stores, args.history, commands, args.redo))

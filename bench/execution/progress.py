@@ -1,6 +1,12 @@
-"""Progress display for a matrix run: cell (or cell-run) k of n, the current cell, elapsed time (rich)."""
+"""Progress display for a matrix run: cell (or cell-run) k of n, the current cell, elapsed time (rich).
+
+Without a terminal (output piped to a file or a CI log) a live bar draws nothing until the end,
+so each finished cell prints one line instead; warnings print once each, whatever the output.
+"""
 
 from __future__ import annotations
+
+import time
 
 
 class MatrixProgress:
@@ -10,6 +16,9 @@ class MatrixProgress:
         self.total = total
         self.done = already_done
         self.slots: dict[str, str] = {}  # slot -> what it measures now
+        self.warned: set[str] = set()
+        self.started = time.monotonic()
+        self.console = console
         if not enabled:
             return
         from rich.console import Console
@@ -21,7 +30,8 @@ class MatrixProgress:
             TimeElapsedColumn,
         )
 
-        self.console = console or Console(stderr=True)
+        self.console = console or Console(stderr=True, soft_wrap=True)
+        self.lines = not self.console.is_terminal  # no live display: a line per finished cell
         self.progress = Progress(
             TextColumn(f"[bold]{unit}"),
             MofNCompleteColumn(),
@@ -71,6 +81,28 @@ class MatrixProgress:
     def advance(self, label: str, status: str) -> None:
         self.done += 1
         if self.enabled:
-            if status not in ("ok", "skipped"):
+            if self.lines:
+                elapsed = time.monotonic() - self.started
+                self.console.print(f"{self.unit} {self.done}/{self.total} {status}: {label} ({_clock(elapsed)} elapsed)",
+                                   soft_wrap=True, highlight=False, markup=False)
+            elif status not in ("ok", "skipped"):
                 self.progress.console.print(f"[yellow]{label}: {status}")
             self.progress.update(self.task, advance=1)
+
+    def warn(self, text: str, key: str | None = None) -> None:
+        """Print a warning once per key (default: its text), with or without the display."""
+        if (key or text) in self.warned:
+            return
+        self.warned.add(key or text)
+        if self.console is None:
+            from rich.console import Console
+
+            self.console = Console(stderr=True, soft_wrap=True)
+        self.console.print(f"⚠ {text}", style="yellow", soft_wrap=True, highlight=False, markup=False)
+
+
+def _clock(seconds: float) -> str:
+    """Return 'm:ss' (or 'h:mm:ss') of a duration."""
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"

@@ -38,6 +38,7 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
     """Build the job's artifact once, then warm up and measure each cell's trials, emitting events."""
     from bench.backends.registry import backend_class
     from bench.machine.environment import fingerprint, nvml_device, rank_device
+    from bench.machine.host_load import LoadSampler
     from bench.machine.telemetry import Sampler
     from bench.metrics import (
         efficiency_metrics,
@@ -126,12 +127,13 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
             emit({"event": "start", "cell_id": cell.cell_id, "trial": trial})
             started_at = time.time()
             try:
-                with Sampler(sampled) as sampler:  # NVML in a background thread; None figures on CPU
+                # How busy the machine was (load, steal, other GPU processes): recorded, warned about by the parent.
+                with LoadSampler(sampled) as load, Sampler(sampled) as sampler:  # NVML sampled in a thread; None on CPU
                     out = loaded.run(requests, cell.max_batch_size, cell.options_dict)
                 metrics = pass_metrics(out.timings, out.started, out.ended)
                 # GPUs the cell used: its tensor-parallel ranks (one device otherwise)
                 metrics.update(interactivity_metrics(out.timings, metrics["output_throughput"], world))
-                extra = {**out.extra, "warmup": warmup, "telemetry": sampler.timeline, "kernels": kernels}
+                extra = {**out.extra, "warmup": warmup, "telemetry": sampler.timeline, "kernels": kernels, "host_load": load.summary}
                 metrics.update(extra.pop("metrics", {}))  # figures beyond the timings (goodput, achieved rate)
                 metrics.update(sampler.summary)
                 metrics.update(efficiency_metrics(metrics["total_output_tokens"], metrics["duration_s"],

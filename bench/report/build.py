@@ -240,12 +240,13 @@ def _dashboard(data, cells: pd.DataFrame, tables: dict, kernels: pd.DataFrame | 
         c = cells[cells._table == key]
         s = sample_groups.get(key)
         t = tele_groups.get(key)
-        figs = [
-            ("Throughput vs max_batch_size", F.throughput_vs_batch(c, key), ""),
-            ("Speedup heatmap", F.speedup_heatmap(table, key), ""),
-            ("OOM frontier", F.oom_frontier(c, key), ""),
-        ]
         latency_rate, requests_rate = F.latency_vs_rate(c, key), F.throughput_vs_rate(c, key)
+        # A server's batch size and memory are the server's own: batch-size and OOM figures mean nothing there.
+        server = bool((c.backend == "openai").all())
+        figs = [("Throughput vs max_batch_size", F.throughput_vs_batch(c, key), "")] if not server else []
+        figs.append(("Speedup heatmap", F.speedup_heatmap(table, key), ""))
+        if not server:
+            figs.append(("OOM frontier", F.oom_frontier(c, key), ""))
         if latency_rate is not None:  # a request-rate sweep (openai backend): the serving view
             figs.append(("Latency vs offered request rate", latency_rate, ""))
             figs.append(("Requests/s and goodput vs offered request rate", requests_rate, ""))

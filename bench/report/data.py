@@ -120,6 +120,10 @@ def _row(rec: Record) -> dict:
             total = _number(rec.metrics.get(f"total_{side}_tokens"))
             row[f"mean_{side}_len"] = None if total is None else total / done
     extra = rec.extra
+    # Why the pass's machine was busy (bench.machine.host_load), '; '-joined; None when it was not.
+    row["busy"] = "; ".join((extra.get("host_load") or {}).get("busy") or ()) or None
+    # What the backend found out about the pass (a server that refused length control, counted prompts otherwise).
+    row["notes"] = "\n".join(extra.get("notes") or ()) or None
     # Which tuned Triton kernels the pass ran (hf compiled cells): runs that differ here ran different kernels.
     row["tuned_digest"] = rec.tuned_digest
     row["tuning_build"] = rec.tuning_build  # which cold build of --tuning-builds (None: not one)
@@ -137,7 +141,7 @@ CELL_KEYS = ["cell_id", "gpu_memory_gb"]
 # Per-request fields read from each sample, in this order (itemgetter: one C call per sample).
 _SAMPLE_FIELDS = ("error", "in", "out", "ttft_ms", "e2el_ms")
 _get_sample = operator.itemgetter(*_SAMPLE_FIELDS)
-_KEY_COLUMNS = ["cell_id", "gpu_memory_gb", "trial", "store"]
+_KEY_COLUMNS = ["cell_id", "gpu_memory_gb", "trial", "store", "run_key"]
 
 
 # Telemetry fields drawn over a pass (bench.machine.telemetry.Sampler's timeline).
@@ -189,7 +193,7 @@ def report_data(records: list[Record], left_out_runs: dict | None = None) -> Rep
         envs.append(rec.environment)
         if rec.status != "ok":
             continue
-        keys = (row["cell_id"], row["gpu_memory_gb"], row["trial"], row["store"])
+        keys = (row["cell_id"], row["gpu_memory_gb"], row["trial"], row["store"], row["run_key"])
         vals = _sample_values(rec.samples or ())
         if vals:
             sample_keys.append(keys)

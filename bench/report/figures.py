@@ -57,18 +57,39 @@ def series_labels(cells: pd.DataFrame) -> pd.Series:
     source = cells["all_options"] if "all_options" in cells else cells.options
     source = source.where(source.notna(), cells.options)
     keys = varying_options(source)
+    servers = _server_names(source, label, keys)
     if keys:
         def shown(o):
             try:
                 opts = json.loads(o) if o else {}
             except (TypeError, ValueError):
                 return str(o)
-            return ", ".join(f"{k}={opts[k]}" for k in keys if k in opts)
+            return ", ".join(servers.get(opts[k], f"{k}={opts[k]}") if k == "base_url" else f"{k}={opts[k]}"
+                             for k in keys if k in opts and not (k == "base_url" and servers.get(opts[k]) == ""))
 
         label = label + source.map(lambda o: f" [{shown(o)}]" if shown(o) else "")
     if cells.gpu_memory_gb.notna().any():
         label = label + cells.gpu_memory_gb.map(lambda v: "" if v is None or pd.isna(v) else f" cap {v:g} GB")
     return label
+
+
+def _server_names(source: pd.Series, label: pd.Series, keys: list[str]) -> dict[str, str]:
+    """Return {base_url: its name in a series label}: '' (left out) when the rest of the label already tells the
+    servers apart, else 'server 1', 'server 2', ... in order of appearance. A server's address is often an
+    ephemeral port (127.0.0.1:33829) that means nothing to a reader and differs on every start."""
+    if "base_url" not in keys:
+        return {}
+    urls = [(json.loads(o) if isinstance(o, str) and o else {}).get("base_url") for o in source]
+    others = [k for k in keys if k != "base_url"]
+    rest = [f"{lbl} " + json.dumps({k: (json.loads(o) if isinstance(o, str) and o else {}).get(k) for k in others},
+                                    sort_keys=True) for lbl, o in zip(label, source, strict=True)]
+    by_rest: dict[str, set] = {}
+    for r, u in zip(rest, urls, strict=True):
+        by_rest.setdefault(r, set()).add(u)
+    distinct = dict.fromkeys(u for u in urls if u is not None)
+    if all(len(us) == 1 for us in by_rest.values()):
+        return dict.fromkeys(distinct, "")
+    return {u: f"server {i + 1}" for i, u in enumerate(distinct)}
 
 
 def series_colors(labels) -> dict[str, str]:
@@ -89,6 +110,42 @@ def ratio_scale(ratios: list[list]) -> tuple[list[list], dict]:
             "colorbar": {"title": {"text": "x"}, "tickvals": [math.log2(t) for t in ticks],
                          "ticktext": [f"{t:g}x" for t in ticks]}}
     return logs, axis
+
+
+def _tick_text(v: float) -> str:
+    """Return a tick label written out in full: 5000, 0.02, 1.5 (never a bare mantissa or an exponent)."""
+    return f"{v:,.0f}".replace(",", " ") if v >= 1000 else f"{v:g}"
+
+
+def log_ticks(values) -> dict:
+    """Return tickvals/ticktext of a log axis over the values: 1-2-5 steps (1-10 per decade when it spans one or less),
+    labelled in full, so a reader never sees plotly's bare minor digits ("5" for 5000)."""
+    import math
+
+    v = [float(x) for x in values if x is not None and not pd.isna(x) and float(x) > 0]
+    if not v:
+        return {}
+    lo, hi = min(v), max(v)
+    steps = (1, 2, 5) if hi / lo > 10 else (1, 1.5, 2, 3, 5, 7)
+    ticks = [m * 10 ** e for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1) for m in steps]
+    below = max([t for t in ticks if t <= lo], default=lo)
+    above = min([t for t in ticks if t >= hi], default=hi)
+    shown = [t for t in ticks if below <= t <= above]
+    return {"tickvals": shown, "ticktext": [_tick_text(t) for t in shown]}
+
+
+def nice_ticks(top: float, count: int = 5) -> dict:
+    """Return a linear axis from 0 with round ticks (1, 2, 2.5 or 5 times a power of ten) covering `top`."""
+    import math
+
+    if not top or top <= 0 or pd.isna(top):
+        return {"rangemode": "tozero"}
+    raw = top / count
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    n = math.ceil(top / step - 1e-9)
+    vals = [round(i * step, 10) for i in range(n + 1)]
+    return {"range": [0, vals[-1] * 1.02], "tickvals": vals, "ticktext": [_tick_text(x) for x in vals]}
 
 
 def _fmt(v, spec="{:.4g}") -> str:
@@ -119,6 +176,16 @@ def cell_hover(r: dict) -> str:
     return "<br>".join(lines)
 
 
+# Longer series labels than this go in a legend below the plot, so the legend never takes the plot's width.
+LEGEND_SIDE_CHARS = 40
+
+
+def _legend_for(labels) -> dict:
+    """Return the layout's legend placement: beside the plot for short labels, below it for long ones."""
+    longest = max((len(str(x)) for x in labels), default=0)
+    return {"legend": _BELOW} if longest > LEGEND_SIDE_CHARS else {}
+
+
 def _layout(title: str, **kw) -> dict:
     return {"title": {"text": esc(title)}, "margin": {"t": 60, "l": 60, "r": 20, "b": 50}, "height": 420, **kw}
 
@@ -130,6 +197,11 @@ def _groups(frame: pd.DataFrame, keys: list[str]) -> list[tuple[tuple, np.ndarra
     gb = frame.groupby(keys, sort=True)
     positions = gb.indices
     return [(k, positions[k]) for k in gb.groups]
+
+
+def _nanmax(values: np.ndarray) -> float:
+    """Return the largest non-NaN value (NaN if none), as Series.max does."""
+    return pd.Series(values).max()
 
 
 def throughput_vs_batch(cells: pd.DataFrame, title: str) -> dict:
@@ -146,6 +218,9 @@ def throughput_vs_batch(cells: pd.DataFrame, title: str) -> dict:
     records = cells.to_dict("records")
     bs_all = cells.max_batch_size.to_numpy()
     tp_all = cells.output_throughput.to_numpy()
+    # Error bars: the ± of the tables (between runs, or between trials with one run; bench.report.tables.aggregate).
+    std_all = (pd.to_numeric(cells["output_throughput__std"], errors="coerce").fillna(0.0).to_numpy()
+               if "output_throughput__std" in cells else np.zeros(len(cells)))
     status_all = cells.status.to_numpy()
 
     def hover(positions) -> list[str]:
@@ -159,6 +234,7 @@ def throughput_vs_batch(cells: pd.DataFrame, title: str) -> dict:
         color = colors[label]
         data.append({"type": "scatter", "mode": "lines+markers", "name": esc(label), "legendgroup": esc(label),
                      "x": bs_all[ok].tolist(), "y": tp_all[ok].tolist(), "line": {"color": color},
+                     "error_y": {"type": "data", "array": std_all[ok].tolist(), "visible": True, "color": color},
                      "marker": {"color": color}, "hovertext": hover(ok), "hoverinfo": "text", "meta": {"precision": precision}})
         if len(failed):
             band += 1
@@ -173,7 +249,8 @@ def throughput_vs_batch(cells: pd.DataFrame, title: str) -> dict:
     ticks = sorted(cells.max_batch_size.unique().tolist())
     return {"data": data, "layout": _layout(f"Output throughput vs max_batch_size — {title}", xaxis={
         "title": {"text": "max_batch_size"}, "type": "log", "tickvals": ticks, "ticktext": [str(t) for t in ticks]},
-        yaxis={"title": {"text": "output tokens/s (failures marked x above the points)"}, "rangemode": "tozero"})}
+        yaxis={"title": {"text": "output tokens/s ± spread (failures marked x above the points)"}, "rangemode": "tozero"},
+        **_legend_for(cells._label))}
 
 
 def _sweep_series(cells: pd.DataFrame) -> list[tuple[str, pd.DataFrame]] | None:
@@ -204,7 +281,7 @@ _BELOW = {"orientation": "h", "y": -0.25}  # a right-hand y axis leaves no room 
 def _rate_axis(cells: pd.DataFrame) -> dict:
     rates = sorted(cells.offered_request_rate.dropna().unique().tolist())
     return {"title": {"text": "offered request rate (req/s, Poisson)"}, "type": "log", "tickvals": rates,
-            "ticktext": [f"{r:g}" for r in rates]}
+            "ticktext": [_tick_text(r) for r in rates]}
 
 
 def _rate_lines(series: list[tuple[str, pd.DataFrame]], specs: tuple) -> list[dict]:
@@ -231,9 +308,13 @@ def latency_vs_rate(cells: pd.DataFrame, title: str) -> dict | None:
     if series is None:
         return None
     data = _rate_lines(series, (("ttft_median_ms", "TTFT p50", "solid", "y"), ("tpot_median_ms", "TPOT p50", "dash", "y2")))
+    top = {col: max([_nanmax(g[col].to_numpy(dtype=float)) for _, g in series if col in g] or [0.0])
+           for col in ("ttft_median_ms", "tpot_median_ms")}
+    # Each axis its own round ticks (plotly's automatic ticks on an overlaid axis land on 29.7, 59.4, ...).
     return {"data": data, "layout": _layout(f"Latency vs offered request rate — {title}", xaxis=_rate_axis(cells),
-            yaxis={"title": {"text": "TTFT p50 (ms), solid"}, "rangemode": "tozero"},
-            yaxis2={"title": {"text": "TPOT p50 (ms), dashed"}, "overlaying": "y", "side": "right", "rangemode": "tozero"},
+            yaxis={"title": {"text": "TTFT p50 (ms), solid"}, **nice_ticks(top["ttft_median_ms"])},
+            yaxis2={"title": {"text": "TPOT p50 (ms), dashed"}, "overlaying": "y", "side": "right", "showgrid": False,
+                    **nice_ticks(top["tpot_median_ms"])},
             legend=_BELOW, height=520)}
 
 
@@ -275,14 +356,20 @@ def speedup_heatmap(table: pd.DataFrame, title: str) -> dict:
     t = t.sort_values(["precision", "_label"], kind="stable")
     labels = list(dict.fromkeys(t._label))
     # (label, batch size) -> (status, speedup); the first row wins if a label repeats a batch size.
+    # A cell paced at a request rate runs as fast as its arrivals, not as fast as it can: its ratio
+    # is not a speedup, so it is written but not coloured (a slower offered rate is not a slowdown).
+    paced = (pd.to_numeric(t["offered_request_rate"], errors="coerce").notna() if "offered_request_rate" in t
+             else pd.Series(False, index=t.index))
     cell: dict[tuple[str, str], tuple] = {}
-    for key in zip(t._label, t.max_batch_size.astype(str), t.status, t[metric], strict=True):
+    for key in zip(t._label, t.max_batch_size.astype(str), t.status, t[metric], paced, strict=True):
         cell.setdefault(key[:2], key[2:])
     ratios, text = [], []
     for label in labels:
         got = [cell.get((label, c)) for c in cols]
-        ratios.append([None if g is None or g[0] != "ok" or g[1] is None or pd.isna(g[1]) else float(g[1]) for g in got])
-        text.append(["" if g is None else ((f"{g[1]:.2f}x" if g[1] is not None and not pd.isna(g[1]) else "n/a")
+        ratios.append([None if g is None or g[0] != "ok" or g[1] is None or pd.isna(g[1]) or g[2] else float(g[1])
+                       for g in got])
+        text.append(["" if g is None else ((f"{g[1]:.2f}x" + (" (paced)" if g[2] else "")
+                                            if g[1] is not None and not pd.isna(g[1]) else "n/a")
                                            if g[0] == "ok" else esc(str(g[0]).upper())) for g in got])
     return _ratio_heatmap(cols, labels, ratios, text, f"{what} vs {table.attrs.get('baseline')} — {title}")
 
@@ -303,11 +390,13 @@ def latency_boxes(cells: pd.DataFrame, samples: pd.DataFrame, title: str) -> dic
     s = samples.merge(cells[["cell_id", "gpu_memory_gb", "_label", "precision", "max_batch_size"]], on=["cell_id", "gpu_memory_gb"])
     data = []
     qs = [0.05, 0.25, 0.5, 0.75, 0.95]
+    ticks = {}
     for axis, metric in (("", "ttft_ms"), ("2", "tpot_ms")):
         vals = s.dropna(subset=[metric])
         if vals.empty:
             continue
         q = vals.groupby(["_label", "precision", "max_batch_size"])[metric].quantile(qs).unstack()
+        ticks[axis] = log_ticks([q[0.05].min(), q[0.95].max()])
         for (label, precision), g in q.groupby(level=[0, 1], sort=True):
             bs = [str(b) for b in g.index.get_level_values(2)]
             # TTFT and TPOT boxes of a series: one colour (marker, outline), the legend's.
@@ -320,7 +409,9 @@ def latency_boxes(cells: pd.DataFrame, samples: pd.DataFrame, title: str) -> dic
         f"Latency per request (box p25–p75, whiskers p5–p95) — {title}", boxmode="group", height=460,
         xaxis={"domain": [0, 0.47], "title": {"text": "max_batch_size (TTFT)"}, "type": "category"},
         xaxis2={"domain": [0.53, 1], "title": {"text": "max_batch_size (TPOT)"}, "type": "category"},
-        yaxis={"title": {"text": "TTFT (ms)"}, "type": "log"}, yaxis2={"title": {"text": "TPOT (ms)"}, "type": "log", "anchor": "x2"})}
+        yaxis={"title": {"text": "TTFT (ms)"}, "type": "log", **ticks.get("", {})},
+        yaxis2={"title": {"text": "TPOT (ms)"}, "type": "log", "anchor": "x2", **ticks.get("2", {})},
+        **_legend_for(cells._label))}
 
 
 def oom_frontier(cells: pd.DataFrame, title: str) -> dict:
@@ -334,18 +425,27 @@ def oom_frontier(cells: pd.DataFrame, title: str) -> dict:
         best = int(ok.max()) if len(ok) else 0
         first_fail = failed.sort_values("max_batch_size").iloc[0] if len(failed) else None
         hover = f"{esc(label)}<br>largest ok max_batch_size: {best or 'none'}"
+        # Nothing failed: the bar is the largest size tested, not a limit found (a lighter, hatched bar says so).
+        untested_limit = first_fail is None and best > 0
+        if untested_limit:
+            hover += "<br>no size failed: fits up to the largest tested; the limit is above it"
         if first_fail is not None:
             hover += f"<br>first failure: bs {int(first_fail.max_batch_size)} ({esc(first_fail.status)})"
             if first_fail.error:
                 hover += "<br>" + esc(str(first_fail.error)[:200])
+        marker = {"color": colors[label]}
+        if untested_limit:
+            marker.update(opacity=0.45, pattern={"shape": "/"})
         data.append({"type": "bar", "orientation": "h", "y": [esc(label)], "x": [best], "name": esc(label), "showlegend": False,
-                     "marker": {"color": colors[label]},
+                     "marker": marker, "text": [f"fits up to the largest tested ({best})" if untested_limit else f"{best}"],
+                     "textposition": "inside", "insidetextanchor": "end",
                      "hovertext": [hover], "hoverinfo": "text", "meta": {"precision": precision}})
         if first_fail is not None:
             data.append({"type": "scatter", "mode": "markers", "y": [esc(label)], "x": [int(first_fail.max_batch_size)],
                          "marker": {"symbol": "x", "size": 12, "color": OOM_COLOR}, "name": "first failure",
                          "showlegend": False, "hovertext": [hover], "hoverinfo": "text", "meta": {"precision": precision}})
-    return {"data": data, "layout": _layout(f"OOM frontier: largest max_batch_size that ran (x: first failure) — {title}",
+    return {"data": data, "layout": _layout(f"OOM frontier: largest max_batch_size that ran (x: first failure; hatched: "
+                                            f"nothing failed, the limit is above the largest tested) — {title}",
                                             xaxis={"title": {"text": "max_batch_size"}, "rangemode": "tozero"},
                                             yaxis={"type": "category", "automargin": True})}
 
@@ -354,6 +454,8 @@ def length_histograms(samples: pd.DataFrame, title: str) -> dict:
     """Return input and output token-length histograms of the workload's requests (one trial's samples)."""
     first = samples.iloc[0]
     one = samples[(samples.cell_id == first.cell_id) & (samples.trial == first.trial) & (samples.store == first.store)]
+    if "run_key" in one:  # trial 0 of every run has the same requests: one run's
+        one = one[one.run_key == first.run_key]
     data = [
         {"type": "histogram", "x": one["in"].tolist(), "name": "input tokens", "nbinsx": 40},
         {"type": "histogram", "x": one["out"].tolist(), "name": "output tokens", "nbinsx": 40, "xaxis": "x2", "yaxis": "y2"},
@@ -370,6 +472,8 @@ def telemetry_lines(cells: pd.DataFrame, telemetry: pd.DataFrame, title: str) ->
     cells = cells.assign(_label=series_labels(cells))
     colors = series_colors(cells._label)
     t = telemetry.merge(cells[["cell_id", "gpu_memory_gb", "_label", "precision", "max_batch_size"]], on=["cell_id", "gpu_memory_gb"])
+    if "run_key" in t:  # one run of each cell (its last), as one trial of it
+        t = t[t.run_key == t.groupby(["cell_id", "gpu_memory_gb"], dropna=False).run_key.transform("max")]
     last = t.groupby(["cell_id", "gpu_memory_gb"], dropna=False).trial.transform("max")
     t = t[t.trial == last].reset_index(drop=True)
     t_s = t.t_s.to_numpy()

@@ -24,7 +24,7 @@ import pandas as pd
 
 from bench.errors import BenchInputError
 from bench.results.records import varying_keys
-from bench.results.stats import run_spread, tuning_warnings
+from bench.results.stats import concerns, run_spread, tuning_warnings
 from bench.spec import cell_label
 
 DEFAULT_BASELINE = {"backend": "hf", "precision": "bf16", "max_batch_size": 1}
@@ -37,6 +37,7 @@ NOT_METRICS = set(CELL_COLUMNS) | set(RUN_COLUMNS) | {
     "gpu_memory_gb", "environment", "input_len_limit", "output_len_limit", "lengths_exact", "tuned_digest",
     "planned_runs", "planned_trials", "left_out_runs",
     "tuning_build",
+    "busy", "notes",
 }
 # Metrics whose spread between runs and within runs the tables show (and judge for stability).
 HEADLINE = ("request_throughput", "output_throughput")
@@ -72,7 +73,8 @@ def _fill(frame: pd.DataFrame) -> pd.DataFrame:
     f = frame.copy()
     defaults = (("gpu_memory_gb", None), ("length", ""), ("environment", ""), ("gpu_name", None), ("run", 0),
                 ("run_id", "?"), ("run_label", ""), ("run_started_at", None), ("all_options", None),
-                ("input_len_limit", None), ("output_len_limit", None), ("lengths_exact", False))
+                ("input_len_limit", None), ("output_len_limit", None), ("lengths_exact", False), ("busy", None),
+                ("notes", None))
     for col, default in defaults:
         if col not in f:
             f[col] = default
@@ -120,6 +122,8 @@ def aggregate(frame: pd.DataFrame, by_run: bool = False) -> pd.DataFrame:
     cells = cells.join(std.add_suffix("__std"))
     envs = f.groupby(keys, dropna=False).environment.agg(lambda s: " + ".join(sorted(set(s) - {""})))
     cells = cells.join(envs)
+    cells = cells.join(ok.groupby(keys, dropna=False).busy.agg(busy_note).rename("busy"))
+    cells = cells.join(ok.groupby(keys, dropna=False).notes.agg(_unique_lines).rename("notes"))
     contexts = f.groupby(keys, dropna=False).run_id.nunique().rename("contexts")
     cells = cells.join(contexts).join(_planned(f, keys))
     cells["trials"] = cells.trials.fillna(0).astype(int)
@@ -190,8 +194,9 @@ def _headline_spreads(cells: pd.DataFrame, ok: pd.DataFrame, keys: list[str]) ->
                 continue
             spread = run_spread(values, m)
             new[f"{m}__run_cv"][key], new[f"{m}__trial_cv"][key] = spread.run_cv, spread.trial_cv
-            if m == "output_throughput" and spread.runs > 1 and spread.warnings:
-                warnings[key] = "; ".join(spread.warnings) + _tuning_cause(g) + _telemetry_cause(g)
+            unstable = concerns(spread.warnings)
+            if m == "output_throughput" and unstable:
+                warnings[key] = "; ".join(unstable) + (_tuning_cause(g) + _telemetry_cause(g) if spread.runs > 1 else "")
             builds = _by_build(g, m) if m == "output_throughput" else []
             if len(builds) > 1:
                 # Cold builds, each with its own tuned kernels: the spread between them is the tuning's.
@@ -207,6 +212,21 @@ def _headline_spreads(cells: pd.DataFrame, ok: pd.DataFrame, keys: list[str]) ->
                if values or not name.startswith(("tuning", "tuned", "output_throughput__tuning"))}
     columns["stability"] = pd.Series(warnings, dtype=object).reindex(cells.index)
     return pd.concat([cells, pd.DataFrame(columns, index=cells.index)], axis=1)
+
+
+def _unique_lines(values: pd.Series) -> str | None:
+    """Return the distinct lines of newline-joined texts, in order, joined again (None if there are none)."""
+    lines = dict.fromkeys(line for v in values if isinstance(v, str) for line in v.splitlines() if line)
+    return "\n".join(lines) or None
+
+
+def busy_note(reasons: pd.Series) -> str | None:
+    """Return '2 of 3 passes ran on a busy machine (load average 5.1 on 2 core(s), ...)' from each pass's reasons, or None."""
+    busy = [r for r in reasons if isinstance(r, str) and r]
+    if not busy:
+        return None
+    worst = max(busy, key=lambda r: r.count(";"))
+    return f"{len(busy)} of {len(reasons)} pass(es) measured on a busy machine ({worst}): the figures may be low"
 
 
 def _telemetry_cause(g: pd.DataFrame) -> str:
@@ -275,9 +295,13 @@ def _baseline_row(cells: pd.DataFrame, baseline: dict):
     if hits.empty and (mask.any() or not (cells.status == "ok").any()):
         return None  # the baseline (or every cell) failed: a table of statuses, without speedups
     if hits.empty:
-        existing = "\n  ".join(
-            f"{cell_label(r.backend, r.precision, r.max_batch_size)} ({r.status})" for r in cells.itertuples()
-        )
+        # Each cell once, as the --baseline that names it (with the options that vary between the cells).
+        varying = varying_options(cells.all_options)
+        existing = "\n  ".join(dict.fromkeys(
+            f"--baseline backend={r.backend},precision={r.precision},max_batch_size={r.max_batch_size}"
+            + "".join(f",{k}={opts[k]}" for k in varying if k in opts) + f"  ({r.status})"
+            for r, opts in zip(cells.itertuples(), _parsed(cells.all_options), strict=True)
+        ))
         want = ", ".join(f"{k}={v}" for k, v in baseline.items())
         raise BenchInputError(
             f"baseline cell ({want}) has no ok result in workload {workload!r}; choose one with "
@@ -396,6 +420,7 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
             table["tuning_builds"] = g.tuning_builds
             table["tuned_digests"] = g.tuned_digests
         table["stability"] = g.get("stability")
+        table["busy"] = g.get("busy")
         # Which run each row is: shown when the rows come from different runs, or a row is pooled.
         table["run"] = [f"pooled from {int(n)} runs" if n and n > 1 else lbl
                         for n, lbl in zip(g.contexts, g.run_label, strict=True)]
@@ -423,7 +448,13 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
             cell_label(r["backend"], r["precision"], r["max_batch_size"]) + (f" [{shown[i]}]" if shown[i] else "")
             + f" on {table_key(workload, length, ambiguous[workload] > 1)}: {w}"
             for i, r in g.iterrows() for w in load_warnings(r)
+        ] + [
+            cell_label(r.backend, r.precision, r.max_batch_size) + (f" [{shown[r.Index]}]" if shown[r.Index] else "")
+            + f" on {table_key(workload, length, ambiguous[workload] > 1)}: {r.busy}"
+            for r in g.itertuples() if isinstance(getattr(r, "busy", None), str) and r.busy
         ]
+        table.attrs["notes"] = list(dict.fromkeys(line for n in g.get("notes", pd.Series(dtype=object))
+                                                  if isinstance(n, str) for line in n.splitlines()))
         table.attrs["length"] = length
         out[table_key(workload, length, ambiguous[workload] > 1)] = table.reset_index(drop=True)
     return out
@@ -509,7 +540,7 @@ def render_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
             _num(r["generation_speedup"], None, "{:.2f}x"),
             runs_text(r),
             spread_text(r.get("output_throughput__run_cv"), r.get("output_throughput__trial_cv"), r.get("runs"),
-                        bool(r.get("stability")) and not (r.get("tuning_builds") or 0) >= 2),
+                        (bool(r.get("stability")) and not (r.get("tuning_builds") or 0) >= 2) or bool(r.get("busy"))),
         ] + ([tuning_text(r)] if show_tuning else []) + [_num(r[m], None, f) for m, _, f in extra] + tail)
     return headers, rows
 
@@ -550,7 +581,7 @@ def _per_run(r: dict) -> str:
 
 
 def spread_text(run_cv, trial_cv, runs, unstable: bool = False) -> str:
-    """Return '0.3% / 0.1%' (runs / trials), '— / 0.1%' with one run, a ⚠ when the runs disagree."""
+    """Return '0.3% / 0.1%' (runs / trials), '— / 0.1%' with one run, a ⚠ when the figure is unstable (see the warnings)."""
     def pct(x):
         return "—" if x is None or pd.isna(x) else f"{100 * x:.1f}%"
 
@@ -592,6 +623,8 @@ def to_markdown(tables: dict[str, pd.DataFrame], environment: str = "",
         parts.append("")
         for w in table.attrs.get("warnings", []):
             parts.append(f"⚠ {w}\n")
+        for n in table.attrs.get("notes", []):
+            parts.append(f"Note: {n}\n")
         h = (history or {}).get(workload)
         if h is not None and len(h):
             parts.append("Earlier runs of these cells (history: not in the figures above; `--pool` pools them):\n")
@@ -623,6 +656,8 @@ def to_html(tables: dict[str, pd.DataFrame], environment: str = "",
         parts.extend(_html_table(headers, rows, "speedup"))
         for w in table.attrs.get("warnings", []):
             parts.append(f"<p class='warn'>⚠ {e(w)}</p>")
+        for n in table.attrs.get("notes", []):
+            parts.append(f"<p class='note'>Note: {e(n)}</p>")
         h = (history or {}).get(workload)
         if h is not None and len(h):
             parts.append("<p class='note'>Earlier runs of these cells (history: not in the figures above; "

@@ -22,6 +22,7 @@ versions) unless explicitly allowed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,13 @@ class Row:
     high: float | None = None
     p_value: float | None = None
     note: str = ""
+    # The figure of each side the change is computed from (change = head_value / base_value - 1),
+    # its name and each run's value: a row never shows one statistic and computes from another.
+    statistic: str = ""
+    base_value: float | None = None
+    head_value: float | None = None
+    base_runs: tuple[float, ...] = ()
+    head_runs: tuple[float, ...] = ()
 
 
 @dataclass
@@ -161,10 +169,16 @@ def compare_metric(label: str, metric: str, base_values: list[float], head_value
         missing = "base" if not base_values else "head"
         return Row(label, metric, "missing", note=f"{metric} is missing on the {missing} side")
     b, h = stats.summarize(base_values, metric), stats.summarize(head_values, metric)
-    row = Row(label, metric, stats.INCONCLUSIVE, base=b, head=h)
+    row = Row(label, metric, stats.INCONCLUSIVE, base=b, head=h, base_runs=tuple(base_values),
+              head_runs=tuple(head_values))
+
+    def shown(statistic: str, base_value: float, head_value: float) -> None:
+        row.statistic, row.base_value, row.head_value = statistic, base_value, head_value
+        row.ratio = head_value / base_value if base_value else None
+
     notes = []
     if min(len(base_values), len(head_values)) < 2:
-        row.ratio = h.mean / b.mean if b.mean else None
+        shown("mean", b.mean, h.mean)
         row.note = (f"{len(base_values)} run(s) on the base side and {len(head_values)} on the head side: a verdict "
                     "needs at least 2 runs (fresh processes) a side, because trials inside one process do not show "
                     "the spread between processes; re-run both with --runs 3")
@@ -173,13 +187,15 @@ def compare_metric(label: str, metric: str, base_values: list[float], head_value
         try:
             rt = stats.ratio_test(base_values, head_values, confidence)
         except ValueError as exc:
-            row.ratio = h.median / b.median if b.median else None
+            shown("median", b.median, h.median)
             row.note = str(exc)
             return row
+        # The t-test's ratio is that of the geometric means of the runs: show those.
+        shown("geometric mean", _geomean(base_values), _geomean(head_values))
         row.ratio, row.low, row.high, row.p_value = rt.ratio, rt.low, rt.high, rt.p_value
         significant = rt.significant
     else:
-        row.ratio = h.median / b.median if b.median else None
+        shown("median", b.median, h.median)
         mw = stats.mann_whitney_u(base_values, head_values)
         row.p_value = mw.p_value
         floor = stats.mann_whitney_min_p(len(base_values), len(head_values))
@@ -192,11 +208,34 @@ def compare_metric(label: str, metric: str, base_values: list[float], head_value
             row.note = "base median is 0: no ratio"
             return row
     row.verdict = stats.verdict(significant, row.ratio, direction, factor)
-    unstable = [w.replace("trial", "run") for w in (*b.warnings, *h.warnings) if "trial(s)" not in w]
+    if not significant:
+        notes.extend(_power_note(base_values, head_values, factor, confidence))
+    unstable = [f"{side} side: " + w.replace("trial", "run") for side, summary in (("base", b), ("head", h))
+                for w in summary.warnings if "trial(s)" not in w]
     if unstable:
-        notes.append("unstable: " + "; ".join(unstable))
+        notes.append("unstable on the " + "; ".join(unstable))
     row.note = " ".join(notes)
     return row
+
+
+def _geomean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _power_note(base_values: Sequence[float], head_values: Sequence[float], factor: float, confidence: float) -> list[str]:
+    """Return a note when these runs, at their observed spread, cannot detect a change of `factor` (too little power)."""
+    if min(base_values) <= 0 or min(head_values) <= 0:
+        return []
+    sd = stats.log_sd(base_values, head_values)
+    if sd is None or sd == 0:
+        return []
+    detectable = stats.detectable_ratio(sd, len(base_values), len(head_values), confidence)
+    if detectable - 1.0 <= factor:
+        return []
+    need = stats.runs_needed(sd, factor, confidence)
+    return [f"too few runs to detect a {factor:.0%} change: at this spread ({sd:.1%} between runs) "
+            f"{len(base_values)} vs {len(head_values)} runs detect only changes above {detectable - 1:.0%} "
+            f"({stats.POWER:.0%} power); about {need} runs a side would detect {factor:.0%}."]
 
 
 def compare_stores(
@@ -343,8 +382,25 @@ def _fmt(x: float | None) -> str:
     return f"{x:.4g}" if a < 1000 else f"{x:.0f}"
 
 
-def _summary_cell(s: stats.Summary | None) -> str:
-    return "" if s is None else f"{_fmt(s.median)} ± {_fmt(s.mad)} (n={s.n})"
+_SHORT = {"geometric mean": "geomean", "median": "median", "mean": "mean"}
+
+
+def _summary_cell(r: Row, side: str) -> str:
+    """Return a side's figure as the change uses it: '193.5 (geomean of 3 runs: 174.9, 166.8, 248.8)'."""
+    value, runs = (r.base_value, r.base_runs) if side == "base" else (r.head_value, r.head_runs)
+    if value is None:
+        s = r.base if side == "base" else r.head
+        return "" if s is None else f"{_fmt(s.median)} ± {_fmt(s.mad)} (n={s.n})"
+    stat = _SHORT.get(r.statistic, r.statistic)
+    if len(runs) == 1:
+        return f"{_fmt(value)} (1 run)"
+    listed = ": " + ", ".join(_fmt(v) for v in runs) if len(runs) <= 5 else f", CV {_cv(runs):.1%}"
+    return f"{_fmt(value)} ({stat} of {len(runs)} runs{listed})"
+
+
+def _cv(values: Sequence[float]) -> float:
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) / abs(mean) if mean else 0.0
 
 
 def _change(r: Row) -> str:
@@ -366,7 +422,9 @@ def to_markdown(c: Comparison) -> str:
         f"({', '.join(sorted(c.head.commits)) or 'commit unknown'}).",
         f"A verdict needs significance ({c.confidence:.0%} confidence, {method}) **and** a change of at least "
         f"{c.factor:.0%} in the metric's bad direction. Each run (a fresh worker process) is one sample, the mean "
-        "of its trials; values: median ± MAD over runs (n = runs).", "",
+        "of its trials; base and head show the statistic the change is computed from ("
+        + ("the geometric mean of the runs, as the t-test on logs compares them" if c.test == "t" else
+           "the median of the runs") + ") and each run's value; change = head / base − 1.", "",
     ]
     ci = f"{c.confidence:.0%} CI"
     header = ["", "verdict", "cell", "metric", "base", "head", "change", ci, "p", "note"]
@@ -377,7 +435,7 @@ def to_markdown(c: Comparison) -> str:
         out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
         for r in sorted(rows, key=lambda r: (_ORDER.get(r.verdict, 9), r.label, r.metric)):
             cells = [_ICON.get(r.verdict, ""), f"**{r.verdict}**" if r.verdict == stats.REGRESSED else r.verdict,
-                     r.label, r.metric, _summary_cell(r.base), _summary_cell(r.head), _change(r),
+                     r.label, r.metric, _summary_cell(r, "base"), _summary_cell(r, "head"), _change(r),
                      f"{_fmt(r.low)} – {_fmt(r.high)}" if r.low is not None else "",
                      f"{r.p_value:.2g}" if r.p_value is not None else "", r.note]
             out.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")

@@ -38,6 +38,7 @@ MIN_TRIALS = 3
 MAX_RUN_CV = 0.03
 RUN_CV_FLOOR = 0.01
 RUN_TO_TRIAL = 4.0
+ONE_RUN = "1 run"
 
 
 @dataclass(frozen=True)
@@ -88,18 +89,27 @@ def run_warnings(s: RunSpread, name: str = "value", groups: tuple[str, str, str]
     groups: what the spread's groups are called (plural, singular) and what the spread inside one
     understates; tuning_warnings applies the same rule to cold builds."""
     plural, single, inside = groups
-    if s.runs < 2:
-        return [f"{name}: 1 run: the spread between processes is not measured (use --runs 2 or more)"]
+    short = plural.split(" (")[0]
     out = []
     run_cv, trial_cv = s.run_cv or 0.0, s.trial_cv
-    short = plural.split(" (")[0]
-    if run_cv > MAX_RUN_CV:
-        out.append(f"{name}: the {plural} differ by {run_cv:.1%} (relative std of the {single} means "
-                   f"{_means(s)}; limit {MAX_RUN_CV:.0%}): the figure may not reproduce")
+    if s.runs < 2:
+        out.append(f"{name}: {ONE_RUN}: the spread between processes is not measured (use --runs 2 or more)")
+    elif run_cv > MAX_RUN_CV:
+        out.append(f"{name}: the {plural} differ by {run_cv:.1%} (standard deviation of the {single} means "
+                   f"{_means(s)} over their mean; limit {MAX_RUN_CV:.0%}): the figure may not reproduce")
     elif trial_cv is not None and run_cv > RUN_CV_FLOOR and run_cv > RUN_TO_TRIAL * trial_cv:
         out.append(f"{name}: the {short} differ by {run_cv:.1%} (means {_means(s)}), {run_cv / trial_cv:.0f}x the spread "
                    f"inside a {single} ({trial_cv:.2%}): {inside} understate the uncertainty")
+    # pyperf's 10 % rule (docs/regressions.md) on the trials, whatever the number of runs.
+    if trial_cv is not None and trial_cv > MAX_CV:
+        out.append(f"{name}: the trials inside a {single} differ by {trial_cv:.1%} (standard deviation over the mean; "
+                   f"limit {MAX_CV:.0%}): unstable, was the machine busy?")
     return out
+
+
+def concerns(warnings: Sequence[str]) -> list[str]:
+    """Return the warnings of run_warnings that say a figure is unstable (not the note that one run says nothing)."""
+    return [w for w in warnings if f": {ONE_RUN}:" not in w]
 
 
 def tuning_warnings(s: RunSpread, name: str = "value") -> list[str]:
@@ -109,8 +119,8 @@ def tuning_warnings(s: RunSpread, name: str = "value") -> list[str]:
     tuned kernels); empty with fewer than two builds."""
     if s.runs < 2:
         return []
-    return run_warnings(s, name, ("tuning builds (cold builds, each its own tuned kernels)", "build",
-                                  "the processes of one build"))
+    return concerns(run_warnings(s, name, ("tuning builds (cold builds, each its own tuned kernels)", "build",
+                                           "the processes of one build")))
 
 
 def _means(s: RunSpread) -> str:
@@ -297,6 +307,44 @@ def ratio_test(base: Sequence[float], head: Sequence[float], confidence: float =
     p = min(1.0, 2.0 * t_sf(abs(t), df))
     return RatioTest(math.exp(diff), math.exp(diff - half), math.exp(diff + half), p, confidence, method,
                      int(b.size), int(h.size))
+
+
+# The power a comparison should have to call a change of the size it looks for: 80 %, the
+# usual convention (a real change of that size is missed one time in five).
+POWER = 0.80
+
+
+def detectable_ratio(log_sd: float, n_base: int, n_head: int, confidence: float = 0.99, power: float = POWER) -> float:
+    """Return the smallest ratio (>1) the pooled t-test on logs detects with `power`, given the spread of the logs.
+
+    The usual approximation (t quantiles in place of the noncentral t): the change must exceed
+    (t_{1-a/2} + t_{power}) standard errors, the standard error being log_sd * sqrt(1/n_base + 1/n_head).
+    """
+    df = n_base + n_head - 2
+    if df < 1:
+        return math.inf
+    if log_sd == 0:
+        return 1.0
+    se = log_sd * math.sqrt(1.0 / n_base + 1.0 / n_head)
+    return math.exp((t_ppf(0.5 + confidence / 2.0, df) + t_ppf(power, df)) * se)
+
+
+def runs_needed(log_sd: float, factor: float, confidence: float = 0.99, power: float = POWER, limit: int = 1000) -> int:
+    """Return the runs a side (equal on both sides) the t-test needs to detect a change of `factor` with `power`."""
+    target = math.log1p(factor)
+    for n in range(2, limit + 1):
+        if math.log(detectable_ratio(log_sd, n, n, confidence, power)) <= target:
+            return n
+    return limit
+
+
+def log_sd(base: Sequence[float], head: Sequence[float]) -> float | None:
+    """Return the pooled sample standard deviation of the log values of both sides (None with fewer than 3 in all)."""
+    b, h = np.log(_clean(base)), np.log(_clean(head))
+    df = b.size + h.size - 2
+    if b.size < 1 or h.size < 1 or df < 1:
+        return None
+    return math.sqrt((((b - b.mean()) ** 2).sum() + ((h - h.mean()) ** 2).sum()) / df)
 
 
 @lru_cache(maxsize=256)

@@ -216,6 +216,12 @@ def _group_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store:
                                 workload=workloads[p.cell.workload][0].summary(), build=state["build"],
                                 environment=record_environment(state))
             store.append(record)
+            busy = (record.extra.get("host_load") or {}).get("busy")
+            if busy:  # once per cell: its other passes were measured on the same machine
+                progress.warn(f"{p.cell.label}: measured on a busy machine ({'; '.join(busy)}): its figures may be "
+                              "low and may not reproduce", key=f"busy {p.cell.cell_id}")
+            for note in record.extra.get("notes") or ():  # what the backend found out (a server's refusals): once each
+                progress.warn(note)
             summary.statuses[record.status] = summary.statuses.get(record.status, 0) + 1
             received[p.cell.cell_id] += 1
             # A failed trial ends its cell (the worker skips the remaining trials).

@@ -106,3 +106,36 @@ def start(model_dir: str | Path, log_path: str | Path, *, port: int | None = Non
     server.stop()
     raise RuntimeError(f"`transformers serve` did not answer within {ready_timeout_s:g} s; log {log_path}:\n"
                        f"{server.log_tail()}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve MODEL_DIR with `transformers serve` on 127.0.0.1 until Ctrl-C (the recipe the docs give)."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m bench.serving.transformers_serve",
+                                description="Start transformers' OpenAI-compatible server (`transformers serve`) of a "
+                                            "model directory on 127.0.0.1, offline, and keep it running until Ctrl-C "
+                                            "(write a random-weight one with `python -m bench.serving.model_dir`).")
+    p.add_argument("model_dir")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    p.add_argument("--no-continuous-batching", action="store_true")
+    p.add_argument("--log", default="transformers-serve.log", help="the server's output (default ./transformers-serve.log)")
+    args = p.parse_args(argv)
+    server = start(args.model_dir, args.log, port=args.port, device=args.device,
+                   continuous_batching=not args.no_continuous_batching)
+    print(f"serving {args.model_dir} at {server.base_url} (log {args.log}); in the matrix: base_url = "
+          f"\"{server.base_url}\", model_name = \"{args.model_dir}\"; Ctrl-C stops it", flush=True)
+    try:
+        while server.proc.poll() is None:
+            time.sleep(1.0)
+        print(f"the server exited with status {server.proc.returncode}; log {args.log}:\n{server.log_tail()}")
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

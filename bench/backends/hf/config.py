@@ -14,6 +14,7 @@ from bench.backends.declaration import (
     TENSOR_PARALLEL,
     BackendConfig,
     Option,
+    Requirement,
     check_tensor_parallel,
     tensor_parallel_size,
 )
@@ -90,6 +91,26 @@ class HFConfig(BackendConfig):
     }
 
     @classmethod
+    def requirements(cls, cell) -> list[Requirement]:
+        """Return the optional packages a cell runs on: flash-attn, torchao or gemlite (none for bf16/sdpa)."""
+        opts = cell.options_dict
+        out = []
+        if opts.get("attn_implementation", "sdpa") == "flash_attention_2":
+            out.append(Requirement("flash_attn", "attn_implementation='flash_attention_2'",
+                                   "attn_implementation='flash_attention_2' needs the flash-attn package: `pip install "
+                                   "flash-attn --no-build-isolation` (CUDA, fp16/bf16), or use 'sdpa'"))
+        kernels = opts.get("quant_kernels", "torchao")
+        if cell.precision in TORCHAO and kernels == "torchao":
+            out.append(Requirement("torchao", f"precision {cell.precision!r}",
+                                   f"precision {cell.precision!r} ({TORCHAO[cell.precision]}) needs torchao: `pip install "
+                                   "torchao` (a release built for your torch, e.g. torchao 0.17 for torch 2.11), or use bf16"))
+        if kernels == "gemlite" and cell.precision in GEMLITE_PRECISIONS:
+            out.append(Requirement("gemlite", "quant_kernels='gemlite'",
+                                   "quant_kernels='gemlite' needs the gemlite package (Triton kernels, no build step): "
+                                   "`pip install gemlite`, or set quant_kernels = 'torchao'"))
+        return out
+
+    @classmethod
     def validate(cls, cell) -> None:
         super().validate(cell)
         opts = cell.options_dict
@@ -132,11 +153,6 @@ class HFConfig(BackendConfig):
         kernels = opts.get("quant_kernels", "torchao")
         attn = opts.get("attn_implementation", "sdpa")
         if attn == "flash_attention_2":
-            if util.find_spec("flash_attn") is None:
-                raise BenchInputError(
-                    "attn_implementation='flash_attention_2' needs the flash-attn package: `pip install flash-attn "
-                    "--no-build-isolation` (CUDA, fp16/bf16), or use 'sdpa'"
-                )
             if cpu or cell.precision == "fp32":
                 raise BenchInputError(
                     "attn_implementation='flash_attention_2' runs on CUDA in fp16/bf16 only: use 'sdpa' here"
@@ -146,22 +162,11 @@ class HFConfig(BackendConfig):
                 "attn_implementation='flex_attention' needs torch >= 2.5 (torch.nn.attention.flex_attention): "
                 "upgrade torch or use 'sdpa'"
             )
-        if cell.precision in TORCHAO and kernels == "torchao" and util.find_spec("torchao") is None:
+        if kernels == "gemlite" and cell.precision not in GEMLITE_PRECISIONS:
             raise BenchInputError(
-                f"precision {cell.precision!r} ({TORCHAO[cell.precision]}) needs torchao: `pip install torchao` "
-                "(a release built for your torch, e.g. torchao 0.17 for torch 2.11), or use bf16"
+                f"quant_kernels='gemlite' runs {' and '.join(GEMLITE_PRECISIONS)} only, not precision "
+                f"{cell.precision!r}: set quant_kernels = 'torchao' for this cell (an `include` entry)"
             )
-        if kernels == "gemlite":
-            if cell.precision not in GEMLITE_PRECISIONS:
-                raise BenchInputError(
-                    f"quant_kernels='gemlite' runs {' and '.join(GEMLITE_PRECISIONS)} only, not precision "
-                    f"{cell.precision!r}: set quant_kernels = 'torchao' for this cell (an `include` entry)"
-                )
-            if util.find_spec("gemlite") is None:
-                raise BenchInputError(
-                    "quant_kernels='gemlite' needs the gemlite package (Triton kernels, no build step): "
-                    "`pip install gemlite`, or set quant_kernels = 'torchao'"
-                )
         if not cpu:
             _check_gpu(cell)
         check_tensor_parallel(cell, kv_heads_too=True)
@@ -199,11 +204,10 @@ def _check_gpu(cell) -> None:
     if not info.get("gpu_count") or not cc_text:
         # Planning a GPU matrix on a machine without one is allowed; the check is then deferred to the GPU.
         need = MIN_CC.get(cell.precision)
-        if need:
+        if need:  # one text per device and precision: Python's filter prints it once, not once per cell
             warnings.warn(
-                f"device {cell.device!r}: NVML sees no NVIDIA GPU here (no driver, or `pip install nvidia-ml-py` "
-                f"missing), so precision {cell.precision!r} (needs compute capability {need[0]}.{need[1]}+) "
-                "cannot be checked before the run",
+                f"device {cell.device!r}: NVML sees no NVIDIA GPU here (no NVIDIA driver on this machine), so precision "
+                f"{cell.precision!r} (needs compute capability {need[0]}.{need[1]}+) cannot be checked before the run",
                 stacklevel=3,
             )
         return

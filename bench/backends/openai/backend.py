@@ -250,6 +250,7 @@ class OpenAILoaded(Loaded):
         source = count_output_tokens(timings, stats.received, opts)
         extra = pass_extra(timings, stats, opts, plan, source, arrivals, workload_arrivals, concurrency)
         extra.update(server=self.base_url, endpoint=self.endpoint, model_name=self.model)
+        extra["notes"] = server_notes(self.base_url, plan, timings, extra["metrics"].get("server_input_tokens"))
         return RunOutput(timings, stats.started, max(stats.ended, stats.started + 1e-9), extra)
 
 
@@ -317,12 +318,17 @@ def pass_extra(timings, stats, opts, plan: RequestPlan, source: str, arrivals, w
         **(saturation_metrics(timings) if offered is not None else {}),  # a constant-rate pass only
         "client_cpu_ms_per_request": stats.client_cpu_s * 1000 / n if n else None,
     }
+    # The prompt as the server counted it (usage.prompt_tokens), beside the workload tokenizer's count
+    # that total_input_tokens and every input-token figure use (extra.input_tokens_source).
+    received = stats.received
+    server_in = [g.prompt_tokens for t, g in zip(timings, received, strict=True) if t.error is None]
+    if server_in and all(isinstance(x, int) for x in server_in):
+        metrics["server_input_tokens"] = sum(server_in)
     check, error = output_len_verdict(opts["strict_output_len"], plan, source, longer, shorter, len(ok))
     if failed and len(failed) > opts["max_failed_fraction"] * n:
         error = (f"{len(failed)} of {n} requests failed (more than max_failed_fraction={opts['max_failed_fraction']}): "
                  f"{', '.join(f'{k} x{v}' for k, v in sorted(kinds.items()))}; first: {failed[0].request_id}: "
                  f"{failed[0].error}" + (f"; also {error}" if error else ""))
-    received = stats.received
     extra = {
         "metrics": metrics,
         "request_rate": opts["request_rate"],
@@ -338,6 +344,7 @@ def pass_extra(timings, stats, opts, plan: RequestPlan, source: str, arrivals, w
         "chunks": stats.chunks,
         "prompt_tokens_mismatches": sum(1 for t, g in zip(timings, received, strict=True)
                                         if g.prompt_tokens is not None and g.prompt_tokens != t.input_len),
+        "input_tokens_source": "workload",  # total_input_tokens: the workload tokenizer's count, not the server's
         "unknown_events": stats.unknown_events,
         "slo_ms": {k: v for k, v in slo.items() if v},
         "request_errors": {"by_kind": kinds, "first": [[t.request_id, t.error] for t in failed[:5]]},
@@ -346,6 +353,26 @@ def pass_extra(timings, stats, opts, plan: RequestPlan, source: str, arrivals, w
     if error:
         extra["pass_error"] = error  # the worker stores the pass as an error, keeping its metrics
     return extra
+
+
+def server_notes(server: str, plan: RequestPlan, timings, server_input_tokens: int | None) -> list[str]:
+    """Return what a reader must know about how the server treated the pass (the console and the tables say it).
+
+    The same server and workload give the same sentences on every pass, so each is said once.
+    """
+    notes = []
+    if not plan.exact_lengths:
+        rejected = [f for f in ("ignore_eos", "min_tokens") if f in plan.rejected]
+        how = (f"refused length control (it rejected {' and '.join(rejected)})" if rejected
+               else "was not asked for exact lengths (ignore_eos and min_tokens are off)")
+        notes.append(f"server {server} {how}: output lengths are what it produced, not the workload's, and are not "
+                     "checked; figures of different servers then compare different outputs")
+    ok_in = sum(t.input_len for t in timings if t.error is None)
+    if server_input_tokens is not None and ok_in and server_input_tokens != ok_in:
+        notes.append(f"server {server} counted the prompts as {server_input_tokens} tokens, the workload as {ok_in} "
+                     f"({(server_input_tokens / ok_in - 1) * 100:+.1f}%; usage.prompt_tokens): input-token figures "
+                     "use the workload's count (metric server_input_tokens has the server's)")
+    return notes
 
 
 def output_len_verdict(strict, plan: RequestPlan, source: str, longer: list, shorter: list, completed: int

@@ -1,0 +1,249 @@
+"""Is the machine busy? Host load, CPU steal and other processes on the GPU around one measured pass.
+
+A pass measured while other jobs compete for the CPU (or share the GPU) gives a figure that does
+not reproduce, and nothing in the figure says so. `LoadSampler` wraps a pass the way
+`telemetry.Sampler` does and reads, before and after it (plus a light thread once a second
+during it):
+
+- the load average (os.getloadavg) and the cores this process may use (sched_getaffinity);
+- CPU time from /proc/stat: the share the hypervisor stole (steal), and the cores' worth of CPU
+  the *other* processes used (all busy time minus this process's own, /proc/self/stat), so the
+  worker's own threads (a CPU backend uses every core) never count as load;
+- on CUDA, NVML's compute processes on the GPU other than this process (optimum-benchmark's
+  device-isolation check, here a record instead of a kill).
+
+`busy_reasons` turns a summary into the warnings the console and the report print; its
+thresholds are defined here and nowhere else. Nothing here fails a run: a figure that cannot
+be read (no /proc, no NVML) is None.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+# A pass is measured on a busy machine when any of these hold (the one place they are defined):
+# the load of other processes exceeds the cores this process may use,
+MAX_LOAD_PER_CORE = 1.0
+# other processes used more than this share of those cores while the pass ran,
+MAX_OTHER_CPU_SHARE = 0.5
+# or the hypervisor stole more than this share of the CPU time (a busy VM host).
+MAX_STEAL = 0.05
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_times(stat_text: str) -> dict | None:
+    """Return {'busy', 'steal', 'total'} in clock ticks from the text of /proc/stat (None if unreadable).
+
+    busy excludes idle, iowait and steal; guest time is already inside user/nice (Linux adds it there).
+    """
+    for line in stat_text.splitlines():
+        if line.startswith("cpu "):
+            f = [int(x) for x in line.split()[1:]] + [0] * 10
+            user, nice, system, idle, iowait, irq, softirq, steal = f[:8]
+            busy = user + nice + system + irq + softirq
+            return {"busy": busy, "steal": steal, "total": busy + idle + iowait + steal}
+    return None
+
+
+def own_cpu_ticks(self_stat_text: str) -> int | None:
+    """Return utime + stime (clock ticks) of a process from the text of its /proc/<pid>/stat."""
+    try:
+        fields = self_stat_text.rsplit(")", 1)[1].split()  # the command name may hold spaces
+        return int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5), counted from after the name
+    except (IndexError, ValueError):
+        return None
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def available_cores() -> int:
+    """Return the cores this process may run on (its affinity mask; os.cpu_count where there is none)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _loadavg() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+class _Snapshot:
+    def __init__(self):
+        self.t = time.monotonic()
+        self.load_1m = _loadavg()
+        self.cpu = cpu_times(_read("/proc/stat"))
+        self.own = own_cpu_ticks(_read("/proc/self/stat"))
+
+
+def window_figures(before: _Snapshot, after: _Snapshot, cores: int) -> dict:
+    """Return the pass's CPU figures between two snapshots: steal share, cores used by others and by us."""
+    out = {"steal_share": None, "other_cpu_cores": None, "own_cpu_cores": None}
+    wall = after.t - before.t
+    if before.cpu and after.cpu:
+        total = after.cpu["total"] - before.cpu["total"]
+        if total > 0:
+            out["steal_share"] = (after.cpu["steal"] - before.cpu["steal"]) / total
+            if before.own is not None and after.own is not None and wall > 0:
+                own = after.own - before.own
+                busy = after.cpu["busy"] - before.cpu["busy"]
+                # busy ticks over all cores -> cores' worth, on the same clock as the total
+                per_core = total / max(cores_in_stat(), 1)
+                out["own_cpu_cores"] = own / per_core if per_core else None
+                out["other_cpu_cores"] = max(0.0, busy - own) / per_core if per_core else None
+    return out
+
+
+def cores_in_stat() -> int:
+    """Return how many CPUs /proc/stat's total line sums over (every online CPU, not only ours)."""
+    return sum(1 for line in _read("/proc/stat").splitlines() if line.startswith("cpu") and line[3:4].isdigit()) or 1
+
+
+def gpu_other_processes(device, own_pids: set[int]) -> list[dict] | None:
+    """Return [{'pid', 'used_memory_gb'}] of the compute processes on a GPU other than own_pids, or None without NVML.
+
+    device: an NVML index or UUID (bench.machine.environment.nvml_device), or a list of them.
+    """
+    from bench.machine.environment import nvml_device
+
+    devices = device if isinstance(device, list) else [device]
+    indices = [nvml_device(d) for d in devices]
+    if not indices or any(i is None for i in indices):
+        return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        listed = []
+        for i in indices:
+            handle = (pynvml.nvmlDeviceGetHandleByUUID(i.encode()) if isinstance(i, str)
+                      else pynvml.nvmlDeviceGetHandleByIndex(i))
+            for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                used = getattr(p, "usedGpuMemory", None)
+                listed.append({"pid": int(p.pid), "used_memory_gb": None if not isinstance(used, int) else used / 1e9})
+        return others_on_gpu(listed, own_pids, lambda pid: os.path.exists(f"/proc/{pid}"))
+    except Exception:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def others_on_gpu(listed: list[dict], own_pids: set[int], visible) -> list[dict]:
+    """Return the GPU processes of `listed` that are not this one.
+
+    In a container NVML reports the host's process ids, which are not ours: when none of the
+    listed ids is ours and some are not visible here (another PID namespace), the largest of
+    those invisible ones is taken to be this process (it holds the model), not another's.
+    """
+    if any(p["pid"] in own_pids for p in listed):
+        return [p for p in listed if p["pid"] not in own_pids]
+    hidden = [p for p in listed if not visible(p["pid"])]
+    if not hidden:
+        return list(listed)
+    ours = max(hidden, key=lambda p: p["used_memory_gb"] or 0.0)
+    return [p for p in listed if p is not ours]
+
+
+def _parent_pid(pid: int) -> int | None:
+    try:
+        return int(_read(f"/proc/{pid}/stat").rsplit(")", 1)[1].split()[1])
+    except (IndexError, ValueError):
+        return None
+
+
+class LoadSampler:
+    """Context manager: how busy the machine was around its block (`summary`, a dict for the record's extra)."""
+
+    def __init__(self, device: str | list[str] | None = None, interval_s: float = 1.0):
+        self.device = device
+        self.interval_s = interval_s
+        self.summary: dict = {}
+        self._loads: list[float] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _gpu_others(self):
+        if self.device is None or not any(str(d).startswith("cuda") for d in
+                                          (self.device if isinstance(self.device, list) else [self.device])):
+            return None
+        found = gpu_other_processes(self.device, {os.getpid()})
+        if found and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            # Tensor parallelism: the other ranks (children of the same torchrun) are this cell, not others.
+            found = [p for p in found if _parent_pid(p["pid"]) != os.getppid()]
+        return found
+
+    def __enter__(self) -> LoadSampler:
+        self._cores = available_cores()
+        self._gpu_before = self._gpu_others()
+        self._before = _Snapshot()
+        self._thread = threading.Thread(target=self._loop, name="load-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            load = _loadavg()
+            if load is not None:
+                self._loads.append(load)
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        after = _Snapshot()
+        gpu_after = self._gpu_others()
+        figures = window_figures(self._before, after, self._cores)
+        loads = [x for x in (self._before.load_1m, *self._loads, after.load_1m) if x is not None]
+        others = None
+        if self._gpu_before is not None or gpu_after is not None:
+            seen = {p["pid"]: p for p in (self._gpu_before or []) + (gpu_after or [])}
+            others = sorted(seen.values(), key=lambda p: p["pid"])
+        self.summary = {
+            "cores": self._cores,
+            "load_1m_before": self._before.load_1m,
+            "load_1m_max": max(loads) if loads else None,
+            **figures,
+            "gpu_other_processes": others,
+        }
+        self.summary["busy"] = busy_reasons(self.summary)
+
+
+def busy_reasons(s: dict) -> list[str]:
+    """Return why a pass was measured on a busy machine, from a LoadSampler summary (empty: it was not)."""
+    out = []
+    cores = s.get("cores") or 1
+    own = s.get("own_cpu_cores") or 0.0
+    peak = s.get("load_1m_max")
+    # The load average counts this worker's own running threads too (in the minute before the
+    # pass as well: passes run back to back), so what this process used is taken off.
+    others_load = None if peak is None else max(0.0, peak - own)
+    if others_load is not None and others_load > MAX_LOAD_PER_CORE * cores:
+        out.append(f"load average {others_load:.1f} on {cores} core(s)")
+    other_cpu = s.get("other_cpu_cores")
+    if other_cpu is not None and other_cpu > MAX_OTHER_CPU_SHARE * cores:
+        out.append(f"other processes used {other_cpu:.1f} of {cores} core(s)")
+    steal = s.get("steal_share")
+    if steal is not None and steal > MAX_STEAL:
+        out.append(f"the hypervisor stole {steal:.0%} of the CPU time")
+    gpu = s.get("gpu_other_processes")
+    if gpu:
+        pids = ", ".join(str(p["pid"]) for p in gpu[:5]) + (f" and {len(gpu) - 5} more" if len(gpu) > 5 else "")
+        out.append(f"{len(gpu)} other process(es) on the GPU (pid {pids})")
+    return out

@@ -1,0 +1,55 @@
+"""A `bench compare` row cannot contradict itself (issue 34): it shows the statistic its change is
+computed from, says when the runs are too few to detect the change it looks for, and which side is unstable."""
+
+import math
+
+import pytest
+
+from bench.results import stats
+from bench.results.compare import Comparison, Side, compare_metric, to_markdown
+
+# The issue's row: base runs 174.9 / 166.8 / 248.8, head 185.1 / 187.8 (output tok/s).
+BASE, HEAD = [174.9, 166.8, 248.8], [185.1, 187.8]
+
+
+def _markdown(row):
+    c = Comparison([row], [], Side("base"), Side("head"), 0.05, 0.99, "t", {})
+    return next(line for line in to_markdown(c).splitlines() if row.label in line)
+
+
+def test_the_row_shows_what_the_change_is_computed_from():
+    row = compare_metric("hf/bf16/bs1", "output_throughput", BASE, HEAD, factor=0.05, confidence=0.99, test="t")
+    geo_b = math.exp(sum(map(math.log, BASE)) / 3)
+    geo_h = math.exp(sum(map(math.log, HEAD)) / 2)
+    assert row.statistic == "geometric mean"
+    assert row.base_value == pytest.approx(geo_b) and row.head_value == pytest.approx(geo_h)
+    assert row.ratio == pytest.approx(geo_h / geo_b)  # the t-test's ratio is that of these two figures
+    line = _markdown(row)
+    assert f"{geo_b:.4g} (geomean of 3 runs: 174.9, 166.8, 248.8)" in line
+    assert f"{geo_h:.4g} (geomean of 2 runs: 185.1, 187.8)" in line
+    assert f"{(geo_h / geo_b - 1) * 100:+.1f}%" in line
+    # what is shown gives the change shown: no median beside a change of geometric means
+    assert "174.9 ±" not in line
+
+
+def test_a_comparison_too_small_for_its_factor_says_so_and_names_the_unstable_side():
+    row = compare_metric("hf/bf16/bs1", "output_throughput", BASE, HEAD, factor=0.05, confidence=0.99, test="t")
+    assert row.verdict == stats.NOT_SIGNIFICANT
+    assert "too few runs to detect a 5% change" in row.note and "runs a side would detect 5%" in row.note
+    assert "unstable on the base side:" in row.note and "head side:" not in row.note
+    # steady runs, large enough: no power note
+    steady = compare_metric("c", "output_throughput", [100.0, 100.2, 99.9, 100.1], [100.1, 99.8, 100.0, 100.2],
+                            factor=0.05, confidence=0.99, test="t")
+    assert "too few runs" not in steady.note and "unstable" not in steady.note
+
+
+def test_detectable_change_and_runs_needed():
+    sd = 0.02  # 2 % between runs
+    r3 = stats.detectable_ratio(sd, 3, 3, 0.99)
+    r10 = stats.detectable_ratio(sd, 10, 10, 0.99)
+    assert r10 < r3 and r3 > 1.05  # 3 vs 3 runs at 2 % spread cannot see 5 % at 99 % confidence
+    n = stats.runs_needed(sd, 0.05, 0.99)
+    assert math.log(stats.detectable_ratio(sd, n, n, 0.99)) <= math.log1p(0.05)
+    assert math.log(stats.detectable_ratio(sd, n - 1, n - 1, 0.99)) > math.log1p(0.05)
+    # hand check against the normal approximation for large n: (z_.995 + z_.8) * sd * sqrt(2/n)
+    assert math.log(stats.detectable_ratio(sd, 500, 500, 0.99)) == pytest.approx((2.5758 + 0.8416) * sd * math.sqrt(2 / 500), rel=0.01)

@@ -1,0 +1,148 @@
+"""A busy machine is detected, recorded and warned about (issue 34): host load, steal, other GPU processes,
+large trial spreads with one run, error bars, and a line per finished cell without a terminal."""
+
+import dataclasses
+import io
+import subprocess
+import sys
+import types
+
+import pytest
+from rich.console import Console
+
+from bench.execution.progress import MatrixProgress
+from bench.machine import host_load
+from bench.machine.host_load import LoadSampler, busy_reasons, cpu_times, own_cpu_ticks
+from bench.report.data import report_data
+from bench.report.figures import throughput_vs_batch
+from bench.report.tables import aggregate, render_rows, speedup_table, to_markdown
+from bench.results.stats import MAX_CV, run_spread
+from tests.support.synthetic import synthetic_records
+
+STAT = "cpu  100 5 50 800 20 3 2 40 0 0\ncpu0 50 2 25 400 10 1 1 20 0 0\ncpu1 50 3 25 400 10 2 1 20 0 0\n"
+
+
+def test_proc_stat_parsing():
+    assert cpu_times(STAT) == {"busy": 100 + 5 + 50 + 3 + 2, "steal": 40, "total": 160 + 800 + 20 + 40}
+    assert cpu_times("intr 1 2 3\n") is None
+    # /proc/self/stat: the name may hold spaces and parentheses; utime and stime are fields 14 and 15
+    line = "4242 (a (b) c) R 1 2 3 4 5 6 7 8 9 10 111 222 0 0 20 0 1 0"
+    assert own_cpu_ticks(line) == 333
+
+
+def test_busy_reasons_take_off_the_workers_own_load():
+    idle_cpu_run = {"cores": 2, "load_1m_before": 2.1, "load_1m_max": 2.2, "own_cpu_cores": 1.9,
+                    "other_cpu_cores": 0.05, "steal_share": 0.0, "gpu_other_processes": None}
+    assert busy_reasons(idle_cpu_run) == []  # a CPU backend's own threads are not "load"
+    loaded = {**idle_cpu_run, "load_1m_max": 6.5, "own_cpu_cores": 0.7, "other_cpu_cores": 1.3}
+    reasons = busy_reasons(loaded)
+    assert "load average 5.8 on 2 core(s)" in reasons and "other processes used 1.3 of 2 core(s)" in reasons
+    assert busy_reasons({**idle_cpu_run, "steal_share": 0.2}) == ["the hypervisor stole 20% of the CPU time"]
+    gpu = busy_reasons({**idle_cpu_run, "gpu_other_processes": [{"pid": 7, "used_memory_gb": 3.0}]})
+    assert gpu == ["1 other process(es) on the GPU (pid 7)"]
+
+
+def test_other_gpu_processes_through_nvml_exclude_our_own(monkeypatch):
+    import os
+
+    procs = [types.SimpleNamespace(pid=os.getpid(), usedGpuMemory=None),
+             types.SimpleNamespace(pid=4_000_011, usedGpuMemory=2_000_000_000)]
+    fake = types.SimpleNamespace(nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+                                 nvmlDeviceGetHandleByIndex=lambda i: f"h{i}",
+                                 nvmlDeviceGetComputeRunningProcesses=lambda h: procs)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr("bench.machine.environment.nvml_device", lambda d: 0)
+    assert host_load.gpu_other_processes("cuda:0", {os.getpid()}) == [{"pid": 4_000_011, "used_memory_gb": 2.0}]
+    with LoadSampler("cuda:0", interval_s=0.05) as s:
+        pass
+    assert s.summary["gpu_other_processes"] == [{"pid": 4_000_011, "used_memory_gb": 2.0}]
+    assert "1 other process(es) on the GPU (pid 4000011)" in s.summary["busy"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
+def test_sampler_sees_other_processes_burning_cpu():
+    burn = "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass\n"
+    procs = [subprocess.Popen([sys.executable, "-c", burn]) for _ in range(2)]
+    try:
+        with LoadSampler("cpu", interval_s=0.2) as s:
+            for p in procs:
+                p.wait(timeout=30)
+    finally:
+        for p in procs:
+            p.kill()
+    summary = s.summary
+    assert summary["cores"] >= 1 and summary["steal_share"] is not None
+    assert summary["own_cpu_cores"] < 0.3  # this process only waited
+    # two busy children on this machine's cores: at least one core's worth of others' CPU
+    assert summary["other_cpu_cores"] >= min(1.0, 0.5 * summary["cores"])
+
+
+def _with_extra(records, **extra):
+    return [dataclasses.replace(r, extra={**r.extra, **extra}) for r in records]
+
+
+def test_busy_passes_warn_in_the_tables():
+    recs = synthetic_records(workloads=(("w", 128, 128),), backends=("hf",), precisions=("bf16",), batch_sizes=(1, 2),
+                             trials=2, requests=4, telemetry=False)
+    busy = {"busy": ["load average 5.8 on 2 core(s)"], "cores": 2}
+    recs = [dataclasses.replace(r, extra={**r.extra, "host_load": busy}) if r.cell["max_batch_size"] == 2 and r.trial == 0
+            else r for r in recs]
+    data = report_data(recs)
+    (table,) = speedup_table(data.frame).values()
+    warnings = table.attrs["warnings"]
+    assert len(warnings) == 1 and "hf/bf16/bs2" in warnings[0]
+    assert "1 of 2 pass(es) measured on a busy machine (load average 5.8 on 2 core(s))" in warnings[0]
+    headers, rows = render_rows(table)
+    spread = headers.index("tok/s spread: runs / trials")
+    assert not rows[0][spread].endswith("⚠") and rows[1][spread].endswith("⚠")
+    assert "busy machine" in to_markdown({"w": table})
+
+
+def test_large_trial_spread_warns_with_one_run():
+    spread = run_spread([[100.0, 130.0, 80.0]], "output_throughput")
+    assert spread.runs == 1 and spread.trial_cv > MAX_CV
+    assert any("trials inside a run differ by" in w and f"limit {MAX_CV:.0%}" in w for w in spread.warnings)
+    assert not any("trials inside" in w for w in run_spread([[100.0, 101.0, 99.0]]).warnings)
+    recs = synthetic_records(workloads=(("w", 128, 128),), backends=("hf",), precisions=("bf16",), batch_sizes=(1,),
+                             trials=3, requests=4, telemetry=False)
+    tok = [100.0, 130.0, 80.0]
+    recs = [dataclasses.replace(r, metrics={**r.metrics, "output_throughput": tok[r.trial]}) for r in recs]
+    (table,) = speedup_table(report_data(recs).frame).values()
+    assert any("trials inside a run differ by 24" in w for w in table.attrs["warnings"])
+    assert not any("1 run" in w for w in table.attrs["warnings"])  # the one-run note is not a concern
+
+
+def test_throughput_figure_has_error_bars():
+    recs = synthetic_records(workloads=(("w", 128, 128),), backends=("hf",), precisions=("bf16",), batch_sizes=(1, 2),
+                             trials=3, requests=4, telemetry=False)
+    cells = aggregate(report_data(recs).frame)
+    fig = throughput_vs_batch(cells, "w")
+    (line,) = [t for t in fig["data"] if t.get("mode") == "lines+markers"]
+    assert line["error_y"]["array"] == pytest.approx(cells.output_throughput__std.tolist())
+    assert all(v > 0 for v in line["error_y"]["array"])
+
+
+def test_no_terminal_prints_a_line_per_finished_cell_and_warnings_once():
+    out = io.StringIO()
+    console = Console(file=out, width=60, soft_wrap=True)  # a file: no terminal
+    assert not console.is_terminal
+    label = "hf/bf16/bs1 [attn_implementation=sdpa, cache=static, compile=reduce-overhead] on sharegpt"
+    with MatrixProgress(2, 0, console=console) as progress:
+        progress.advance(label, "ok")
+        progress.warn("busy", key="k")
+        progress.warn("busy again", key="k")
+        progress.advance("hf/fp32/bs1", "oom")
+    lines = out.getvalue().splitlines()
+    assert f"cell 1/2 ok: {label} (0:00 elapsed)" in lines  # one line, not wrapped at the console's width
+    assert any(line.startswith("cell 2/2 oom: hf/fp32/bs1") for line in lines)
+    assert sum("busy" in line for line in lines) == 1
+
+
+def test_container_pids_do_not_make_this_process_another():
+    listed = [{"pid": 900001, "used_memory_gb": 30.0}, {"pid": 900002, "used_memory_gb": 2.0}]
+    # NVML's host pids, none of them ours and none visible here: the largest is this process
+    assert host_load.others_on_gpu(listed, {42}, lambda pid: False) == [{"pid": 900002, "used_memory_gb": 2.0}]
+    # our pid listed: exactly the others
+    assert host_load.others_on_gpu(listed + [{"pid": 42, "used_memory_gb": 5.0}], {42}, lambda pid: False) == listed
+    # every pid visible in our namespace and none ours: all are others
+    assert host_load.others_on_gpu(listed, {42}, lambda pid: True) == listed
