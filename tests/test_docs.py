@@ -78,3 +78,21 @@ def test_the_checks_catch_what_they_look_for(tmp_path):
     assert [t for _, t in relative_links(page)] == ["page.md", "missing.md"]
     hits = [ISSUE.findall(line) for _, line in prose_lines(page)]
     assert hits == [[], ["issue #12", "#7", "issues 16"]]
+
+
+# A page named in the product's code, help texts, presets, scripts or tests (docs/<page>.md,
+# docs/guide/<page>.md, docs/measurements/<record>.md); deeper docs/ paths name other projects' docs.
+NAMED_PAGE = re.compile(r"\bdocs/(?:(?:guide|measurements)/)?[\w.-]+\.md\b")
+PRODUCT = ["bench", "scripts", "benchmarks", "tests", "noxfile.py", "pyproject.toml", "asv.conf.json"]
+
+
+def test_every_docs_page_the_product_names_exists():
+    missing = []
+    for top in PRODUCT:
+        path = ROOT / top
+        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.suffix in {".py", ".toml", ".sh", ".json"}]
+        for file in files:
+            for number, line in enumerate(file.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+                missing += [f"{file.relative_to(ROOT)}:{number}: {name}"
+                            for name in NAMED_PAGE.findall(line) if not (ROOT / name).is_file()]
+    assert not missing, "the product names docs pages that do not exist (docs/guide/, docs/measurements/):\n" + "\n".join(missing)

@@ -175,7 +175,7 @@ def _tuning_cause(g: pd.DataFrame) -> str:
     if len(digests) < 2:
         return ""
     return (f"; the runs ran different tuned kernels (Inductor's tuned-config digests {', '.join(digests)}): "
-            "each process tuned its own (docs/hf-backend.md, \"Tuned kernels and runs\")")
+            "each process tuned its own (docs/guide/hf-backend.md, \"Tuned kernels and runs\")")
 
 
 def _option_value(row, key: str):

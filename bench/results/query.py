@@ -1,6 +1,6 @@
 """The one query API over stored results: load typed records, choose which records make a row.
 
-Rules (docs/results.md, "Which records make a row"):
+Rules (docs/guide/results.md, "Which records make a row"):
 
 - A row is a cell at one memory cap (`cell_id`, `gpu_memory_gb`) in **one run context**: by
   default the latest (the context that started last), so two runs of one cell never pool into

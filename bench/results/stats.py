@@ -13,7 +13,7 @@ Three questions are answered here and nowhere else:
   Student's t with pooled variance (noise on timings is multiplicative, so logs make the two
   sides' spreads comparable). `mann_whitney_u` is the exact rank test, offered for larger
   samples; with 3 vs 3 trials its smallest two-sided p-value is 0.1, so it can never reach
-  significance there (see docs/regressions.md for why the t-test on logs is the default).
+  significance there (see docs/guide/regressions.md for why the t-test on logs is the default).
 
 The t distribution is computed from the regularized incomplete beta function so that scipy
 is not a dependency; tests check it against known quantiles (and scipy where installed).
