@@ -43,7 +43,7 @@ ASV = "asv==0.6.6"  # scripts/asv_site.py vendors the scripts this version's sit
 # What `nox -s asv` fails on: deterministic values (FakeCell: the fake backend's virtual clock)
 # and values asv times itself, with its statistics (the harness's hot paths). ModelCell's CPU
 # values are single wall-clock medians that a shared 2-core machine moves by more than any
-# useful factor (docs/regressions.md): they are printed and published, not gated, on the CPU.
+# useful factor (docs/guide/regressions.md): they are printed and published, not gated, on the CPU.
 ASV_GATED = r"^asv_cells\.FakeCell|^asv_harness\."
 ASV_TRACKED = r"^asv_cells\.ModelCell"
 
@@ -226,7 +226,7 @@ def micro_benchmarks(session: nox.Session) -> None:
 
     Not part of `tests` (benchmarks/micro is outside testpaths). Each run is saved as JSON under
     .benchmarks/ and compared with the latest saved run of this machine; pass e.g.
-    `-- --benchmark-compare-fail=median:25%` to fail on a slowdown (docs/regressions.md).
+    `-- --benchmark-compare-fail=median:25%` to fail on a slowdown (docs/guide/regressions.md).
     """
     _install(session, "test")
     session.run("python", "-m", "pytest", "benchmarks/micro", "-p", "no:cacheprovider", "--benchmark-only",
@@ -243,7 +243,7 @@ def asv(session: nox.Session) -> None:
     30% slowdown; on a quiet, dedicated machine use 1.10). asv builds a wheel of each commit and
     installs it, with the CPU torch, into a virtualenv under .asv/env; then `asv publish` writes
     dashboards/asv, made to work offline and opened in headless Chromium (scripts/asv_site.py).
-    GPU machines: docs/regressions.md.
+    GPU machines: docs/guide/regressions.md.
     """
     session.install(ASV, "virtualenv")
     base, head, *extra = session.posargs if len(session.posargs) >= 2 else ["HEAD~1", "HEAD"]

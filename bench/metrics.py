@@ -11,7 +11,7 @@ prefills included); `decode_throughput` is the generation speed, the decode phas
 the tokens after each request's first, over the time during which some request was past its
 first token (the union of the requests' [first token, last token] intervals). They differ
 where prefill differs (long prompts, chunked or slow prefills); the speedup tables' generation
-speedup is the ratio of decode_throughput (docs/results.md).
+speedup is the ratio of decode_throughput (docs/guide/results.md).
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ class WorkloadSpec:
     output_len: int | None = None  # fixed output length for every request (None: the dataset's)
     max_output_len: int | None = None  # cap on the dataset's output length
     input_len: int | None = None  # synthetic: prompt length (the mean for length_dist = "normal")
-    # Fields below were added with defaults that keep earlier meaning (docs/workloads.md).
+    # Fields below were added with defaults that keep earlier meaning (docs/guide/workloads.md).
     oversample: bool = False  # sample with replacement when fewer records pass than num_requests
     length_dist: str = "fixed"  # synthetic: fixed | uniform | normal (as trtllm token-unif/norm-dist)
     input_stdev: float = 0  # synthetic normal: stdev of the prompt length
@@ -299,14 +299,14 @@ class RunSettings:
     trials: int = 3  # measured passes per worker process
     warmup: int = 1  # warm-up passes before the measured trials (excluded from results)
     # Fresh worker processes per cell (pyperf's runs), each with its own warm-up and trials: the
-    # spread between them is the one a regression verdict needs (docs/results.md).
+    # spread between them is the one a regression verdict needs (docs/guide/results.md).
     runs: int = 1
     timeout_s: float = 1800.0  # per cell (all its trials), after the build
     build_timeout_s: float = 3600.0
     # Emulate a smaller device: cap the memory a cell may use, in GB (1e9 bytes); None = the
-    # whole device. Read by workers through bench.machine.memory_cap.cap_bytes(); see docs/oom.md.
+    # whole device. Read by workers through bench.machine.memory_cap.cap_bytes(); see docs/guide/oom.md.
     gpu_memory_gb: float | None = None
-    # Where build groups run (docs/scale-out.md): "local" worker processes on this machine, or
+    # Where build groups run (docs/guide/scale-out.md): "local" worker processes on this machine, or
     # "ray" tasks on a Ray cluster (ray_address: None = ray.init's default, "auto", "ray://...").
     executor: str = "local"
     ray_address: str | None = None
@@ -314,7 +314,7 @@ class RunSettings:
     # ("all",); () = one worker at a time on the cells' own device.
     devices: tuple[str, ...] = ()
     # Cold builds per cell, each in its own engine folder with `runs` processes: the spread of the
-    # figure between them is the tuning spread (docs/hf-backend.md, "Engines as artifacts").
+    # figure between them is the tuning spread (docs/guide/hf-backend.md, "Engines as artifacts").
     tuning_builds: int = 1
     # Engine artifacts to load (`bench build`'s .tar files or folders of them), one per build key;
     # () = build (compile, tune) here. retune_on_mismatch: an artifact made elsewhere is refused

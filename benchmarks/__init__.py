@@ -1,4 +1,4 @@
-"""asv's benchmark suite (asv_cells, asv_harness); the scripts that drive asv live in scripts/ (docs/regressions.md).
+"""asv's benchmark suite (asv_cells, asv_harness); the scripts that drive asv live in scripts/ (docs/guide/regressions.md).
 
 Which `bench` the suite measures, decided once here, before any benchmark module imports it:
 1. BENCH_ASV_PROJECT=<a commit's tree>: that tree (scripts/asv_existing.py measures two

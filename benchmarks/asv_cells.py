@@ -12,7 +12,7 @@ and 8 on 8 prompts (in an existing environment on the GPU machine: scripts/asv_e
 BENCH_ASV_ENGINES=PATH (an artifact of `bench build` or a folder of them, one per build key of
 the chosen matrix) makes ModelCell load those engines instead of compiling and tuning in each
 commit's run, so a compiled, tuned cell's verdict compares code, not two tuning draws
-(docs/hf-backend.md, "Engines as artifacts"); an artifact from another torch, Triton, GPU or
+(docs/guide/hf-backend.md, "Engines as artifacts"); an artifact from another torch, Triton, GPU or
 driver fails setup_cache with the difference named.
 `FakeCell` is the harness's own canary on the fake backend's virtual clock (deterministic: a
 change means the timing accounting changed); BENCH_ASV_FAKE_SLOWDOWN / BENCH_ASV_FAKE_NOISE

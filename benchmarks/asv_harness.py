@@ -6,7 +6,7 @@ building the speedup table and the full report (tables + dashboard), comparing t
 
 They are timed in CPU time of the benchmark process (asv's `timer` attribute), not wall time:
 the work is single-process Python, and on a shared machine wall time mostly measures the other
-processes (time_load_frame read 29 ms and 19 ms for one code under load; docs/regressions.md).
+processes (time_load_frame read 29 ms and 19 ms for one code under load; docs/guide/regressions.md).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ so this script does what `asv continuous` would, one commit at a time:
    than --factor or failed at HEAD (a value not measured is not a pass), 0 otherwise;
 4. publishes the site (asv publish, made to work offline by scripts/asv_site.py).
 
-Set BENCH_ASV_MATRIX=gpu on the GPU machine (docs/regressions.md); the default is the CPU matrix.
+Set BENCH_ASV_MATRIX=gpu on the GPU machine (docs/guide/regressions.md); the default is the CPU matrix.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import asv  # noqa: F401
     except ImportError:
-        sys.exit("error: asv is not installed in this Python (pip install asv; offline: docs/regressions.md lists the wheels)")
+        sys.exit("error: asv is not installed in this Python (pip install asv; offline: docs/guide/regressions.md lists the wheels)")
 
     work = Path(tempfile.mkdtemp(prefix="bench-asv-existing-"))  # trees, config, bundle clone
     try:

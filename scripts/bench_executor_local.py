@@ -3,7 +3,7 @@
 The fake backend on device "cuda" needs no GPU: each cell's pass sleeps `--wall-ms` of real
 time (its clock is virtual otherwise), so the figure is the executor's overlap plus what each
 worker process costs to start (Python, bench, torch for the cuda fingerprint). Expected: the
-two-device run takes about half the serial one. Figures go in docs/scale-out.md with the date.
+two-device run takes about half the serial one. Figures go in a dated record under docs/measurements/.
 
     python3 scripts/bench_executor_local.py [--groups 4] [--trials 2] [--wall-ms 2000] [--devices 2]
 """

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU runbook of issue 31: one int8wo figure on two H200 machines from one engine artifact, and the
 # tuning spread of cold builds beside it. Each mode is one device call (fresh machine, $OUT set);
-# docs/hf-backend.md ("Engines as artifacts") says what the artifacts are.
+# docs/guide/hf-backend.md ("Engines as artifacts") says what the artifacts are.
 #
 #   first   machine 1: `bench build` of the h200-best-bs1 preset's two cells (bf16, int8wo), each
 #           cold, written as artifacts; both cells run from the artifacts in 2 fresh processes each;
@@ -20,7 +20,7 @@
 #   carry = ["results/h200-artifacts"] (plus ".whl" where torchao must be installed there).
 # Each mode stops its steps (SIGINT: what finished is stored) so that it ends within
 # BENCH_SESSION_BUDGET_S seconds (default 470, under the 8-minute goal).
-# Estimates on an H200 (torch 2.11 cu130), from docs/gpu-results.md: a cold int8wo process took
+# Estimates on an H200 (torch 2.11 cu130), from docs/measurements/README.md: a cold int8wo process took
 # 155 s and 268 s to its first trial on two starts, bf16's cold one about 55 s; a warm int8wo
 # process about 65 s with its trials, a warm bf16 one about 35 s. So: first 7-9 min (at the slow
 # compile the budget cuts the last int8wo process), second 4-5 min, spread with K=2 on one GPU
@@ -71,7 +71,7 @@ step() {  # step NAME COMMAND...: run it within what is left of the budget; say 
 echo "issue 31, mode $mode, $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo +dirty)"
 nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader || echo "no nvidia-smi"
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__)"
-if ! $PY -c "import torchao" 2>/dev/null; then  # int8wo needs it; docs/hf-backend.md says how to carry the wheel
+if ! $PY -c "import torchao" 2>/dev/null; then  # int8wo needs it; docs/guide/hf-backend.md says how to carry the wheel
     ls .whl/torchao-*.whl >/dev/null 2>&1 && $PY -m pip install -q --no-deps --no-index .whl/torchao-*.whl
 fi
 $PY -c "import torchao; print('torchao', torchao.__version__)" || { echo "torchao is missing: carry .whl"; exit 2; }

@@ -10,10 +10,10 @@
 # Usage (repo root; OUT is where everything goes):
 #   OUT=/tmp/cap bash scripts/gpu_capacity_session.sh            # H200: qwen-7b-shape on cuda
 #   OUT=/tmp/cap CPU_SMOKE=1 bash scripts/gpu_capacity_session.sh # qwen-tiny on the CPU (a check of the script)
-# The serving packages must be installed first (docs/serving.md, "On a GPU"):
+# The serving packages must be installed first (docs/guide/serving.md, "On a GPU"):
 #   pip install --no-index --find-links WHEELS_DIR fastapi uvicorn 'openai>=1.98.0' 'accelerate>=1.1.0' aiohttp
 #
-# Why this SLO binds (docs/gpu-results.md, "Online serving", 2026-12-01): the server's TPOT p99 was
+# Why this SLO binds (docs/measurements/2026-12-01-h200-serving.md): the server's TPOT p99 was
 # 99-128 ms at 1 req/s offered and 123-144 ms at 4-16 req/s, TTFT p99 221-337 ms throughout; so a
 # TPOT p99 bound of 120 ms lies between light and heavy load, and TTFT <= 1000 ms is a sanity bound.
 #

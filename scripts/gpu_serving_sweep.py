@@ -1,6 +1,6 @@
 """Online serving on one GPU: `transformers serve` (continuous batching) measured by the openai backend at 1-16 req/s.
 
-Run from the repo root (no network needed). Measured on one H200 (2026-12-01, docs/gpu-results.md):
+Run from the repo root (no network needed). Measured on one H200 (docs/measurements/2026-12-01-h200-serving.md):
 about 6 minutes per run of the five rates, since each rate runs a full warm-up pass before its
 measured one and the server completes about 1.3 req/s; 13 minutes with the default 2 runs, more
 than one 10-minute device call: split it with --rates (each server start is its own cell), or
@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 NEEDED = ("fastapi", "uvicorn", "openai", "accelerate", "aiohttp")  # transformers' serving extra + bench's client
 WHEELS_HINT = ("pip install --no-index --find-links WHEELS_DIR fastapi uvicorn 'openai>=1.98.0' 'accelerate>=1.1.0' "
-               "aiohttp   # the wheels listed in docs/serving.md, carried to this machine")
+               "aiohttp   # the wheels listed in docs/guide/serving.md, carried to this machine")
 
 
 def main(argv: list[str] | None = None) -> int:

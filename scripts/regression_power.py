@@ -3,7 +3,7 @@
     python3 scripts/regression_power.py [--comparisons 2000] [--trials 3] [--out DIR]
 
 One row per trial_cv: false alarms on identical runs, detections of a 10% slowdown
-(docs/regressions.md). A study of the comparison's statistics, not a product figure, so it
+(docs/guide/regressions.md). A study of the comparison's statistics, not a product figure, so it
 lives beside the package, not in it.
 
 Each simulated comparison draws BASE and HEAD trials from the fake backend's virtual clock
@@ -69,7 +69,7 @@ def rates(*, comparisons: int, trials: int, trial_cv: float, step_noise: float =
 
 
 def rates_markdown(rows: list[dict]) -> str:
-    """Return the rates as the Markdown table docs/regressions.md shows."""
+    """Return the rates as the Markdown table docs/guide/regressions.md shows."""
     lines = ["| trial CV | trials | comparisons | false alarms (identical) | detected 10% slowdown |",
              "|---|---|---|---|---|"]
     lines += [f"| {r['trial_cv']:.1%} | {r['trials']} | {r['comparisons']} | {r['false_alarm']:.2%} | {r['detection']:.2%} |"

@@ -1,7 +1,7 @@
 """The planted-regression check: its patch still applies, and the existing-environment flow (the GPU
 machine's script, here on the CPU) catches a 30% slowdown committed in a throwaway clone and
 passes its revert. The asv build loop itself (`nox -s asv-planted`) is too slow for this suite:
-its output is recorded in docs/regressions.md."""
+its output is recorded in docs/measurements/2026-12-01-cpu-asv.md."""
 
 import ast
 import os

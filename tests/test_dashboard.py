@@ -143,7 +143,10 @@ SERVING = Path(__file__).resolve().parent.parent / "docs" / "data" / "h200-servi
 
 
 def test_a_rate_sweep_gets_latency_and_requests_against_the_offered_rate(tmp_path):
-    """The H200 sweep (two `transformers serve` processes, docs/gpu-results.md): one line per server, rates in order."""
+    """The H200 sweep (two `transformers serve` processes): one line per server, rates in order.
+
+    Its record: docs/measurements/2026-12-01-h200-serving.md.
+    """
     paths = build_report([SERVING / "serving-sweep.jsonl", SERVING / "serving-sweep-2.jsonl"], tmp_path,
                          {"backend": "openai", "request_rate": 1.0})
     figs = _figures(paths["dashboard"].read_text())

@@ -200,7 +200,7 @@ def test_a_warm_process_runs_the_cached_tuned_kernels_instead_of_tuning_again(tm
     The first tunes its kernel by coordinate descent; a warm one with the backport must tune
     nothing and compute the right values from the cached winner. This kernel does not show
     pytorch/pytorch#172819 itself (H200, torch 2.11, 2026-12-01: tunings 1 / 0 / 0 with the
-    warm process unpatched in between); the int8wo cell does (docs/hf-backend.md).
+    warm process unpatched in between); the int8wo cell does (docs/guide/hf-backend.md).
     """
     code = """
 import json, sys, torch
@@ -371,7 +371,8 @@ def test_profiler_counts_rmsnorm_and_attention_kernels_on_a_2_layer_model(tmp_pa
     """Eager generate window (prefill + 3 decode steps): 5 RMSNorm and 2 attention calls per forward.
 
     On an H200 the 32-layer model's bf16 RMSNorm took 8 kernels a call and sdpa attention 21-28
-    (docs/gpu-results.md): the same module code at 2 layers launches the same kernels per call.
+    (docs/measurements/2026-11-30-h200-kernel-timelines.md): the same module code at 2 layers
+    launches the same kernels per call.
     """
     from bench.report.kernel_panel import summary_row
 

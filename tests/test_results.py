@@ -195,6 +195,6 @@ def test_compare_ignore_option_keeps_late_option_identity(tmp_path):
 
 
 def test_records_schema_doc_is_generated_from_the_types():
-    text = (ROOT / "docs" / "results.md").read_text()
-    assert schema_markdown() in text, "docs/results.md's field tables differ from bench.results.records: regenerate them"
+    text = (ROOT / "docs" / "guide" / "results.md").read_text()
+    assert schema_markdown() in text, "docs/guide/results.md's field tables differ from bench.results.records: regenerate them"
     assert set(RunContext.__dataclass_fields__) <= set(json.loads(json.dumps(list(RunContext.__dataclass_fields__))))

@@ -1,4 +1,4 @@
-"""docs/serving.md's example runs as written (issue 34): its TOML parses, names a workload it defines,
+"""docs/guide/serving.md's example runs as written: its TOML parses, names a workload it defines,
 gets a serving baseline (the lowest rate, not hf/bf16/bs1), runs against the test server and builds a report."""
 
 import re
@@ -14,12 +14,12 @@ from bench.runner.matrix import run_matrix  # noqa: E402
 from bench.serving.paced_server import TestServer  # noqa: E402
 from bench.spec import default_baseline, narrow, parse_matrix, tomllib  # noqa: E402  (tomllib, or tomli before 3.11)
 
-DOC = Path(__file__).parents[1] / "docs" / "serving.md"
+DOC = Path(__file__).parents[1] / "docs" / "guide" / "serving.md"
 
 
 def doc_matrix() -> dict:
     blocks = re.findall(r"```toml\n(.*?)```", DOC.read_text(), re.S)
-    assert blocks, "docs/serving.md has no ```toml block"
+    assert blocks, "docs/guide/serving.md has no ```toml block"
     return tomllib.loads(blocks[0])
 
 

@@ -1,7 +1,7 @@
 """trtllm backend against the stand-in rebuilt from TensorRT-LLM 1.2.1's source, in this process.
 
-Each test here would have caught one of the problems of issue 19 (docs/trtllm.md): late
-stream reading, the KV cache reusing replayed prompts, calibration that cannot read the local
+Each test here would have caught one of the problems a review found (docs/guide/trtllm.md):
+late stream reading, the KV cache reusing replayed prompts, calibration that cannot read the local
 folder, a build-time executor outside the memory cap, a reload with 1.2.1's default limits,
 the fp8 KV budget, remote code, an architecture missing from the engine path. Timings come
 from the stand-in's executor thread (one iteration = `step_ms`), so they are checked against

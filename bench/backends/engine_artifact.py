@@ -2,7 +2,7 @@
 
 A cell's engine folder (`engines/<build key>/`) holds what its first process compiled and tuned;
 for a tuned cell (torchao int8wo: coordinate descent) that is a draw, and another machine, or a
-fresh folder, draws again (docs/hf-backend.md, "Engines as artifacts"). An artifact carries one
+fresh folder, draws again (docs/guide/hf-backend.md, "Engines as artifacts"). An artifact carries one
 draw to wherever the cell runs next, as TensorRT-LLM ships its engine.
 
 Format 1: an uncompressed tar, named `<build key hash>-<digest 12>.tar`, holding

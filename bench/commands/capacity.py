@@ -17,7 +17,7 @@ def register(sub) -> None:
         "capacity",
         help="find the largest load (request rate, concurrency or batch size) whose latency percentiles meet an SLO",
         description="Brackets the load by doubling, then bisects to --tolerance; each probe is a full measured pass "
-        "of the cell (the matrix's runs, trials and warm-up), stored as a record (docs/capacity.md).",
+        "of the cell (the matrix's runs, trials and warm-up), stored as a record (docs/guide/capacity.md).",
     )
     add_matrix_arguments(r, "search only matching cells, e.g. backend=openai")
     r.add_argument("--slo", required=True, help="latency bounds in ms, e.g. ttft_p99_ms=500,tpot_p99_ms=50 "

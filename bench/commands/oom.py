@@ -18,7 +18,7 @@ def register(sub) -> None:
         "oom",
         help="search the OOM boundary (largest max_batch_size that fits) per backend x precision x options x lengths",
         description="Probes each configuration of the matrix with one full batch of worst-case requests "
-        "(see docs/oom.md); the matrix's max_batch_sizes are ignored except as default bounds.",
+        "(see docs/guide/oom.md); the matrix's max_batch_sizes are ignored except as default bounds.",
     )
     add_matrix_arguments(r, "search only matching cells, e.g. precision=bf16")
     r.add_argument("--lengths", help="input x output lengths to search, e.g. 1024x1024,2048x2048 "

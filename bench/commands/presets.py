@@ -20,7 +20,7 @@ def preset_needs(matrix) -> list[str]:
     needs = []
     if any(str(c.device).startswith("cuda") for c in matrix.cells):
         needs.append("a CUDA GPU")
-    if any(c.backend == "trtllm" for c in matrix.cells):  # run inside TensorRT-LLM's own environment (docs/trtllm.md)
+    if any(c.backend == "trtllm" for c in matrix.cells):  # run inside TensorRT-LLM's own environment (docs/guide/trtllm.md)
         needs.append("tensorrt_llm (backend 'trtllm'" + ("" if util.find_spec("tensorrt_llm") else "; NOT installed") + ")")
     for req in requirements(matrix.cells):
         whys = sorted({r.why for c in matrix.cells for r in _backend(c).requirements(c) if r.package == req.package})

@@ -31,7 +31,7 @@ def register(sub) -> None:
                                    "RMSNorm and attention call (NVTX ranges per module), their GPU time, and a trace "
                                    "(torch.profiler, or nsys with --tool nsys); one profile record per cell in "
                                    "profiles/<matrix>.jsonl, which `bench report` turns into the kernel panel "
-                                   "(docs/profiling.md).")
+                                   "(docs/guide/profiling.md).")
     add_matrix_arguments(p, "profile only matching cells, e.g. precision=bf16,max_batch_size=1")
     p.add_argument("--tool", choices=("torch", "nsys", "ncu"), default="torch",
                    help="collector: torch.profiler (default), nsys (Nsight Systems), ncu (Nsight Compute: one decode step "

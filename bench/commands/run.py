@@ -33,7 +33,7 @@ def register(sub) -> None:
     r.add_argument("--report-dir", help="where tables and dashboard go (default dashboards/<matrix>)")
     r.add_argument("--baseline", help="speedup baseline, e.g. backend=hf,precision=bf16,max_batch_size=1")
     r.add_argument("--executor", choices=["local", "ray"],
-                   help="where build groups run (default: the matrix's executor, else local); see docs/scale-out.md")
+                   help="where build groups run (default: the matrix's executor, else local); see docs/guide/scale-out.md")
     r.add_argument("--ray-address", help="the Ray cluster of --executor ray: auto, HOST:PORT or ray://HOST:10001 "
                    "(default: ray.init's own: RAY_ADDRESS, a running local cluster, or a new one)")
     r.add_argument("--devices", help="spread the matrix over these GPUs, one worker per GPU: cuda:0,cuda:1,... or all")

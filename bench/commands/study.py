@@ -9,7 +9,7 @@ line printed before it runs:
 3. `bench profile` -> profiles/<matrix>.jsonl (bench.commands.profile.profile_matrix)
 4. `bench report`  -> dashboards/<matrix>/report.md and dashboard.html over all three stores
 
-The matrix file's [study] table says what steps 2 and 3 cover (docs/reports.md):
+The matrix file's [study] table says what steps 2 and 3 cover (docs/guide/reports.md):
 
     [study.oom]
     only = "cache=dynamic,precision=bf16"     # which configurations (as --only)
@@ -105,7 +105,7 @@ def study_plan(path: Path, matrix, check_devices: bool = True) -> StudyPlan:
     study = data.get("study")
     if not isinstance(study, dict) or not study:
         raise BenchInputError(f"matrix {str(path)!r} has no [study] table: add [study.oom] and/or [study.profile] "
-                              "(see `bench study --help` and docs/reports.md), or use bench run / oom / profile")
+                              "(see `bench study --help` and docs/guide/reports.md), or use bench run / oom / profile")
     unknown = set(study) - {"oom", "profile"}
     if unknown:
         raise BenchInputError(f"[study]: unknown key {sorted(unknown)[0]!r}; valid keys are 'oom', 'profile'")

@@ -130,7 +130,7 @@ def gpu_info(device: int | str | None = 0) -> dict:
             "gpu_memory_bytes": int(mem),
             "compute_capability": f"{major}.{minor}",
             # Which physical GPU: two runs of one cell on "an H200" can differ by a few %
-            # (docs/gpu-results.md), and only this tells whether they ran on the same board.
+            # (docs/measurements/2026-12-01-h200-study.md), and only this tells whether they ran on the same board.
             "gpu_uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
             "gpu_index": _nvml_index_of(pynvml, h, device),
         }

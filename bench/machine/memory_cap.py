@@ -6,9 +6,9 @@ from one place: `cap_bytes()`. How each kind of cell honours it:
 
 - torch on CUDA (hf): `torch.cuda.set_per_process_memory_fraction(cap / total)` before the
   model is loaded; PyTorch's caching allocator then raises torch.OutOfMemoryError past the cap.
-  The CUDA context and driver memory are outside the allocator and not counted (docs/oom.md).
+  The CUDA context and driver memory are outside the allocator and not counted (docs/guide/oom.md).
 - engines (trtllm): the KV cache memory budget is the cap minus the engine's own weights and
-  activations (the backend reads `cap_bytes()`; see docs/oom.md).
+  activations (the backend reads `cap_bytes()`; see docs/guide/oom.md).
 - CPU cells: an address-space limit (RLIMIT_AS) on the worker process. It counts virtual memory,
   not resident pages, so it is a coarse emulation; a cell past it gets MemoryError -> 'oom'.
 

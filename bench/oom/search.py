@@ -4,7 +4,7 @@ Pure logic, no processes: `search_boundary(probe, lower, upper)` decides which b
 probe, given any `probe(batch_size) -> ProbeOutcome` (a worker-backed one lives in
 bench.oom.probes; tests pass a fake). Also here: the probe's worst-case shape (`probe_lengths`,
 `probe_cell`) and the frontier table built from stored probe records (`frontier_rows`,
-`frontier_markdown`). Why a probe's peak bounds the full run's peak: docs/oom.md.
+`frontier_markdown`). Why a probe's peak bounds the full run's peak: docs/guide/oom.md.
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def probe_lengths(max_input_len: int, max_output_len: int, decode_steps: int = 4
     reaches the full input + output length (dynamic caches grow per token; static caches and
     engines size it from prompt + new tokens), and the last k decode steps run at the final
     length. The prefill is then longer than the real one: the probe's peak is >= the full
-    run's (docs/oom.md).
+    run's (docs/guide/oom.md).
     """
     for name, value in (("max_input_len", max_input_len), ("max_output_len", max_output_len),
                         ("decode_steps", decode_steps)):
@@ -225,7 +225,7 @@ def probe_cell(cell, batch_size: int, max_input_len: int, max_output_len: int, d
     options = probe.options_dict
     if PROBE_OPTION in backend_config(cell.backend).options:
         # The backend can prefill the real prompt length at once and feed the rest in small
-        # chunks: the probe then peaks where the full run does, not above it (docs/oom.md).
+        # chunks: the probe then peaks where the full run does, not above it (docs/guide/oom.md).
         options[PROBE_OPTION] = max_input_len
     return replace(probe, max_batch_size=batch_size, options=tuple(sorted(options.items())))
 

@@ -25,7 +25,7 @@ per profiled kernel, a header row of column names, then a row of units. ncu repl
 durations are of a kernel run alone, cold, not of the back-to-back stream nsys records.
 
 Status: the command lines and the parser are tested on CPU (tests/test_ncu.py, on a CSV
-hand-made from the documented format); not yet run on the H200 (docs/profiling.md).
+hand-made from the documented format); not yet run on the H200 (docs/guide/profiling.md).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ NVIDIA's install folders (NSYS_GLOBS), newest first; the H200 image's only nsys 
 bundled inside Nsight Compute (scripts/nsys-on-device.sh).
 
 Status: the reader has met the real exports above; the collector ran on an H200 on 2026-12-01
-with the nsys 2025.3.1 bundled in Nsight Compute (docs/profiling.md).
+with the nsys 2025.3.1 bundled in Nsight Compute (docs/guide/profiling.md).
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def report_file(out_dir: str | Path, log_text: str = "") -> Path:
     """Return the .nsys-rep (or .qdrep) nsys wrote in out_dir; BenchInputError naming the fix when there is none.
 
     When only a .qdstrm is there, nsys ran but its QdstrmImporter could not turn the raw stream
-    into a report: on the H200 image it cannot load libdw.so.1 (docs/profiling.md).
+    into a report: on the H200 image it cannot load libdw.so.1 (docs/guide/profiling.md).
     """
     out_dir = Path(out_dir)
     reports = sorted(out_dir.glob("report*.nsys-rep")) or sorted(out_dir.glob("report*.qdrep"))

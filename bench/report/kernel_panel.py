@@ -72,7 +72,7 @@ def _annotation_kernels(table) -> dict[str, list[float]]:
 
     torch.profiler on a GPU repeats each record_function range as a device-side annotation named
     after its label, which lands in (no range) and would count as a kernel; older tables hold
-    them (docs/profiling.md), newer ones give {}. (no range) rows are exclusive: subtracting is exact.
+    them (docs/guide/profiling.md), newer ones give {}. (no range) rows are exclusive: subtracting is exact.
     """
     from bench.profiling.kernels import NO_RANGE
 

@@ -252,9 +252,9 @@ def _tuning_cause(g: pd.DataFrame, by: str = "run_key") -> str:
     if by == "tuning_build":
         return (f"; each build tuned its own kernels (tuned-config digests {', '.join(digests)}): which one a machine "
                 "gets is a draw; load one build's artifact (`bench build`, `bench run --engines`) to run the same "
-                "kernels everywhere (docs/hf-backend.md, \"Engines as artifacts\")")
+                "kernels everywhere (docs/guide/hf-backend.md, \"Engines as artifacts\")")
     return (f"; the runs ran different tuned kernels (Inductor's tuned-config digests {', '.join(digests)}): "
-            "each process tuned its own (docs/hf-backend.md, \"Tuned kernels and runs\")")
+            "each process tuned its own (docs/guide/hf-backend.md, \"Tuned kernels and runs\")")
 
 
 def _by_build(g: pd.DataFrame, metric: str) -> list[list[float]]:

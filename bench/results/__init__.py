@@ -4,7 +4,7 @@ Writers (matrix runs, OOM probes, profiles, the asv suite, test helpers) build e
 line with `records.new_record` and append it with `store`; readers (tables, dashboard, `bench
 compare`, the OOM frontier, the asv suite, scripts) load and select through `query`; `stats`
 and `compare` judge spreads and regressions. A reported figure aggregates one run context of a
-cell (the latest) unless pooling is asked for (docs/results.md). What a pass's timings mean is
+cell (the latest) unless pooling is asked for (docs/guide/results.md). What a pass's timings mean is
 defined in bench.metrics (the base stage). May import: base, machine (the environment's
 comparability keys), spec and workloads; nothing that runs, probes, profiles or reports.
 """

@@ -12,7 +12,7 @@ inconclusive and says to use --runs. A cell that ran on the base side but failed
 (oom/error/timeout) on the head side is a regression too. A cell whose two sides ran different
 tuned kernels (their records' tuned digests differ) gets no regression or improvement verdict:
 its change is labelled `kernels differ` with the digests, since two tunings of one code differ
-by up to 1.4x on the H200 (docs/hf-backend.md, "Engines as artifacts"); load one artifact on both
+by up to 1.4x on the H200 (docs/guide/hf-backend.md, "Engines as artifacts"); load one artifact on both
 sides to judge the code.
 
 Bad input is refused before any statistics: unknown metrics, a commit not in the store, no

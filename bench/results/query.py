@@ -1,6 +1,6 @@
 """The one query API over stored results: load typed records, choose which records make a row.
 
-Rules (docs/results.md, "Which records make a row"):
+Rules (docs/guide/results.md, "Which records make a row"):
 
 - A row is a cell at one memory cap (`cell_id`, `gpu_memory_gb`) in **one run context**: by
   default the latest (the context that started last), so two runs of one cell never pool into
@@ -251,7 +251,7 @@ def counted_records(records: Sequence[Record], contexts: Sequence[RunContext]) -
     partial run (a worker killed or failed after some ok trials, or a run cut short) is left out
     of the figures when the row has a complete run, so a resumed 2 x 3 row reads 2 x 3, not
     3 x 2.3; a row with no complete run keeps its partial trials and is marked partial
-    (docs/results.md, "Partial runs").
+    (docs/guide/results.md, "Partial runs").
     """
     per_run, complete = _run_counts(records, contexts)
     partial = set(per_run) - complete
@@ -357,7 +357,7 @@ def select(records: Iterable[Record], pool: bool = False) -> Selection:
 
 def _check_poolable(ranked: list[tuple[RunContext, list[Record]]]) -> None:
     label = ranked[0][1][-1].label
-    # Different tuned kernels are different programs: their figures are two tunings, not one (docs/hf-backend.md).
+    # Different tuned kernels are different programs: their figures are two tunings, not one (docs/guide/hf-backend.md).
     tuned = [(c, tuple(sorted({r.tuned_digest for r in rs if r.ok} - {None}))) for c, rs in ranked]
     tuned = [(c, d) for c, d in tuned if d]
     if len({d for _, d in tuned}) > 1:

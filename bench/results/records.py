@@ -9,7 +9,7 @@ belong together: a table row aggregates one context, never a mix it did not ask 
 Writers call `new_context` once per invocation and `new_record` for each outcome; readers get
 typed records from `parse` (through bench.results.query.load). Schema version 1 lines (stored
 before run contexts existed) are read into the same types; their context is reconstructed by
-the loader (docs/results.md says how). docs/results.md's field tables are generated from the
+the loader (docs/guide/results.md says how). docs/guide/results.md's field tables are generated from the
 field docs below (`schema_markdown`), and a test checks that they agree.
 """
 
@@ -103,7 +103,7 @@ class Record:
                              "(`gpu_uuid`: which board; `gpu_index`: NVML's index of it), `cuda_visible_devices`, "
                              "`tensor_parallel_gpus` (a tensor-parallel cell's GPUs), `nvml_error` (only when NVML "
                              "failed on a machine that has it), commit and dirty as the worker saw them, `pid` (which "
-                             "worker process), `placement` (where the executor ran it: docs/scale-out.md)", None)
+                             "worker process), `placement` (where the executor ran it: docs/guide/scale-out.md)", None)
     started_at: float | None = _doc("Unix time the measured pass started", None)
     ended_at: float | None = _doc("Unix time it ended", None)
     schema_version: int = _doc("layout version of the line (2; schema-1 lines are read too)", SCHEMA_VERSION)
@@ -182,7 +182,7 @@ class Measurement(Record):
 
 @dataclass(frozen=True)
 class OomProbe(Record):
-    """One probe of the OOM boundary search: one full batch of worst-case requests (docs/oom.md)."""
+    """One probe of the OOM boundary search: one full batch of worst-case requests (docs/guide/oom.md)."""
 
     KIND: ClassVar[str] = "oom-probe"
 
@@ -358,7 +358,7 @@ def _legacy(raw: dict, run_id: str | None, started_at: float | None) -> tuple[st
 
 
 def schema_markdown() -> str:
-    """Return the Markdown field tables of Record and RunContext (docs/results.md holds this text)."""
+    """Return the Markdown field tables of Record and RunContext (docs/guide/results.md holds this text)."""
     def table(cls) -> list[str]:
         rows = ["| key | meaning |", "|---|---|"]
         for f in fields(cls):

@@ -13,7 +13,7 @@ Three questions are answered here and nowhere else:
   Student's t with pooled variance (noise on timings is multiplicative, so logs make the two
   sides' spreads comparable). `mann_whitney_u` is the exact rank test, offered for larger
   samples; with 3 vs 3 trials its smallest two-sided p-value is 0.1, so it can never reach
-  significance there (see docs/regressions.md for why the t-test on logs is the default).
+  significance there (see docs/guide/regressions.md for why the t-test on logs is the default).
 
 The t distribution is computed from the regularized incomplete beta function so that scipy
 is not a dependency; tests check it against known quantiles (and scipy where installed).
@@ -100,7 +100,7 @@ def run_warnings(s: RunSpread, name: str = "value", groups: tuple[str, str, str]
     elif trial_cv is not None and run_cv > RUN_CV_FLOOR and run_cv > RUN_TO_TRIAL * trial_cv:
         out.append(f"{name}: the {short} differ by {run_cv:.1%} (means {_means(s)}), {run_cv / trial_cv:.0f}x the spread "
                    f"inside a {single} ({trial_cv:.2%}): {inside} understate the uncertainty")
-    # pyperf's 10 % rule (docs/regressions.md) on the trials, whatever the number of runs.
+    # pyperf's 10 % rule (docs/guide/regressions.md) on the trials, whatever the number of runs.
     if trial_cv is not None and trial_cv > MAX_CV:
         out.append(f"{name}: the trials inside a {single} differ by {trial_cv:.1%} (standard deviation over the mean; "
                    f"limit {MAX_CV:.0%}): unstable, was the machine busy?")

@@ -42,7 +42,7 @@ def configure_process(key_hash: str, compile_mode: str, tuning: str, freeze: boo
 
     coordinate-descent turns batch-1 matmuls into tuned reductions; freeze makes weights graph
     constants so matmuls sharing an input run as one, at the memory of concatenated copies
-    (docs/hf-backend.md: why, and what each measured). The recheck backport is applied for every
+    (docs/guide/hf-backend.md: why, and what each measured). The recheck backport is applied for every
     cell (torchao's quantisers turn coordinate descent on too). A second build key whose
     settings differ would compile under the first's: it is refused (AssertionError), since the
     supervisor never runs two build keys in one worker.
@@ -91,7 +91,7 @@ def tuned_kernel_configs(folder: Path) -> dict:
     Inductor writes each autotuned or coordinate-descent-tuned kernel's winner to a
     `<hash>.best_config` file in its cache (the engine folder). Two runs of one cell whose
     digests differ ran different kernel configs: int8wo's spread across processes
-    (docs/hf-backend.md) is what this makes visible. The time the tuning took is left out.
+    (docs/guide/hf-backend.md) is what this makes visible. The time the tuning took is left out.
     """
     configs = []
     for f in sorted(Path(folder).rglob("*.best_config")) if Path(folder).is_dir() else []:

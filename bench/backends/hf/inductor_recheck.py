@@ -78,7 +78,7 @@ def recheck_skips_single_config_hits(source: str | None = None) -> bool:
     config: pytorch/pytorch#172819, fixed by #173391), kernels loaded with the static CUDA
     launcher from the FX graph cache ignore the saved winner and tune again, so each process
     may run different kernels (int8wo on the H200: 174.9, 166.8 and 248.8 tok/s in three
-    processes, docs/gpu-results.md). source: the method's source, for tests.
+    processes, docs/measurements/2026-12-01-h200-int8wo-runs.md). source: the method's source, for tests.
     """
     source = _installed_recheck_source() if source is None else source
     return source is not None and "len(configs) > 1" in source

@@ -1,7 +1,7 @@
 """The harness's own greedy decode loop for the hf backend (option decode_loop = "harness").
 
 `model.generate` syncs the host at every step and spends Python time between steps
-(docs/hf-backend.md has the figures). Exact output lengths make the step count known, so this
+(docs/guide/hf-backend.md has the figures). Exact output lengths make the step count known, so this
 loop runs the prefill, then `max_new - 1` compiled one-token steps through the same model and
 StaticCache without ever syncing until the batch is done: the step costs what its kernels cost.
 It is transformers' documented static-cache loop ("decode_one_tokens"); its tokens equal
@@ -52,7 +52,7 @@ def feed_prompt(model, ids, mask, cache, end: int, prefill_len: int | None = Non
     The first `prefill_len` positions (default: all) go in one forward, as a real prefill; the
     rest PREFILL_CHUNK at a time. An OOM probe's prompt is the real prompt plus the tokens the
     real run would have generated: chunking the tail reaches the final KV length without a
-    prefill activation peak the real run never has (docs/oom.md). `full_mask` (static caches)
+    prefill activation peak the real run never has (docs/guide/oom.md). `full_mask` (static caches)
     covers the whole cache; otherwise the 2D mask is cut to the positions fed so far.
     """
     import torch

@@ -13,7 +13,7 @@ def quantize(model, precision: str, kernels: str = "torchao", unwrap: bool = Fal
     kernels: "torchao" (tensor subclasses) or "gemlite" (int8wo: gemlite's Triton modules). unwrap,
     for compiled steps: a compiled function takes subclass inputs apart in Python on every call,
     which outlasts a batch-1 GPU step; unwrapped, the graph's inputs are plain tensors and the
-    rebuild is traced into it (docs/hf-backend.md, "Quantized precisions in a compiled step").
+    rebuild is traced into it (docs/guide/hf-backend.md, "Quantized precisions in a compiled step").
     """
     if kernels == "gemlite":
         _gemlite_int8(model)
@@ -40,7 +40,7 @@ def quantize(model, precision: str, kernels: str = "torchao", unwrap: bool = Fal
     else:  # pragma: no cover - validate() keeps other values out
         raise ValueError(precision)
     q.quantize_(model, config)
-    # fp8 stays wrapped: dynamo cannot trace the rebuild of torchao's Float8Tensor (docs/hf-backend.md).
+    # fp8 stays wrapped: dynamo cannot trace the rebuild of torchao's Float8Tensor (docs/guide/hf-backend.md).
     if unwrap and precision in UNWRAPPED:
         from torchao.utils import unwrap_tensor_subclass
 

@@ -1,7 +1,7 @@
 """TensorRT-LLM backend: engines built per precision and max_batch_size, or TRT-LLM's PyTorch runtime.
 
 Written against TensorRT-LLM 1.2.1's LLM API; every call is checked against 1.2.1's source in
-docs/trtllm.md (a table: call, 1.2.1 file::symbol, how the stand-in models it). NOT RUN ON
+docs/guide/trtllm.md (a table: call, 1.2.1 file::symbol, how the stand-in models it). NOT RUN ON
 HARDWARE YET: the tests drive it against a stand-in package rebuilt from that source
 (tests/fake_tensorrt_llm). Two runtimes:
 
@@ -238,7 +238,7 @@ def require_tensorrt_llm(runtime: str, version: str | None = None) -> str:
     if version is None:
         raise RuntimeError(
             "backend 'trtllm' needs TensorRT-LLM, which is not installed in this Python: run inside NVIDIA's "
-            "release container nvcr.io/nvidia/tensorrt-llm/release:1.2.1 (docs/trtllm.md), or "
+            "release container nvcr.io/nvidia/tensorrt-llm/release:1.2.1 (docs/guide/trtllm.md), or "
             "pip install tensorrt_llm==1.2.1 on a machine with a supported NVIDIA GPU"
         )
     if runtime == "engine" and major_minor(version) > ENGINE_LAST_RELEASE:

@@ -1,6 +1,6 @@
 """The trtllm backend's declaration: precisions, options and the checks a cell must pass (no tensorrt_llm import).
 
-Written against TensorRT-LLM 1.2.1 (docs/trtllm.md); the runtime is bench.backends.trtllm.backend.
+Written against TensorRT-LLM 1.2.1 (docs/guide/trtllm.md); the runtime is bench.backends.trtllm.backend.
 """
 
 from __future__ import annotations
