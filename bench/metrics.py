@@ -17,6 +17,8 @@ speedup is the ratio of decode_throughput (docs/guide/results.md).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +45,108 @@ ACHIEVED_RATE_SHARE = 0.95
 # Over-saturation (a constant-rate pass): both the mean requests in flight and the median TTFT of the last
 # third of the requests (by send time) exceed the first third's by this factor.
 SATURATION_RISE = 1.5
+
+
+class _Unset:
+    """A field not measured by this pass (a CPU pass has no telemetry, an offline pass no send lag)."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
+@dataclass(frozen=True)
+class PassMetrics:
+    """The figures of one measured pass, one named field each (vLLM's names, units in the names).
+
+    Built once per pass by bench.execution.worker.pass_result from the parts below, so a misspelt
+    or unknown figure fails where it is made (TypeError naming it), not in a report. Stored as
+    `to_dict()`: the fields this pass measured (UNSET ones left out), the same JSON object as
+    before the type existed, so stores of every schema read alike.
+    """
+
+    # The timings (pass_metrics)
+    completed: int
+    failed: int
+    total_input_tokens: int
+    total_output_tokens: int
+    expected_output_tokens: int
+    output_len_mismatches: int
+    duration_s: float
+    request_throughput: float
+    output_throughput: float
+    total_token_throughput: float
+    decode_throughput: float | None
+    ttft_mean_ms: float | None
+    ttft_median_ms: float | None
+    ttft_std_ms: float | None
+    ttft_p90_ms: float | None
+    ttft_p99_ms: float | None
+    tpot_mean_ms: float | None
+    tpot_median_ms: float | None
+    tpot_std_ms: float | None
+    tpot_p90_ms: float | None
+    tpot_p99_ms: float | None
+    itl_mean_ms: float | None
+    itl_median_ms: float | None
+    itl_std_ms: float | None
+    itl_p90_ms: float | None
+    itl_p99_ms: float | None
+    e2el_mean_ms: float | None
+    e2el_median_ms: float | None
+    e2el_std_ms: float | None
+    e2el_p90_ms: float | None
+    e2el_p99_ms: float | None
+    # Interactivity (interactivity_metrics)
+    output_throughput_per_user: float | None = UNSET
+    output_throughput_per_gpu: float | None = UNSET
+    gpus: int | None = UNSET
+    # Efficiency (efficiency_metrics)
+    tokens_per_joule: float | None = UNSET
+    sol_pct: float | None = UNSET
+    # Memory
+    peak_memory_gb: float | None = UNSET
+    peak_host_rss_gb: float | None = UNSET
+    # GPU telemetry over the window (bench.machine.telemetry: None figures without NVML)
+    energy_j: float | None = UNSET
+    energy_valid: bool | None = UNSET
+    avg_power_w: float | None = UNSET
+    peak_nvml_memory_gb: float | None = UNSET
+    sm_clock_mhz_median: float | None = UNSET
+    sm_clock_mhz_min: float | None = UNSET
+    mem_clock_mhz_median: float | None = UNSET
+    temperature_c_max: float | None = UNSET
+    gpu_busy_pct: float | None = UNSET
+    throttle_power_pct: float | None = UNSET
+    throttle_thermal_pct: float | None = UNSET
+    telemetry_hz: float | None = UNSET
+    telemetry_max_gap_ms: float | None = UNSET
+    telemetry_samples: int | None = UNSET
+    # Serving (the openai backend): the schedule, goodput, the client's lag, over-saturation
+    offered_request_rate: float | None = UNSET
+    achieved_request_rate: float | None = UNSET
+    max_concurrency: int | str | None = UNSET
+    request_goodput: float | None = UNSET
+    failed_by_kind: dict | None = UNSET
+    output_len_longer: int | None = UNSET
+    output_len_shorter: int | None = UNSET
+    send_lag_p50_ms: float | None = UNSET
+    send_lag_p99_ms: float | None = UNSET
+    send_lag_max_ms: float | None = UNSET
+    client_behind: bool | None = UNSET
+    in_flight_first: float | None = UNSET
+    in_flight_last: float | None = UNSET
+    ttft_first_ms: float | None = UNSET
+    ttft_last_ms: float | None = UNSET
+    oversaturated: bool | None = UNSET
+    client_cpu_ms_per_request: float | None = UNSET
+    server_input_tokens: int | None = UNSET
+
+    def to_dict(self) -> dict:
+        """Return the stored form: {name: value} of every field this pass measured."""
+        return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not UNSET}
 
 
 def _stats(name: str, values_s: Sequence[float]) -> dict[str, float | None]:

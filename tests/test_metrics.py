@@ -76,3 +76,23 @@ def test_decode_throughput_counts_overlapping_requests_once():
 def test_decode_throughput_none_without_a_second_token():
     t = [RequestTiming("a", 5, 1, 1, 0.0, [0.1], 0.1)]
     assert pass_metrics(t, 0.0, 1.0)["decode_throughput"] is None
+
+
+def test_a_pass_is_one_typed_value_whose_unknown_or_doubled_figure_fails_where_it_is_made():
+    import pytest as _pytest
+
+    from bench.metrics import UNSET, PassMetrics, pass_metrics
+
+    from bench.workloads.request import RequestTiming
+
+    timed = pass_metrics([RequestTiming("r", 4, 3, 3, 0.0, [0.1, 0.2, 0.3], 0.3)], 0.0, 1.0)
+    m = PassMetrics(**timed, gpus=1)
+    assert m.to_dict() == {**timed, "gpus": 1}  # the stored form: what this pass measured, nothing UNSET
+    assert m.energy_j is UNSET and "energy_j" not in m.to_dict()
+    assert PassMetrics(**timed, energy_j=None).to_dict()["energy_j"] is None  # measured as absent: stored as null
+    with _pytest.raises(TypeError, match="output_throughput_per_usr"):
+        PassMetrics(**timed, output_throughput_per_usr=3.0)  # a misspelt figure fails here, not in a report
+    with _pytest.raises(TypeError, match="output_throughput"):
+        PassMetrics(**timed, **{"output_throughput": 1.0})  # two parts claiming one figure
+    with _pytest.raises(AttributeError):
+        m.gpus = 2  # frozen

@@ -41,9 +41,6 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
     from bench.machine.host_load import LoadSampler
     from bench.machine.telemetry import Sampler
     from bench.metrics import (
-        efficiency_metrics,
-        interactivity_metrics,
-        pass_metrics,
         request_samples,
     )
     from bench.spec import BuildKey, Cell
@@ -130,17 +127,9 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
                 # How busy the machine was (load, steal, other GPU processes): recorded, warned about by the parent.
                 with LoadSampler(sampled) as load, Sampler(sampled) as sampler:  # NVML sampled in a thread; None on CPU
                     out = loaded.run(requests, cell.max_batch_size, cell.options_dict)
-                metrics = pass_metrics(out.timings, out.started, out.ended)
-                # GPUs the cell used: its tensor-parallel ranks (one device otherwise)
-                metrics.update(interactivity_metrics(out.timings, metrics["output_throughput"], world))
-                extra = {**out.extra, "warmup": warmup, "telemetry": sampler.timeline, "kernels": kernels, "host_load": load.summary}
-                metrics.update(extra.pop("metrics", {}))  # figures beyond the timings (goodput, achieved rate)
-                metrics.update(sampler.summary)
-                metrics.update(efficiency_metrics(metrics["total_output_tokens"], metrics["duration_s"],
-                                                  sampler.summary["energy_j"], extra.get("sol_time_s")))
-                if "peak_memory_bytes" in extra:
-                    metrics["peak_memory_gb"] = extra["peak_memory_bytes"] / 1e9
-                metrics["peak_host_rss_gb"] = _host_peak_rss_bytes() / 1e9
+                extra = {**out.extra, "warmup": warmup, "telemetry": sampler.timeline, "kernels": kernels,
+                         "host_load": load.summary}
+                metrics = pass_result(out, extra.pop("metrics", {}), sampler.summary, world, extra).to_dict()
                 status, error = "ok", None
                 tolerated = backend.tolerate_request_errors and metrics["completed"] > 0
                 pass_error = extra.pop("pass_error", None)
@@ -169,6 +158,28 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
         except Exception as exc:
             emit({"event": "fatal", "status": classify_exception(exc), "error": _describe(exc), "phase": "export"})
     loaded.close()
+
+
+def pass_result(out, backend_figures: dict, telemetry: dict, gpus: int, extra: dict):
+    """Return the PassMetrics of one measured pass: the one place a pass's figures are put together.
+
+    out: the backend's RunOutput; backend_figures: what the backend measured beyond the timings
+    (the openai backend's schedule, goodput and lag); telemetry: the NVML sampler's summary;
+    gpus: the devices the cell used (its tensor-parallel ranks). A figure two parts both claim is a
+    TypeError, not a silent overwrite.
+    """
+    from bench.metrics import PassMetrics, efficiency_metrics, interactivity_metrics, pass_metrics
+
+    timed = pass_metrics(out.timings, out.started, out.ended)
+    memory = {"peak_memory_gb": extra["peak_memory_bytes"] / 1e9} if "peak_memory_bytes" in extra else {}
+    return PassMetrics(
+        **timed,
+        **interactivity_metrics(out.timings, timed["output_throughput"], gpus),
+        **efficiency_metrics(timed["total_output_tokens"], timed["duration_s"], telemetry["energy_j"],
+                             extra.get("sol_time_s")),
+        **telemetry, **backend_figures, **memory,
+        peak_host_rss_gb=_host_peak_rss_bytes() / 1e9,
+    )
 
 
 def install_artifact(engine: dict, backend, key, artifact, environment: dict) -> dict:
