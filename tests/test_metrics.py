@@ -82,7 +82,6 @@ def test_a_pass_is_one_typed_value_whose_unknown_or_doubled_figure_fails_where_i
     import pytest as _pytest
 
     from bench.metrics import UNSET, PassMetrics, pass_metrics
-
     from bench.workloads.request import RequestTiming
 
     timed = pass_metrics([RequestTiming("r", 4, 3, 3, 0.0, [0.1, 0.2, 0.3], 0.3)], 0.0, 1.0)
