@@ -1,7 +1,8 @@
 """Record types: the run context, one frozen type per kind of stored line, and the one constructor.
 
 Every line a store holds is a `Measurement` (a measured pass of a cell), an `OomProbe` (one
-probe of the OOM boundary search) or a `Profile` (a kernel table of a short window). Each
+probe of the OOM boundary search), a `Profile` (a kernel table of a short window) or an
+`Accuracy` (a cell's parity against its baseline, `bench accuracy`). Each
 carries the `RunContext` of the invocation that wrote it, so a reader can tell which records
 belong together: a table row aggregates one context, never a mix it did not ask for.
 
@@ -23,7 +24,7 @@ from typing import Any, ClassVar
 from bench import SCHEMA_VERSION
 from bench.errors import BenchInputError
 
-KINDS = ("measurement", "oom-probe", "profile")
+KINDS = ("measurement", "oom-probe", "profile", "accuracy")
 STATUSES = ("ok", "oom", "error", "timeout")
 # A cell whose latest run ended in one of these is not run again unless asked (--redo).
 FINAL_FAILURES = ("oom",)
@@ -86,7 +87,8 @@ class Record:
     status: str = _doc("ok, oom, error, timeout", "ok")
     metrics: dict | None = _doc("the pass's metrics (below); null for failures", None)
     extra: dict = _doc("backend figures: parameters, weight bytes, peak memory, telemetry, warm-up costs; "
-                       "probes: `probe`; profiles: `kernel_table`, `trace`, `profile`", None)
+                       "probes: `probe`; profiles: `kernel_table`, `trace`, `profile`; accuracy: `accuracy` "
+                       "(baseline, settings, parity, floor, generation, determinism, verdict)", None)
     samples: list | None = _doc("per request: id, input and output tokens, TTFT and E2E in ms, error", None)
     error: str | None = _doc("the failure's message and traceback tail", None)
     workload: dict = _doc("name, content_hash, num_requests, tokenizer, source and SHA-256, token totals", None)
@@ -184,7 +186,23 @@ class Profile(Record):
         return self.extra.get("kernel_table")
 
 
-TYPES = {t.KIND: t for t in (Measurement, OomProbe, Profile)}
+@dataclass(frozen=True)
+class Accuracy(Record):
+    """A cell's accuracy parity against its baseline cell on the same prompts (`bench accuracy`, docs/accuracy.md)."""
+
+    KIND: ClassVar[str] = "accuracy"
+
+    @property
+    def accuracy(self) -> dict:
+        """Return extra.accuracy: baseline, settings, reference kind, parity, floor, generation, determinism, verdict."""
+        return self.extra.get("accuracy") or {}
+
+    @property
+    def verdict(self) -> str | None:
+        return (self.accuracy.get("verdict") or {}).get("verdict")
+
+
+TYPES = {t.KIND: t for t in (Measurement, OomProbe, Profile, Accuracy)}
 
 
 def new_context(command: str, *, matrix: str = "", baseline: dict | None = None, gpu_memory_gb: float | None = None,

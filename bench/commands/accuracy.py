@@ -1,0 +1,269 @@
+"""`bench accuracy`: every cell against the matrix's baseline cell of the same model, on the same prompts.
+
+Each cell runs in its own session process (bench.accuracy.session), the baseline's own session
+first: it measures the model's noise floor. Per cell it prints and stores (one `accuracy`
+record through bench.results.records.new_record, with the invocation's run context) the
+teacher-forced parity (KL mean / p99, top-1 with its Wilson lower bound, top-5, perplexities),
+generation parity (identical first k tokens, ROUGE-1/2/L), determinism (in the process, and
+against the previous process's record of the same cell) and the verdict with its thresholds
+(bench.accuracy.verdict). `accuracy_matrix` is the library entry (`bench study` calls it).
+
+Resume: a cell whose store already holds an ok record of the same baseline and settings is
+not measured again unless --redo (a second process for the reproduction check is --redo).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from bench.cli import add_matrix_arguments, load_selected_matrix
+from bench.errors import BenchInputError
+
+# Backends whose logits this harness reads: hf in process (the loaded torch model).
+LOGIT_BACKENDS = ("hf",)
+# What the session measures: a stored record is reused only if these match.
+MEASURE_KEYS = ("prompts", "answer_tokens", "generate_tokens", "prefix_k", "reference")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("accuracy", help="KL, top-1, perplexity, ROUGE and a verdict of each cell against the "
+                                        "matrix's baseline cell of the same model, on the same prompts")
+    add_matrix_arguments(p, "measure only matching cells (their baselines are measured too), e.g. precision=int8wo")
+    p.add_argument("--store", help="accuracy record store (default results/<matrix>-accuracy.jsonl)")
+    p.add_argument("--prompts", type=int, help="prompts per cell (overrides [accuracy] prompts)")
+    p.add_argument("--answer-tokens", type=int, help="reference-answer tokens scored per prompt")
+    p.add_argument("--generate-tokens", type=int, help="greedy tokens per prompt for generation parity")
+    p.add_argument("--redo", action="store_true", help="measure again what the store already holds (a second process)")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds per cell before its session is killed")
+    p.set_defaults(func=cmd_accuracy, requests=None, trials=None)
+
+
+def settings_with(spec, prompts=None, answer_tokens=None, generate_tokens=None):
+    """Return the matrix's AccuracySpec with the command line's overrides, checked."""
+    changes = {k: v for k, v in (("prompts", prompts), ("answer_tokens", answer_tokens),
+                                 ("generate_tokens", generate_tokens)) if v is not None}
+    if "generate_tokens" in changes and spec.prefix_k > changes["generate_tokens"]:
+        changes["prefix_k"] = changes["generate_tokens"]
+    out = replace(spec, **changes)
+    out.check()
+    return out
+
+
+def cmd_accuracy(args) -> int:
+    from bench.spec import load_matrix
+
+    matrix = load_selected_matrix(args)
+    full = load_matrix(args.matrix) if args.matrix else load_matrix(args.preset or "default", preset=True)
+    settings = settings_with(matrix.accuracy, args.prompts, args.answer_tokens, args.generate_tokens)
+    store = Path(args.store) if args.store else Path("results") / f"{matrix.name}-accuracy.jsonl"
+    _, failed = accuracy_matrix(matrix, full.cells, settings, store, redo=args.redo, timeout=args.timeout)
+    return 1 if failed else 0
+
+
+def plan_accuracy(matrix, all_cells, settings) -> list[tuple]:
+    """Return [(cell, its baseline cell or None for a baseline's own session)], baselines first; BenchInputError
+    for a selection that cannot be measured (before any work)."""
+    from bench.spec import accuracy_baseline
+    from bench.workloads.references import has_answers
+
+    if not matrix.cells:
+        raise BenchInputError("no cell to measure: the selection (--only) matches nothing")
+    pairs, baselines = [], {}
+    for cell in matrix.cells:
+        base = accuracy_baseline(cell, all_cells, matrix.baseline)
+        for c in (cell, base):
+            if c.backend not in LOGIT_BACKENDS:
+                raise BenchInputError(
+                    f"{c.label}: bench accuracy reads logits in process from backends {list(LOGIT_BACKENDS)}; backend "
+                    f"{c.backend!r} is not measured yet (docs/accuracy.md: trtllm's logits path is written, not run; "
+                    "openai servers without logprobs give generation parity only): narrow with --only backend=hf")
+        mine, theirs = cell.options_dict, base.options_dict
+        for key, default in (("compile_tuning", "default"), ("freeze_weights", "off")):
+            if mine.get(key, default) != theirs.get(key, default):
+                raise BenchInputError(
+                    f"{cell.label}: {key}={mine.get(key, default)!r} differs from its baseline's "
+                    f"({theirs.get(key, default)!r}); Inductor's settings are process-wide, and the session loads both "
+                    "models in one process: measure this cell against a baseline with the same setting")
+        if settings.reference == "dataset" and not has_answers(cell.workload):
+            raise BenchInputError(
+                f"workload {cell.workload.name!r} (source {cell.workload.source!r}) has no reference answers and "
+                "[accuracy] reference = 'dataset' allows no fallback: use a sharegpt workload, or set reference = "
+                "'auto' (the baseline's own greedy continuation is then the reference)")
+        baselines.setdefault(base.cell_id, base)
+        if cell.cell_id != base.cell_id:
+            pairs.append((cell, base))
+    return [(b, None) for b in baselines.values()] + pairs
+
+
+def accuracy_matrix(matrix, all_cells, settings, store_path: Path, *, redo: bool = False, timeout: float = 1800,
+                    printer=print) -> tuple[list, int]:
+    """Measure every selected cell against its baseline; return (the Accuracy records, how many failed)."""
+    from bench.results import query
+    from bench.results.records import new_context
+    from bench.results.store import ResultStore
+
+    plan = plan_accuracy(matrix, all_cells, settings)
+    store_path = query.check_store_path(store_path, must_exist=False)
+    stored = query.accuracies(query.load([store_path])) if store_path.exists() else []
+    context = new_context("accuracy", matrix=matrix.name, baseline=matrix.baseline)
+    floors: dict[str, dict] = {}
+    records, failed = [], 0
+    with ResultStore(store_path).writer() as store:
+        for cell, base in plan:
+            key = _measure_key(settings, base)
+            previous = [r for r in stored if r.cell_id == cell.cell_id and r.accuracy.get("key") == key and r.ok]
+            if previous and not redo:
+                record = max(previous, key=lambda r: (r.context.started_at or 0, r.ended_at or 0))
+                printer(f"{cell.label}: stored {record.context.label} (--redo measures it again)")
+            else:
+                record = accuracy_cell(cell, base, matrix, settings, key, context, floors, previous, timeout)
+                store.append(record)
+                stored.append(record)
+            if base is None and record.ok:
+                floors[cell.cell_id] = record.accuracy.get("floor") or {}
+            records.append(record)
+            if not record.ok:
+                failed += 1
+                print(f"{cell.label}: {record.status}: {(record.error or '')[:2000]}", file=sys.stderr)
+                continue
+            printer(accuracy_text(cell, record))
+    print(f"accuracy records: {store_path}", file=sys.stderr)
+    return records, failed
+
+
+def _measure_key(settings, base) -> dict:
+    return {"baseline": base.cell_id if base is not None else None,
+            **{k: getattr(settings, k) for k in MEASURE_KEYS}}
+
+
+def accuracy_cell(cell, base, matrix, settings, key: dict, context, floors: dict, previous: list, timeout: float):
+    """Return the Accuracy record of one cell after running its session (base None: the baseline's own)."""
+    from bench.accuracy.figures import differing_tokens
+    from bench.accuracy.verdict import judge
+    from bench.machine.failures import classify_exit
+    from bench.machine.memory_cap import env_for
+    from bench.results.records import new_record
+    from bench.workloads.references import answers_path, reference_answers
+    from bench.workloads.workload import cached_workload
+
+    wl, wl_file = cached_workload(cell.workload, Path("workloads/cache"))
+    answers = None if settings.reference == "baseline-greedy" else reference_answers(cell.workload, wl, wl_file)
+    out_dir = (Path("results") / "accuracy" / matrix.name / cell.cell_id).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    job = {"cell": cell.to_dict(), "baseline": base.to_dict() if base is not None else None,
+           "engines_dir": str(Path("engines").resolve()), "workload_file": str(Path(wl_file).resolve()),
+           "answers_file": str(answers_path(wl_file).resolve()) if answers is not None else None,
+           "settings": settings.to_dict()}
+    job_file, result_file, log_path = out_dir / "job.json", out_dir / "session.json", out_dir / "session.log"
+    job_file.write_text(json.dumps(job, indent=1))
+    result_file.unlink(missing_ok=True)
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, **env_for(matrix.settings.gpu_memory_gb), "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    outcome = {"status": "ok", "metrics": None, "extra": {}, "error": None, "started_at": time.time()}
+    session: dict = {}
+    try:
+        with open(log_path, "wb") as log:
+            proc = subprocess.run([sys.executable, "-m", "bench.accuracy.session", str(job_file), str(result_file)],
+                                  stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout)
+        if proc.returncode != 0 or not result_file.is_file():
+            tail = log_path.read_bytes()[-3000:].decode(errors="replace")
+            outcome.update(status=classify_exit(proc.returncode, tail),
+                           error=f"accuracy session exited with status {proc.returncode}; log {log_path}:\n{tail}")
+        else:
+            session = json.loads(result_file.read_text())
+            if session.get("status") != "ok":
+                outcome.update(status=session.get("status", "error"), error=session.get("error"))
+    except subprocess.TimeoutExpired:
+        outcome.update(status="timeout", error=f"accuracy session ran past {timeout} s; log {log_path}")
+    outcome["ended_at"] = time.time()
+    acc: dict = {"key": key, "baseline": base.to_dict() if base is not None else None,
+                 "baseline_cell_id": base.cell_id if base is not None else cell.cell_id, "settings": settings.to_dict()}
+    if outcome["status"] == "ok":
+        acc.update({k: session.get(k) for k in ("reference", "prompts", "sequences", "reference_digest", "parity",
+                                                "floor", "generation", "determinism", "greedy", "greedy_digest",
+                                                "load_s", "measure_s", "random_weights")})
+        earlier = [r for r in previous if r.accuracy.get("greedy") is not None]
+        if earlier:  # reproduction across processes: the latest earlier record of the same cell and settings
+            last = max(earlier, key=lambda r: (r.context.started_at or 0, r.ended_at or 0))
+            acc["determinism_across_processes"] = {"previous_run_id": last.context.run_id,
+                                                   **differing_tokens(last.accuracy["greedy"], session["greedy"])}
+        if base is not None:
+            floor = floors.get(base.cell_id)
+            acc["floor_of_baseline"] = floor
+            acc["verdict"] = judge(session["parity"], floor, settings.thresholds(), session.get("generation"),
+                                   real_reference=session["reference"] == "dataset",
+                                   random_weights=session["random_weights"]).to_dict()
+        outcome["metrics"] = accuracy_metrics(acc)
+    outcome["extra"] = {"accuracy": acc}
+    return new_record("accuracy", cell, outcome, context=context, workload=wl.summary(),
+                      environment=session.get("environment") or {})
+
+
+def accuracy_metrics(acc: dict) -> dict:
+    """Return the record's flat metrics: the figures tables and figures read."""
+    from bench.accuracy.verdict import floor_of
+
+    p = acc["parity"]
+    m = {k: p[k] for k in ("tokens", "kl_mean", "kl_p99", "top1", "top1_lower", "top5", "ppl_base", "ppl_cell",
+                           "delta_ppl")}
+    floor_kl, _ = floor_of(acc.get("floor_of_baseline") or acc.get("floor"))
+    if floor_kl and acc.get("floor_of_baseline") is not None:
+        m["kl_floor_ratio"] = p["kl_mean"] / floor_kl
+    g = acc.get("generation")
+    if g:
+        m.update(identical_prefix_rate=g["identical_prefix_rate"], rouge1_vs_base=g["rouge_vs_base"]["rouge1"],
+                 rougeL_vs_base=g["rouge_vs_base"]["rougeL"], rouge1_vs_reference=g["rouge_vs_reference"]["rouge1"],
+                 rouge1_delta_points=g["rouge1_delta_points"])
+    m["determinism_differing_tokens"] = acc["determinism"]["differing_tokens"]
+    return m
+
+
+def accuracy_text(cell, record) -> str:
+    """Return the printed summary of one Accuracy record."""
+    acc, m = record.accuracy, record.metrics or {}
+    p = acc["parity"]
+    ref = {"dataset": "the dataset's reference answers",
+           "baseline-greedy": "the baseline's own greedy continuation (no reference answers in this workload)"}[acc["reference"]]
+    base = acc.get("baseline")
+    head = (f"## {cell.label}" + (f" vs baseline {_label(base)}" if base else " (baseline: noise floor)")
+            + f"\n\n{p['tokens']} teacher-forced tokens over {acc['sequences']} prompts; reference: {ref}")
+    lines = [head]
+    if base is None:
+        lines.append(f"perplexity on the reference {p['ppl_base']:.3f}")
+        for f in (acc.get("floor") or {}).values():
+            lines.append(f"noise floor, {f['what']}: KL mean {f['kl_mean']:.3g} (p99 {f['kl_p99']:.3g}), top-1 "
+                         f"{100 * f['top1']:.1f} % (lower {100 * f['top1_lower']:.1f} %), top-5 {100 * f['top5']:.1f} %")
+    else:
+        ratio = f"; {m['kl_floor_ratio']:.1f}x the floor" if "kl_floor_ratio" in m else "; no floor"
+        lines.append(f"KL mean {p['kl_mean']:.3g} (p99 {p['kl_p99']:.3g}{ratio}) · top-1 {100 * p['top1']:.1f} % "
+                     f"(95 % lower bound {100 * p['top1_lower']:.1f} %) · base top-1 in cell top-5 {100 * p['top5']:.1f} % "
+                     f"· PPL {p['ppl_base']:.3f} -> {p['ppl_cell']:.3f} (delta {p['delta_ppl']:+.3f})")
+        g = acc["generation"]
+        lines.append(f"generation: identical first {g['prefix_k']} tokens {100 * g['identical_prefix_rate']:.0f} % of "
+                     f"{g['prompts']} prompts · ROUGE-1/2/L vs baseline " + "/".join(
+                         f"{g['rouge_vs_base'][k]:.1f}" for k in ("rouge1", "rouge2", "rougeL"))
+                     + " · ROUGE-1 vs reference " + f"{g['rouge_vs_reference']['rouge1']:.1f} (baseline "
+                     f"{g['base_rouge_vs_reference']['rouge1']:.1f}, {g['rouge1_delta_points']:+.2f} points)")
+    d = acc["determinism"]
+    lines.append(f"determinism: {d['differing_tokens']} of {d['tokens']} greedy tokens differ between two passes in "
+                 "one process" + (_across(acc["determinism_across_processes"]) if acc.get("determinism_across_processes") else ""))
+    if acc.get("verdict"):
+        from bench.accuracy.verdict import Verdict
+
+        lines.append(Verdict(**acc["verdict"]).text())
+    return "\n".join(lines) + "\n"
+
+
+def _across(d: dict) -> str:
+    return f"; {d['differing_tokens']} differ from the previous process's record ({d['previous_run_id']})"
+
+
+def _label(cell: dict) -> str:
+    return f"{cell['backend']}/{cell['precision']}/bs{cell['max_batch_size']}"
