@@ -297,3 +297,56 @@ def test_trtllm_logit_source_reads_the_answer_rows_of_the_context_logits(monkeyp
     ordered, unmapped = layer_tensors({"transformer.layers.1": 1, "lm_head": 3, "transformer.vocab_embedding": 0,
                                        "transformer.layers.0": 2, "transformer.ln_f": 4, "other": 5})
     assert list(ordered) == ["embeddings", "layer 0", "layer 1", "final norm", "logits"] and unmapped == ["other"]
+
+
+# ---- accuracy beside the speedups ----------------------------------------------------------------
+
+
+def _accuracy_record(cell_id, cell, kl, top1, verdict, random_weights=True):
+    from tests.conftest import make_record
+
+    acc = {"parity": {"kl_mean": kl, "kl_p99": 3 * kl, "top1": top1, "top1_lower": top1 - 0.02, "top5": 0.99,
+                      "ppl_base": 10.0, "ppl_cell": 10.5, "delta_ppl": 0.5, "tokens": 1024},
+           "reference": "baseline-greedy", "random_weights": random_weights, "determinism": {"differing_tokens": 0},
+           "baseline": None if verdict is None else {**cell, "precision": "bf16"},
+           "verdict": None if verdict is None else {"verdict": verdict, "reasons": ["because"], "thresholds": {"kl_aligned": 0.01},
+                                                    "note": None}}
+    metrics = {"kl_mean": kl, "kl_p99": 3 * kl, "top1": top1, "top1_lower": top1 - 0.02, "top5": 0.99,
+               "ppl_base": 10.0, "ppl_cell": 10.5, "delta_ppl": 0.5, "tokens": 1024, "determinism_differing_tokens": 0}
+    return make_record(cell_id, cell=cell, kind="accuracy", extra={"accuracy": acc}, **metrics)
+
+
+def test_speedup_table_shows_accuracy_and_flags_a_broken_speedup(tmp_path):
+    from bench.report.build import build_report
+    from bench.results.store import ResultStore
+    from tests.conftest import make_record
+
+    def cell(precision):
+        return {"backend": "fake", "model": "qwen-7b-shape", "precision": precision, "max_batch_size": 1,
+                "device": "cuda", "options": {}, "workload": {"name": "w"}}
+
+    speed = [make_record(p, cell=cell(p), request_throughput=r, output_throughput=10 * r)
+             for p, r in (("bf16", 1.0), ("int8wo", 1.5), ("int4wo", 1.6))]
+    acc = [_accuracy_record("bf16", cell("bf16"), 0.0, 1.0, None), _accuracy_record("int8wo", cell("int8wo"), 0.034, 0.556,
+                                                                                    "aligned"),
+           _accuracy_record("int4wo", cell("int4wo"), 0.145, 0.258, "broken")]
+    for path, recs in ((tmp_path / "m.jsonl", speed), (tmp_path / "m-accuracy.jsonl", acc)):
+        with ResultStore(path).writer() as store:
+            for r in recs:
+                store.append(r)
+    paths = build_report([tmp_path / "m.jsonl", tmp_path / "m-accuracy.jsonl"], tmp_path / "out",
+                         baseline={"backend": "fake", "precision": "bf16"})
+    md = paths["markdown"].read_text()
+    row = {line.split("|")[3].strip(): line for line in md.splitlines() if line.startswith("| fake")}
+    assert "1.60x ✗ broken" in row["int4wo"] and "| 0.145 | 25.8 | +0.5 | broken |" in row["int4wo"]
+    assert "1.50x |" in row["int8wo"] and "| aligned |" in row["int8wo"]  # an aligned speedup is shown plain
+    assert "| baseline |" in row["bf16"]
+    assert "numerical fidelity only" in md  # random weights: said under the table
+    assert "KL mean | top-1 % | ΔPPL | accuracy" in md
+    report = paths["report"].read_text()
+    assert "## Accuracy (bench accuracy)" in report and "(itself: noise floor)" in report
+    page = paths["dashboard"].read_text()
+    assert "Accuracy vs" in page and "broken" in page
+    # no accuracy records: the table is as before (the golden files hold that layout)
+    plain = build_report([tmp_path / "m.jsonl"], tmp_path / "plain", baseline={"backend": "fake", "precision": "bf16"})
+    assert "KL mean" not in plain["markdown"].read_text() and "✗" not in plain["markdown"].read_text()
