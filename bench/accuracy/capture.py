@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from bench.accuracy.figures import TokenParity, position_stats, token_parity
 
 LogitSource = Callable[[list[int], list[int]], "object"]
-GEN_BATCH = 8  # prompts per greedy batch (left-padded); the same batches on both sides
+GEN_BATCH = 16  # prompts per greedy batch (left-padded); the same batches on both sides
 
 
 def hf_logits(model, device) -> LogitSource:

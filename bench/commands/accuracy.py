@@ -152,8 +152,17 @@ def accuracy_cell(cell, base, matrix, settings, key: dict, context, floors: dict
     from bench.workloads.references import answers_path, reference_answers
     from bench.workloads.workload import cached_workload
 
-    wl, wl_file = cached_workload(cell.workload, Path("workloads/cache"))
-    answers = None if settings.reference == "baseline-greedy" else reference_answers(cell.workload, wl, wl_file)
+    spec = cell.workload
+    # More prompts than the speed run replays: the same sampling (seed, rules) continued; its first
+    # num_requests prompts are the speed run's own, in its order (the record says so).
+    if settings.prompts > spec.num_requests:
+        spec = replace(spec, num_requests=settings.prompts)
+    wl, wl_file = cached_workload(spec, Path("workloads/cache"))
+    answers = None if settings.reference == "baseline-greedy" else reference_answers(spec, wl, wl_file)
+    speed_n = cell.workload.num_requests
+    prompts_note = (f"the speed run's first {settings.prompts} prompts" if settings.prompts <= speed_n else
+                    f"the speed run's {speed_n} prompts and the next {settings.prompts - speed_n} of the same sampling "
+                    f"(seed {spec.seed})")
     out_dir = (Path("results") / "accuracy" / matrix.name / cell.cell_id).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     job = {"cell": cell.to_dict(), "baseline": base.to_dict() if base is not None else None,
@@ -183,7 +192,7 @@ def accuracy_cell(cell, base, matrix, settings, key: dict, context, floors: dict
     except subprocess.TimeoutExpired:
         outcome.update(status="timeout", error=f"accuracy session ran past {timeout} s; log {log_path}")
     outcome["ended_at"] = time.time()
-    acc: dict = {"key": key, "baseline": base.to_dict() if base is not None else None,
+    acc: dict = {"key": key, "prompts_note": prompts_note, "baseline": base.to_dict() if base is not None else None,
                  "baseline_cell_id": base.cell_id if base is not None else cell.cell_id, "settings": settings.to_dict()}
     if outcome["status"] == "ok":
         acc.update({k: session.get(k) for k in ("reference", "prompts", "sequences", "reference_digest", "parity",
@@ -233,7 +242,8 @@ def accuracy_text(cell, record) -> str:
            "baseline-greedy": "the baseline's own greedy continuation (no reference answers in this workload)"}[acc["reference"]]
     base = acc.get("baseline")
     head = (f"## {cell.label}" + (f" vs baseline {_label(base)}" if base else " (baseline: noise floor)")
-            + f"\n\n{p['tokens']} teacher-forced tokens over {acc['sequences']} prompts; reference: {ref}")
+            + f"\n\n{p['tokens']} teacher-forced tokens over {acc['sequences']} prompts ({acc.get('prompts_note')}); "
+            f"reference: {ref}")
     lines = [head]
     if base is None:
         lines.append(f"perplexity on the reference {p['ppl_base']:.3f}")
