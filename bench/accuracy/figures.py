@@ -134,13 +134,16 @@ def generation_parity(cell: list[list[int]], base: list[list[int]], references: 
         raise ValueError("generation parity needs the same prompts on both sides")
     same_k = sum(1 for a, b in zip(cell, base, strict=True) if len(a) >= k and len(b) >= k and a[:k] == b[:k])
     refs = [r[: len(c)] for r, c in zip(references, cell, strict=True)]  # the answer's first tokens, as many as generated
-    vs_ref, base_ref = rouge(cell, refs), rouge(base, [r[: len(b)] for r, b in zip(references, base, strict=True)])
-    return {
-        "prompts": len(cell), "prefix_k": k, "identical_prefix_rate": same_k / len(cell),
-        "mean_common_prefix": sum(common_prefix(a, b) for a, b in zip(cell, base, strict=True)) / len(cell),
-        "rouge_vs_base": rouge(cell, base), "rouge_vs_reference": vs_ref, "base_rouge_vs_reference": base_ref,
-        "rouge1_delta_points": vs_ref["rouge1"] - base_ref["rouge1"],
-    }
+    out = {"prompts": len(cell), "prefix_k": k, "identical_prefix_rate": same_k / len(cell),
+           "mean_common_prefix": sum(common_prefix(a, b) for a, b in zip(cell, base, strict=True)) / len(cell)}
+    try:
+        vs_ref, base_ref = rouge(cell, refs), rouge(base, [r[: len(b)] for r, b in zip(references, base, strict=True)])
+        out.update(rouge_vs_base=rouge(cell, base), rouge_vs_reference=vs_ref, base_rouge_vs_reference=base_ref,
+                   rouge1_delta_points=vs_ref["rouge1"] - base_ref["rouge1"])
+    except RuntimeError as exc:  # rouge-score missing (an offline GPU machine): the rest stands, and says why
+        out.update(rouge_vs_base=None, rouge_vs_reference=None, base_rouge_vs_reference=None, rouge1_delta_points=None,
+                   rouge_error=str(exc))
+    return out
 
 
 def differing_tokens(first: list[list[int]], second: list[list[int]]) -> dict:

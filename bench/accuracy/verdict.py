@@ -82,7 +82,9 @@ def judge(parity: dict, floor: dict | None, thresholds: dict, generation: dict |
         worst = max(worst, 1)
         reasons.append(f"top-1 lower bound {100 * parity['top1_lower']:.1f} % < {100 * need:.1f} %")
     few = generation and generation.get("prompts", 0) < thresholds.get("rouge_min_prompts", 0)
-    if generation and real_reference and few:
+    if generation and real_reference and generation.get("rouge1_delta_points") is None:
+        reasons.append(f"ROUGE not judged: {generation.get('rouge_error', 'not computed')}")
+    elif generation and real_reference and few:
         reasons.append(f"ROUGE not judged: {generation['prompts']} prompts < rouge_min_prompts "
                        f"{thresholds['rouge_min_prompts']}")
     elif generation and real_reference:

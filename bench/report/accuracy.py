@@ -34,7 +34,7 @@ def accuracy_markdown(latest: dict) -> str:
             f"{100 * m['top5']:.1f}" if base is not None else "",
             f"{m['ppl_base']:.3f} -> {m['ppl_cell']:.3f}",
             f"{100 * g['identical_prefix_rate']:.0f} % (k={g['prefix_k']})" if g else "",
-            f"{g['rouge_vs_base']['rougeL']:.1f}" if g else "",
+            f"{g['rouge_vs_base']['rougeL']:.1f}" if g.get("rouge_vs_base") else "",
             f"{m.get('determinism_differing_tokens')} / " + (str(across["differing_tokens"]) if across else "-"),
             (verdict.get("verdict") or "baseline") + (f": {'; '.join(verdict['reasons'])}" if verdict.get("reasons") else ""),
         ])
