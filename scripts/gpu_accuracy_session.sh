@@ -13,12 +13,13 @@
 # joblib regex click tqdm six` on a machine with internet); without it the records say "ROUGE not
 # computed" and everything else is measured.
 #
-# Time, estimated (not yet run): each bench accuracy invocation runs 3 sessions: the baseline's
-# (start ~8 s, random init of the 7B model ~14 s as measured for workers in docs/gpu-results.md,
-# an fp32 twin, 40 teacher-forced sequences through 3 computations, 2 greedy passes: ~45 s), and
-# int8wo's and int4wo's (two model loads ~28 s, quantization, 40 sequences through both, 3
-# greedy passes: ~70-80 s each): ~3.2 min per invocation; parity --layers ~45 s (two loads);
-# report ~5 s. Total ~7 minutes; the per-command timeouts below stop a hang.
+# Time, estimated (not yet run): each bench accuracy invocation is one session process: start
+# ~8 s; the bf16 baseline's random init ~14 s (the worker figure of docs/gpu-results.md); its
+# fp32 twin and eager attention over 40 teacher-forced sequences (~10k answer tokens) and its
+# greedy passes ~25 s; then int8wo and int4wo each: load ~14 s, quantization, 40 sequences,
+# 2 greedy passes of 40 prompts x 24 tokens in batches of 16 (int8wo eager: its slowest part)
+# ~45-55 s. About 2.5 minutes per invocation, 5 for the two; parity --layers ~45 s (two loads);
+# report ~5 s: about 6 minutes in all. The per-command timeouts below stop a hang.
 set -uo pipefail
 
 OUT=${OUT:?set OUT to the folder the results go to}
@@ -42,9 +43,9 @@ T0=$(date +%s)
 $PY -c "import torch, transformers, torchao; print('torch', torch.__version__, 'transformers', transformers.__version__, 'torchao', torchao.__version__, torch.cuda.get_device_name(0))" 2>&1 | tee "$OUT/environment.txt"
 
 log "1/4 bench accuracy (first process per cell)"
-timeout 420 $PY -m bench accuracy "${SEL[@]}" >"$OUT/accuracy-1.txt" 2>"$OUT/accuracy-1.err"; echo "exit $?" >>"$OUT/accuracy-1.txt"
+timeout 300 $PY -m bench accuracy "${SEL[@]}" >"$OUT/accuracy-1.txt" 2>"$OUT/accuracy-1.err"; echo "exit $?" >>"$OUT/accuracy-1.txt"
 log "2/4 bench accuracy --redo (fresh processes: the reproduction)"
-timeout 420 $PY -m bench accuracy "${SEL[@]}" --redo >"$OUT/accuracy-2.txt" 2>"$OUT/accuracy-2.err"; echo "exit $?" >>"$OUT/accuracy-2.txt"
+timeout 300 $PY -m bench accuracy "${SEL[@]}" --redo >"$OUT/accuracy-2.txt" 2>"$OUT/accuracy-2.err"; echo "exit $?" >>"$OUT/accuracy-2.txt"
 log "3/4 bench parity --layers precision=bf16 precision=int8wo"
 timeout 300 $PY -m bench parity --preset h200-study --only "workload=sharegpt-1024,precision=bf16,max_batch_size=1,cache=dynamic" \
   --layers precision=bf16 precision=int8wo --prompts 2 --tokens 256 --out "$OUT/parity" \

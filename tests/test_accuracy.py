@@ -350,3 +350,36 @@ def test_speedup_table_shows_accuracy_and_flags_a_broken_speedup(tmp_path):
     # no accuracy records: the table is as before (the golden files hold that layout)
     plain = build_report([tmp_path / "m.jsonl"], tmp_path / "plain", baseline={"backend": "fake", "precision": "bf16"})
     assert "KL mean" not in plain["markdown"].read_text() and "✗" not in plain["markdown"].read_text()
+
+
+@pytest.mark.gpu
+def test_gpu_int8wo_against_bf16_on_random_weights_says_numerical_fidelity(tmp_path, capsys):
+    """On a GPU: qwen-tiny's bf16 baseline (its floor) and int8wo against it, through the real torchao path."""
+    from bench.cli import main
+    from bench.results import query
+
+    (tmp_path / "g.toml").write_text("""
+name = "gpu-acc"
+backends = ["hf"]
+model = "qwen-tiny"
+device = "cuda"
+precisions = ["bf16", "int8wo"]
+max_batch_sizes = [1]
+workloads = ["w"]
+baseline = { precision = "bf16" }
+[accuracy]
+prompts = 8
+answer_tokens = 64
+generate_tokens = 16
+[workload.w]
+source = "synthetic"
+num_requests = 8
+input_len = 64
+output_len = 16
+""")
+    assert main(["accuracy", "--matrix", str(tmp_path / "g.toml")]) == 0
+    recs = {r.cell["precision"]: r for r in query.accuracies(query.load([Path("results/gpu-acc-accuracy.jsonl")]))}
+    assert recs["bf16"].accuracy["floor"]["compute_dtype"]["kl_mean"] > 0  # bf16 vs fp32 compute differ on a GPU
+    assert recs["int8wo"].accuracy["reference"] == "baseline-greedy"  # synthetic: the documented fallback
+    assert recs["int8wo"].metrics["tokens"] == 8 * 64 and recs["int8wo"].verdict in ("aligned", "degraded", "broken")
+    assert "numerical fidelity only" in capsys.readouterr().out

@@ -80,8 +80,8 @@ def test_the_h200_study_preset_plans_every_step(tmp_path):
     proc = _bench("study", "--preset", "h200-study", "--dry-run", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
-    # 14 cells, and int8wo beside int4wo at batch 16 on both workloads for the accuracy step
-    assert "run: bench run --preset h200-study" in out and "16 cells x 2 run(s) x 1 trial(s)" in out
+    # 14 cells, and int8wo beside int4wo at batch 16 on the 1024-limit workload for the accuracy step
+    assert "run: bench run --preset h200-study" in out and "15 cells x 2 run(s) x 1 trial(s)" in out
     assert "memory cap 24 GB" in out
     assert "--lengths 1024x1024 --lower 6 --upper 8 --strategy bisect --no-confirm" in out
     assert "--lengths 2048x2048 --lower 3 --upper 5" in out

@@ -1,13 +1,14 @@
-"""The accuracy worker: one cell against its baseline in a fresh process (`python -m bench.accuracy.session JOB RESULT`).
+"""The accuracy worker: cells against their baseline in a fresh process (`python -m bench.accuracy.session JOB RESULT`).
 
 The `bench accuracy` parent never touches the GPU; it writes a job file, runs this module in a
 subprocess (as `bench profile` runs bench.profiling.session) and reads the result file. Both
 models are loaded through their backend's own build and load (bench.backends.hf.backend's
 HFLoaded for hf), so precision, quantization, attention and cache options are the cells'.
 
-A job without a baseline is the baseline's own session: its noise floor (bench.accuracy.capture
-.noise_floor), its perplexity on the reference answers and its determinism. A job with a
-baseline loads both and measures the cell against it:
+A job names one baseline and the cells to measure against it (all of one model and workload).
+The baseline is loaded once; with measure_baseline, its own figures first: its noise floor
+(bench.accuracy.capture.noise_floor), its perplexity on the reference answers and its
+determinism. Then each cell is loaded, measured against the baseline and closed:
 
 1. sequences: the workload's first `prompts` requests (the speed run's order), each prompt with
    its reference answer cut to `answer_tokens` (and to the workload's max_total_len); with no
@@ -16,8 +17,8 @@ baseline loads both and measures the cell against it:
 3. generation parity: `generate_tokens` greedy tokens of each prompt from both;
 4. determinism: the cell's greedy tokens again, in the same process.
 
-Failures are results: an out-of-memory is classified by bench.machine.failures and written as
-status "oom", anything else as "error", with the traceback tail.
+Failures are results, per cell: an out-of-memory is classified by bench.machine.failures and
+written as status "oom", anything else as "error", with the traceback tail; the next cell goes on.
 """
 
 from __future__ import annotations
@@ -65,17 +66,15 @@ def sequences_for(requests, answers: dict | None, settings: dict, max_total_len:
 
 
 def run_session(job: dict) -> dict:
-    """Return the session's figures (see the module docstring)."""
+    """Return the session's figures: {"baseline": its own figures or None, "cells": {cell_id: figures}, ...}.
+
+    The baseline is loaded once; its reference sequences and greedy outputs are computed once and
+    every cell of the job is measured against them, loaded and closed in turn. A cell that fails
+    (an out-of-memory included) is that cell's result; the others go on.
+    """
     import torch
 
-    from bench.accuracy.capture import (
-        base_perplexity,
-        compare_sources,
-        greedy,
-        hf_logits,
-        noise_floor,
-    )
-    from bench.accuracy.figures import differing_tokens, generation_parity
+    from bench.accuracy.capture import greedy, hf_logits
     from bench.machine.environment import fingerprint
     from bench.models import resolve_model
     from bench.workloads.workload import Workload
@@ -84,43 +83,95 @@ def run_session(job: dict) -> dict:
     workload = Workload.from_json(Path(job["workload_file"]).read_text())
     requests = workload.requests[: settings["prompts"]]
     answers = json.loads(Path(job["answers_file"]).read_text())["answers"] if job.get("answers_file") else None
-    base_dict = job.get("baseline") or job["cell"]
     torch.manual_seed(0)
-    base_cell, base, base_load_s = _load(base_dict, job["engines_dir"])
-    is_baseline = job.get("baseline") is None
-    result: dict = {"load_s": {"baseline": base_load_s}, "prompts": len(requests)}
-    t0 = time.perf_counter()
+    base_cell, base, base_load_s = _load(job["baseline"], job["engines_dir"])
+    n = settings["generate_tokens"]
+    prompts = [list(r.prompt_ids) for r in requests]
 
-    def base_greedy(prompts):
-        return greedy(base.model, prompts, settings["answer_tokens"], base.pad_id, base.device)
+    def base_greedy(ps):
+        return greedy(base.model, ps, settings["answer_tokens"], base.pad_id, base.device)
 
     seqs, reference = sequences_for(requests, answers, settings, base_cell.workload.max_total_len, base_greedy)
-    result.update(reference=reference, sequences=len(seqs), reference_digest=digest([a for _, a in seqs]))
+    shared = {"reference": reference, "prompts": len(requests), "sequences": len(seqs),
+              "reference_digest": digest([a for _, a in seqs]),
+              "random_weights": resolve_model(base_cell.model).path is None}
+    refs = [a for _, a in seqs] if reference == "baseline-greedy" else [list(answers[r.id]) for r in requests]
     base_src = hf_logits(base.model, base.device)
-    prompts = [list(r.prompt_ids) for r in requests]
+    base_out = greedy(base.model, prompts, n, base.pad_id, base.device, _gen_kwargs(base, n))
+    result: dict = {"baseline": None, "cells": {}, "environment": fingerprint(base_cell.device),
+                    "baseline_load_s": base_load_s}
+    if job.get("measure_baseline"):
+        result["baseline"] = _guarded(lambda: _baseline_figures(base, seqs, base_src, base_out, prompts, n))
+        if result["baseline"]["status"] == "ok":
+            result["baseline"].update(shared, load_s={"baseline": base_load_s})
+    for cell_dict in job.get("cells", []):
+        cell_id = _cell_id(cell_dict)
+        result["cells"][cell_id] = _guarded(lambda c=cell_dict: _cell_figures(c, job, seqs, base_src, base_out, prompts,
+                                                                               refs, settings))
+        if result["cells"][cell_id]["status"] == "ok":
+            result["cells"][cell_id].update(shared)
+            result["cells"][cell_id]["load_s"]["baseline"] = base_load_s
+    return result
+
+
+def _cell_id(cell_dict: dict) -> str:
+    from bench.spec import Cell
+
+    return Cell.from_dict(cell_dict).cell_id
+
+
+def _guarded(measure) -> dict:
+    """Return {"status": "ok", **measure()}, or the failure (oom / error) with its traceback tail."""
+    import gc
+
+    from bench.machine.failures import classify_exception
+
+    try:
+        return {"status": "ok", **measure()}
+    except Exception as exc:  # a failed cell is a result; the session goes on with the next one
+        out = {"status": classify_exception(exc),
+               "error": f"{type(exc).__name__}: {exc}\n" + traceback.format_exc()[-3000:]}
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return out
+
+
+def _baseline_figures(base, seqs, base_src, base_out, prompts, n) -> dict:
+    """Return the baseline's own figures: noise floor, perplexity on the reference, determinism."""
+    from bench.accuracy.capture import base_perplexity, greedy, noise_floor
+    from bench.accuracy.figures import differing_tokens
+
+    t0 = time.perf_counter()
+    out = {"floor": noise_floor(base.model, base.dtype, base.device, seqs),
+           "parity": base_perplexity(base_src, seqs).to_dict()}
+    second = greedy(base.model, prompts, n, base.pad_id, base.device, _gen_kwargs(base, n))
+    out.update(determinism=differing_tokens(base_out, second), greedy=base_out, greedy_digest=digest(base_out),
+               measure_s=time.perf_counter() - t0)
+    return out
+
+
+def _cell_figures(cell_dict, job, seqs, base_src, base_out, prompts, refs, settings) -> dict:
+    """Return one cell's figures against the baseline (teacher-forced, generation, determinism); the cell is closed after."""
+    import torch
+
+    from bench.accuracy.capture import compare_sources, greedy, hf_logits
+    from bench.accuracy.figures import differing_tokens, generation_parity
+
     n = settings["generate_tokens"]
-    if is_baseline:
-        result["floor"] = noise_floor(base.model, base.dtype, base.device, seqs)
-        result["parity"] = base_perplexity(base_src, seqs).to_dict()
-        first = greedy(base.model, prompts, n, base.pad_id, base.device, _gen_kwargs(base, n))
-        second = greedy(base.model, prompts, n, base.pad_id, base.device, _gen_kwargs(base, n))
-    else:
-        torch.manual_seed(0)
-        cell, loaded, load_s = _load(job["cell"], job["engines_dir"])
-        result["load_s"]["cell"] = load_s
-        result["parity"] = compare_sources(base_src, {"cell": hf_logits(loaded.model, loaded.device)}, seqs)["cell"].to_dict()
-        base_out = greedy(base.model, prompts, n, base.pad_id, base.device, _gen_kwargs(base, n))
+    torch.manual_seed(0)
+    _cell, loaded, load_s = _load(cell_dict, job["engines_dir"])
+    try:
+        t0 = time.perf_counter()
+        parity = compare_sources(base_src, {"cell": hf_logits(loaded.model, loaded.device)}, seqs)["cell"].to_dict()
         first = greedy(loaded.model, prompts, n, loaded.pad_id, loaded.device, _gen_kwargs(loaded, n))
         second = greedy(loaded.model, prompts, n, loaded.pad_id, loaded.device, _gen_kwargs(loaded, n))
-        refs = [a for _, a in seqs] if reference == "baseline-greedy" else [list(answers[r.id]) for r in requests]
-        result["generation"] = generation_parity(first, base_out, refs, settings["prefix_k"])
-    result["determinism"] = differing_tokens(first, second)
-    result["greedy"] = first
-    result["greedy_digest"] = digest(first)
-    result["measure_s"] = time.perf_counter() - t0
-    result["random_weights"] = resolve_model(base_cell.model).path is None
-    result["environment"] = fingerprint(base_cell.device)
-    return result
+        return {"parity": parity, "generation": generation_parity(first, base_out, refs, settings["prefix_k"]),
+                "determinism": differing_tokens(first, second), "greedy": first, "greedy_digest": digest(first),
+                "load_s": {"cell": load_s}, "measure_s": time.perf_counter() - t0}
+    finally:
+        loaded.close()
 
 
 def _gen_kwargs(loaded, n: int) -> dict:
@@ -131,14 +182,8 @@ def _gen_kwargs(loaded, n: int) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    from bench.machine.failures import classify_exception
-
     job = json.loads(Path(argv[0]).read_text())
-    try:
-        result = {"status": "ok", **run_session(job)}
-    except Exception as exc:  # every failure is a result the parent stores
-        result = {"status": classify_exception(exc), "error": f"{type(exc).__name__}: {exc}\n"
-                                                              + traceback.format_exc()[-3000:]}
+    result = _guarded(lambda: run_session(job))  # a failure before any cell (the baseline's load) fails them all
     Path(argv[1]).write_text(json.dumps(result, default=str))
     return 0
 

@@ -1,7 +1,8 @@
 """`bench accuracy`: every cell against the matrix's baseline cell of the same model, on the same prompts.
 
-Each cell runs in its own session process (bench.accuracy.session), the baseline's own session
-first: it measures the model's noise floor. Per cell it prints and stores (one `accuracy`
+Each baseline's cells run in one session process (bench.accuracy.session): the baseline is loaded
+once, measures its own figures and the model's noise floor first, then each cell is loaded,
+measured against it and closed. Per cell it prints and stores (one `accuracy`
 record through bench.results.records.new_record, with the invocation's run context) the
 teacher-forced parity (KL mean / p99, top-1 with its Wilson lower bound, top-5, perplexities),
 generation parity (identical first k tokens, ROUGE-1/2/L), determinism (in the process, and
@@ -103,7 +104,11 @@ def plan_accuracy(matrix, all_cells, settings) -> list[tuple]:
 
 def accuracy_matrix(matrix, all_cells, settings, store_path: Path, *, redo: bool = False, timeout: float = 1800,
                     printer=print) -> tuple[list, int]:
-    """Measure every selected cell against its baseline; return (the Accuracy records, how many failed)."""
+    """Measure every selected cell against its baseline; return (the Accuracy records, how many failed).
+
+    One session process per baseline: the baseline is loaded once and the cells that need measuring
+    (not stored with the same baseline and settings, or all with redo) are measured in turn.
+    """
     from bench.results import query
     from bench.results.records import new_context
     from bench.results.store import ResultStore
@@ -112,27 +117,39 @@ def accuracy_matrix(matrix, all_cells, settings, store_path: Path, *, redo: bool
     store_path = query.check_store_path(store_path, must_exist=False)
     stored = query.accuracies(query.load([store_path])) if store_path.exists() else []
     context = new_context("accuracy", matrix=matrix.name, baseline=matrix.baseline)
-    floors: dict[str, dict] = {}
+
+    def previous(cell, key):
+        return [r for r in stored if r.cell_id == cell.cell_id and r.accuracy.get("key") == key and r.ok]
+
     records, failed = [], 0
     with ResultStore(store_path).writer() as store:
-        for cell, base in plan:
-            key = _measure_key(settings, base)
-            previous = [r for r in stored if r.cell_id == cell.cell_id and r.accuracy.get("key") == key and r.ok]
-            if previous and not redo:
-                record = max(previous, key=lambda r: (r.context.started_at or 0, r.ended_at or 0))
-                printer(f"{cell.label}: stored {record.context.label} (--redo measures it again)")
-            else:
-                record = accuracy_cell(cell, base, matrix, settings, key, context, floors, previous, timeout)
-                store.append(record)
-                stored.append(record)
-            if base is None and record.ok:
-                floors[cell.cell_id] = record.accuracy.get("floor") or {}
-            records.append(record)
-            if not record.ok:
-                failed += 1
-                print(f"{cell.label}: {record.status}: {(record.error or '')[:2000]}", file=sys.stderr)
-                continue
-            printer(accuracy_text(cell, record))
+        for base in [c for c, b in plan if b is None]:
+            group = [(base, None)] + [(c, b) for c, b in plan if b is not None and b.cell_id == base.cell_id]
+            done: dict[str, object] = {}
+            todo = []
+            for cell, b in group:
+                key = _measure_key(settings, b)
+                earlier = previous(cell, key)
+                if earlier and not redo:
+                    done[cell.cell_id] = max(earlier, key=lambda r: (r.context.started_at or 0, r.ended_at or 0))
+                    printer(f"{cell.label}: stored {done[cell.cell_id].context.label} (--redo measures it again)")
+                else:
+                    todo.append((cell, b, key, earlier))
+            floor = (done[base.cell_id].accuracy.get("floor") if base.cell_id in done else None)
+            if todo:
+                new = accuracy_group(base, todo, matrix, settings, context, floor, timeout * (1 + len(todo)))
+                for rec in new:
+                    store.append(rec)
+                    stored.append(rec)
+                    done[rec.cell_id] = rec
+            for cell, _ in group:
+                record = done[cell.cell_id]
+                records.append(record)
+                if not record.ok:
+                    failed += 1
+                    print(f"{cell.label}: {record.status}: {(record.error or '')[:2000]}", file=sys.stderr)
+                else:
+                    printer(accuracy_text(cell, record))
     print(f"accuracy records: {store_path}", file=sys.stderr)
     return records, failed
 
@@ -142,8 +159,9 @@ def _measure_key(settings, base) -> dict:
             **{k: getattr(settings, k) for k in MEASURE_KEYS}}
 
 
-def accuracy_cell(cell, base, matrix, settings, key: dict, context, floors: dict, previous: list, timeout: float):
-    """Return the Accuracy record of one cell after running its session (base None: the baseline's own)."""
+def accuracy_group(base, todo: list, matrix, settings, context, floor: dict | None, timeout: float) -> list:
+    """Return one Accuracy record per entry of todo [(cell, its baseline or None, key, earlier records)], after one
+    session that loads `base` once (None as a cell's baseline: the baseline's own figures, its noise floor)."""
     from bench.accuracy.figures import differing_tokens
     from bench.accuracy.verdict import judge
     from bench.machine.failures import classify_exit
@@ -152,20 +170,21 @@ def accuracy_cell(cell, base, matrix, settings, key: dict, context, floors: dict
     from bench.workloads.references import answers_path, reference_answers
     from bench.workloads.workload import cached_workload
 
-    spec = cell.workload
+    spec = base.workload
     # More prompts than the speed run replays: the same sampling (seed, rules) continued; its first
     # num_requests prompts are the speed run's own, in its order (the record says so).
     if settings.prompts > spec.num_requests:
         spec = replace(spec, num_requests=settings.prompts)
     wl, wl_file = cached_workload(spec, Path("workloads/cache"))
     answers = None if settings.reference == "baseline-greedy" else reference_answers(spec, wl, wl_file)
-    speed_n = cell.workload.num_requests
+    speed_n = base.workload.num_requests
     prompts_note = (f"the speed run's first {settings.prompts} prompts" if settings.prompts <= speed_n else
                     f"the speed run's {speed_n} prompts and the next {settings.prompts - speed_n} of the same sampling "
                     f"(seed {spec.seed})")
-    out_dir = (Path("results") / "accuracy" / matrix.name / cell.cell_id).resolve()
+    out_dir = (Path("results") / "accuracy" / matrix.name / base.cell_id).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    job = {"cell": cell.to_dict(), "baseline": base.to_dict() if base is not None else None,
+    job = {"baseline": base.to_dict(), "measure_baseline": any(b is None for _, b, _, _ in todo),
+           "cells": [c.to_dict() for c, b, _, _ in todo if b is not None],
            "engines_dir": str(Path("engines").resolve()), "workload_file": str(Path(wl_file).resolve()),
            "answers_file": str(answers_path(wl_file).resolve()) if answers is not None else None,
            "settings": settings.to_dict()}
@@ -178,7 +197,7 @@ def accuracy_cell(cell, base, matrix, settings, key: dict, context, floors: dict
     env = {**os.environ, "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     env.pop(ENV_VAR, None)
-    outcome = {"status": "ok", "metrics": None, "extra": {}, "error": None, "started_at": time.time()}
+    started = time.time()
     session: dict = {}
     try:
         with open(log_path, "wb") as log:
@@ -186,36 +205,45 @@ def accuracy_cell(cell, base, matrix, settings, key: dict, context, floors: dict
                                   stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout)
         if proc.returncode != 0 or not result_file.is_file():
             tail = log_path.read_bytes()[-3000:].decode(errors="replace")
-            outcome.update(status=classify_exit(proc.returncode, tail),
-                           error=f"accuracy session exited with status {proc.returncode}; log {log_path}:\n{tail}")
+            session = {"status": classify_exit(proc.returncode, tail),
+                       "error": f"accuracy session exited with status {proc.returncode}; log {log_path}:\n{tail}"}
         else:
             session = json.loads(result_file.read_text())
-            if session.get("status") != "ok":
-                outcome.update(status=session.get("status", "error"), error=session.get("error"))
     except subprocess.TimeoutExpired:
-        outcome.update(status="timeout", error=f"accuracy session ran past {timeout} s; log {log_path}")
-    outcome["ended_at"] = time.time()
-    acc: dict = {"key": key, "prompts_note": prompts_note, "baseline": base.to_dict() if base is not None else None,
-                 "baseline_cell_id": base.cell_id if base is not None else cell.cell_id, "settings": settings.to_dict()}
-    if outcome["status"] == "ok":
-        acc.update({k: session.get(k) for k in ("reference", "prompts", "sequences", "reference_digest", "parity",
-                                                "floor", "generation", "determinism", "greedy", "greedy_digest",
-                                                "load_s", "measure_s", "random_weights")})
-        earlier = [r for r in previous if r.accuracy.get("greedy") is not None]
-        if earlier:  # reproduction across processes: the latest earlier record of the same cell and settings
-            last = max(earlier, key=lambda r: (r.context.started_at or 0, r.ended_at or 0))
-            acc["determinism_across_processes"] = {"previous_run_id": last.context.run_id,
-                                                   **differing_tokens(last.accuracy["greedy"], session["greedy"])}
-        if base is not None:
-            floor = floors.get(base.cell_id)
-            acc["floor_of_baseline"] = floor
-            acc["verdict"] = judge(session["parity"], floor, settings.thresholds(), session.get("generation"),
-                                   real_reference=session["reference"] == "dataset",
-                                   random_weights=session["random_weights"]).to_dict()
-        outcome["metrics"] = accuracy_metrics(acc)
-    outcome["extra"] = {"accuracy": acc}
-    return new_record("accuracy", cell, outcome, context=context, workload=wl.summary(),
-                      environment=session.get("environment") or {})
+        session = {"status": "timeout", "error": f"accuracy session ran past {timeout:.0f} s; log {log_path}"}
+    ended = time.time()
+    if session.get("status") == "ok" and session.get("baseline") and session["baseline"]["status"] == "ok":
+        floor = session["baseline"].get("floor")
+    records = []
+    for cell, b, key, earlier in todo:
+        if session.get("status") != "ok":
+            figures = {"status": session["status"], "error": session.get("error")}
+        else:
+            figures = session["baseline"] if b is None else session["cells"].get(cell.cell_id)
+            figures = figures or {"status": "error", "error": "the session returned no figures for this cell"}
+        acc: dict = {"key": key, "prompts_note": prompts_note, "baseline": b.to_dict() if b is not None else None,
+                     "baseline_cell_id": base.cell_id, "settings": settings.to_dict(), "log": str(log_path)}
+        outcome = {"status": figures["status"], "metrics": None, "error": figures.get("error"), "started_at": started,
+                   "ended_at": ended}
+        if figures["status"] == "ok":
+            acc.update({k: figures.get(k) for k in ("reference", "prompts", "sequences", "reference_digest", "parity",
+                                                    "floor", "generation", "determinism", "greedy", "greedy_digest",
+                                                    "load_s", "measure_s", "random_weights")})
+            prior = [r for r in earlier if r.accuracy.get("greedy") is not None]
+            if prior:  # reproduction across processes: the latest earlier record of the same cell and settings
+                last = max(prior, key=lambda r: (r.context.started_at or 0, r.ended_at or 0))
+                acc["determinism_across_processes"] = {"previous_run_id": last.context.run_id,
+                                                       **differing_tokens(last.accuracy["greedy"], figures["greedy"])}
+            if b is not None:
+                acc["floor_of_baseline"] = floor
+                acc["verdict"] = judge(figures["parity"], floor, settings.thresholds(), figures.get("generation"),
+                                       real_reference=figures["reference"] == "dataset",
+                                       random_weights=figures["random_weights"]).to_dict()
+            outcome["metrics"] = accuracy_metrics(acc)
+        outcome["extra"] = {"accuracy": acc}
+        records.append(new_record("accuracy", cell, outcome, context=context, workload=wl.summary(),
+                                  environment=session.get("environment") or {}))
+    return records
 
 
 def accuracy_metrics(acc: dict) -> dict:
