@@ -163,6 +163,54 @@ output_len = 8
     assert not Path("results").exists()  # refused before any work
 
 
+def test_reference_answers_are_stored_beside_the_workload_and_change_no_hash(tiny_sharegpt, tmp_path):
+    from bench.spec import WorkloadSpec
+    from bench.workloads.references import answers_path, reference_answers
+    from bench.workloads.tokenizers import load_tokenizer
+    from bench.workloads.workload import cached_workload
+
+    spec = WorkloadSpec("w", path=str(tiny_sharegpt), num_requests=5, max_output_len=8)
+    wl, wl_file = cached_workload(spec, tmp_path / "cache")
+    before = (wl.content_hash, wl_file.read_bytes())
+    answers = reference_answers(spec, wl, wl_file)
+    tok = load_tokenizer("qwen-7b-chat")
+    records = {r["id"]: r["conversations"][1]["value"] for r in json.loads(tiny_sharegpt.read_text())}
+    assert set(answers) == {r.id for r in wl.requests}
+    for r in wl.requests:  # the whole answer (the speed run caps its output length at 8, not the answer)
+        assert answers[r.id] == tok.encode(records[r.id]) and len(answers[r.id]) > r.output_len
+    assert answers_path(wl_file).is_file() and (wl.content_hash, wl_file.read_bytes()) == before
+    synthetic = WorkloadSpec("s", source="synthetic", input_len=8, output_len=8, num_requests=2)
+    assert reference_answers(synthetic, *cached_workload(synthetic, tmp_path / "cache")) is None
+
+
+def test_a_session_that_dies_out_of_memory_is_each_cells_stored_reason(monkeypatch, tmp_path):
+    import subprocess
+
+    from bench.commands import accuracy as A
+    from bench.results.records import new_context
+    from bench.spec import AccuracySpec, parse_matrix
+
+    m = parse_matrix({"backends": ["hf"], "model": "qwen-tiny", "precisions": ["fp32", "bf16"], "max_batch_sizes": [1],
+                      "workloads": ["w"], "device": "cpu", "baseline": {"precision": "fp32"},
+                      "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 8, "num_requests": 2}}})
+    base, cell = sorted(m.cells, key=lambda c: c.precision != "fp32")
+
+    real = subprocess.run
+
+    def died(argv, *args, **kw):  # the session dies without a result file; its log says why
+        if argv[1:3] != ["-m", "bench.accuracy.session"]:
+            return real(argv, *args, **kw)
+        kw["stdout"].write(b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+        return subprocess.CompletedProcess(argv, 1)
+
+    monkeypatch.setattr(A.subprocess, "run", died)
+    settings = AccuracySpec(prompts=2)
+    todo = [(base, None, A._measure_key(settings, None), []), (cell, base, A._measure_key(settings, base), [])]
+    recs = A.accuracy_group(base, todo, m, settings, new_context("accuracy"), None, 60)
+    assert [r.status for r in recs] == ["oom", "oom"] and all("CUDA out of memory" in r.error for r in recs)
+    assert recs[1].accuracy["baseline_cell_id"] == base.cell_id and recs[1].metrics is None
+
+
 # ---- a tiny model trained on ShareGPT text ---------------------------------------------------------
 
 
@@ -247,6 +295,12 @@ def test_bench_accuracy_aligned_broken_and_the_broken_layer_named(tiny_trained, 
     assert main(["accuracy", "--matrix", str(matrix), "--only", "precision=bf16"]) == 0
     assert "stored" in capsys.readouterr().out
     assert len(query.accuracies(query.load([Path("results/trained-accuracy.jsonl")]))) == 3
+    assert main(["accuracy", "--matrix", str(matrix), "--only", "precision=bf16", "--redo"]) == 0  # a fresh process
+    again = [r for r in query.accuracies(query.load([Path("results/trained-accuracy.jsonl")]))
+             if r.cell["precision"] == "bf16" and r.context.run_id != bf16.context.run_id]
+    across = again[0].accuracy["determinism_across_processes"]
+    assert across["previous_run_id"] == bf16.context.run_id and across["differing_tokens"] == 0
+    assert again[0].metrics["kl_mean"] == pytest.approx(bf16.metrics["kl_mean"], rel=1e-6)  # the figures reproduce
     # the broken layer, named by bench parity --layers
     assert main(["parity", "--matrix", str(matrix), "--only", "precision=fp32,corrupt_layer=-1",
                  "--layers", "corrupt_layer=-1", "corrupt_layer=2", "--prompts", "2", "--tokens", "64"]) == 0
