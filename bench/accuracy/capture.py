@@ -89,7 +89,11 @@ def floor_variants(model, dtype) -> dict[str, tuple[str, object]]:
     import torch
 
     other = torch.float32 if dtype != torch.float32 else torch.bfloat16
-    twin = copy.deepcopy(model).to(other)
+    twin = copy.deepcopy(model)
+    # Parameters only: buffers such as the rotary inv_freq stay as loaded (a cell loaded in `other` keeps them
+    # in float32 too), so the twin differs from the baseline in its weights' and activations' dtype alone.
+    for p in twin.parameters():
+        p.data = p.data.to(other)
     what = f"the same weights computed in {str(other).removeprefix('torch.')}"
     return {"compute_dtype": (what, twin)}
 
