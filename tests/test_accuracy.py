@@ -437,3 +437,20 @@ output_len = 16
     assert recs["int8wo"].accuracy["reference"] == "baseline-greedy"  # synthetic: the documented fallback
     assert recs["int8wo"].metrics["tokens"] == 8 * 64 and recs["int8wo"].verdict in ("aligned", "degraded", "broken")
     assert "numerical fidelity only" in capsys.readouterr().out
+
+
+def test_parity_layers_input_is_checked_before_any_session():
+    from bench.commands.parity import parity_cells
+    from bench.spec import narrow, parse_matrix
+
+    m = parse_matrix({"backends": ["hf"], "model": "qwen-tiny", "precisions": ["fp32", "bf16"], "max_batch_sizes": [1, 2],
+                      "workloads": ["w"], "device": "cpu", "baseline": {"precision": "fp32", "max_batch_size": 1},
+                      "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 8}}})
+    a, b = parity_cells(m, "precision=fp32", "precision=bf16,attn_implementation=eager")  # from the baseline cell
+    assert (a.precision, b.precision, b.options_dict["attn_implementation"]) == ("fp32", "bf16", "eager")
+    with pytest.raises(BenchInputError, match="the same configuration"):
+        parity_cells(m, "precision=fp32", "precision=fp32")
+    with pytest.raises(BenchInputError, match="valid precisions"):
+        parity_cells(m, "precision=fp32", "precision=fp99")
+    with pytest.raises(BenchInputError, match="narrow with --only"):
+        parity_cells(narrow(m, only={"precision": "bf16"}), "precision=fp32", "precision=bf16")
