@@ -70,6 +70,7 @@ def cmd_accuracy(args) -> int:
 def plan_accuracy(matrix, all_cells, settings) -> list[tuple]:
     """Return [(cell, its baseline cell or None for a baseline's own session)], baselines first; BenchInputError
     for a selection that cannot be measured (before any work)."""
+    from bench.backends.declaration import tensor_parallel_size
     from bench.spec import accuracy_baseline
     from bench.workloads.references import has_answers
 
@@ -84,6 +85,12 @@ def plan_accuracy(matrix, all_cells, settings) -> list[tuple]:
                     f"{c.label}: bench accuracy reads logits in process from backends {list(LOGIT_BACKENDS)}; backend "
                     f"{c.backend!r} is not measured yet (docs/accuracy.md: trtllm's logits path is written, not run; "
                     "openai servers without logprobs give generation parity only): narrow with --only backend=hf")
+        for c in (cell, base):
+            if tensor_parallel_size(c.options_dict) > 1:
+                raise BenchInputError(
+                    f"{c.label}: tensor_parallel_size={tensor_parallel_size(c.options_dict)} runs as torchrun ranks; an "
+                    "accuracy session loads its models in one process: measure a tensor_parallel_size = 1 cell of the "
+                    "same precision (the numerics it checks are the same)")
         mine, theirs = cell.options_dict, base.options_dict
         for key, default in (("compile_tuning", "default"), ("freeze_weights", "off")):
             if mine.get(key, default) != theirs.get(key, default):
