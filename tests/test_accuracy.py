@@ -454,3 +454,45 @@ def test_parity_layers_input_is_checked_before_any_session():
         parity_cells(m, "precision=fp32", "precision=fp99")
     with pytest.raises(BenchInputError, match="narrow with --only"):
         parity_cells(narrow(m, only={"precision": "bf16"}), "precision=fp32", "precision=bf16")
+
+
+@pytest.mark.slow
+def test_a_served_cell_gets_generation_parity_only_and_says_why(tmp_path, capsys):
+    """An openai cell (the paced test server) against an hf baseline of the same model: no logits, no verdict."""
+    from bench.cli import main
+    from bench.results import query
+    from bench.serving.paced_server import TestServer
+
+    with TestServer() as srv:
+        (tmp_path / "s.toml").write_text(f"""
+name = "served"
+backends = ["hf"]
+model = "qwen-tiny"
+device = "cpu"
+precisions = ["fp32"]
+max_batch_sizes = [1]
+workloads = ["w"]
+baseline = {{ backend = "hf", precision = "fp32" }}
+[[include]]
+backend = "openai"
+precision = "server"
+base_url = "{srv.base_url}"
+[accuracy]
+prompts = 2
+answer_tokens = 8
+generate_tokens = 8
+prefix_k = 4
+[workload.w]
+source = "synthetic"
+num_requests = 2
+input_len = 16
+output_len = 8
+""")
+        assert main(["accuracy", "--matrix", str(tmp_path / "s.toml")]) == 0
+    recs = {r.cell["backend"]: r for r in query.accuracies(query.load([Path("results/served-accuracy.jsonl")]))}
+    served = recs["openai"]
+    assert served.ok and served.accuracy["mode"] == "generation" and served.accuracy["parity"] is None
+    assert "generation parity only" in served.accuracy["parity_reason"] and served.accuracy["served_model"] == "test-model"
+    assert served.accuracy["generation"]["prompts"] == 2 and "kl_mean" not in served.metrics
+    assert served.verdict == "not judged"  # nothing could decide: never "aligned" by default
+    assert "verdict: not judged" in capsys.readouterr().out

@@ -106,8 +106,9 @@ def run_session(job: dict) -> dict:
             result["baseline"].update(shared, load_s={"baseline": base_load_s})
     for cell_dict in job.get("cells", []):
         cell_id = _cell_id(cell_dict)
-        result["cells"][cell_id] = _guarded(lambda c=cell_dict: _cell_figures(c, job, seqs, base_src, base_out, prompts,
-                                                                               refs, settings))
+        figures = _served_figures if cell_dict["backend"] == "openai" else _cell_figures
+        result["cells"][cell_id] = _guarded(lambda c=cell_dict, f=figures: f(c, job, seqs, base_src, base_out, prompts,
+                                                                              refs, settings))
         if result["cells"][cell_id]["status"] == "ok":
             result["cells"][cell_id].update(shared)
             result["cells"][cell_id]["load_s"]["baseline"] = base_load_s
@@ -179,6 +180,58 @@ def _gen_kwargs(loaded, n: int) -> dict:
     gen = dict(loaded.generate_kwargs(n, None)) if hasattr(loaded, "generate_kwargs") else {}
     gen.pop("max_new_tokens", None)
     return gen
+
+
+# Why a served cell gets no teacher-forced figures (stored with its record).
+SERVED_REASON = ("generation parity only: the server's logits are not read (KL needs the full distribution at every "
+                 "answer position; OpenAI-compatible servers return at most top-k logprobs of the prompt, with echo)")
+
+
+def _served_figures(cell_dict, job, seqs, base_src, base_out, prompts, refs, settings) -> dict:
+    """Return a served (openai backend) cell's generation parity and determinism against the baseline's greedy outputs.
+
+    The same prompts go to the server as greedy completions of generate_tokens tokens (token ids on
+    the completions endpoint unless the cell's prompt option says text); the returned text is
+    tokenized with the workload's tokenizer, so a server whose detokenization merges or splits
+    tokens shows as differing tokens.
+    """
+    import asyncio
+    import os
+
+    from bench.accuracy.figures import differing_tokens, generation_parity
+    from bench.backends.openai.backend import probe_server
+    from bench.serving.client import ClientConfig, ServeRequest, replay
+    from bench.spec import Cell
+    from bench.workloads.tokenizers import load_tokenizer
+
+    cell = Cell.from_dict(cell_dict)
+    o = cell.options_dict
+    n = settings["generate_tokens"]
+    api_key = os.environ.get(o["api_key_env"]) or None
+    model = probe_server(o["base_url"], o["model_name"], o["endpoint"], api_key)
+    tok = load_tokenizer(cell.workload.tokenizer)
+    as_text = o["endpoint"] == "chat" or o["prompt"] == "text"
+    reqs = [ServeRequest(str(i), tok.decode(p) if as_text else list(p), len(p), n) for i, p in enumerate(prompts)]
+    cfg = ClientConfig(o["base_url"], o["endpoint"], model, timeout_s=float(o["timeout_s"]),
+                       ignore_eos=o["ignore_eos"] is True, min_tokens=o["min_tokens"] is True, include_usage=False,
+                       api_key=api_key)
+
+    def once() -> list[list[int]]:
+        timings, stats = asyncio.run(replay(cfg, reqs, max_concurrency=GEN_CONCURRENCY))
+        failed = [t.error for t in timings if t.error]
+        if failed:
+            raise RuntimeError(f"{len(failed)} of {len(reqs)} greedy requests failed; first: {failed[0]}")
+        return [tok.encode(r.text)[:n] for r in stats.received]
+
+    t0 = time.perf_counter()
+    first, second = once(), once()
+    return {"mode": "generation", "parity": None, "parity_reason": SERVED_REASON, "served_model": model,
+            "generation": generation_parity(first, base_out, refs, settings["prefix_k"]),
+            "determinism": differing_tokens(first, second), "greedy": first, "greedy_digest": digest(first),
+            "load_s": {"cell": 0.0}, "measure_s": time.perf_counter() - t0}
+
+
+GEN_CONCURRENCY = 16  # greedy requests in flight to a server (as the in-process batches of 16)
 
 
 def main(argv: list[str]) -> int:

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 VERDICTS = ("aligned", "degraded", "broken")
+# A cell with generation parity only (a served cell) and no ROUGE rule to apply: nothing decided it.
+NOT_JUDGED = "not judged"
 RANDOM_WEIGHTS_NOTE = "numerical fidelity only (random weights: KL and top-1 measure how closely the numerics agree, not task quality)"
 
 
@@ -58,12 +60,22 @@ def floor_of(floor: dict | None) -> tuple[float | None, float | None]:
     return max(p["kl_mean"] for p in parts), min(p["top1"] for p in parts)
 
 
-def judge(parity: dict, floor: dict | None, thresholds: dict, generation: dict | None = None,
+def judge(parity: dict | None, floor: dict | None, thresholds: dict, generation: dict | None = None,
           real_reference: bool = True, random_weights: bool = False) -> Verdict:
-    """Return the Verdict of a cell's TokenParity dict (and generation parity) against the thresholds."""
+    """Return the Verdict of a cell's TokenParity dict (and generation parity) against the thresholds.
+
+    parity None (generation parity only, a served cell): the ROUGE rule alone can decide; when it
+    cannot either, the verdict is NOT_JUDGED, never "aligned".
+    """
     floor_kl, floor_top1 = floor_of(floor)
     reasons: list[str] = []
     worst = 0
+    if parity is None:
+        reasons.append("no teacher-forced figures (generation parity only)")
+        judged = _rouge_rule(generation, thresholds, real_reference, reasons)
+        if judged is None:
+            return Verdict(NOT_JUDGED, reasons, dict(thresholds), RANDOM_WEIGHTS_NOTE if random_weights else None)
+        return Verdict(VERDICTS[judged], reasons, dict(thresholds), RANDOM_WEIGHTS_NOTE if random_weights else None)
     kl = parity["kl_mean"]
     ratio = kl / floor_kl if floor_kl else None
     ratio_text = f"{ratio:.1f}x floor {floor_kl:.3g}" if ratio is not None else "no floor"
@@ -81,18 +93,29 @@ def judge(parity: dict, floor: dict | None, thresholds: dict, generation: dict |
     if parity["top1_lower"] < need:
         worst = max(worst, 1)
         reasons.append(f"top-1 lower bound {100 * parity['top1_lower']:.1f} % < {100 * need:.1f} %")
-    few = generation and generation.get("prompts", 0) < thresholds.get("rouge_min_prompts", 0)
-    if generation and real_reference and generation.get("rouge1_delta_points") is None:
-        reasons.append(f"ROUGE not judged: {generation.get('rouge_error', 'not computed')}")
-    elif generation and real_reference and few:
-        reasons.append(f"ROUGE not judged: {generation['prompts']} prompts < rouge_min_prompts "
-                       f"{thresholds['rouge_min_prompts']}")
-    elif generation and real_reference:
-        low, high = thresholds["rouge_window"]
-        delta = generation["rouge1_delta_points"]
-        if not low <= delta <= high:
-            worst = max(worst, 1)
-            reasons.append(f"ROUGE-1 vs reference {delta:+.2f} points outside [{low:g}, {high:+g}]")
+    worst = max(worst, _rouge_rule(generation, thresholds, real_reference, reasons) or 0)
     if floor_kl is None:
         reasons.append("no noise floor: KL judged by its absolute thresholds only")
     return Verdict(VERDICTS[worst], reasons, dict(thresholds), RANDOM_WEIGHTS_NOTE if random_weights else None)
+
+
+def _rouge_rule(generation: dict | None, thresholds: dict, real_reference: bool, reasons: list[str]) -> int | None:
+    """Return 1 (degraded) or 0 from the ROUGE window rule, or None when it does not apply (reason appended)."""
+    if not generation:
+        return None
+    if not real_reference:
+        reasons.append("ROUGE not judged: the reference is the baseline's own greedy output")
+        return None
+    if generation.get("rouge1_delta_points") is None:
+        reasons.append(f"ROUGE not judged: {generation.get('rouge_error', 'not computed')}")
+        return None
+    if generation.get("prompts", 0) < thresholds.get("rouge_min_prompts", 0):
+        reasons.append(f"ROUGE not judged: {generation['prompts']} prompts < rouge_min_prompts "
+                       f"{thresholds['rouge_min_prompts']}")
+        return None
+    low, high = thresholds["rouge_window"]
+    delta = generation["rouge1_delta_points"]
+    if not low <= delta <= high:
+        reasons.append(f"ROUGE-1 vs reference {delta:+.2f} points outside [{low:g}, {high:+g}]")
+        return 1
+    return 0

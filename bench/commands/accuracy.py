@@ -26,8 +26,10 @@ from pathlib import Path
 from bench.cli import add_matrix_arguments, load_selected_matrix
 from bench.errors import BenchInputError
 
-# Backends whose logits this harness reads: hf in process (the loaded torch model).
+# Backends whose logits this harness reads: hf in process (the loaded torch model). A baseline must be one.
 LOGIT_BACKENDS = ("hf",)
+# Backends measured by generation parity only (their logits are not read): served cells (openai).
+GENERATION_BACKENDS = ("openai",)
 # What the session measures: a stored record is reused only if these match.
 MEASURE_KEYS = ("prompts", "answer_tokens", "generate_tokens", "prefix_k", "reference")
 
@@ -79,14 +81,16 @@ def plan_accuracy(matrix, all_cells, settings) -> list[tuple]:
     pairs, baselines = [], {}
     for cell in matrix.cells:
         base = accuracy_baseline(cell, all_cells, matrix.baseline)
+        if base.backend not in LOGIT_BACKENDS:
+            raise BenchInputError(
+                f"baseline {base.label}: bench accuracy reads the baseline's logits in process, from backends "
+                f"{list(LOGIT_BACKENDS)}; make an hf cell of the same model the baseline (baseline = {{ backend = \"hf\", ... }})")
+        if cell.backend not in LOGIT_BACKENDS + GENERATION_BACKENDS:
+            raise BenchInputError(
+                f"{cell.label}: backend {cell.backend!r} is not measured by bench accuracy yet (docs/accuracy.md: "
+                "trtllm's logits path is written against 1.2.1, not run): narrow with --only backend=hf")
         for c in (cell, base):
-            if c.backend not in LOGIT_BACKENDS:
-                raise BenchInputError(
-                    f"{c.label}: bench accuracy reads logits in process from backends {list(LOGIT_BACKENDS)}; backend "
-                    f"{c.backend!r} is not measured yet (docs/accuracy.md: trtllm's logits path is written, not run; "
-                    "openai servers without logprobs give generation parity only): narrow with --only backend=hf")
-        for c in (cell, base):
-            if tensor_parallel_size(c.options_dict) > 1:
+            if c.backend in LOGIT_BACKENDS and tensor_parallel_size(c.options_dict) > 1:
                 raise BenchInputError(
                     f"{c.label}: tensor_parallel_size={tensor_parallel_size(c.options_dict)} runs as torchrun ranks; an "
                     "accuracy session loads its models in one process: measure a tensor_parallel_size = 1 cell of the "
@@ -236,6 +240,10 @@ def accuracy_group(base, todo: list, matrix, settings, context, floor: dict | No
             acc.update({k: figures.get(k) for k in ("reference", "prompts", "sequences", "reference_digest", "parity",
                                                     "floor", "generation", "determinism", "greedy", "greedy_digest",
                                                     "load_s", "measure_s", "random_weights")})
+            acc["mode"] = figures.get("mode", "logits")  # "generation": generation parity only (parity_reason says why)
+            for k in ("parity_reason", "served_model"):
+                if figures.get(k):
+                    acc[k] = figures[k]
             prior = [r for r in earlier if r.accuracy.get("greedy") is not None]
             if prior:  # reproduction across processes: the latest earlier record of the same cell and settings
                 last = max(prior, key=lambda r: (r.context.started_at or 0, r.ended_at or 0))
@@ -259,9 +267,9 @@ def accuracy_metrics(acc: dict) -> dict:
 
     p = acc["parity"]
     m = {k: p[k] for k in ("tokens", "kl_mean", "kl_p99", "top1", "top1_lower", "top5", "ppl_base", "ppl_cell",
-                           "delta_ppl")}
+                           "delta_ppl")} if p else {}
     floor_kl, _ = floor_of(acc.get("floor_of_baseline") or acc.get("floor"))
-    if floor_kl and acc.get("floor_of_baseline") is not None:
+    if p and floor_kl and acc.get("floor_of_baseline") is not None:
         m["kl_floor_ratio"] = p["kl_mean"] / floor_kl
     g = acc.get("generation")
     if g:
@@ -280,9 +288,10 @@ def accuracy_text(cell, record) -> str:
     ref = {"dataset": "the dataset's reference answers",
            "baseline-greedy": "the baseline's own greedy continuation (no reference answers in this workload)"}[acc["reference"]]
     base = acc.get("baseline")
+    what = (f"{p['tokens']} teacher-forced tokens over {acc['sequences']} prompts" if p else
+            f"{acc['prompts']} prompts, {acc.get('parity_reason')}")
     head = (f"## {cell.label}" + (f" vs baseline {_label(base)}" if base else " (baseline: noise floor)")
-            + f"\n\n{p['tokens']} teacher-forced tokens over {acc['sequences']} prompts ({acc.get('prompts_note')}); "
-            f"reference: {ref}")
+            + f"\n\n{what} ({acc.get('prompts_note')}); reference: {ref}")
     lines = [head]
     if base is None:
         lines.append(f"perplexity on the reference {p['ppl_base']:.3f}")
@@ -290,10 +299,12 @@ def accuracy_text(cell, record) -> str:
             lines.append(f"noise floor, {f['what']}: KL mean {f['kl_mean']:.3g} (p99 {f['kl_p99']:.3g}), top-1 "
                          f"{100 * f['top1']:.1f} % (lower {100 * f['top1_lower']:.1f} %), top-5 {100 * f['top5']:.1f} %")
     else:
-        ratio = f"; {m['kl_floor_ratio']:.1f}x the floor" if "kl_floor_ratio" in m else "; no floor"
-        lines.append(f"KL mean {p['kl_mean']:.3g} (p99 {p['kl_p99']:.3g}{ratio}) · top-1 {100 * p['top1']:.1f} % "
-                     f"(95 % lower bound {100 * p['top1_lower']:.1f} %) · base top-1 in cell top-5 {100 * p['top5']:.1f} % "
-                     f"· PPL {p['ppl_base']:.3f} -> {p['ppl_cell']:.3f} (delta {p['delta_ppl']:+.3f})")
+        if p:
+            ratio = f"; {m['kl_floor_ratio']:.1f}x the floor" if "kl_floor_ratio" in m else "; no floor"
+            lines.append(f"KL mean {p['kl_mean']:.3g} (p99 {p['kl_p99']:.3g}{ratio}) · top-1 {100 * p['top1']:.1f} % "
+                         f"(95 % lower bound {100 * p['top1_lower']:.1f} %) · base top-1 in cell top-5 "
+                         f"{100 * p['top5']:.1f} % · PPL {p['ppl_base']:.3f} -> {p['ppl_cell']:.3f} "
+                         f"(delta {p['delta_ppl']:+.3f})")
         g = acc["generation"]
         rouge = ("ROUGE-1/2/L vs baseline " + "/".join(f"{g['rouge_vs_base'][k]:.1f}" for k in ("rouge1", "rouge2", "rougeL"))
                  + f" · ROUGE-1 vs reference {g['rouge_vs_reference']['rouge1']:.1f} (baseline "

@@ -27,12 +27,13 @@ def accuracy_markdown(latest: dict) -> str:
         rows.append([
             rec.label + _options(rec.cell), "(itself: noise floor)" if base is None else
             f"{base['backend']}/{base['precision']}/bs{base['max_batch_size']}" + _options(base),
-            str(a.get("reference")), str(m.get("tokens")),
-            f"{m['kl_mean']:.3g} ({m['kl_p99']:.3g})" if base is not None else _floor(a.get("floor")),
+            str(a.get("reference")), str(m.get("tokens", "generation parity only")),
+            (f"{m['kl_mean']:.3g} ({m['kl_p99']:.3g})" if "kl_mean" in m else "") if base is not None
+            else _floor(a.get("floor")),
             f"{m['kl_floor_ratio']:.1f}x" if "kl_floor_ratio" in m else "",
-            f"{100 * m['top1']:.1f} ({100 * m['top1_lower']:.1f})" if base is not None else "",
-            f"{100 * m['top5']:.1f}" if base is not None else "",
-            f"{m['ppl_base']:.3f} -> {m['ppl_cell']:.3f}",
+            f"{100 * m['top1']:.1f} ({100 * m['top1_lower']:.1f})" if base is not None and "top1" in m else "",
+            f"{100 * m['top5']:.1f}" if base is not None and "top5" in m else "",
+            f"{m['ppl_base']:.3f} -> {m['ppl_cell']:.3f}" if "ppl_cell" in m else "",
             f"{100 * g['identical_prefix_rate']:.0f} % (k={g['prefix_k']})" if g else "",
             f"{g['rouge_vs_base']['rougeL']:.1f}" if g.get("rouge_vs_base") else "",
             f"{m.get('determinism_differing_tokens')} / " + (str(across["differing_tokens"]) if across else "-"),
