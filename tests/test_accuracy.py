@@ -380,7 +380,7 @@ def test_speedup_table_shows_accuracy_and_flags_a_broken_speedup(tmp_path):
                 "device": "cuda", "options": {}, "workload": {"name": "w"}}
 
     speed = [make_record(p, cell=cell(p), request_throughput=r, output_throughput=10 * r)
-             for p, r in (("bf16", 1.0), ("int8wo", 1.5), ("int4wo", 1.6))]
+             for p, r in (("bf16", 1.0), ("int8wo", 1.5), ("int4wo", 1.6), ("fp8", 1.7))]
     acc = [_accuracy_record("bf16", cell("bf16"), 0.0, 1.0, None), _accuracy_record("int8wo", cell("int8wo"), 0.034, 0.556,
                                                                                     "aligned"),
            _accuracy_record("int4wo", cell("int4wo"), 0.145, 0.258, "broken")]
@@ -395,6 +395,7 @@ def test_speedup_table_shows_accuracy_and_flags_a_broken_speedup(tmp_path):
     assert "1.60x ✗ broken" in row["int4wo"] and "| 0.145 | 25.8 | +0.5 | broken |" in row["int4wo"]
     assert "1.50x |" in row["int8wo"] and "| aligned |" in row["int8wo"]  # an aligned speedup is shown plain
     assert "| baseline |" in row["bf16"]
+    assert "1.70x |" in row["fp8"] and "| not measured |" in row["fp8"]  # no accuracy record for this cell
     assert "numerical fidelity only" in md  # random weights: said under the table
     assert "KL mean | top-1 % | ΔPPL | accuracy" in md
     report = paths["report"].read_text()

@@ -386,8 +386,8 @@ def render_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         acc = []
         if show_acc:
             acc = [_num(r.get(m), None, f) if m != "accuracy_top1" else _pct(r.get(m)) for m, _, f in ACCURACY_COLUMNS]
-            acc.append(str(r.get("accuracy_verdict") or "not measured"))
-        flag = VERDICT_FLAGS.get(r.get("accuracy_verdict") or "")
+            acc.append(_verdict(r) or "not measured")
+        flag = VERDICT_FLAGS.get(_verdict(r) or "")
         if r["status"] != "ok":
             label = str(r["status"]).upper()
             rows.append(head + [label] * len(numbers) + ["", ""] + acc + [""] * len(extra) + tail)
@@ -419,6 +419,12 @@ def _accuracy_notes(table: pd.DataFrame) -> list[str]:
     if table.attrs.get("random_weights"):
         lines.append(f"Accuracy verdicts here are {RANDOM_WEIGHTS_NOTE}.\n")
     return lines
+
+
+def _verdict(r: dict) -> str | None:
+    """Return a row's accuracy verdict (None for a cell without an accuracy record: pandas holds NaN there)."""
+    v = r.get("accuracy_verdict")
+    return v if isinstance(v, str) else None
 
 
 def _pct(value) -> str:
