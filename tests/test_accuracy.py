@@ -279,6 +279,8 @@ def test_bench_accuracy_aligned_broken_and_the_broken_layer_named(tiny_trained, 
     assert 200 < base.metrics["tokens"] <= 8 * 64 and base.metrics["kl_mean"] == 0
     assert bf16.metrics["tokens"] == base.metrics["tokens"]
     assert bf16.verdict == "aligned", out
+    floor_top1 = min(f["top1"] for f in base.accuracy["floor"].values())
+    assert bf16.metrics["top1_floor_ratio"] == pytest.approx(bf16.metrics["top1"] / floor_top1)
     assert bf16.metrics["top1"] > 0.9 and bf16.metrics["determinism_differing_tokens"] == 0
     assert broken.verdict == "broken", out
     assert broken.metrics["kl_mean"] > 10 * bf16.metrics["kl_mean"] and broken.metrics["top1"] < bf16.metrics["top1"]

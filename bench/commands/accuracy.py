@@ -268,9 +268,10 @@ def accuracy_metrics(acc: dict) -> dict:
     p = acc["parity"]
     m = {k: p[k] for k in ("tokens", "kl_mean", "kl_p99", "top1", "top1_lower", "top5", "ppl_base", "ppl_cell",
                            "delta_ppl")} if p else {}
-    floor_kl, _ = floor_of(acc.get("floor_of_baseline") or acc.get("floor"))
+    floor_kl, floor_top1 = floor_of(acc.get("floor_of_baseline") or acc.get("floor"))
     if p and floor_kl and acc.get("floor_of_baseline") is not None:
         m["kl_floor_ratio"] = p["kl_mean"] / floor_kl
+        m["top1_floor_ratio"] = p["top1"] / floor_top1 if floor_top1 else None
     g = acc.get("generation")
     if g:
         m["identical_prefix_rate"] = g["identical_prefix_rate"]
@@ -301,8 +302,9 @@ def accuracy_text(cell, record) -> str:
     else:
         if p:
             ratio = f"; {m['kl_floor_ratio']:.1f}x the floor" if "kl_floor_ratio" in m else "; no floor"
+            top_ratio = f", {m['top1_floor_ratio']:.2f}x the floor's" if m.get("top1_floor_ratio") else ""
             lines.append(f"KL mean {p['kl_mean']:.3g} (p99 {p['kl_p99']:.3g}{ratio}) · top-1 {100 * p['top1']:.1f} % "
-                         f"(95 % lower bound {100 * p['top1_lower']:.1f} %) · base top-1 in cell top-5 "
+                         f"(95 % lower bound {100 * p['top1_lower']:.1f} %{top_ratio}) · base top-1 in cell top-5 "
                          f"{100 * p['top5']:.1f} % · PPL {p['ppl_base']:.3f} -> {p['ppl_cell']:.3f} "
                          f"(delta {p['delta_ppl']:+.3f})")
         g = acc["generation"]

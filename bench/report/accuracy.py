@@ -30,7 +30,8 @@ def accuracy_markdown(latest: dict) -> str:
             str(a.get("reference")), str(m.get("tokens", "generation parity only")),
             (f"{m['kl_mean']:.3g} ({m['kl_p99']:.3g})" if "kl_mean" in m else "") if base is not None
             else _floor(a.get("floor")),
-            f"{m['kl_floor_ratio']:.1f}x" if "kl_floor_ratio" in m else "",
+            (f"KL {m['kl_floor_ratio']:.1f}x, top-1 {m['top1_floor_ratio']:.2f}x" if m.get("top1_floor_ratio")
+             else f"KL {m['kl_floor_ratio']:.1f}x") if "kl_floor_ratio" in m else "",
             f"{100 * m['top1']:.1f} ({100 * m['top1_lower']:.1f})" if base is not None and "top1" in m else "",
             f"{100 * m['top5']:.1f}" if base is not None and "top5" in m else "",
             f"{m['ppl_base']:.3f} -> {m['ppl_cell']:.3f}" if "ppl_cell" in m else "",
