@@ -333,6 +333,98 @@ class Matrix:
     settings: RunSettings = field(default_factory=RunSettings)
     description: str = ""
     baseline: dict = field(default_factory=dict)  # partial cell selecting the speedup baseline
+    accuracy: AccuracySpec = field(default_factory=lambda: AccuracySpec())  # `bench accuracy`'s [accuracy] table
+
+
+@dataclass(frozen=True)
+class AccuracySpec:
+    """The matrix's [accuracy] table: what `bench accuracy` measures and the thresholds of its verdict.
+
+    Each threshold's default names its anchor (docs/guide/accuracy.md explains them):
+    - kl_aligned = 0.01 nats/token: llama.cpp's `--kl-divergence` tables put 8- and 6-bit
+      quantizations of trained models below this mean KL and 2-3-bit ones far above;
+    - kl_broken = 0.1 nats/token: the KL ceiling; past it (and past the floor ratio) a cell is broken;
+    - floor_ratio_aligned = 5, floor_ratio_broken = 20: a cell's mean KL over the model's noise
+      floor (the KL numerics alone give: bf16 weights computed in bf16 vs fp32, sdpa vs eager);
+      measured on the random-weight qwen-7b-shape, int8wo sits at 9x and a scrambled layer at
+      40x (issue 30), so the ratio, not the absolute KL, separates them there;
+    - top1_rtol = 0.08: vLLM's CI rule (a config fails below baseline x (1 - 0.08)), applied to
+      the 95 % Wilson lower bound of top-1 agreement against the floor's agreement;
+    - rouge_window = [-1, 2] ROUGE points: the reference report's rule, a cell's ROUGE-1 against
+      the reference answers within -1 / +2 points of the baseline's; judged only from
+      rouge_min_prompts = 50 prompts (below that the standard error of a mean ROUGE, ~15 points
+      per answer / sqrt(n), is wider than the window: the figure is printed, not judged).
+    """
+
+    prompts: int = 16  # prompts of the workload (its first N requests, the speed run's order)
+    answer_tokens: int = 128  # reference-answer tokens scored per prompt (teacher-forced)
+    generate_tokens: int = 32  # greedy tokens per prompt for generation parity and determinism
+    prefix_k: int = 16  # "identical first k tokens" rate
+    reference: str = "auto"  # auto | dataset | baseline-greedy
+    kl_aligned: float = 0.01
+    kl_broken: float = 0.1
+    floor_ratio_aligned: float = 5.0
+    floor_ratio_broken: float = 20.0
+    top1_rtol: float = 0.08
+    rouge_window: tuple[float, float] = (-1.0, 2.0)
+    rouge_min_prompts: int = 50
+
+    REFERENCES = ("auto", "dataset", "baseline-greedy")
+    COUNTS = ("prompts", "answer_tokens", "generate_tokens", "prefix_k", "rouge_min_prompts")
+    POSITIVE = ("kl_aligned", "kl_broken", "floor_ratio_aligned", "floor_ratio_broken")
+
+    @classmethod
+    def from_dict(cls, data: Any) -> AccuracySpec:
+        """Return the [accuracy] table checked; BenchInputError names the bad key or value and the fix."""
+        if not isinstance(data, dict):
+            raise BenchInputError("[accuracy] must be a table, e.g. [accuracy] prompts = 16, kl_aligned = 0.01")
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise BenchInputError(f"[accuracy]: unknown key {sorted(unknown)[0]!r}; valid keys are {choices(known)}")
+        values = dict(data)
+        if "rouge_window" in values:
+            w = values["rouge_window"]
+            if (not isinstance(w, (list, tuple)) or len(w) != 2
+                    or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in w) or not w[0] <= 0 <= w[1]):
+                raise BenchInputError(f"[accuracy]: rouge_window must be [low, high] ROUGE points with low <= 0 <= high, "
+                                      f"e.g. [-1, 2], got {w!r}")
+            values["rouge_window"] = (float(w[0]), float(w[1]))
+        spec = cls(**values)
+        spec.check()
+        return spec
+
+    def check(self) -> None:
+        for key in self.COUNTS:
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise BenchInputError(f"[accuracy]: {key} must be a positive integer, got {v!r}")
+        if self.prefix_k > self.generate_tokens:
+            raise BenchInputError(f"[accuracy]: prefix_k ({self.prefix_k}) cannot exceed generate_tokens "
+                                  f"({self.generate_tokens}): lower prefix_k or raise generate_tokens")
+        for key in (*self.POSITIVE, "top1_rtol"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v != v:
+                raise BenchInputError(f"[accuracy]: {key} must be a positive number, got {v!r}")
+        if self.top1_rtol >= 1:
+            raise BenchInputError(f"[accuracy]: top1_rtol is a fraction below 1 (vLLM uses 0.08), got {self.top1_rtol!r}")
+        if self.kl_broken < self.kl_aligned:
+            raise BenchInputError(f"[accuracy]: kl_broken ({self.kl_broken}) must be >= kl_aligned ({self.kl_aligned})")
+        if self.floor_ratio_broken < self.floor_ratio_aligned:
+            raise BenchInputError(f"[accuracy]: floor_ratio_broken ({self.floor_ratio_broken}) must be >= "
+                                  f"floor_ratio_aligned ({self.floor_ratio_aligned})")
+        if self.reference not in self.REFERENCES:
+            raise BenchInputError(f"[accuracy]: reference must be one of {choices(self.REFERENCES)}, got {self.reference!r}")
+
+    def thresholds(self) -> dict:
+        """Return the verdict's thresholds (printed with every verdict and stored with every record)."""
+        return {k: getattr(self, k) for k in (*self.POSITIVE, "top1_rtol", "rouge_min_prompts")} | {
+            "rouge_window": list(self.rouge_window)}
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["rouge_window"] = list(self.rouge_window)
+        return d
 
 
 AXES = ("backends", "models", "precisions", "max_batch_sizes", "workloads", "device")
@@ -341,6 +433,7 @@ TOP_KEYS = set(AXES) | {
     "trials", "warmup", "runs", "timeout_s", "build_timeout_s", "baseline", "gpu_memory_gb",
     "study",  # read by `bench study` (bench/commands/study.py): its OOM search and profile settings
     "executor", "ray_address", "tuning_builds", "engines",
+    "accuracy",  # read by `bench accuracy` (bench/commands/accuracy.py): AccuracySpec
 }
 RULE_KEYS = {"backend", "model", "precision", "max_batch_size", "workload", "device"}
 
@@ -543,6 +636,7 @@ def parse_matrix(data: dict, default_name: str = "matrix", *, check_installed: b
         settings=settings,
         description=data.get("description", ""),
         baseline=baseline,
+        accuracy=AccuracySpec.from_dict(data.get("accuracy", {})),
     )
 
 
@@ -687,6 +781,26 @@ def check_baseline(baseline: dict, cells, must_match: bool = False, flag: str = 
             labels = [f"{cell_label(c.backend, c.precision, c.max_batch_size)} [" + ", ".join(
                 f"{k}={o[k]}" for k in shown_keys(opts) if k in o) + "]" for c, o in zip(hits, opts, strict=True)]
             raise BenchInputError(ambiguous_baseline_message(baseline, labels, workload, opts))
+
+
+def accuracy_baseline(cell: Cell, cells, baseline: dict) -> Cell:
+    """Return the baseline cell `bench accuracy` measures `cell` against: the one matching `baseline` of the same
+    model and workload among `cells` (the whole matrix); BenchInputError naming the fix otherwise."""
+    want = ", ".join(f"{k}={v}" for k, v in baseline.items())
+    if "model" in baseline and str(baseline["model"]) != cell.model:
+        raise BenchInputError(
+            f"baseline ({want}) is model {baseline['model']!r}, but cell {cell.label} is model {cell.model!r}: accuracy "
+            "compares configurations of one model; drop `model` from the baseline, or narrow with --only "
+            f"model={baseline['model']}")
+    hits = [c for c in cells if c.model == cell.model and c.workload == cell.workload and _baseline_matches(c, baseline)]
+    if not hits:
+        raise BenchInputError(
+            f"no baseline cell ({want}) of model {cell.model!r} and workload {cell.workload.name!r} in the matrix, so "
+            f"{cell.label} has nothing to be measured against: add that cell to the matrix, or set its baseline = {{ ... }}")
+    if len(hits) > 1:
+        raise BenchInputError(ambiguous_baseline_message(baseline, [c.label for c in hits], cell.workload.name,
+                                                         [c.options_dict for c in hits]))
+    return hits[0]
 
 
 def _baseline_matches(cell: Cell, baseline: dict) -> bool:

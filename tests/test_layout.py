@@ -30,7 +30,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("execution", ("bench.execution",)),
     ("results", ("bench.results",)),
     ("runner", ("bench.runner",)),
-    ("analysis", ("bench.oom", "bench.profiling", "bench.capacity")),
+    ("analysis", ("bench.oom", "bench.profiling", "bench.capacity", "bench.accuracy")),
     ("report", ("bench.report",)),
     ("commands", ("bench.commands", "bench.cli", "bench.__main__")),
 ]
@@ -223,7 +223,7 @@ def test_architecture_doc_lists_every_module_in_its_stage():
         assert paths and all(p.is_file() for p in paths), f"docs/architecture.md names {name}, which does not exist"
         for path in paths:
             module = module_name(path, PACKAGE)
-            expected = {"oom": "analysis", "profiling": "analysis"}.get(stage, stage)
+            expected = {"oom": "analysis", "profiling": "analysis", "accuracy": "analysis"}.get(stage, stage)
             assert stage_of(module) == expected, f"docs/architecture.md puts {module} in {stage}; the code: {stage_of(module)}"
             named.add(path)
     missing = [str(p.relative_to(ROOT)) for p in sorted(PACKAGE.rglob("*.py"))

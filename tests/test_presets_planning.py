@@ -25,7 +25,7 @@ def test_presets_list_every_preset_and_what_it_needs(no_quantization_library, ca
         assert f"\n{name} " in "\n" + out
     lines = out.splitlines()
     study = lines[[i for i, line in enumerate(lines) if line.startswith("h200-study ")][0] + 1]
-    assert "needs: a CUDA GPU, torchao (precision 'int4wo'; NOT installed)" in study
+    assert "needs: a CUDA GPU, torchao (precision 'int4wo', precision 'int8wo'; NOT installed)" in study
     default = lines[[i for i, line in enumerate(lines) if line.startswith("default ")][0] + 1]
     assert "needs: nothing beyond the install (CPU)" in default
     assert sys.modules["torchao"] is None  # nothing tried to import it

@@ -80,14 +80,18 @@ def test_the_h200_study_preset_plans_every_step(tmp_path):
     proc = _bench("study", "--preset", "h200-study", "--dry-run", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
-    assert "run: bench run --preset h200-study" in out and "14 cells x 2 run(s) x 1 trial(s)" in out
+    # 14 cells, and int8wo beside int4wo at batch 16 on the 1024-limit workload for the accuracy step
+    assert "run: bench run --preset h200-study" in out and "15 cells x 2 run(s) x 1 trial(s)" in out
     assert "memory cap 24 GB" in out
     assert "--lengths 1024x1024 --lower 6 --upper 8 --strategy bisect --no-confirm" in out
     assert "--lengths 2048x2048 --lower 3 --upper 5" in out
-    profiled = [line for line in out.splitlines() if line.startswith("  hf/bf16/bs1/sharegpt-1024")]
+    profiled = [line for line in out.splitlines() if line.startswith("  hf/bf16/bs1/sharegpt-1024") and "noise floor" not in line]
     assert len(profiled) == 4  # listed under run and under profile: eager and harness loop
     assert any("decode_loop=harness" in line for line in profiled[2:]) and any("cache=dynamic" in line for line in profiled[2:])
-    assert "bench report results/h200-study.jsonl results/h200-study-oom.jsonl --profiles profiles/h200-study.jsonl" in out
+    assert "accuracy: bench accuracy --preset h200-study --only workload=sharegpt-1024,precision=int8wo|int4wo" in out
+    assert "3 session(s) (40 prompts x up to 256 answer tokens" in out and "(baseline: noise floor)" in out
+    assert ("bench report results/h200-study.jsonl results/h200-study-oom.jsonl results/h200-study-accuracy.jsonl "
+            "--profiles profiles/h200-study.jsonl") in out
     assert not (tmp_path / "results").exists()  # a dry run runs nothing
 
 

@@ -7,7 +7,10 @@ line printed before it runs:
 2. `bench oom`     -> results/<matrix>-oom.jsonl (bench.commands.oom.search_matrix), one search
                       per entry of the matrix's [study.oom] `searches`
 3. `bench profile` -> profiles/<matrix>.jsonl (bench.commands.profile.profile_matrix)
-4. `bench report`  -> dashboards/<matrix>/report.md and dashboard.html over all three stores
+4. `bench accuracy` -> results/<matrix>-accuracy.jsonl (bench.commands.accuracy.accuracy_matrix): the
+                      cells of [study.accuracy] `only` against their baselines, with the matrix's
+                      [accuracy] settings and thresholds
+5. `bench report`  -> dashboards/<matrix>/report.md and dashboard.html over all four stores
 
 The matrix file's [study] table says what steps 2 and 3 cover (docs/guide/reports.md):
 
@@ -22,6 +25,9 @@ The matrix file's [study] table says what steps 2 and 3 cover (docs/guide/report
     only = "max_batch_size=1,workload=w"       # which cells (as --only)
     decode_steps = 4
     warmup = 1
+
+    [study.accuracy]
+    only = "max_batch_size=1"                  # which cells (as --only); their baselines come with them
 
 Everything is checked before the first step runs. A step that fails (a cell's error or
 timeout, an undecided search, a failed session) does not stop the later steps; the exit
@@ -38,10 +44,11 @@ from pathlib import Path
 
 from bench.errors import BenchInputError, choices
 
-STEPS = ("run", "oom", "profile", "report")
+STEPS = ("run", "oom", "profile", "accuracy", "report")
 OOM_KEYS = {"only", "strategy", "confirm", "decode_steps", "searches"}
 SEARCH_KEYS = {"lengths", "lower", "upper"}
 PROFILE_KEYS = {"only", "decode_steps", "warmup", "batches", "tool"}
+ACCURACY_KEYS = {"only"}
 
 
 def register(sub) -> None:
@@ -73,6 +80,7 @@ class StudyPlan:
     oom: list  # bench.commands.oom.OomSettings, one per search
     profile_matrix: object | None
     profile: object | None  # bench.commands.profile.ProfileSettings
+    accuracy_matrix: object | None = None  # the matrix narrowed to [study.accuracy].only (None: no accuracy step)
     only: dict = field(default_factory=dict)  # [study.oom].only and [study.profile].only as given (for the command lines)
 
 
@@ -106,12 +114,13 @@ def study_plan(path: Path, matrix, check_devices: bool = True) -> StudyPlan:
     if not isinstance(study, dict) or not study:
         raise BenchInputError(f"matrix {str(path)!r} has no [study] table: add [study.oom] and/or [study.profile] "
                               "(see `bench study --help` and docs/guide/reports.md), or use bench run / oom / profile")
-    unknown = set(study) - {"oom", "profile"}
+    unknown = set(study) - {"oom", "profile", "accuracy"}
     if unknown:
-        raise BenchInputError(f"[study]: unknown key {sorted(unknown)[0]!r}; valid keys are 'oom', 'profile'")
+        raise BenchInputError(f"[study]: unknown key {sorted(unknown)[0]!r}; valid keys are 'oom', 'profile', 'accuracy'")
     oom = _table(study, "oom", OOM_KEYS, "[study.oom]")
     prof = _table(study, "profile", PROFILE_KEYS, "[study.profile]")
-    only = {"oom": oom.get("only"), "profile": prof.get("only")}
+    acc = _table(study, "accuracy", ACCURACY_KEYS, "[study.accuracy]")
+    only = {"oom": oom.get("only"), "profile": prof.get("only"), "accuracy": acc.get("only")}
     oom_matrix, oom_settings = None, []
     if oom:
         oom_matrix = narrow(matrix, only=parse_pairs(oom.get("only"), "[study.oom] only"))
@@ -145,7 +154,14 @@ def study_plan(path: Path, matrix, check_devices: bool = True) -> StudyPlan:
         if profile_settings.tool != "torch":
             raise BenchInputError("[study.profile] tool: the study profiles with torch.profiler; run `bench profile "
                                   "--tool nsys` on its own for nsys")
-    return StudyPlan(matrix, oom_matrix, oom_settings, profile_matrix, profile_settings, only)
+    accuracy_matrix = None
+    if "accuracy" in study:
+        from bench.commands.accuracy import plan_accuracy
+
+        accuracy_matrix = narrow(matrix, only=parse_pairs(_typed(acc, "only", None, str, "[study.accuracy]"),
+                                                          "[study.accuracy] only"))
+        plan_accuracy(accuracy_matrix, matrix.cells, matrix.accuracy)  # baselines, backends, references: checked now
+    return StudyPlan(matrix, oom_matrix, oom_settings, profile_matrix, profile_settings, accuracy_matrix, only)
 
 
 def _source(args) -> Path:
@@ -183,7 +199,11 @@ def _commands(args, plan: StudyPlan) -> dict[str, str]:
         p = plan.profile
         out["profile"] = (f"bench profile {src}{slice_}" + (f" --only {plan.only['profile']}" if plan.only.get("profile") else "")
                           + f" --decode-steps {p.decode_steps} --warmup {p.warmup} --batches {p.batches}")
-    out["report"] = f"bench report results/{name}.jsonl results/{name}-oom.jsonl --profiles profiles/{name}.jsonl"
+    if plan.accuracy_matrix is not None:
+        out["accuracy"] = f"bench accuracy {src}{slice_}" + (f" --only {plan.only['accuracy']}" if plan.only.get("accuracy") else "")
+    out["report"] = (f"bench report results/{name}.jsonl results/{name}-oom.jsonl"
+                     + (f" results/{name}-accuracy.jsonl" if plan.accuracy_matrix is not None else "")
+                     + f" --profiles profiles/{name}.jsonl")
     return out
 
 
@@ -203,7 +223,7 @@ def cmd_study(args) -> int:
     check_baseline(matrix.baseline, matrix.cells)
     name = matrix.name
     stores = {"run": Path(f"results/{name}.jsonl"), "oom": Path(f"results/{name}-oom.jsonl"),
-              "profile": Path(f"profiles/{name}.jsonl")}
+              "profile": Path(f"profiles/{name}.jsonl"), "accuracy": Path(f"results/{name}-accuracy.jsonl")}
     report_dir = Path(args.report_dir or f"dashboards/{name}")
     console = Console(stderr=True, soft_wrap=True)
     commands = _commands(args, plan)
@@ -216,6 +236,8 @@ def cmd_study(args) -> int:
     timings: dict[str, float] = {}
     failed: dict[str, int] = {}
     for step in steps:
+        if step == "accuracy" and plan.accuracy_matrix is None:
+            continue  # no [study.accuracy] table: the step is not part of this study
         t0 = time.monotonic()
         if step == "run":
             failed["run"] = _run(plan.matrix, stores["run"], args, console, commands["run"])
@@ -227,6 +249,13 @@ def cmd_study(args) -> int:
             console.print(f"[bold]study: profile[/] ({commands['profile']})")
             _, failed["profile"] = profile_matrix(plan.profile_matrix, plan.profile, Path("profiles"), stores["profile"],
                                                   printer=lambda text: print(text, file=sys.stderr))
+        elif step == "accuracy" and plan.accuracy_matrix is not None:
+            from bench.commands.accuracy import accuracy_matrix
+
+            console.print(f"[bold]study: accuracy[/] ({commands['accuracy']})")
+            _, failed["accuracy"] = accuracy_matrix(plan.accuracy_matrix, plan.matrix.cells, plan.matrix.accuracy,
+                                                    stores["accuracy"], redo=args.redo,
+                                                    printer=lambda text: print(text, file=sys.stderr))
         elif step == "report":
             failed["report"] = _report(stores, report_dir, plan.matrix, console, commands["report"])
         timings[step] = time.monotonic() - t0
@@ -273,7 +302,7 @@ def _report(stores: dict, report_dir: Path, matrix, console, command: str) -> in
     from bench.report.build import build_report
 
     console.print(f"[bold]study: report[/] ({command})")
-    runs = [str(stores[k]) for k in ("run", "oom") if stores[k].exists()]
+    runs = [str(stores[k]) for k in ("run", "oom", "accuracy") if stores[k].exists()]
     profiles = [str(stores["profile"])] if stores["profile"].exists() else []
     if not runs and not profiles:
         console.print("[yellow]report not built: no store was written")
@@ -322,6 +351,15 @@ def dry_run_text(plan: StudyPlan, steps: list[str], stores: dict, history: list,
         total, text = estimate_profiles(plan.profile_matrix.cells, prof_records)
         known += total or 0.0
         lines += ["", f"profile: {commands['profile']}"] + [f"  {c.label}" for c in plan.profile_matrix.cells] + ["  " + text]
+    if "accuracy" in steps and plan.accuracy_matrix is not None:
+        from bench.commands.accuracy import plan_accuracy
+
+        pairs = plan_accuracy(plan.accuracy_matrix, plan.matrix.cells, plan.matrix.accuracy)
+        a = plan.matrix.accuracy
+        lines += ["", f"accuracy: {commands['accuracy']}",
+                  f"  {len(pairs)} session(s) ({a.prompts} prompts x up to {a.answer_tokens} answer tokens, "
+                  f"{a.generate_tokens} greedy tokens each); time not estimated"]
+        lines += [f"  {c.label}" + (f" vs {b.label}" if b is not None else " (baseline: noise floor)") for c, b in pairs]
     if "report" in steps:
         lines += ["", f"report: {commands['report']}"]
     lines += ["", f"known from stored records: {known:.0f} s ({known / 60:.1f} min); parts with no stored figure are "

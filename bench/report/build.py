@@ -81,9 +81,13 @@ def _gc_paused():
 def _build_report(stores, out_dir, baseline, kernels, profiles, pool) -> dict[str, Path]:
     from bench.oom.search import frontier_markdown, frontier_rows
     from bench.report.kernel_panel import kernel_frame, kernel_summary_markdown
+    from bench.results.records import Accuracy
 
-    per_store = [query.load([s]) for s in stores]
-    records = [r for recs in per_store for r in recs]
+    loaded = [query.load([s]) for s in stores]
+    # Accuracy records (`bench accuracy`) go beside the speedups, never into the comparison of stores.
+    latest_accuracy = query.latest_accuracy([r for recs in loaded for r in recs])
+    per_store = [recs for recs in loaded if not all(isinstance(r, Accuracy) for r in recs)] or loaded
+    records = [r for recs in per_store for r in recs if not isinstance(r, Accuracy)]
     labels = store_labels(per_store)
     # OOM-probe records answer "what fits", not "how fast": they make the frontier table, not speedups;
     # profile records hold kernel tables: they make the kernel panel.
@@ -112,12 +116,19 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool) -> dict[st
         frontier = {"frontier": out / "oom-frontier.md"}
         sections["OOM frontier (bench oom)"] = frontier_markdown(frontier_rows(probes))
         _write(frontier["frontier"], sections["OOM frontier (bench oom)"])
+    if latest_accuracy:
+        from bench.report.accuracy import accuracy_markdown
+
+        sections["Accuracy (bench accuracy)"] = accuracy_markdown(latest_accuracy)
+        out.mkdir(parents=True, exist_ok=True)
+        extra_paths["accuracy"] = out / "accuracy.md"
+        _write(extra_paths["accuracy"], sections["Accuracy (bench accuracy)"])
     title = _title(labels)
-    if not runs and (probes or profiled):
+    if not runs and (probes or profiled or latest_accuracy):
         out.mkdir(parents=True, exist_ok=True)
         extra_paths["report"] = out / "report.md"
         _write(extra_paths["report"], report_markdown(title, "", sections))
-        if profiled or probes:
+        if profiled or probes or latest_accuracy:
             extra_paths["dashboard"] = out / "dashboard.html"
             _write(extra_paths["dashboard"], _kernel_page(kernels, title, kernel_warnings, sections, timelines))
         for w in kernel_warnings:
@@ -132,7 +143,8 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool) -> dict[st
     frame = data.frame
     cells = aggregate(frame)
     baseline = baseline or _stored_baseline(selection)
-    tables = speedup_table(frame, baseline, cells=cells)  # raises on a missing baseline, before writing anything
+    # raises on a missing baseline, before writing anything
+    tables = speedup_table(frame, baseline, cells=cells, accuracy=latest_accuracy)
     history = {}
     if selection.history:
         hist_data = report_data([r for row in selection.history for r in row.records])
@@ -247,6 +259,8 @@ def _dashboard(data, cells: pd.DataFrame, tables: dict, kernels: pd.DataFrame | 
         figs.append(("Speedup heatmap", F.speedup_heatmap(table, key), ""))
         if not server:
             figs.append(("OOM frontier", F.oom_frontier(c, key), ""))
+        if table.attrs.get("accuracy"):
+            figs.append(("Accuracy vs speedup", F.accuracy_vs_speedup(table, key), ""))
         if latency_rate is not None:  # a request-rate sweep (openai backend): the serving view
             figs.append(("Latency vs offered request rate", latency_rate, ""))
             figs.append(("Requests/s and goodput vs offered request rate", requests_rate, ""))
@@ -297,7 +311,7 @@ def _global_sections(kernels: pd.DataFrame | None, tables_md: dict[str, str], ti
 
     out = []
     for heading, text in tables_md.items():
-        if heading.startswith("OOM frontier"):
+        if heading.startswith(("OOM frontier", "Accuracy")):
             out.append({"heading": heading, "figures": [], "html": markdown_table_html(text)})
     kernel_md = next((t for h, t in tables_md.items() if h.startswith("Kernels")), None)
     out.append({"heading": "Kernels", "figures": _kernel_figures(kernels) + list(timelines),
@@ -312,5 +326,6 @@ def _kernel_page(kernels: pd.DataFrame | None, title: str, warns: list[str], tab
 
     precisions = sorted(str(p) for p in kernels.precision.dropna().unique()) if kernels is not None else []
     return dashboard_html([], _global_sections(kernels, tables_md, timelines), title, precisions, warns,
-                          "<p class='note'>no workload results in these stores: kernel profiles and OOM probes only</p>")
+                          "<p class='note'>no workload results in these stores: kernel profiles, OOM probes and "
+                          "accuracy records only</p>")
 

@@ -668,3 +668,37 @@ def _timeline_trace(category: str, ks: list[dict], color: str) -> dict:
             "x": [max(k["end_us"] - k["start_us"], 0.0) for k in ks],
             "hovertext": [f"{esc(k['name'][:160])}<br>{esc(category)}, {k['end_us'] - k['start_us']:.2f} µs" for k in ks],
             "hoverinfo": "text"}
+
+
+VERDICT_COLORS = {"aligned": "#00cc96", "degraded": "#ffa15a", "broken": OOM_COLOR}
+
+
+def accuracy_vs_speedup(table: pd.DataFrame, title: str) -> dict:
+    """Return a scatter of each measured cell's mean KL against the baseline (log y) vs its speedup, coloured by verdict.
+
+    The speedup is the generation speedup where the table has one, else the throughput speedup.
+    The baseline itself (KL 0 by definition) is not drawn on the log axis: the title names it.
+    """
+    t = table[table.status == "ok"].copy()
+    if "gpu_memory_gb" not in t:
+        t["gpu_memory_gb"] = None
+    metric, what = "generation_speedup", "generation speedup"
+    if metric not in t or pd.to_numeric(t[metric], errors="coerce").isna().all():
+        metric, what = "throughput_speedup", "throughput speedup"
+    t["_kl"] = pd.to_numeric(t.get("accuracy_kl_mean"), errors="coerce")
+    t["_x"] = pd.to_numeric(t[metric], errors="coerce")
+    t = t[(t._kl > 0) & t._x.notna()]
+    t["_label"] = series_labels(t) if len(t) else []
+    data = []
+    for verdict, color in VERDICT_COLORS.items():
+        v = t[t.accuracy_verdict == verdict]
+        if not len(v):
+            continue
+        data.append({"type": "scatter", "mode": "markers+text", "name": verdict, "x": list(v._x), "y": list(v._kl),
+                     "text": [esc(f"{lbl} bs{bs}") for lbl, bs in zip(v._label, v.max_batch_size, strict=True)],
+                     "textposition": "top center", "marker": {"color": color, "size": 11},
+                     "hovertemplate": "%{text}<br>" + what + " %{x:.2f}x<br>KL mean %{y:.3g}<extra>" + verdict + "</extra>"})
+    return {"data": data, "layout": _layout(
+        f"Accuracy vs {what} (vs {table.attrs.get('baseline')}, drawn at KL 0 off the log axis) — {title}",
+        xaxis={"title": {"text": f"{what} (x)"}}, yaxis={"title": {"text": "mean KL(baseline || cell), nats/token"},
+                                                      "type": "log"})}

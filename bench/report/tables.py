@@ -368,8 +368,13 @@ def _numbers_as_numbers(column: pd.Series) -> pd.Series:
     return column.astype(str).str.replace(r"\d+(?:\.\d+)?", lambda m: f"{float(m.group()):024.6f}", regex=True)
 
 
-def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
-    """Return {workload (and length setting): speedup table} with numeric columns (None for OOM / failed cells)."""
+def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.DataFrame | None = None,
+                  accuracy: dict | None = None) -> dict[str, pd.DataFrame]:
+    """Return {workload (and length setting): speedup table} with numeric columns (None for OOM / failed cells).
+
+    accuracy: {cell_id: Accuracy record} (bench.results.query.latest_accuracy): when given, each row
+    gains the accuracy columns of its cell (ACCURACY_COLUMNS) and render_rows flags its speedups.
+    """
     baseline = baseline or DEFAULT_BASELINE
     cells = aggregate(frame) if cells is None else cells
     ambiguous = cells.groupby("workload").length.nunique()
@@ -456,6 +461,8 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
         table.attrs["notes"] = list(dict.fromkeys(line for n in g.get("notes", pd.Series(dtype=object))
                                                   if isinstance(n, str) for line in n.splitlines()))
         table.attrs["length"] = length
+        if accuracy:
+            _add_accuracy(table, g.cell_id, accuracy)
         out[table_key(workload, length, ambiguous[workload] > 1)] = table.reset_index(drop=True)
     return out
 
@@ -487,6 +494,24 @@ def load_warnings(r) -> list[str]:
     return out
 
 
+# The accuracy figures a speedup row shows (bench accuracy's metrics, bench/accuracy/figures.py defines them).
+ACCURACY_COLUMNS = [("accuracy_kl_mean", "KL mean", "{:.3g}"), ("accuracy_top1", "top-1 %", None),
+                    ("accuracy_delta_ppl", "ΔPPL", "{:+.3g}")]
+# How a speedup of a cell judged other than aligned is written: never plain.
+VERDICT_FLAGS = {"broken": "✗ broken", "degraded": "! degraded"}
+
+
+def _add_accuracy(table: pd.DataFrame, cell_ids: pd.Series, accuracy: dict) -> None:
+    """Add the accuracy columns (and the verdict) of each row's cell, from its latest Accuracy record."""
+    recs = [accuracy.get(c) for c in cell_ids]
+    for col, key in (("accuracy_kl_mean", "kl_mean"), ("accuracy_top1", "top1"), ("accuracy_delta_ppl", "delta_ppl")):
+        table[col] = [r.metrics.get(key) if r is not None else None for r in recs]
+    # The baseline's own record has no verdict: it is what the others are judged against.
+    table["accuracy_verdict"] = [("baseline" if r.verdict is None else r.verdict) if r is not None else None
+                                 for r in recs]
+    table.attrs["accuracy"] = True
+    table.attrs["random_weights"] = any(r is not None and r.accuracy.get("random_weights") for r in recs)
+
 
 def _num(value, std=None, fmt="{:.2f}") -> str:
     if value is None or pd.isna(value):
@@ -516,7 +541,10 @@ def render_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     show_tuning = "tuning_builds" in table
     headers += ["tuning spread: builds (digests)"] if show_tuning else []
     extra = [(m, h, f) for m, h, f in OPTIONAL if m in table]
-    headers += [h for _, h, _ in extra] + (["environment"] if show_env else []) + (["run"] if show_run else [])
+    show_acc = bool(table.attrs.get("accuracy"))
+    acc_headers = [h for _, h, _ in ACCURACY_COLUMNS] + ["accuracy"] if show_acc else []
+    headers += acc_headers + [h for _, h, _ in extra] + (["environment"] if show_env else []) + (
+        ["run"] if show_run else [])
     rows = []
     for r in table.to_dict("records"):
         head = [str(r["backend"])] + ([str(r["model"])] if show_model else []) + [str(r["precision"])]
@@ -527,22 +555,52 @@ def render_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         if show_lengths:
             head.append(lengths_text(r))
         tail = ([str(r["environment"] or "")] if show_env else []) + ([str(r.get("run") or "")] if show_run else [])
+        acc = []
+        if show_acc:
+            acc = [_num(r.get(m), None, f) if m != "accuracy_top1" else _pct(r.get(m)) for m, _, f in ACCURACY_COLUMNS]
+            acc.append(_verdict(r) or "not measured")
+        flag = VERDICT_FLAGS.get(_verdict(r) or "")
         if r["status"] != "ok":
             label = str(r["status"]).upper()
-            rows.append(head + [label] * len(numbers) + ["", ""] + [""] * (len(extra) + show_tuning) + tail)
+            rows.append(head + [label] * len(numbers) + ["", ""] + [""] * show_tuning + acc + [""] * len(extra) + tail)
             continue
         figures = [_num(r["request_throughput"], r["request_throughput__std"], "{:.3f}"),
                    _num(r["output_throughput"], r["output_throughput__std"], "{:.1f}")]
         if show_decode:
             figures.append(_num(r.get("decode_throughput"), r.get("decode_throughput__std"), "{:.1f}"))
-        rows.append(head + figures + [
-            _num(r["throughput_speedup"], None, "{:.2f}x"),
-            _num(r["generation_speedup"], None, "{:.2f}x"),
+        speedups = [_num(r["throughput_speedup"], None, "{:.2f}x"), _num(r["generation_speedup"], None, "{:.2f}x")]
+        if flag:  # a speedup of a wrong (or degraded) cell is never shown plain
+            speedups = [f"{x} {flag}" if x else x for x in speedups]
+        rows.append(head + figures + speedups + [
             runs_text(r),
             spread_text(r.get("output_throughput__run_cv"), r.get("output_throughput__trial_cv"), r.get("runs"),
                         (bool(r.get("stability")) and not (r.get("tuning_builds") or 0) >= 2) or bool(r.get("busy"))),
-        ] + ([tuning_text(r)] if show_tuning else []) + [_num(r[m], None, f) for m, _, f in extra] + tail)
+        ] + ([tuning_text(r)] if show_tuning else []) + acc + [_num(r[m], None, f) for m, _, f in extra] + tail)
     return headers, rows
+
+
+def _accuracy_notes(table: pd.DataFrame) -> list[str]:
+    """Return the lines under a table with accuracy columns: what they are, and what random weights mean."""
+    if not table.attrs.get("accuracy"):
+        return []
+    from bench.accuracy.verdict import RANDOM_WEIGHTS_NOTE
+
+    lines = ["Accuracy (`bench accuracy`, docs/guide/accuracy.md): KL(baseline || cell) per answer token, top-1 agreement and "
+             "delta-perplexity against the baseline cell on the same prompts; a speedup marked ✗ or ! belongs to a cell "
+             "judged broken or degraded.\n"]
+    if table.attrs.get("random_weights"):
+        lines.append(f"Accuracy verdicts here are {RANDOM_WEIGHTS_NOTE}.\n")
+    return lines
+
+
+def _verdict(r: dict) -> str | None:
+    """Return a row's accuracy verdict (None for a cell without an accuracy record: pandas holds NaN there)."""
+    v = r.get("accuracy_verdict")
+    return v if isinstance(v, str) else None
+
+
+def _pct(value) -> str:
+    return "" if value is None or pd.isna(value) else f"{100 * value:.1f}"
 
 
 def lengths_text(r: dict) -> str:
@@ -625,6 +683,7 @@ def to_markdown(tables: dict[str, pd.DataFrame], environment: str = "",
             parts.append(f"⚠ {w}\n")
         for n in table.attrs.get("notes", []):
             parts.append(f"Note: {n}\n")
+        parts.extend(_accuracy_notes(table))
         h = (history or {}).get(workload)
         if h is not None and len(h):
             parts.append("Earlier runs of these cells (history: not in the figures above; `--pool` pools them):\n")

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from bench.errors import BenchInputError
 from bench.results.records import (
+    Accuracy,
     Measurement,
     OomProbe,
     Profile,
@@ -123,6 +124,20 @@ def probes(records: Iterable[Record]) -> list[OomProbe]:
 
 def profiles(records: Iterable[Record]) -> list[Profile]:
     return [r for r in records if isinstance(r, Profile)]
+
+
+def accuracies(records: Iterable[Record]) -> list[Accuracy]:
+    return [r for r in records if isinstance(r, Accuracy)]
+
+
+def latest_accuracy(records: Iterable[Record]) -> dict[str, Accuracy]:
+    """Return {cell_id: its latest ok Accuracy record} (the latest run context's, by start time)."""
+    out: dict[str, Accuracy] = {}
+    for r in accuracies(records):
+        if r.ok and (r.cell_id not in out or (r.context.started_at or 0, r.ended_at or 0)
+                     >= (out[r.cell_id].context.started_at or 0, out[r.cell_id].ended_at or 0)):
+            out[r.cell_id] = r
+    return out
 
 
 def with_commit(records: Iterable[Record], prefix: str) -> list[Record]:

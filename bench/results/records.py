@@ -1,8 +1,9 @@
 """Record types: the run context, one frozen type per kind of stored line, and the one constructor.
 
 Every line a store holds is a `Measurement` (a measured pass of a cell), an `OomProbe` (one
-probe of the OOM boundary search), a `Profile` (a kernel table of a short window) or a
-`CapacityProbe` (one measured pass of an SLO capacity search's probe). Each
+probe of the OOM boundary search), a `Profile` (a kernel table of a short window), a
+`CapacityProbe` (one measured pass of an SLO capacity search's probe) or an `Accuracy` (a cell's
+parity against its baseline, `bench accuracy`). Each
 carries the `RunContext` of the invocation that wrote it, so a reader can tell which records
 belong together: a table row aggregates one context, never a mix it did not ask for.
 
@@ -26,7 +27,7 @@ from bench import SCHEMA_VERSION
 from bench.errors import BenchInputError
 from bench.spec import cell_label
 
-KINDS = ("measurement", "oom-probe", "profile", "capacity-probe")
+KINDS = ("measurement", "oom-probe", "profile", "capacity-probe", "accuracy")
 STATUSES = ("ok", "oom", "error", "timeout")
 # A cell whose latest run ended in one of these is not run again unless asked (--redo).
 FINAL_FAILURES = ("oom",)
@@ -93,7 +94,8 @@ class Record:
     extra: dict = _doc("backend figures: parameters, weight bytes, peak memory, telemetry, warm-up costs; `kernels`: "
                        "where the pass's kernels came from (`source`: built here or artifact, `artifact`: its digest, "
                        "`artifact_tuned_digest`, `tuning_build`, `refused_because`); probes: `probe`; profiles: "
-                       "`kernel_table`, `trace`, `profile`; capacity probes: `capacity`", None)
+                       "`kernel_table`, `trace`, `profile`; capacity probes: `capacity`; accuracy: `accuracy` "
+                       "(baseline, settings, parity, floor, generation, determinism, verdict)", None)
     samples: list | None = _doc("per request: id, input and output tokens, TTFT and E2E in ms, error", None)
     error: str | None = _doc("the failure's message and traceback tail", None)
     workload: dict = _doc("name, content_hash, num_requests, tokenizer, source and SHA-256, token totals", None)
@@ -219,7 +221,22 @@ class CapacityProbe(Record):
         return self.extra.get("capacity") or {}
 
 
-TYPES = {t.KIND: t for t in (Measurement, OomProbe, Profile, CapacityProbe)}
+class Accuracy(Record):
+    """A cell's accuracy parity against its baseline cell on the same prompts (`bench accuracy`, docs/guide/accuracy.md)."""
+
+    KIND: ClassVar[str] = "accuracy"
+
+    @property
+    def accuracy(self) -> dict:
+        """Return extra.accuracy: baseline, settings, reference kind, parity, floor, generation, determinism, verdict."""
+        return self.extra.get("accuracy") or {}
+
+    @property
+    def verdict(self) -> str | None:
+        return (self.accuracy.get("verdict") or {}).get("verdict")
+
+
+TYPES = {t.KIND: t for t in (Measurement, OomProbe, Profile, CapacityProbe, Accuracy)}
 
 
 def new_context(command: str, *, matrix: str = "", baseline: dict | None = None, gpu_memory_gb: float | None = None,

@@ -117,6 +117,10 @@ class HFLoaded(Loaded):
             with self.device:  # initialise the random weights directly on the device
                 self.model = AutoModelForCausalLM.from_config(config, **kwargs)
         self.model.eval()
+        if opts.get("corrupt_layer", -1) != -1:  # tests only: a known-broken model (the declaration refuses it elsewhere)
+            from bench.backends.hf.corrupt import corrupt_layer
+
+            corrupt_layer(self.model, opts["corrupt_layer"])
         self.num_parameters = sum(p.numel() for p in self.model.parameters())  # the model's, before quantization
         self.quantize_s = None
         self.quant: dict | None = None

@@ -6,6 +6,7 @@ to compute their ids and build keys. The runtime is bench.backends.hf.backend.
 
 from __future__ import annotations
 
+import os
 import warnings
 from importlib import util
 from pathlib import Path
@@ -36,6 +37,8 @@ GEMLITE_PRECISIONS = ("int8wo",)
 # torchao precisions whose weights compiled steps take as plain tensors (quantize's unwrap).
 UNWRAPPED = ("int8wo", "int4wo")
 COMPILE_MODES = ("off", "reduce-overhead", "max-autotune")
+# Option corrupt_layer (a known-broken model, bench/backends/hf/corrupt.py) is refused unless this is "1".
+CORRUPTION_ENV = "BENCH_ALLOW_CORRUPTION"
 
 
 class HFConfig(BackendConfig):
@@ -88,6 +91,11 @@ class HFConfig(BackendConfig):
             help="prefill only the first N prompt tokens at once, the rest 16 at a time (0: the whole prompt)",
         ),
         "tensor_parallel_size": TENSOR_PARALLEL,
+        # A known-broken model for the accuracy tests (bench/backends/hf/corrupt.py); refused outside them.
+        "corrupt_layer": Option(
+            -1, kind=int, keeps_ids_at_default=True,
+            help="tests only (BENCH_ALLOW_CORRUPTION=1): dequantize this decoder layer's MLP output with a wrong scale (-1: none)",
+        ),
     }
 
     @classmethod
@@ -125,6 +133,13 @@ class HFConfig(BackendConfig):
                 f"precision {cell.precision!r} ({TORCHAO[cell.precision]}, torchao) is measured on GPUs only: "
                 "use fp32 or bf16 on CPU, or set device = 'cuda'"
             )
+        corrupt = opts.get("corrupt_layer", -1)
+        if corrupt != -1:
+            if os.environ.get(CORRUPTION_ENV) != "1":
+                raise BenchInputError(f"option corrupt_layer={corrupt!r} breaks the model on purpose and is for the "
+                                      f"accuracy tests only (they set {CORRUPTION_ENV}=1): remove it from the matrix")
+            if isinstance(corrupt, bool) or not isinstance(corrupt, int) or corrupt < 0:
+                raise BenchInputError(f"option corrupt_layer must be a decoder layer index >= 0 (or -1), got {corrupt!r}")
         prefill_len = opts.get("prefill_len", 0)
         if isinstance(prefill_len, bool) or not isinstance(prefill_len, int) or prefill_len < 0:
             raise BenchInputError(f"option prefill_len must be a non-negative integer (0: whole prompt), got {prefill_len!r}")
