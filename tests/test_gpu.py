@@ -241,9 +241,9 @@ print(json.dumps({"tuned": len(tuned), "rechecks": len(rechecks), "buggy": induc
     print("coordinate-descent tunings (rechecks) per process, cold / warm without / warm with the backport:",
           *(f"{p['tuned']} ({p['rechecks']})" for p in (cold, warm_unpatched, warm)), "| torch re-tunes:", cold["buggy"])
     assert cold["tuned"] > 0
-    # Unpatched, the process says what it is: no backport, and it re-tunes where this torch has the bug.
-    assert warm_unpatched["settings"]["recheck_backported"] is False
-    assert warm_unpatched["settings"]["retunes_each_process"] is (cold["buggy"] and warm_unpatched["static"])
+    # Unpatched, the warm process says it runs without the backport and went through the cache recheck that
+    # the backport replaces (H200, torch 2.11: 1 recheck, 0 tunings; this kernel does not show the bug).
+    assert warm_unpatched["settings"]["recheck_backported"] is False and warm_unpatched["rechecks"] > 0
     if cold["buggy"]:
         assert warm["settings"]["recheck_backported"] is True and warm["settings"]["retunes_each_process"] is False
     assert warm["tuned"] == 0, warm
