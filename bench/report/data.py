@@ -11,7 +11,6 @@ also from `extra`) and the pass's mean input and output lengths.
 
 from __future__ import annotations
 
-import json
 import operator
 from dataclasses import dataclass, field
 
@@ -20,11 +19,12 @@ import pandas as pd
 
 from bench.errors import BenchInputError
 from bench.results.metrics import time_per_output_token
-from bench.results.records import EXTRA_METRICS, Record
-from bench.spec import identity_options
+from bench.results.records import Record
+from bench.results.rows import ENV_FIELDS, length_label, length_limits, record_row  # noqa: F401 (re-exported)
+from bench.results.rows import number as _number
 
-# Environment fields shown under tables and, when they differ inside one table, in a column.
-ENV_FIELDS = ("gpu_name", "gpu_count", "driver", "cuda", "torch", "transformers", "tensorrt_llm", "torchao", "cpu")
+_row = record_row  # the report row of one record (bench.results.rows)
+
 ENV_SHORT = {"gpu_name": "", "gpu_count": "x", "driver": "driver ", "cuda": "CUDA ", "torch": "torch ",
              "transformers": "transformers ", "tensorrt_llm": "trtllm ", "torchao": "torchao ", "cpu": ""}
 
@@ -36,94 +36,6 @@ class ReportData:
     telemetry: pd.DataFrame                # one row per telemetry sample: cell keys, t_s, power_w, memory_gb
     environments: list[dict]               # each record's environment
     warnings: list[str] = field(default_factory=list)
-
-
-def length_label(workload: dict) -> str:
-    """Return the length setting of a workload spec in words, e.g. 'in 128 / out 128 tokens'."""
-    if not workload:
-        return ""
-    if workload.get("input_len") is not None or workload.get("output_len") is not None:
-        return f"in {workload.get('input_len')} / out {workload.get('output_len')} tokens"
-    parts = []
-    if workload.get("max_input_len") is not None:
-        parts.append(f"in <= {workload['max_input_len']}")
-    if workload.get("max_output_len") is not None:
-        parts.append(f"out <= {workload['max_output_len']}")
-    if workload.get("num_requests") is not None:
-        parts.append(f"{workload['num_requests']} requests")
-    return ", ".join(parts)
-
-
-def length_limits(workload: dict) -> tuple[int | None, int | None, bool]:
-    """Return (input limit, output limit, exact) of a workload spec, in tokens.
-
-    A synthetic workload of fixed lengths gives its lengths, exact=True; a uniform one its
-    maxima. Otherwise the input limit is max_input_len and the output limit the fixed
-    output_len or the max_output_len cap (None when only max_total_len bounds it).
-    """
-    if not workload:
-        return None, None, False
-    if workload.get("source") == "synthetic":
-        exact = workload.get("length_dist", "fixed") == "fixed"
-        return (workload.get("input_max") or workload.get("input_len"),
-                workload.get("output_max") or workload.get("output_len"), exact)
-    return workload.get("max_input_len"), workload.get("output_len") or workload.get("max_output_len"), False
-
-
-def _number(v):
-    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def _row(rec: Record) -> dict:
-    cell = rec.cell
-    env = rec.environment
-    ctx = rec.context
-    wl = cell.get("workload") or {}
-    row = {
-        "store": rec.store,
-        "cell_id": rec.cell_id,
-        "run_id": ctx.run_id,
-        "run": rec.run,
-        "run_key": f"{ctx.run_id}#{rec.run}",
-        "run_started_at": ctx.started_at,
-        "run_label": ctx.label,
-        "env_digest": ctx.env_digest,
-        "trial": rec.trial,
-        "status": rec.status,
-        "backend": cell.get("backend"),
-        "model": cell.get("model"),
-        "precision": cell.get("precision"),
-        "max_batch_size": cell.get("max_batch_size"),
-        "device": cell.get("device"),
-        "workload": wl.get("name"),
-        "length": length_label(wl),
-        **dict(zip(("input_len_limit", "output_len_limit", "lengths_exact"), length_limits(wl), strict=True)),
-        "options": json.dumps(identity_options(cell.get("backend"), cell.get("options", {})), sort_keys=True),
-        "all_options": json.dumps(cell.get("options", {}), sort_keys=True),
-        "gpu_memory_gb": _number(ctx.gpu_memory_gb),
-        "commit": ctx.commit,
-        "dirty": ctx.dirty,
-        "error": rec.error,
-        "started_at": rec.started_at,
-        "schema_version": rec.schema_version,
-    }
-    for k in ENV_FIELDS:
-        row[k] = env.get(k)
-    for k, v in (rec.metrics or {}).items():
-        if isinstance(v, (int, float)) or v is None:
-            row[k] = v
-    done = _number((rec.metrics or {}).get("completed"))
-    if done:  # the pass's mean lengths, from its token totals
-        for side in ("input", "output"):
-            total = _number(rec.metrics.get(f"total_{side}_tokens"))
-            row[f"mean_{side}_len"] = None if total is None else total / done
-    extra = rec.extra
-    # Which tuned Triton kernels the pass ran (hf compiled cells): runs that differ here ran different kernels.
-    row["tuned_digest"] = ((extra.get("inductor") or {}).get("tuned") or {}).get("digest")
-    for k in EXTRA_METRICS:
-        if row.get(k) is None and _number(extra.get(k)) is not None:
-            row[k] = extra[k]
-    return row
 
 
 # Keys that identify a cell on the page: cell_id alone is not enough when the same cell ran

@@ -201,34 +201,54 @@ class Selection:
         return {(r.cell_id, r.gpu_memory_gb): r for r in self.rows}
 
 
-def _contexts(records: Sequence[Record], by_environment: bool = False) -> list[tuple[RunContext, list[Record]]]:
-    """Return the records of one cell grouped by run id, latest context first.
+def choose(keys: Iterable[tuple], pool: bool = False) -> tuple[list[tuple[tuple, list[list[int]]]], int]:
+    """Return, per (cell_id, gpu_memory_gb) in first-seen order, its run contexts ranked latest first
+    (each a list of record positions in store order), and how many cells ran one invocation's runs in
+    different environments. The one rule both readers use (select, and query.table's selection).
 
-    by_environment: also apart by environment digest, so the runs of one invocation that ran on
-    nodes that differ (an executor spreading runs over a cluster) never make one figure.
+    keys: per record, in store order, (cell_id, gpu_memory_gb, run_id, env_digest, described, context
+    started_at); described: the record's environment holds a key that decides comparability. The runs of
+    one invocation are also told apart by environment digest, so runs on nodes that differ (an executor
+    spreading runs over a cluster) never make one figure.
     """
-    # A record whose worker never described itself (it died first: only the executor's placement
-    # is known) joins its run's first known environment rather than making a group of its own.
-    known: dict[str, str] = {}
-    for r in records:
-        if by_environment and _described(r):
-            known.setdefault(r.context.run_id, r.context.env_digest)
-    groups: dict[tuple, list[Record]] = {}
-    for r in records:
-        digest = (r.context.env_digest if _described(r) else known.get(r.context.run_id)) if by_environment else None
-        groups.setdefault((r.context.run_id, digest), []).append(r)
-    order: dict[str, int] = {}  # first appearance breaks ties of start time
-    for rid, _ in groups:
-        order.setdefault(rid, len(order))
+    by_key: dict[tuple, list[tuple]] = {}
+    for i, (cell_id, cap, run_id, digest, described, started) in enumerate(keys):
+        by_key.setdefault((cell_id, cap), []).append((i, run_id, digest, described, started))
+    out, split = [], 0
+    for key, recs in by_key.items():
+        # A record whose worker never described itself (it died first: only the executor's placement
+        # is known) joins its run's first known environment rather than making a group of its own.
+        known: dict[str, str] = {}
+        for _, run_id, digest, described, _ in recs:
+            if described:
+                known.setdefault(run_id, digest)
+        groups: dict[tuple, list[int]] = {}
+        started: dict[tuple, float | None] = {}
+        for i, run_id, digest, described, t in recs:
+            group = (run_id, digest if described else known.get(run_id))
+            if group not in groups:
+                groups[group] = []
+                started[group] = t
+            groups[group].append(i)
+        order: dict[str, int] = {}  # first appearance breaks ties of start time
+        for rid, _ in groups:
+            order.setdefault(rid, len(order))
 
-    def when(item):
-        (rid, _), recs = item
-        started = recs[0].context.started_at
-        # One invocation split by environment: the environment with the most records leads.
-        return (started if started is not None else float("-inf"), order[rid], len(recs))
+        # Latest start first; first appearance breaks ties; one invocation split by environment: the
+        # environment with the most records leads.
+        ranked = sorted(groups.items(), reverse=True, key=lambda item, started=started, order=order: (
+            started[item[0]] if started[item[0]] is not None else float("-inf"), order[item[0][0]], len(item[1])))
+        split += len(order) < len(ranked)
+        out.append((key, [members for _, members in ranked]))
+    return out, split
 
-    ranked = sorted(groups.items(), key=when, reverse=True)
-    return [(recs[0].context, recs) for _, recs in ranked]
+
+def _contexts(records: Sequence[Record]) -> list[tuple[RunContext, list[Record]]]:
+    """Return the records of one cell grouped by run id, latest context first (the run driver's resume plan)."""
+    records = list(records)
+    keys = ((None, None, r.context.run_id, None, False, r.context.started_at) for r in records)
+    cells, _ = choose(keys)
+    return [(records[g[0]].context, [records[i] for i in g]) for _, groups in cells for g in groups]
 
 
 def _described(record: Record) -> bool:
@@ -243,34 +263,39 @@ def select(records: Iterable[Record], pool: bool = False) -> Selection:
 
     Pooling refuses (BenchInputError) contexts whose environment digest or workload differ.
     """
-    by_key: dict[tuple, list[Record]] = {}
-    for r in records:
-        by_key.setdefault((r.cell_id, r.gpu_memory_gb), []).append(r)
+    records = list(records)
+    keys = ((r.cell_id, r.gpu_memory_gb, r.context.run_id, r.context.env_digest, _described(r), r.context.started_at)
+            for r in records)
+    cells, split = choose(keys)
     sel = Selection(rows=[])
-    split = 0  # cells whose runs of one invocation ran in different environments
-    for (cell_id, cap), recs in by_key.items():
-        ranked = _contexts(recs, by_environment=True)
-        split += len({c.run_id for c, _ in ranked}) < len(ranked)
+    for (cell_id, cap), groups in cells:
+        ranked = [(records[g[0]].context, [records[i] for i in g]) for g in groups]
         if not pool:
             ctx, chosen = ranked[0]
             sel.rows.append(CellRuns(cell_id, cap, tuple(chosen), (ctx,)))
             sel.history.extend(CellRuns(cell_id, cap, tuple(rs), (c,)) for c, rs in ranked[1:])
             continue
         _check_poolable(ranked)
-        chosen = tuple(r for r in recs if any(r.context.run_id == c.run_id for c, _ in ranked))
+        chosen = tuple(records[i] for i in sorted(i for g in groups for i in g))
         sel.rows.append(CellRuns(cell_id, cap, chosen, tuple(c for c, _ in ranked)))
+    sel.warnings.extend(selection_warnings(split, [(h.cell_id, h.gpu_memory_gb) for h in sel.history], pool))
+    return sel
+
+
+def selection_warnings(split: int, history_keys: list[tuple], pool: bool) -> list[str]:
+    """Return the warnings a selection carries: split environments, history left out."""
+    out = []
     if split:
-        sel.warnings.append(
+        out.append(
             f"{split} cell(s) ran the runs of one invocation in different environments (nodes whose GPU, driver or "
             "libraries differ): each environment's runs are shown apart, the latest as the row, never averaged together"
         )
-    if sel.history and not pool:
-        n = len({(h.cell_id, h.gpu_memory_gb) for h in sel.history})
-        sel.warnings.append(
-            f"{n} cell(s) also have earlier run(s) ({len(sel.history)} in all), shown as history and left out of the "
-            "figures: each row is the latest run of its cell; pass --pool to pool compatible runs"
+    if history_keys and not pool:
+        out.append(
+            f"{len(set(history_keys))} cell(s) also have earlier run(s) ({len(history_keys)} in all), shown as history "
+            "and left out of the figures: each row is the latest run of its cell; pass --pool to pool compatible runs"
         )
-    return sel
+    return out
 
 
 def _check_poolable(ranked: list[tuple[RunContext, list[Record]]]) -> None:
