@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -44,7 +46,8 @@ def load_kernels(paths: list[str | Path]) -> pd.DataFrame | None:
 
 
 def build_report(stores: list[str | Path], out_dir: str | Path, baseline: dict | None = None,
-                 kernels: pd.DataFrame | None = None, profiles: list[str | Path] = (), pool: bool = False) -> dict[str, Path]:
+                 kernels: pd.DataFrame | None = None, profiles: list[str | Path] = (), pool: bool = False,
+                 columnar: bool | None = None) -> dict[str, Path]:
     """Write speedup.md, speedup.csv, speedup.html and dashboard.html for the stores; return their paths.
 
     Each row is one cell's latest run context (bench.results.query.select); its earlier runs are
@@ -57,9 +60,12 @@ def build_report(stores: list[str | Path], out_dir: str | Path, baseline: dict |
 
     Warnings about the data (mixed schema versions or environments) are issued with
     warnings.warn and shown at the top of the dashboard; the paths dict has them under "warnings".
+
+    stores: result stores, folders of them (their *.jsonl) or globs. columnar: read them through their
+    columnar companions (bench.results.query.table; the same report); None: when they are large.
     """
     with _gc_paused():
-        return _build_report(stores, out_dir, baseline, kernels, profiles, pool)
+        return _build_report(stores, out_dir, baseline, kernels, profiles, pool, columnar)
 
 
 @contextlib.contextmanager
@@ -75,18 +81,80 @@ def _gc_paused():
             gc.enable()
 
 
-def _build_report(stores, out_dir, baseline, kernels, profiles, pool) -> dict[str, Path]:
-    from bench.oom.search import frontier_markdown, frontier_rows
-    from bench.report.kernel_panel import kernel_frame, kernel_summary_markdown
+@dataclass
+class _Inputs:
+    """What a report draws from, read either as typed records or as columns (large stores)."""
 
+    labels: list[str]              # one per store
+    probes: list                   # OomProbe records
+    profiled: list                 # Profile records
+    has_runs: bool
+    select: Callable               # () -> (ReportData of the rows, stored baselines, history frame or None)
+    comparison: Callable           # () -> {source label: record frame} for the comparison view
+
+
+def _record_inputs(stores, profiles, pool) -> _Inputs:
     per_store = [query.load([s]) for s in stores]
     records = [r for recs in per_store for r in recs]
     labels = store_labels(per_store)
+    runs = query.measurements(records)
+
+    def select():
+        selection = query.select(runs, pool=pool)
+        data = report_data(selection.records)
+        data.warnings.extend(selection.warnings)
+        hist = report_data([r for row in selection.history for r in row.records]).frame if selection.history else None
+        return data, query.stored_baselines(selection.rows), hist
+
+    return _Inputs(labels, query.probes(records), query.profiles(records + query.load(profiles)), bool(runs), select,
+                   lambda: _comparison_frames([query.measurements(recs) for recs in per_store], labels))
+
+
+def _table_inputs(table, profiles, pool) -> _Inputs:
+    from bench.report.data import table_report_data, table_source_label
+
+    keys = table.keys
+    per_store = [keys.index[keys.store == i].tolist() for i in range(len(table.paths))]
+    labels = _numbered([table_source_label(table, idx) if idx else "empty store" for idx in per_store])
+    others = table.records(keys.index[keys.kind != "measurement"].tolist(), full=True)
+    runs = table.indices("measurement")
+
+    def select():
+        selection = query.select_table(table, runs, pool=pool)
+        data = table_report_data(table, selection.indices)
+        data.warnings.extend(selection.warnings)
+        hist = table_report_data(table, selection.history_indices).frame if selection.history else None
+        return data, selection.baselines(), hist
+
+    def comparison():
+        measured = set(runs)
+        groups = [[i for i in idx if i in measured] for idx in per_store]
+        if sum(1 for g in groups if g) > 1:
+            named = {label: g for label, g in zip(labels, groups, strict=True) if g}
+        else:
+            by_commit: dict[str, list[int]] = {}
+            commits = keys.commit.to_numpy()[runs].tolist()
+            for i, commit in zip(runs, commits, strict=True):
+                by_commit.setdefault(commit or "unknown", []).append(i)
+            named = {table_source_label(table, g): g for g in by_commit.values()}
+        if len(named) < 2:
+            return {}
+        return {g: table_report_data(table, query.select_table(table, idx).indices).frame for g, idx in named.items()}
+
+    return _Inputs(labels, query.probes(others), query.profiles(others + query.load(profiles)), bool(runs), select,
+                   comparison)
+
+
+def _build_report(stores, out_dir, baseline, kernels, profiles, pool, columnar) -> dict[str, Path]:
+    from bench.oom.search import frontier_markdown, frontier_rows
+    from bench.report.kernel_panel import kernel_frame, kernel_summary_markdown
+
+    stores = query.expand_stores(stores)
+    table = query.table(stores) if query.prefer_table(stores, columnar) else None
+    inputs = _table_inputs(table, profiles, pool) if table is not None else _record_inputs(stores, profiles, pool)
+    labels, probes, profiled = inputs.labels, inputs.probes, inputs.profiled
     # OOM-probe records answer "what fits", not "how fast": they make the frontier table, not speedups;
     # profile records hold kernel tables: they make the kernel panel.
-    probes = query.probes(records)
-    profiled = query.profiles(records + query.load(profiles))
-    runs = query.measurements(records)
     out = Path(out_dir)
     frontier, extra_paths, kernel_warnings = {}, {}, []
     sections: dict[str, str] = {}  # Markdown sections beside the speedup tables: OOM frontier, kernels per step
@@ -105,7 +173,7 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool) -> dict[st
         sections["OOM frontier (bench oom)"] = frontier_markdown(frontier_rows(probes))
         _write(frontier["frontier"], sections["OOM frontier (bench oom)"])
     title = _title(labels)
-    if not runs and (probes or profiled):
+    if not inputs.has_runs and (probes or profiled):
         out.mkdir(parents=True, exist_ok=True)
         extra_paths["report"] = out / "report.md"
         _write(extra_paths["report"], report_markdown(title, "", sections))
@@ -115,25 +183,22 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool) -> dict[st
         for w in kernel_warnings:
             warnings.warn(w, stacklevel=3)
         return {**frontier, **extra_paths, "warnings": kernel_warnings}
-    if not runs:
+    if not inputs.has_runs:
         raise BenchInputError("the result store is empty: run `bench run` first (or pass a store that has results)")
-    selection = query.select(runs, pool=pool)
-    data = report_data(selection.records)
-    data.warnings.extend(selection.warnings)
+    data, named_baselines, hist_frame = inputs.select()
     data.warnings.extend(kernel_warnings)
     frame = data.frame
     cells = aggregate(frame)
-    baseline = baseline or _stored_baseline(selection)
+    baseline = baseline or _stored_baseline(named_baselines)
     tables = speedup_table(frame, baseline, cells=cells)  # raises on a missing baseline, before writing anything
     history = {}
-    if selection.history:
-        hist_data = report_data([r for row in selection.history for r in row.records])
-        history = history_table(aggregate(hist_data.frame, by_run=True), tables)
+    if hist_frame is not None:
+        history = history_table(aggregate(hist_frame, by_run=True), tables)
     for t in tables.values():
         data.warnings.extend(t.attrs.get("warnings", []))
     env_note = environment_note(frame, data.environments)
     markdown = to_markdown(tables, env_note, history)
-    comparison = _comparison_frames([query.measurements(recs) for recs in per_store], labels)
+    comparison = inputs.comparison()
     page = _dashboard(data, cells, tables, kernels, title, env_note, comparison, history, sections)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"markdown": out / "speedup.md", "csv": out / "speedup.csv", "html": out / "speedup.html",
@@ -161,9 +226,8 @@ def report_markdown(title: str, speedups: str, sections: dict[str, str], environ
     return "\n".join(parts)
 
 
-def _stored_baseline(selection) -> dict:
+def _stored_baseline(named: list[dict]) -> dict:
     """Return the baseline the stored matrices named (one), or the default for stores that named none."""
-    named = query.stored_baselines(selection.rows)
     if len(named) > 1:
         text = "; ".join(", ".join(f"{k}={v}" for k, v in b.items()) for b in named)
         raise BenchInputError(f"these results come from matrices with different baselines ({text}): choose one with "
@@ -175,7 +239,11 @@ def store_labels(per_store: list[list]) -> list[str]:
     """Return one label per store from its records' run contexts (machine, commit, date); repeats get '#n'."""
     from bench.report.data import source_label
 
-    labels = [source_label(recs) if recs else "empty store" for recs in per_store]
+    return _numbered([source_label(recs) if recs else "empty store" for recs in per_store])
+
+
+def _numbered(labels: list[str]) -> list[str]:
+    """Return the labels with '#n' added to those that repeat."""
     seen: dict[str, int] = {}
     out = []
     for label in labels:

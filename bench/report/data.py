@@ -135,15 +135,18 @@ def source_label(records: list[Record]) -> str:
     Stores are named by this, not by file name: two `default.jsonl` from different machines
     get different labels, e.g. 'gpu-7 (NVIDIA H200) · 1a2b3c4 · 2026-12-01 10:02'.
     """
+    return _source_label([r.environment for r in records], {r.context.run_id: r.context for r in records}.values())
+
+
+def _source_label(environments, contexts) -> str:
     import time
 
-    envs = [r.environment for r in records if r.environment]
+    envs = [e for e in environments if e]
     hosts = sorted({str(e.get("host")) for e in envs if e.get("host")})
     gpus = sorted({str(e.get("gpu_name")) for e in envs if e.get("gpu_name")})
     machine = ", ".join(hosts) or "unknown host"
     if gpus:
         machine += f" ({', '.join(gpus)})"
-    contexts = {r.context.run_id: r.context for r in records}.values()
     commits = sorted({(c.commit or "commit?")[:7] + ("+dirty" if c.dirty else "") for c in contexts})
     starts = sorted(c.started_at for c in contexts if c.started_at is not None)
     dates = [time.strftime("%Y-%m-%d %H:%M", time.gmtime(t)) for t in (starts[0], starts[-1])] if starts else []
@@ -161,3 +164,47 @@ def environment_labels(frame: pd.DataFrame) -> pd.Series:
     for p in parts[1:]:
         out = out.str.cat(p, sep=", ")
     return out.str.replace(r"(, )+", ", ", regex=True).str.strip(", ")
+
+
+def table_report_data(table, indices: list[int]) -> ReportData:
+    """Return report_data's frames for these records of a bench.results.query.Table (read as columns).
+
+    The same frames as report_data(records) of the same records, except `environments`: each distinct
+    environment once (every reader of it takes the set).
+    """
+    if not indices:
+        raise BenchInputError("the result store is empty: run `bench run` first (or pass a store that has results)")
+    frame = table.frame(indices)
+    k = table.keys
+    stores, positions = k.store.to_numpy()[indices], k.pos.to_numpy()[indices]
+    rank = {s: pd.Series(np.flatnonzero(stores == s), index=positions[stores == s]) for s in np.unique(stores)}
+
+    def per_request(kind: str, columns: list[str]) -> pd.DataFrame:
+        parts = []
+        for s, f in table.per_request(kind, indices).items():
+            parts.append(f.assign(_rank=f.pos.map(rank[s]).to_numpy()))
+        if not parts:
+            return _keyed_frame([], [], {c: [] for c in columns})
+        f = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+        f = f.sort_values("_rank", kind="stable").reset_index(drop=True)
+        keys = frame[_KEY_COLUMNS].iloc[f._rank.to_numpy()].reset_index(drop=True)
+        for c in columns:
+            keys[c] = f[c].to_numpy() if len(f) else pd.Series([], dtype=object)
+        return keys
+
+    samples = per_request("samples", ["in", "out", "ttft_ms", "e2el_ms"])
+    samples["tpot_ms"] = _tpot_ms(samples, samples.ttft_ms.tolist(), samples.e2el_ms.tolist(), samples.out.tolist())
+    samples = samples.drop(columns="e2el_ms")
+    telemetry = per_request("telemetry", ["t_s", "power_w", "memory_gb"])
+    data = ReportData(frame, samples, telemetry, table.distinct("environment_json", indices))
+    _check(data)
+    return data
+
+
+def table_source_label(table, indices: list[int]) -> str:
+    """Return source_label of these records of a bench.results.query.Table."""
+    from bench.results.records import RunContext
+
+    envs = table.distinct("environment_json", indices)
+    contexts = [RunContext.from_json(c) for c in table.distinct("context_json", indices)]
+    return _source_label(envs, {c.run_id: c for c in contexts}.values())

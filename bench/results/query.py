@@ -17,10 +17,12 @@ commit, the matrix or the memory cap changes, or where a (cell, trial) repeats (
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench.errors import BenchInputError
 from bench.results.records import (
@@ -327,3 +329,298 @@ def stored_baselines(rows: Iterable[CellRuns]) -> list[dict]:
         if b and b not in out:
             out.append(b)
     return out
+
+
+# ---- stores as columns (large stores, many stores) ---------------------------------------------
+#
+# The same records, read through each store's columnar companion (bench.results.columnar) instead
+# of one typed record per line: the selection reads a few key columns of every record, and only the
+# chosen records' rows (and, for figures, their samples) are read in full. `choose` makes the rows
+# of both readers; bench.results.rows.record_row makes the columns of both.
+
+# A store at least this large is read as columns by `bench report` and `bench compare` (a smaller
+# one parses faster than its companion is written).
+TABLE_MIN_BYTES = 32 << 20
+
+
+def expand_stores(paths: Iterable[str | Path], pattern: str = "*.jsonl") -> list[Path]:
+    """Return the stores named by paths, where a folder stands for its `*.jsonl` stores and a glob for its
+    matches (sorted: nightly stores named by date read oldest first); BenchInputError when one names none."""
+    import glob
+
+    out: list[Path] = []
+    for path in paths:
+        p = Path(path)
+        if p.is_dir():
+            found = sorted(p.glob(pattern))
+            if not found:
+                raise BenchInputError(f"folder {str(p)!r} holds no result stores ({pattern}): give stores or a folder of them")
+        elif glob.has_magic(str(path)):
+            found = sorted(Path(m) for m in glob.glob(str(path)) if not Path(m).is_dir())
+            if not found:
+                raise BenchInputError(f"no result store matches {str(path)!r}: check the pattern")
+        else:
+            found = [p]
+        out.extend(found)
+    return out
+
+
+def prefer_table(paths: Sequence[str | Path], columnar: bool | None = None) -> bool:
+    """Return whether to read these stores as columns: `columnar` if given, else when they add up to TABLE_MIN_BYTES."""
+    if columnar is not None:
+        return columnar
+    total = 0
+    for p in paths:
+        with contextlib_suppress():
+            total += Path(p).stat().st_size
+    return total >= TABLE_MIN_BYTES
+
+
+class contextlib_suppress:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        return kind is not None and issubclass(kind, OSError)
+
+
+@dataclass
+class Table:
+    """Stores read as columns: every record's key columns in store order; the rest read for chosen records.
+
+    A record is named by its index into `keys` (the stores' records, one store after the other).
+    """
+
+    paths: list[Path]
+    names: list[str]              # each store's stem (a record's `store`)
+    columns: list                 # bench.results.columnar.StoreColumns per store
+    keys: Any                     # pandas frame: store (index into paths), pos, kind, cell_id, gpu_memory_gb, run_id, ...
+
+    def indices(self, kind: str = "measurement") -> list[int]:
+        """Return the indices of the records of one kind, in store order."""
+        return self.keys.index[self.keys.kind == kind].tolist()
+
+    def _by_store(self, indices: Sequence[int]) -> dict[int, list[int]]:
+        k = self.keys
+        out: dict[int, list[int]] = {}
+        for s, pos in zip(k.store.to_numpy()[list(indices)], k.pos.to_numpy()[list(indices)], strict=True):
+            out.setdefault(int(s), []).append(int(pos))
+        return out
+
+    def _read(self, kind: str, indices: Sequence[int], columns=None):
+        """Return {store index: pandas frame} of one kind's rows for these records (JSON-text columns decoded)."""
+        from bench.results.columnar import json_columns
+
+        out = {}
+        for s, positions in self._by_store(indices).items():
+            t = self.columns[s].read(kind, columns=columns, positions=positions)
+            if t is None:
+                continue
+            frame = t.to_pandas()
+            for c in frame.columns:
+                if isinstance(frame[c].dtype, pd_categorical()):
+                    frame[c] = frame[c].astype(object).where(frame[c].notna(), None)
+            for c in json_columns(t):
+                if c in frame:
+                    frame[c] = [None if v is None else json.loads(v) for v in frame[c]]
+            out[s] = frame
+        return out
+
+    def frame(self, indices: Sequence[int]):
+        """Return the report frame (bench.results.rows.record_row columns) of these records, in this order."""
+        import pandas as pd
+
+        from bench.results.rows import ROW_FIELDS
+
+        hidden = {"pos", "kind", "offset", "nbytes", "context_json", "cell_json", "environment_json", "described"}
+        parts = []
+        for s, f in self._read("records", indices).items():
+            f.insert(0, "store", self.names[s])
+            f.index = pd.MultiIndex.from_arrays([[s] * len(f), f.pos.to_numpy()])
+            parts.append(f.drop(columns=[c for c in hidden if c in f]))
+        if not parts:
+            return pd.DataFrame(columns=list(ROW_FIELDS))
+        frame = pd.concat(parts) if len(parts) > 1 else parts[0]
+        k = self.keys
+        order = pd.MultiIndex.from_arrays([k.store.to_numpy()[list(indices)], k.pos.to_numpy()[list(indices)]])
+        frame = frame.reindex(order).reset_index(drop=True)
+        # Stores whose parts held None where these rows hold none: the dtype the rows themselves make.
+        for c in frame.columns:
+            if frame[c].dtype == object and pd.api.types.infer_dtype(frame[c], skipna=False) == "boolean":
+                frame[c] = frame[c].astype(bool)
+        return frame
+
+    def per_request(self, kind: str, indices: Sequence[int]):
+        """Return {store index: frame of `kind` ("samples" or "telemetry") rows of these records}, keyed by `pos`."""
+        return self._read(kind, indices)
+
+    def records(self, indices: Sequence[int], full: bool = False, metrics: Sequence[str] | None = None) -> list[Record]:
+        """Return typed records of these records, in this order.
+
+        full: parsed from their stored lines (samples and extra included; for the few probe and profile
+        records). Otherwise summaries from the columns: cell, context, environment, status, run, trial,
+        error, times and the numeric metrics (`metrics` only, when given), without samples or extra.
+        """
+        from bench.results.rows import ROW_FIELDS
+
+        k = self.keys
+        out: dict[tuple[int, int], Record] = {}
+        if full:
+            from bench.results.store import _loads
+
+            for s, positions in self._by_store(indices).items():
+                t = self.columns[s].read("records", columns=["pos", "offset", "nbytes"], positions=positions)
+                with open(self.paths[s], "rb") as fh:
+                    for pos, offset, nbytes in zip(*(t.column(c).to_pylist() for c in ("pos", "offset", "nbytes")), strict=True):
+                        fh.seek(offset)
+                        out[(s, pos)] = parse(_loads(fh.read(nbytes)), store=self.names[s])
+        else:
+            from bench.results.records import TYPES
+
+            cache: dict[str, Any] = {}
+
+            def cached(text, make):
+                value = cache.get(text)
+                if value is None:
+                    value = cache[text] = make(json.loads(text))
+                return value
+
+            for s, f in self._read("records", indices).items():
+                metric_cols = [c for c in f.columns if c not in ROW_FIELDS and c not in Table._INTERNAL
+                               and (metrics is None or c in metrics) and f[c].dtype.kind in "fiu"]
+                values = f[metric_cols].to_numpy(dtype=float)
+                fields_ = ("pos", "kind", "cell_id", "cell_json", "context_json", "environment_json", "run", "trial",
+                           "status", "error", "started_at", "schema_version")
+                for j, (pos, kind, cell_id, cell, ctx, env, run, trial, status, error, started, version) in enumerate(
+                        zip(*(f[c].tolist() for c in fields_), strict=True)):
+                    m = {c: v for c, v in zip(metric_cols, values[j].tolist(), strict=True) if v == v}
+                    out[(s, pos)] = TYPES[kind](
+                        cell_id=cell_id, cell=cached(cell, dict), context=cached(ctx, RunContext.from_json),
+                        run=int(run), trial=int(trial), status=status, metrics=m or None, error=error,
+                        environment=cached(env, dict), started_at=_float(started), schema_version=int(version),
+                        store=self.names[s])
+        return [out[(int(s), int(p))] for s, p in zip(k.store.to_numpy()[list(indices)], k.pos.to_numpy()[list(indices)], strict=True)]
+
+    _INTERNAL = frozenset({"pos", "kind", "offset", "nbytes", "context_json", "cell_json", "environment_json", "described"})
+
+    def distinct(self, column: str, indices: Sequence[int]) -> list:
+        """Return the distinct parsed values of a JSON column (environment_json, context_json) of these
+        records, in the order the records first hold them."""
+        frames = self._read("records", indices, columns=["pos", column])
+        value = {(s, p): v for s, f in frames.items() for p, v in zip(f.pos.tolist(), f[column].tolist(), strict=True)}
+        k = self.keys
+        seen: dict[str, None] = {}
+        for s, p in zip(k.store.to_numpy()[list(indices)].tolist(), k.pos.to_numpy()[list(indices)].tolist(), strict=True):
+            seen.setdefault(value[(s, p)])
+        return [json.loads(v) for v in seen]
+
+
+def pd_categorical():
+    import pandas as pd
+
+    return pd.CategoricalDtype
+
+
+def _float(v):
+    return None if v is None or v != v else float(v)
+
+
+def table(paths: Sequence[str | Path]) -> Table | None:
+    """Return the stores as columns (each companion extended or rebuilt first); None when a store holds
+    schema-1 lines (read those through `load`). BenchInputError on a bad path."""
+    import pandas as pd
+
+    from bench.results.columnar import KEY_COLUMNS, open_store
+
+    checked = [check_store_path(p) for p in paths]
+    columns, keys = [], []
+    for i, p in enumerate(checked):
+        try:
+            sc = open_store(p)
+        except OSError as exc:
+            raise BenchInputError(f"result store {str(p)!r} cannot be read: {exc}") from exc
+        if sc is None:
+            return None
+        columns.append(sc)
+        t = sc.read("records", columns=list(KEY_COLUMNS))
+        if t is not None:
+            f = t.to_pandas()
+            for c in ("gpu_memory_gb", "env_digest", "commit", "run_started_at", "described"):
+                if c not in f:
+                    f[c] = None
+            for c in ("kind", "cell_id", "run_id", "env_digest", "commit"):
+                f[c] = f[c].astype(object).where(f[c].notna(), None)
+            f.insert(0, "store", i)
+            keys.append(f)
+    frame = pd.concat(keys, ignore_index=True) if keys else pd.DataFrame(columns=["store", *KEY_COLUMNS])
+    return Table(checked, [p.stem for p in checked], columns, frame)
+
+
+@dataclass
+class TableSelection:
+    """`select`'s choice over a Table: record indices per row (and per earlier run context)."""
+
+    table: Table
+    # (cell_id, cap, chosen records, first record of each chosen run context, latest first)
+    rows: list[tuple[str, Any, tuple[int, ...], tuple[int, ...]]]
+    history: list[tuple[str, Any, tuple[int, ...], tuple[int, ...]]]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def indices(self) -> list[int]:
+        """Return the chosen records of every row, rows in first-seen order, each in store order."""
+        return [i for row in self.rows for i in row[2]]
+
+    @property
+    def history_indices(self) -> list[int]:
+        return [i for row in self.history for i in row[2]]
+
+    def cell_runs(self, metrics: Sequence[str] | None = None) -> list[CellRuns]:
+        """Return the rows as CellRuns of summary records (bench.results.query.Table.records)."""
+        records = self.table.records(self.indices, metrics=metrics)
+        pooled = [i for row in self.rows if len(row[3]) > 1 for i in row[3]]
+        firsts = dict(zip(pooled, self.table.records(pooled, metrics=()), strict=True)) if pooled else {}
+        out, n = [], 0
+        for cell_id, cap, chosen, ctx_records in self.rows:
+            recs = tuple(records[n:n + len(chosen)])
+            n += len(chosen)
+            ctxs = tuple(firsts[i].context for i in ctx_records) if len(ctx_records) > 1 else (recs[0].context,)
+            out.append(CellRuns(cell_id, cap, recs, ctxs))
+        return out
+
+    def baselines(self) -> list[dict]:
+        """Return the distinct baselines the rows' run contexts named (stored_baselines)."""
+        contexts = self.table.distinct("context_json", [row[3][0] for row in self.rows])
+        out: list[dict] = []
+        for c in contexts:
+            b = c.get("baseline")
+            if b and b not in out:
+                out.append(b)
+        return out
+
+
+def select_table(tbl: Table, indices: Sequence[int] | None = None, pool: bool = False) -> TableSelection:
+    """Return `select`'s choice over the table's measurements (or these records): the same rule, as indices."""
+    k = tbl.keys
+    idx = list(tbl.indices() if indices is None else indices)
+    caps = k.gpu_memory_gb.to_numpy()[idx]
+    keys = zip(k.cell_id.to_numpy()[idx], [None if c is None or c != c else float(c) for c in caps],
+               k.run_id.to_numpy()[idx], k.env_digest.to_numpy()[idx], k.described.to_numpy()[idx],
+               [_float(t) for t in k.run_started_at.to_numpy()[idx]], strict=True)
+    cells, split = choose(keys)
+    sel = TableSelection(tbl, [], [])
+    for (cell_id, cap), groups in cells:
+        groups = [[idx[i] for i in g] for g in groups]
+        if not pool:
+            sel.rows.append((cell_id, cap, tuple(groups[0]), (groups[0][0],)))
+            sel.history.extend((cell_id, cap, tuple(g), (g[0],)) for g in groups[1:])
+            continue
+        recs = tbl.records([i for g in groups for i in g])
+        n, ranked = 0, []
+        for g in groups:
+            ranked.append((recs[n].context, recs[n:n + len(g)]))
+            n += len(g)
+        _check_poolable(ranked)
+        sel.rows.append((cell_id, cap, tuple(sorted(i for g in groups for i in g)), tuple(g[0] for g in groups)))
+    sel.warnings.extend(selection_warnings(split, [(h[0], h[1]) for h in sel.history], pool))
+    return sel
