@@ -12,8 +12,10 @@ from bench.errors import BenchInputError
 
 def register(sub) -> None:
     rep = sub.add_parser("report", help="rebuild tables and dashboard from result stores (runs nothing)")
-    rep.add_argument("stores", nargs="*", help="result stores (default: every results/*.jsonl); 2+ stores add a comparison view")
-    rep.add_argument("--out", help="output folder (default dashboards/<store>)")
+    rep.add_argument("stores", nargs="*", help="result stores, folders of stores (their *.jsonl, e.g. one per night) or "
+                     "quoted globs (default: every results/*.jsonl); 2+ stores add a comparison view")
+    rep.add_argument("--report-dir", "--out", dest="out", metavar="DIR",
+                     help="output folder (default dashboards/<store>); --out is the same option")
     rep.add_argument("--baseline", help="speedup baseline, e.g. backend=hf,precision=bf16,max_batch_size=1 "
                      "(default: the baseline the stored matrix named)")
     rep.add_argument("--pool", action="store_true",

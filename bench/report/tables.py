@@ -132,19 +132,30 @@ def _headline_spreads(cells: pd.DataFrame, ok: pd.DataFrame, keys: list[str]) ->
     """Return cells with run/trial coefficients of variation and stability warnings of the headline metrics."""
     new: dict[str, dict] = {f"{m}__{x}": {} for m in HEADLINE for x in ("run_cv", "trial_cv")}
     warnings: dict = {}
+    # One pass over the rows (not a pandas group per cell: a matrix has thousands of cells).
+    by_cell = ok.groupby(keys, dropna=False, sort=False)
+    ids = by_cell.ngroup().to_numpy()
+    names = by_cell.size().index  # each group's key, by group number
+    run_keys = ok.run_key.tolist()
     for m in HEADLINE:
         if m not in ok:
             continue
-        for key, g in ok.groupby(keys, dropna=False):
-            key = key if isinstance(key, tuple) else (key,)
-            values = [v.dropna().tolist() for _, v in g.groupby("run_key", sort=False)[m]]
-            values = [v for v in values if v]
+        per_cell: dict[int, dict[str, list[float]]] = {}
+        for gid, run_key, v in zip(ids.tolist(), run_keys, ok[m].tolist(), strict=True):
+            runs = per_cell.setdefault(gid, {})
+            run = runs.setdefault(run_key, [])
+            if v is not None and v == v:
+                run.append(v)
+        for gid, runs in per_cell.items():
+            values = [v for v in runs.values() if v]
             if not values:
                 continue
+            key = names[gid]
+            key = key if isinstance(key, tuple) else (key,)
             spread = run_spread(values, m)
             new[f"{m}__run_cv"][key], new[f"{m}__trial_cv"][key] = spread.run_cv, spread.trial_cv
             if m == "output_throughput" and spread.runs > 1 and spread.warnings:
-                warnings[key] = "; ".join(spread.warnings) + _tuning_cause(g)
+                warnings[key] = "; ".join(spread.warnings) + _tuning_cause(ok[ids == gid])
     columns = {name: pd.Series(values, dtype=float).reindex(cells.index) for name, values in new.items()}
     columns["stability"] = pd.Series(warnings, dtype=object).reindex(cells.index)
     return pd.concat([cells, pd.DataFrame(columns, index=cells.index)], axis=1)

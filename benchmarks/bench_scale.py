@@ -1,0 +1,166 @@
+"""Print the wall time and peak memory of `bench report` and `bench compare` on stores of 100,000 and
+1,000,000 measurement records, run as a user runs them (a subprocess each, peak RSS of the child).
+
+    python3 benchmarks/bench_scale.py [--records 100000 1000000] [--dir /tmp/bench-scale] [--keep]
+
+The stores are synthesized from one real record: a fake-backend matrix is run once (`bench run`,
+20 ShareGPT-shaped requests), and its first record is copied into 2,500 cells (10 workloads x 2
+precisions x 125 batch sizes) x 2 runs x 20 trials = 100,000 records per run context (issue #36's
+shape), with the cell ids the harness would compute and every metric scaled per cell. 1,000,000
+records are 10 run contexts of that matrix (ten nights). Measured, per size:
+
+- `bench report STORE` cold (the store's columnar companion is built) and warm (it is read);
+- `bench compare STORE HEAD` of two such stores (HEAD: the same cells, other run contexts), cold and warm;
+- at 1,000,000: `bench report DIR` over a folder of the ten nightly stores (100,000 records each), cold and warm;
+- the dashboard's size.
+
+Targets (issue #36): 1,000,000 records -> report < 30 s and compare < 30 s, each < 2 GB; 100,000 -> < 5 s.
+The stores need ~0.5 GB of disk per 100,000 records (x2, and x3 at 1,000,000): they are deleted
+at the end unless --keep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+CELLS = (10, 2, 125)  # workloads x precisions x batch sizes = 2,500 cells
+RUNS, TRIALS = 2, 20
+
+
+def seed_record(work: Path) -> dict:
+    """Return the first record of a real fake-backend run (one cell, one trial)."""
+
+    data = work / "sharegpt.json"
+    data.write_text(json.dumps([{"id": f"r{i}", "conversations": [
+        {"from": "human", "value": f"Question number {i}: " + "tell me about the weather " * (1 + i % 7)},
+        {"from": "gpt", "value": "Here is a long answer about it. " * (2 + i % 5)}]} for i in range(40)]))
+    matrix = work / "seed.toml"
+    matrix.write_text(f'''name = "seed"
+backends = ["fake"]
+model = "qwen-tiny"
+precisions = ["bf16"]
+max_batch_sizes = [1]
+workloads = ["w"]
+device = "cpu"
+baseline = {{ backend = "fake", precision = "bf16", max_batch_size = 1 }}
+[workload.w]
+path = "{data}"
+num_requests = 20
+''')
+    store = work / "seed.jsonl"
+    subprocess.run([sys.executable, "-m", "bench", "run", "--matrix", str(matrix), "--store", str(store), "--no-progress",
+                    "--report-dir", str(work / "seed-report")], check=True, cwd=work, capture_output=True,
+                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return json.loads(store.read_text().splitlines()[0])
+
+
+def write_stores(seed: dict, paths: list[Path], contexts: int, tag: str, slowdown: float = 1.0) -> int:
+    """Write `contexts` run contexts of the 2,500-cell matrix, context k into paths[k % len(paths)]; return records."""
+    from bench import CELL_ID_VERSION
+    from bench.spec import identity_options, short_hash
+
+    samples = json.dumps(seed["samples"], separators=(",", ":"))
+    base = {k: v for k, v in seed.items() if k != "samples"}
+    handles = [open(p, "w") for p in paths]
+    n = 0
+    t0 = 1_790_000_000.0
+    for k in range(contexts):
+        fh = handles[k % len(paths)]
+        ctx = dict(base["context"], run_id=f"{tag}-night{k:03d}", started_at=t0 + 86400 * k, commit=f"{k:040x}"[-40:])
+        for w in range(CELLS[0]):
+            for _p, precision in enumerate(("bf16", "int4")[:CELLS[1]]):
+                for b in range(CELLS[2]):
+                    cell = json.loads(json.dumps(base["cell"]))
+                    cell.update(precision=precision, max_batch_size=b + 1)
+                    cell["workload"]["name"] = f"w{w}"
+                    ident = dict(cell, options=identity_options(cell["backend"], cell["options"]))
+                    cell_id = short_hash({"schema_version": CELL_ID_VERSION, "cell": ident})
+                    scale = (1 + 0.01 * b) * (1.9 if precision == "int4" else 1.0) / (slowdown if b % 10 == 0 else 1.0)
+                    for run in range(RUNS):
+                        for trial in range(TRIALS):
+                            noise = 1 + 0.002 * ((run * 7 + trial * 3 + k) % 5 - 2)
+                            metrics = {m: (v * scale * noise if isinstance(v, float) and "throughput" in m else
+                                           v / (scale * noise) if isinstance(v, float) and m.endswith("_ms") else v)
+                                       for m, v in base["metrics"].items()}
+                            rec = dict(base, cell=cell, cell_id=cell_id, context=ctx, run=run, trial=trial,
+                                       metrics=metrics, started_at=ctx["started_at"] + n % 100000)
+                            line = json.dumps(rec, sort_keys=True, separators=(",", ":"))
+                            fh.write(line[:-1] + ',"samples":' + samples + "}\n")
+                            n += 1
+    for fh in handles:
+        fh.close()
+    return n
+
+
+def measure(args: list[str], cwd: Path) -> tuple[float, float, int]:
+    """Return (wall s, peak RSS GB, exit status) of one `bench` command in a fresh process."""
+    t0 = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    proc = subprocess.run(["/usr/bin/time", "-f", "%M", sys.executable, "-m", "bench", *args], cwd=cwd,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    wall = time.perf_counter() - t0
+    try:
+        rss_kb = int(proc.stderr.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        rss_kb = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    if proc.returncode not in (0, 1):
+        print(proc.stderr[-2000:], file=sys.stderr)
+    return wall, rss_kb / 1e6, proc.returncode
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, nargs="+", default=[100_000, 1_000_000])
+    ap.add_argument("--dir", default="/tmp/bench-scale")
+    ap.add_argument("--keep", action="store_true", help="keep the synthetic stores")
+    args = ap.parse_args()
+    work = Path(args.dir)
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"machine: {platform.node()}, {os.cpu_count()} CPUs, {platform.python_version()}, "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    seed = seed_record(work)
+    print(f"seed record: {len(json.dumps(seed))} bytes, {len(seed['samples'])} samples")
+    per_context = CELLS[0] * CELLS[1] * CELLS[2] * RUNS * TRIALS
+    for total in args.records:
+        contexts = max(1, total // per_context)
+        d = work / f"n{total}"
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir()
+        t0 = time.perf_counter()
+        n = write_stores(seed, [d / "base.jsonl"], contexts, "base")
+        write_stores(seed, [d / "head.jsonl"], contexts, "head", slowdown=1.2)
+        size = (d / "base.jsonl").stat().st_size
+        print(f"\n{n:,} records ({contexts} run context(s) of 2,500 cells x {RUNS} runs x {TRIALS} trials): "
+              f"{size / 1e9:.2f} GB of JSON lines a store, written in {time.perf_counter() - t0:.0f} s")
+        runs = [("report", ["report", "base.jsonl", "--report-dir", "rep"]),
+                ("compare", ["compare", "base.jsonl", "head.jsonl"])]
+        if contexts > 1:
+            nightly = d / "nightly"
+            nightly.mkdir()
+            write_stores(seed, [nightly / f"night-{k:03d}.jsonl" for k in range(contexts)], contexts, "base")
+            runs.append(("report DIR", ["report", "nightly", "--report-dir", "rep-dir"]))
+        for _label, cmd in runs:
+            for state in ("cold", "warm"):
+                wall, rss, rc = measure(cmd, d)
+                print(f"bench {' '.join(cmd)}: {state}: {wall:.1f} s, peak RSS {rss:.2f} GB (exit {rc})")
+        dash = (d / "rep" / "dashboard.html").stat().st_size
+        print(f"dashboard.html: {dash / 1e6:.1f} MB")
+        if not args.keep:
+            shutil.rmtree(d)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
