@@ -42,6 +42,9 @@ RUNS, TRIALS = 2, 20
 def seed_record(work: Path) -> dict:
     """Return the first record of a real fake-backend run (one cell, one trial)."""
 
+    store = work / "seed.jsonl"
+    if store.exists():  # an earlier run's seed: the stores written from it stay valid
+        return json.loads(store.read_text().splitlines()[0])
     data = work / "sharegpt.json"
     data.write_text(json.dumps([{"id": f"r{i}", "conversations": [
         {"from": "human", "value": f"Question number {i}: " + "tell me about the weather " * (1 + i % 7)},
@@ -59,7 +62,6 @@ baseline = {{ backend = "fake", precision = "bf16", max_batch_size = 1 }}
 path = "{data}"
 num_requests = 20
 ''')
-    store = work / "seed.jsonl"
     subprocess.run([sys.executable, "-m", "bench", "run", "--matrix", str(matrix), "--store", str(store), "--no-progress",
                     "--report-dir", str(work / "seed-report")], check=True, cwd=work, capture_output=True,
                    env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -124,7 +126,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, nargs="+", default=[100_000, 1_000_000])
     ap.add_argument("--dir", default="/tmp/bench-scale")
-    ap.add_argument("--keep", action="store_true", help="keep the synthetic stores")
+    ap.add_argument("--keep", action="store_true", help="keep the synthetic stores (a later run reuses them)")
+    ap.add_argument("--generate-only", action="store_true", help="write the stores (implies --keep), measure nothing")
     args = ap.parse_args()
     work = Path(args.dir)
     work.mkdir(parents=True, exist_ok=True)
@@ -136,20 +139,28 @@ def main() -> int:
     for total in args.records:
         contexts = max(1, total // per_context)
         d = work / f"n{total}"
-        shutil.rmtree(d, ignore_errors=True)
-        d.mkdir()
-        t0 = time.perf_counter()
-        n = write_stores(seed, [d / "base.jsonl"], contexts, "base")
-        write_stores(seed, [d / "head.jsonl"], contexts, "head", slowdown=1.2)
+        done = d / "written.json"  # the stores of an earlier --keep run are reused (their companions are dropped)
+        if not done.exists() or json.loads(done.read_text()) != {"records": total, "seed": len(json.dumps(seed))}:
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir(parents=True)
+            t0 = time.perf_counter()
+            write_stores(seed, [d / "base.jsonl"], contexts, "base")
+            write_stores(seed, [d / "head.jsonl"], contexts, "head", slowdown=1.2)
+            if contexts > 1:
+                (d / "nightly").mkdir()
+                write_stores(seed, [d / "nightly" / f"night-{k:03d}.jsonl" for k in range(contexts)], contexts, "base")
+            done.write_text(json.dumps({"records": total, "seed": len(json.dumps(seed))}))
+            print(f"stores written in {time.perf_counter() - t0:.0f} s")
+        for cache in d.rglob(".bench-cache"):
+            shutil.rmtree(cache)
         size = (d / "base.jsonl").stat().st_size
-        print(f"\n{n:,} records ({contexts} run context(s) of 2,500 cells x {RUNS} runs x {TRIALS} trials): "
-              f"{size / 1e9:.2f} GB of JSON lines a store, written in {time.perf_counter() - t0:.0f} s")
+        print(f"\n{contexts * per_context:,} records a store ({contexts} run context(s) of 2,500 cells x {RUNS} runs x "
+              f"{TRIALS} trials): {size / 1e9:.2f} GB of JSON lines")
+        if args.generate_only:
+            continue
         runs = [("report", ["report", "base.jsonl", "--report-dir", "rep"]),
                 ("compare", ["compare", "base.jsonl", "head.jsonl"])]
         if contexts > 1:
-            nightly = d / "nightly"
-            nightly.mkdir()
-            write_stores(seed, [nightly / f"night-{k:03d}.jsonl" for k in range(contexts)], contexts, "base")
             runs.append(("report DIR", ["report", "nightly", "--report-dir", "rep-dir"]))
         for _label, cmd in runs:
             for state in ("cold", "warm"):
@@ -157,7 +168,7 @@ def main() -> int:
                 print(f"bench {' '.join(cmd)}: {state}: {wall:.1f} s, peak RSS {rss:.2f} GB (exit {rc})")
         dash = (d / "rep" / "dashboard.html").stat().st_size
         print(f"dashboard.html: {dash / 1e6:.1f} MB")
-        if not args.keep:
+        if not (args.keep or args.generate_only):
             shutil.rmtree(d)
     return 0
 

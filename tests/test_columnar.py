@@ -43,21 +43,45 @@ def bench(*args, cwd):
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
 
 
+def derived(lines: list[str], run_id: str, shift: float, scale: float = 1.0, slowdown: float | None = None) -> str:
+    """Return the records of one real run as another run context would have stored them: another run id and
+    start, throughputs scaled by `scale`, and (slowdown) the fake backend's slowdown option, with its cell id."""
+    from bench import CELL_ID_VERSION
+    from bench.spec import identity_options, short_hash
+
+    out = []
+    for line in lines:
+        rec = json.loads(line)
+        rec["context"].update(run_id=run_id, started_at=rec["context"]["started_at"] + shift)
+        if rec.get("started_at") is not None:
+            rec["started_at"] += shift
+        for k, v in (rec["metrics"] or {}).items():
+            if isinstance(v, float) and "throughput" in k:
+                rec["metrics"][k] = v * scale
+        if slowdown is not None:
+            rec["cell"]["options"]["slowdown"] = slowdown
+            cell = dict(rec["cell"], options=identity_options("fake", rec["cell"]["options"]))
+            rec["cell_id"] = short_hash({"schema_version": CELL_ID_VERSION, "cell": cell})
+        out.append(json.dumps(rec, sort_keys=True) + "\n")
+    return "".join(out)
+
+
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory):
-    """Real fake-backend stores: base (two run contexts: history), again (one more run of base's matrix) and
-    head (one, 20% slower: the option slowdown differs)."""
+    """Stores made from one real fake-backend run (failures included): base (two run contexts: history),
+    again (a third run of the same cells) and head (its cells 20% slower, the option slowdown differs)."""
     d = tmp_path_factory.mktemp("columnar")
     data = d / "sharegpt.json"
     data.write_text(json.dumps([{"id": f"r{i}", "conversations": [
         {"from": "human", "value": "tell me about the weather " * (1 + i % 7)},
         {"from": "gpt", "value": "Here is a long answer about it. " * (2 + i % 5)}]} for i in range(20)]))
-    for name, slowdown, store in (("base", "1.0", "base"), ("base", "1.0", "base"), ("base", "1.0", "again"),
-                                  ("head", "1.2", "head")):
-        (d / f"{name}.toml").write_text(MATRIX.format(name=name, slowdown=slowdown, data=data))
-        out = bench("run", "--matrix", f"{name}.toml", "--store", f"{store}.jsonl", "--no-progress", "--redo",
-                    "--report-dir", "rep", cwd=d)
-        assert out.returncode == 0, out.stderr
+    (d / "base.toml").write_text(MATRIX.format(name="base", slowdown="1.0", data=data))
+    out = bench("run", "--matrix", "base.toml", "--store", "run.jsonl", "--no-progress", "--report-dir", "rep", cwd=d)
+    assert out.returncode == 0, out.stderr
+    lines = (d / "run.jsonl").read_text().splitlines()
+    (d / "base.jsonl").write_text(derived(lines, "night-1", 0, 1.01) + derived(lines, "night-2", 86400))
+    (d / "again.jsonl").write_text(derived(lines, "night-3", 2 * 86400, 0.99))
+    (d / "head.jsonl").write_text(derived(lines, "head", 3 * 86400, 1 / 1.2, slowdown=1.2))
     return d
 
 
@@ -215,13 +239,12 @@ def test_folder_of_stores_reports_and_compares_like_the_stores(stores, tmp_path)
     (nightly / "2026-12-01.jsonl").write_text("".join(lines[half:]))
     listed = sorted(nightly.glob("*.jsonl"))
     assert query.expand_stores([nightly]) == listed == query.expand_stores([str(nightly / "*.jsonl")])
-    for col in (False, True):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            a = build_report([nightly], tmp_path / f"dir-{col}", columnar=col)
-            b = build_report(listed, tmp_path / f"list-{col}", columnar=col)
-        assert a["markdown"].read_text() == b["markdown"].read_text()
-        assert "Earlier runs" in a["markdown"].read_text()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = build_report([nightly], tmp_path / "dir", columnar=True)
+        b = build_report(listed, tmp_path / "list", columnar=False)
+    assert a["markdown"].read_text() == b["markdown"].read_text()
+    assert "Earlier runs" in a["markdown"].read_text()
     head = copy(stores / "head.jsonl", tmp_path / "heads" / "head.jsonl")
     made = {col: to_markdown(compare_stores(nightly, head.parent, ignore_options=["slowdown"], columnar=col))
             for col in (False, True)}
@@ -239,12 +262,12 @@ def empty_dir(tmp_path: Path) -> Path:
 
 
 def test_cli_report_dir_and_folder(stores, tmp_path):
+    from bench.cli import build_parser
+
+    for flag in ("--report-dir", "--out"):  # report takes run's and study's --report-dir; --out stays
+        assert build_parser().parse_args(["report", "s.jsonl", flag, "d"]).out == "d"
     nightly = tmp_path / "nightly"
     copy(stores / "base.jsonl", nightly / "a.jsonl")
     out = bench("report", str(nightly), "--report-dir", str(tmp_path / "r1"), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    alias = bench("report", str(nightly / "a.jsonl"), "--out", str(tmp_path / "r2"), cwd=tmp_path)
-    assert alias.returncode == 0, alias.stderr
-    assert (tmp_path / "r1" / "speedup.md").read_text() == (tmp_path / "r2" / "speedup.md").read_text()
-    cmp = bench("compare", str(nightly), str(nightly), cwd=tmp_path)
-    assert cmp.returncode == 0, cmp.stderr
+    assert (tmp_path / "r1" / "speedup.md").exists()

@@ -177,16 +177,20 @@ def table_report_data(table, indices: list[int]) -> ReportData:
     frame = table.frame(indices)
     k = table.keys
     stores, positions = k.store.to_numpy()[indices], k.pos.to_numpy()[indices]
-    rank = {s: pd.Series(np.flatnonzero(stores == s), index=positions[stores == s]) for s in np.unique(stores)}
+    rank = {}  # per store: record position -> its place among `indices`
+    for s in np.unique(stores):
+        mine = stores == s
+        rank[s] = np.full(int(positions[mine].max()) + 1, -1, dtype=np.int64)
+        rank[s][positions[mine]] = np.flatnonzero(mine)
 
     def per_request(kind: str, columns: list[str]) -> pd.DataFrame:
         parts = []
         for s, f in table.per_request(kind, indices).items():
-            parts.append(f.assign(_rank=f.pos.map(rank[s]).to_numpy()))
+            parts.append(f.assign(_rank=rank[s][f.pos.to_numpy()]))
         if not parts:
             return _keyed_frame([], [], {c: [] for c in columns})
         f = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-        f = f.sort_values("_rank", kind="stable").reset_index(drop=True)
+        f = f.iloc[np.argsort(f._rank.to_numpy(), kind="stable")].reset_index(drop=True)
         keys = frame[_KEY_COLUMNS].iloc[f._rank.to_numpy()].reset_index(drop=True)
         for c in columns:
             keys[c] = f[c].to_numpy() if len(f) else pd.Series([], dtype=object)
@@ -196,7 +200,7 @@ def table_report_data(table, indices: list[int]) -> ReportData:
     samples["tpot_ms"] = _tpot_ms(samples, samples.ttft_ms.tolist(), samples.e2el_ms.tolist(), samples.out.tolist())
     samples = samples.drop(columns="e2el_ms")
     telemetry = per_request("telemetry", ["t_s", "power_w", "memory_gb"])
-    data = ReportData(frame, samples, telemetry, table.distinct("environment_json", indices))
+    data = ReportData(frame, samples, telemetry, table.distinct("environment_json", indices, ordered=False))
     _check(data)
     return data
 
@@ -205,6 +209,6 @@ def table_source_label(table, indices: list[int]) -> str:
     """Return source_label of these records of a bench.results.query.Table."""
     from bench.results.records import RunContext
 
-    envs = table.distinct("environment_json", indices)
-    contexts = [RunContext.from_json(c) for c in table.distinct("context_json", indices)]
+    envs = table.distinct("environment_json", indices, ordered=False)
+    contexts = [RunContext.from_json(c) for c in table.distinct("context_json", indices, ordered=False)]
     return _source_label(envs, {c.run_id: c for c in contexts}.values())

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import os
 import warnings
 from dataclasses import dataclass
@@ -264,6 +265,7 @@ def _parse(fh, path: Path, start: int, end: int, line0: int, pos0: int):
     rows, samples, telemetry = [], {"pos": [], "in": [], "out": [], "ttft_ms": [], "e2el_ms": []}, \
         {"pos": [], "t_s": [], "power_w": [], "memory_gb": []}
     cells: dict[str, str] = {}
+    contexts: dict[tuple, str] = {}
     bad = lines = 0
     pos = pos0
     fh.seek(start)
@@ -298,19 +300,23 @@ def _parse(fh, path: Path, start: int, end: int, line0: int, pos0: int):
         if cell_json is None:
             cell_json = cells[rec.cell_id] = json.dumps(rec.cell, sort_keys=True)
         env = rec.environment
+        ctx_key = (json.dumps(raw.get("context"), sort_keys=True), rec.context.env_digest)
+        context_json = contexts.get(ctx_key)
+        if context_json is None:
+            context_json = contexts[ctx_key] = json.dumps(rec.context.to_json(), sort_keys=True)
         row.update(
             pos=pos, kind=rec.kind, offset=line_offset, nbytes=len(raw_line),
-            context_json=json.dumps(rec.context.to_json(), sort_keys=True), cell_json=cell_json,
+            context_json=context_json, cell_json=cell_json,
             environment_json=json.dumps(env, sort_keys=True),
             described=rec.context.env_digest is not None and any(env.get(k) is not None for k in COMPARABILITY_KEYS),
         )
         rows.append(row)
         if rec.status == "ok":
-            for s in rec.samples or ():
-                if s.get("error") is None:
-                    samples["pos"].append(pos)
-                    for k in ("in", "out", "ttft_ms", "e2el_ms"):
-                        samples[k].append(s.get(k))
+            kept = _sample_values(rec.samples or ())
+            if kept:
+                samples["pos"].extend([pos] * len(kept))
+                for k, column in zip(("in", "out", "ttft_ms", "e2el_ms"), zip(*kept, strict=True), strict=True):
+                    samples[k].extend(column)
             for t in rec.extra.get("telemetry") or ():
                 if isinstance(t, dict) and number(t.get("t_s")) is not None:
                     telemetry["pos"].append(pos)
@@ -322,17 +328,31 @@ def _parse(fh, path: Path, start: int, end: int, line0: int, pos0: int):
     return tables, lines, pos - pos0, bad
 
 
+_SAMPLE_FIELDS = ("error", "in", "out", "ttft_ms", "e2el_ms")
+_get_sample = operator.itemgetter(*_SAMPLE_FIELDS)
+
+
+def _sample_values(samples) -> list[tuple]:
+    """Return (in, out, ttft_ms, e2el_ms) of each sample without an error (as bench.report.data reads them)."""
+    try:
+        values = list(map(_get_sample, samples))
+    except (KeyError, TypeError):  # a sample without some field: read the slow way
+        values = [tuple(s.get(k) for k in _SAMPLE_FIELDS) for s in samples]
+    return [v[1:] for v in values if v[0] is None]
+
+
 def _column_type(values: list):
     """Return the Arrow type of a column of JSON scalars, or None when it mixes kinds (stored as JSON text)."""
     import pyarrow as pa
 
-    kinds = {type(v) for v in values if v is not None}
+    kinds = set(map(type, values)) - {type(None)}
     if not kinds:
         return pa.null()
     if kinds == {bool}:
         return pa.bool_()
     if kinds == {int}:
-        return pa.int64() if all(-(2 ** 63) <= v < 2 ** 63 for v in values if v is not None) else None
+        present = [v for v in values if v is not None]
+        return pa.int64() if -(2 ** 63) <= min(present) and max(present) < 2 ** 63 else None
     if kinds <= {int, float}:
         return pa.float64()
     if kinds == {str}:
@@ -362,9 +382,15 @@ def _columns_table(columns: dict[str, list]):
 def _table(rows: list[dict]):
     """Return the Arrow table of row dicts (columns in first-seen order; a row without a key holds null)."""
     names: dict[str, None] = {}
+    shapes: dict[tuple, None] = {}
     for r in rows:
-        for k in r:
-            names.setdefault(k)
+        shape = tuple(r)
+        if shape not in shapes:
+            shapes[shape] = None
+            for k in shape:
+                names.setdefault(k)
+    if len(shapes) == 1:  # every row has the same keys in the same order: read them by position
+        return _columns_table(dict(zip(names, (list(c) for c in zip(*(r.values() for r in rows), strict=True)), strict=True)))
     return _columns_table({n: [r.get(n) for r in rows] for n in names})
 
 

@@ -17,6 +17,7 @@ commit, the matrix or the memory cap changes, or where a (cell, trial) repeats (
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Iterable, Sequence
@@ -149,8 +150,8 @@ class CellRuns:
     def label(self) -> str:
         return self.latest.label
 
-    @property
-    def ok_records(self) -> list[Record]:
+    @functools.cached_property
+    def ok_records(self) -> list[Record]:  # cached: a comparison reads it once per metric
         return [r for r in self.records if r.ok]
 
     @property
@@ -400,12 +401,13 @@ class Table:
         """Return the indices of the records of one kind, in store order."""
         return self.keys.index[self.keys.kind == kind].tolist()
 
-    def _by_store(self, indices: Sequence[int]) -> dict[int, list[int]]:
-        k = self.keys
-        out: dict[int, list[int]] = {}
-        for s, pos in zip(k.store.to_numpy()[list(indices)], k.pos.to_numpy()[list(indices)], strict=True):
-            out.setdefault(int(s), []).append(int(pos))
-        return out
+    def _by_store(self, indices: Sequence[int]) -> dict[int, Any]:
+        """Return {store index: record positions (numpy) of these records in that store}."""
+        import numpy as np
+
+        idx = np.asarray(indices, dtype=np.int64)
+        stores, positions = self.keys.store.to_numpy()[idx], self.keys.pos.to_numpy()[idx]
+        return {int(s): positions[stores == s] for s in np.unique(stores)}
 
     def _read(self, kind: str, indices: Sequence[int], columns=None):
         """Return {store index: pandas frame} of one kind's rows for these records (JSON-text columns decoded)."""
@@ -485,12 +487,16 @@ class Table:
                     value = cache[text] = make(json.loads(text))
                 return value
 
-            for s, f in self._read("records", indices).items():
+            fields_ = ("pos", "kind", "cell_id", "cell_json", "context_json", "environment_json", "run", "trial",
+                       "status", "error", "started_at", "schema_version")
+            wanted = None if metrics is None else [*fields_, *metrics]
+            for s, f in self._read("records", indices, columns=wanted).items():
+                for c in fields_:
+                    if c not in f:
+                        f[c] = None
                 metric_cols = [c for c in f.columns if c not in ROW_FIELDS and c not in Table._INTERNAL
                                and (metrics is None or c in metrics) and f[c].dtype.kind in "fiu"]
                 values = f[metric_cols].to_numpy(dtype=float)
-                fields_ = ("pos", "kind", "cell_id", "cell_json", "context_json", "environment_json", "run", "trial",
-                           "status", "error", "started_at", "schema_version")
                 for j, (pos, kind, cell_id, cell, ctx, env, run, trial, status, error, started, version) in enumerate(
                         zip(*(f[c].tolist() for c in fields_), strict=True)):
                     m = {c: v for c, v in zip(metric_cols, values[j].tolist(), strict=True) if v == v}
@@ -503,16 +509,29 @@ class Table:
 
     _INTERNAL = frozenset({"pos", "kind", "offset", "nbytes", "context_json", "cell_json", "environment_json", "described"})
 
-    def distinct(self, column: str, indices: Sequence[int]) -> list:
+    def distinct(self, column: str, indices: Sequence[int], ordered: bool = True) -> list:
         """Return the distinct parsed values of a JSON column (environment_json, context_json) of these
-        records, in the order the records first hold them."""
+        records, in the order the records first hold them (ordered) or in any order."""
+        import numpy as np
+        import pandas as pd
+
+        if not ordered:
+            seen: dict[str, None] = {}
+            for s, positions in self._by_store(indices).items():
+                t = self.columns[s].read("records", columns=[column], positions=positions)
+                for v in (t.column(column).unique().to_pylist() if t is not None else ()):
+                    seen.setdefault(v)
+            return [json.loads(v) for v in seen if v is not None]
+
         frames = self._read("records", indices, columns=["pos", column])
-        value = {(s, p): v for s, f in frames.items() for p, v in zip(f.pos.tolist(), f[column].tolist(), strict=True)}
-        k = self.keys
-        seen: dict[str, None] = {}
-        for s, p in zip(k.store.to_numpy()[list(indices)].tolist(), k.pos.to_numpy()[list(indices)].tolist(), strict=True):
-            seen.setdefault(value[(s, p)])
-        return [json.loads(v) for v in seen]
+        if not frames:
+            return []
+        parts = [pd.Series(f[column].to_numpy(), index=pd.MultiIndex.from_arrays([np.full(len(f), s), f.pos.to_numpy()]))
+                 for s, f in frames.items()]
+        values = pd.concat(parts) if len(parts) > 1 else parts[0]
+        idx = np.asarray(indices, dtype=np.int64)
+        order = pd.MultiIndex.from_arrays([self.keys.store.to_numpy()[idx], self.keys.pos.to_numpy()[idx]])
+        return [json.loads(v) for v in pd.unique(values.reindex(order).to_numpy())]
 
 
 def pd_categorical():
