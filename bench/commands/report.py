@@ -39,7 +39,7 @@ def cmd_report(args) -> int:
         stores, profiles = profiles, []  # kernel profiles only: a dashboard with the kernel panel
     if not stores:
         raise BenchInputError("no result stores given and none found in results/: run `bench run` first")
-    out = Path(args.out or ("dashboards/" + (Path(stores[0]).stem if len(stores) == 1 else "combined")))
+    out = Path(args.out or ("dashboards/" + (_name(stores[0]) if len(stores) == 1 else "combined")))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         paths = build_report(stores, out, parse_pairs(args.baseline), kernels=load_kernels(args.kernels),
@@ -51,3 +51,13 @@ def cmd_report(args) -> int:
     written = ", ".join(str(paths[k]) for k in ("report", "markdown", "csv", "html", "kernels", "frontier") if k in paths)
     print(f"tables: {written}; dashboard: {paths.get('dashboard', '(none: no workload results)')}", file=sys.stderr)
     return 0
+
+
+def _name(store: str) -> str:
+    """Return the default report folder's name for a store, a folder of stores or a glob."""
+    import glob
+
+    p = Path(store)
+    if glob.has_magic(store):
+        return p.parent.name or "combined"
+    return p.name if p.is_dir() else p.stem
