@@ -68,7 +68,7 @@ def derived(lines: list[str], run_id: str, shift: float, scale: float = 1.0, slo
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory):
-    """Stores made from one real fake-backend run (failures included): base (two run contexts: history),
+    """Stores made from one real fake-backend run (failures included): base (three run contexts: history),
     again (a third run of the same cells) and head (its cells 20% slower, the option slowdown differs)."""
     d = tmp_path_factory.mktemp("columnar")
     data = d / "sharegpt.json"
@@ -79,7 +79,8 @@ def stores(tmp_path_factory):
     out = bench("run", "--matrix", "base.toml", "--store", "run.jsonl", "--no-progress", "--report-dir", "rep", cwd=d)
     assert out.returncode == 0, out.stderr
     lines = (d / "run.jsonl").read_text().splitlines()
-    (d / "base.jsonl").write_text(derived(lines, "night-1", 0, 1.01) + derived(lines, "night-2", 86400))
+    (d / "base.jsonl").write_text(derived(lines, "night-0", -86400, 1.02) + derived(lines, "night-1", 0, 1.01)
+                                  + derived(lines, "night-2", 86400))
     (d / "again.jsonl").write_text(derived(lines, "night-3", 2 * 86400, 0.99))
     (d / "head.jsonl").write_text(derived(lines, "head", 3 * 86400, 1 / 1.2, slowdown=1.2))
     return d
@@ -103,11 +104,15 @@ def reports(stores, tmp_path, **kw) -> dict:
     return out
 
 
-def test_report_is_identical_through_the_companion(stores, tmp_path):
+def test_report_is_identical_through_the_companion(stores, tmp_path, monkeypatch):
+    from bench.report import build
+
     base = copy(stores / "base.jsonl", tmp_path / "base.jsonl")
     again = copy(stores / "again.jsonl", tmp_path / "again.jsonl")
     made = reports([base, again], tmp_path)
     assert made[True] == made[False]
+    monkeypatch.setattr(build, "HISTORY_CHUNK", 1)  # history aggregated one run context at a time: the same
+    assert reports([base, again], tmp_path)[True] == made[False]
     assert "OOM" in made[True]["markdown"] and "Earlier runs" in made[True]["markdown"]  # failures and history
     assert "Comparison" in made[True]["dashboard"]
     assert (tmp_path / ".bench-cache" / "base.jsonl.columns" / "manifest.json").exists()

@@ -89,7 +89,7 @@ class _Inputs:
     probes: list                   # OomProbe records
     profiled: list                 # Profile records
     has_runs: bool
-    select: Callable               # () -> (ReportData of the rows, stored baselines, history frame or None)
+    select: Callable               # () -> (ReportData of the rows, stored baselines, history per run or None)
     comparison: Callable           # () -> {source label: record frame} for the comparison view
 
 
@@ -103,7 +103,9 @@ def _record_inputs(stores, profiles, pool) -> _Inputs:
         selection = query.select(runs, pool=pool)
         data = report_data(selection.records)
         data.warnings.extend(selection.warnings)
-        hist = report_data([r for row in selection.history for r in row.records]).frame if selection.history else None
+        hist = None
+        if selection.history:
+            hist = aggregate(report_data([r for row in selection.history for r in row.records]).frame, by_run=True)
         return data, query.stored_baselines(selection.rows), hist
 
     return _Inputs(labels, query.probes(records), query.profiles(records + query.load(profiles)), bool(runs), select,
@@ -123,7 +125,7 @@ def _table_inputs(table, profiles, pool) -> _Inputs:
         selection = query.select_table(table, runs, pool=pool)
         data = table_report_data(table, selection.indices)
         data.warnings.extend(selection.warnings)
-        hist = table_report_data(table, selection.history_indices).frame if selection.history else None
+        hist = _table_history(table, selection) if selection.history else None
         return data, selection.baselines(), hist
 
     def comparison():
@@ -143,6 +145,50 @@ def _table_inputs(table, profiles, pool) -> _Inputs:
 
     return _Inputs(labels, query.probes(others), query.profiles(others + query.load(profiles)), bool(runs), select,
                    comparison)
+
+
+# Earlier runs are aggregated this many records at a time (whole run contexts), so a year of nightly
+# runs never makes one frame of every record.
+HISTORY_CHUNK = 200_000
+
+
+def _table_history(table, selection) -> pd.DataFrame:
+    """Return aggregate(frame of the selection's history, by_run=True), made run contexts at a time."""
+    from bench.report.data import differing_environment, table_report_data
+    from bench.results.rows import ENV_FIELDS
+
+    history = selection.history
+    run_ids = table.keys.run_id.to_numpy()
+    env = table.frame_columns(selection.history_indices, list(ENV_FIELDS))
+    differing = differing_environment(env)
+    by_run: dict[str, list] = {}
+    for row in history:
+        by_run.setdefault(run_ids[row[3][0]], []).append(row)
+    chunks, current, size = [], [], 0
+    for rows in by_run.values():
+        n = sum(len(r[2]) for r in rows)
+        if current and size + n > HISTORY_CHUNK:
+            chunks.append(current)
+            current, size = [], 0
+        current.extend(rows)
+        size += n
+    chunks.append(current)
+    if len(chunks) == 1:
+        frame = table_report_data(table, selection.history_indices, per_request=False, differing=differing).frame
+        return aggregate(frame, by_run=True)
+    # Each chunk in history order, so that cells keep the order one aggregate of all would give.
+    order = {}
+    for row in history:
+        order.setdefault((row[0], row[1], run_ids[row[3][0]]), len(order))
+    parts = []
+    for rows in chunks:
+        rows = sorted(rows, key=lambda r: order[(r[0], r[1], run_ids[r[3][0]])])
+        frame = table_report_data(table, [i for r in rows for i in r[2]], per_request=False, differing=differing).frame
+        parts.append(aggregate(frame, by_run=True))
+    cells = pd.concat(parts, ignore_index=True)
+    caps = [None if c is None or c != c else float(c) for c in cells.gpu_memory_gb]
+    rank = [order[(c, cap, r)] for c, cap, r in zip(cells.cell_id, caps, cells.run_id, strict=True)]
+    return cells.iloc[sorted(range(len(rank)), key=rank.__getitem__)].reset_index(drop=True)
 
 
 def _build_report(stores, out_dir, baseline, kernels, profiles, pool, columnar) -> dict[str, Path]:
@@ -185,15 +231,15 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool, columnar) 
         return {**frontier, **extra_paths, "warnings": kernel_warnings}
     if not inputs.has_runs:
         raise BenchInputError("the result store is empty: run `bench run` first (or pass a store that has results)")
-    data, named_baselines, hist_frame = inputs.select()
+    data, named_baselines, hist_cells = inputs.select()
     data.warnings.extend(kernel_warnings)
     frame = data.frame
     cells = aggregate(frame)
     baseline = baseline or _stored_baseline(named_baselines)
     tables = speedup_table(frame, baseline, cells=cells)  # raises on a missing baseline, before writing anything
     history = {}
-    if hist_frame is not None:
-        history = history_table(aggregate(hist_frame, by_run=True), tables)
+    if hist_cells is not None:
+        history = history_table(hist_cells, tables)
     for t in tables.values():
         data.warnings.extend(t.attrs.get("warnings", []))
     env_note = environment_note(frame, data.environments)

@@ -117,9 +117,9 @@ def _tpot_ms(samples: pd.DataFrame, ttfts: list, e2els: list, outs: list) -> pd.
     return pd.Series(tpot, index=samples.index)
 
 
-def _check(data: ReportData) -> None:
+def _check(data: ReportData, differing: list[str] | None = None) -> None:
     f = data.frame
-    f["environment"] = environment_labels(f)
+    f["environment"] = environment_labels(f, differing)
     for workload, g in f.groupby("workload", sort=False):
         labels = sorted(set(g.environment) - {""})
         if len(labels) > 1:
@@ -127,6 +127,11 @@ def _check(data: ReportData) -> None:
                 f"workload {workload!r} mixes environments ({'; '.join(labels)}): results are not directly "
                 "comparable; the tables show an environment column"
             )
+
+
+def differing_environment(frame: pd.DataFrame) -> list[str]:
+    """Return the environment fields whose values differ across the frame's rows."""
+    return [k for k in ENV_FIELDS if k in frame and frame[k].astype(str).nunique() > 1]
 
 
 def source_label(records: list[Record]) -> str:
@@ -154,9 +159,13 @@ def _source_label(environments, contexts) -> str:
     return f"{machine} · {', '.join(commits) or 'commit?'} · {when}"
 
 
-def environment_labels(frame: pd.DataFrame) -> pd.Series:
-    """Return per row a short label of the environment fields that differ across the frame ('' if none)."""
-    differing = [k for k in ENV_FIELDS if k in frame and frame[k].astype(str).nunique() > 1]
+def environment_labels(frame: pd.DataFrame, differing: list[str] | None = None) -> pd.Series:
+    """Return per row a short label of the environment fields that differ across the frame ('' if none).
+
+    differing: those fields, when the frame is one part of a larger one (bench.report.build's history).
+    """
+    if differing is None:
+        differing = differing_environment(frame)
     if not differing:
         return pd.Series("", index=frame.index)
     parts = [frame[k].map(lambda v, k=k: "" if v is None or v != v else f"{ENV_SHORT[k]}{v}") for k in differing]
@@ -166,11 +175,13 @@ def environment_labels(frame: pd.DataFrame) -> pd.Series:
     return out.str.replace(r"(, )+", ", ", regex=True).str.strip(", ")
 
 
-def table_report_data(table, indices: list[int]) -> ReportData:
+def table_report_data(table, indices: list[int], per_request: bool = True,
+                      differing: list[str] | None = None) -> ReportData:
     """Return report_data's frames for these records of a bench.results.query.Table (read as columns).
 
     The same frames as report_data(records) of the same records, except `environments`: each distinct
-    environment once (every reader of it takes the set).
+    environment once (every reader of it takes the set). per_request=False: samples and telemetry left
+    empty (a history table needs neither). differing: see environment_labels.
     """
     if not indices:
         raise BenchInputError("the result store is empty: run `bench run` first (or pass a store that has results)")
@@ -183,7 +194,7 @@ def table_report_data(table, indices: list[int]) -> ReportData:
         rank[s] = np.full(int(positions[mine].max()) + 1, -1, dtype=np.int64)
         rank[s][positions[mine]] = np.flatnonzero(mine)
 
-    def per_request(kind: str, columns: list[str]) -> pd.DataFrame:
+    def read(kind: str, columns: list[str]) -> pd.DataFrame:
         parts = []
         for s, f in table.per_request(kind, indices).items():
             parts.append(f.assign(_rank=rank[s][f.pos.to_numpy()]))
@@ -196,12 +207,16 @@ def table_report_data(table, indices: list[int]) -> ReportData:
             keys[c] = f[c].to_numpy() if len(f) else pd.Series([], dtype=object)
         return keys
 
-    samples = per_request("samples", ["in", "out", "ttft_ms", "e2el_ms"])
-    samples["tpot_ms"] = _tpot_ms(samples, samples.ttft_ms.tolist(), samples.e2el_ms.tolist(), samples.out.tolist())
-    samples = samples.drop(columns="e2el_ms")
-    telemetry = per_request("telemetry", ["t_s", "power_w", "memory_gb"])
+    if per_request:
+        samples = read("samples", ["in", "out", "ttft_ms", "e2el_ms"])
+        samples["tpot_ms"] = _tpot_ms(samples, samples.ttft_ms.tolist(), samples.e2el_ms.tolist(), samples.out.tolist())
+        samples = samples.drop(columns="e2el_ms")
+        telemetry = read("telemetry", ["t_s", "power_w", "memory_gb"])
+    else:
+        samples = _keyed_frame([], [], {c: [] for c in ("in", "out", "ttft_ms", "tpot_ms")})
+        telemetry = _keyed_frame([], [], {c: [] for c in ("t_s", "power_w", "memory_gb")})
     data = ReportData(frame, samples, telemetry, table.distinct("environment_json", indices, ordered=False))
-    _check(data)
+    _check(data, differing)
     return data
 
 

@@ -452,6 +452,13 @@ class Table:
                 frame[c] = frame[c].astype(bool)
         return frame
 
+    def frame_columns(self, indices: Sequence[int], columns: Sequence[str]):
+        """Return these columns of these records' rows (any order; columns no store has are left out)."""
+        import pandas as pd
+
+        parts = [f.drop(columns="pos") for f in self._read("records", indices, columns=["pos", *columns]).values()]
+        return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0] if parts else pd.DataFrame()
+
     def per_request(self, kind: str, indices: Sequence[int]):
         """Return {store index: frame of `kind` ("samples" or "telemetry") rows of these records}, keyed by `pos`."""
         return self._read(kind, indices)
