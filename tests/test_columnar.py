@@ -185,6 +185,16 @@ def test_many_parts_are_compacted(stores, tmp_path, monkeypatch):
     assert len(list(columnar.companion_dir(store).glob("*.records.parquet"))) == len(manifest(store)["parts"])
 
 
+def test_a_large_store_is_written_in_segments(stores, tmp_path, monkeypatch):
+    lines = (stores / "base.jsonl").read_bytes().splitlines(keepends=True)
+    store = tmp_path / "s.jsonl"
+    store.write_bytes(b"".join(lines[:10]))
+    monkeypatch.setattr(columnar, "SEGMENT_BYTES", 3 * max(map(len, lines[:10])))  # 3 records or fewer a part
+    t = query.table([store])
+    assert len(manifest(store)["parts"]) >= 4 and t.keys.pos.tolist() == list(range(10))
+    assert [r.cell_id for r in t.records(list(range(10)))] == [r.cell_id for r in query.load([store])]
+
+
 def test_torn_last_line_is_skipped_then_fenced_off(stores, tmp_path):
     lines = (stores / "base.jsonl").read_bytes().splitlines(keepends=True)
     store = tmp_path / "s.jsonl"

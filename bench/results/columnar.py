@@ -39,7 +39,9 @@ from bench.errors import BenchInputError
 VERSION = 1
 CACHE_DIR = ".bench-cache"
 CHECK_BYTES = 1 << 20
-MAX_PARTS = 8
+SEGMENT_BYTES = 256 << 20  # new lines are parsed and written this many bytes at a time (~45,000 records)
+MAX_PARTS = 8  # past this many parts, adjacent small ones are merged (up to MERGED_RECORDS records a part)
+MERGED_RECORDS = 50_000
 KINDS = ("records", "samples", "telemetry")
 # Columns the selection reads on every record (the rest are read only for the chosen records).
 KEY_COLUMNS = ("pos", "kind", "cell_id", "gpu_memory_gb", "run_id", "env_digest", "described", "run_started_at", "commit")
@@ -206,23 +208,27 @@ def open_store(path: Path) -> StoreColumns | None:
         end = _last_newline(fh, manifest["covered"], size)
         in_memory: dict = {}
         writable = True
-        if end > manifest["covered"]:
-            built = _parse(fh, path, manifest["covered"], end, manifest["lines"], manifest["records"])
+        while end > manifest["covered"]:  # one part per SEGMENT_BYTES of new lines: memory stays bounded
+            start = manifest["covered"]
+            stop = end if end - start <= SEGMENT_BYTES else _last_newline(fh, start, start + SEGMENT_BYTES)
+            if stop == start:  # one line longer than a segment
+                stop = end
+            built = _parse(fh, path, start, stop, manifest["lines"], manifest["records"])
             if built is None:
                 manifest["legacy"] = True
                 _write_manifest(folder, manifest)
                 return None
             tables, lines, records, bad = built
-            stem = f"{manifest['covered']:012d}-{end:012d}"
-            writable = _write_parts(folder, stem, tables)
+            stem = f"{start:012d}-{stop:012d}"
+            writable = writable and _write_parts(folder, stem, tables)
             if not writable:
                 in_memory[stem] = tables
-            manifest.update(covered=end, lines=manifest["lines"] + lines, records=manifest["records"] + records,
-                            bad=manifest["bad"] + bad, parts=[*manifest["parts"], stem])
-            manifest["check"] = _check(fh, end)
+            manifest.update(covered=stop, lines=manifest["lines"] + lines, records=manifest["records"] + records,
+                            bad=manifest["bad"] + bad, parts=[*manifest["parts"], stem],
+                            sizes={**manifest.get("sizes", {}), stem: records})
+            manifest["check"] = _check(fh, stop)
             if writable:
-                if len(manifest["parts"]) > MAX_PARTS:
-                    _compact(folder, manifest)
+                _compact(folder, manifest)
                 _write_manifest(folder, manifest)
         tail = {}
         tail_bad = 0
@@ -236,7 +242,7 @@ def open_store(path: Path) -> StoreColumns | None:
     bad = manifest["bad"] + tail_bad
     if bad:
         warnings.warn(f"{path}: skipped {bad} torn or invalid line(s)", stacklevel=3)
-    return StoreColumns(path, manifest["parts"], folder if writable else None, tail, in_memory,
+    return StoreColumns(path, manifest["parts"], folder, tail, in_memory,
                         manifest["records"] + tail_records)
 
 
@@ -427,22 +433,39 @@ def _write_manifest(folder: Path, manifest: dict) -> None:
 
 
 def _compact(folder: Path, manifest: dict) -> None:
-    """Merge the manifest's parts into one and drop the files no manifest names."""
+    """Merge adjacent small parts (appends of a few records) into parts of up to MERGED_RECORDS records once
+    there are more than MAX_PARTS, and drop the files the manifest no longer names."""
     import pyarrow.parquet as pq
 
-    stems = manifest["parts"]
-    stem = f"{0:012d}-{manifest['covered']:012d}"
-    tables = {}
-    for kind in KINDS:
-        parts = [pq.read_table(folder / f"{s}.{kind}.parquet") for s in stems]
-        meta = {}
-        for p in parts:
-            meta.update(p.schema.metadata or {})
-        merged = concat(parts)
-        cols = sorted({c for p in parts for c in json_columns(p)})
-        tables[kind] = merged.replace_schema_metadata({JSON_COLUMNS: json.dumps(cols).encode()} if cols else None)
-    if _write_parts(folder, stem, tables):
-        manifest["parts"] = [stem]
-        for f in folder.glob("*.parquet"):
-            if not f.name.startswith(stem + "."):
-                f.unlink(missing_ok=True)
+    stems, sizes = manifest["parts"], manifest.get("sizes", {})
+    if len(stems) <= MAX_PARTS:
+        return
+    groups: list[list[str]] = []
+    for stem in stems:
+        n = sizes.get(stem, MERGED_RECORDS)
+        if groups and sum(sizes.get(s, MERGED_RECORDS) for s in groups[-1]) + n <= MERGED_RECORDS:
+            groups[-1].append(stem)
+        else:
+            groups.append([stem])
+    merged = []
+    for group in groups:
+        if len(group) == 1:
+            merged.append(group[0])
+            continue
+        stem = group[0].split("-")[0] + "-" + group[-1].split("-")[1]
+        tables = {}
+        for kind in KINDS:
+            parts = [pq.read_table(folder / f"{s}.{kind}.parquet") for s in group]
+            table = concat(parts)
+            cols = sorted({c for t in [*parts, table] for c in json_columns(t)})
+            tables[kind] = table.replace_schema_metadata({JSON_COLUMNS: json.dumps(cols).encode()} if cols else None)
+        if not _write_parts(folder, stem, tables):
+            return
+        merged.append(stem)
+        sizes[stem] = sum(sizes.get(s, 0) for s in group)
+    manifest["parts"] = merged
+    manifest["sizes"] = {s: sizes[s] for s in merged if s in sizes}
+    keep = {f"{s}.{kind}.parquet" for s in merged for kind in KINDS}
+    for f in folder.glob("*.parquet"):
+        if f.name not in keep:
+            f.unlink(missing_ok=True)
