@@ -15,6 +15,7 @@ records are 10 run contexts of that matrix (ten nights). Measured, per size:
 - the dashboard's size.
 
 Targets (issue #36): 1,000,000 records -> report < 30 s and compare < 30 s, each < 2 GB; 100,000 -> < 5 s.
+Printed per command: wall time, CPU time (user + system) and peak RSS of the child process (/usr/bin/time).
 The stores need ~0.5 GB of disk per 100,000 records (x2, and x3 at 1,000,000): they are deleted
 at the end unless --keep.
 """
@@ -25,7 +26,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import subprocess
 import sys
@@ -106,20 +106,28 @@ def write_stores(seed: dict, paths: list[Path], contexts: int, tag: str, slowdow
     return n
 
 
-def measure(args: list[str], cwd: Path) -> tuple[float, float, int]:
-    """Return (wall s, peak RSS GB, exit status) of one `bench` command in a fresh process."""
+def measure(args: list[str], cwd: Path) -> tuple[float, float, float, int]:
+    """Return (wall s, CPU s (user + system), peak RSS GB, exit status) of one command in a fresh process.
+
+    args: a `bench` command line, or ["-c", code] for Python code (the typed-record reader's figures).
+    """
     t0 = time.perf_counter()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    proc = subprocess.run(["/usr/bin/time", "-f", "%M", sys.executable, "-m", "bench", *args], cwd=cwd,
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    cmd = [sys.executable, *(args if args[0] == "-c" else ["-m", "bench", *args])]
+    proc = subprocess.run(["/usr/bin/time", "-f", "%M %U %S", *cmd], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     wall = time.perf_counter() - t0
-    try:
-        rss_kb = int(proc.stderr.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        rss_kb = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    rss_kb, user, system = proc.stderr.strip().splitlines()[-1].split()
     if proc.returncode not in (0, 1):
         print(proc.stderr[-2000:], file=sys.stderr)
-    return wall, rss_kb / 1e6, proc.returncode
+    return wall, float(user) + float(system), int(rss_kb) / 1e6, proc.returncode
+
+
+RECORDS_READER = {  # the same commands through the typed-record reader (the path before issue #36), for reference
+    "report": "import warnings; warnings.simplefilter('ignore'); from bench.report.build import build_report; "
+              "build_report(['base.jsonl'], 'rep-records', columnar=False)",
+    "compare": "import warnings; warnings.simplefilter('ignore'); from bench.results.compare import compare_stores, "
+               "to_markdown; to_markdown(compare_stores('base.jsonl', 'head.jsonl', columnar=False))",
+}
 
 
 def main() -> int:
@@ -128,6 +136,8 @@ def main() -> int:
     ap.add_argument("--dir", default="/tmp/bench-scale")
     ap.add_argument("--keep", action="store_true", help="keep the synthetic stores (a later run reuses them)")
     ap.add_argument("--generate-only", action="store_true", help="write the stores (implies --keep), measure nothing")
+    ap.add_argument("--records-reader", action="store_true",
+                    help="at 100,000 records, also time report and compare through typed records (the path before #36)")
     args = ap.parse_args()
     work = Path(args.dir)
     work.mkdir(parents=True, exist_ok=True)
@@ -164,8 +174,13 @@ def main() -> int:
             runs.append(("report DIR", ["report", "nightly", "--report-dir", "rep-dir"]))
         for _label, cmd in runs:
             for state in ("cold", "warm"):
-                wall, rss, rc = measure(cmd, d)
-                print(f"bench {' '.join(cmd)}: {state}: {wall:.1f} s, peak RSS {rss:.2f} GB (exit {rc})")
+                wall, cpu, rss, rc = measure(cmd, d)
+                print(f"bench {' '.join(cmd)}: {state}: {wall:.1f} s wall, {cpu:.1f} s CPU, peak RSS {rss:.2f} GB (exit {rc})")
+        if args.records_reader and contexts == 1:
+            for label, code in RECORDS_READER.items():
+                wall, cpu, rss, rc = measure(["-c", code], d)
+                print(f"{label} through typed records (columnar=False): {wall:.1f} s wall, {cpu:.1f} s CPU, "
+                      f"peak RSS {rss:.2f} GB")
         dash = (d / "rep" / "dashboard.html").stat().st_size
         print(f"dashboard.html: {dash / 1e6:.1f} MB")
         if not (args.keep or args.generate_only):
