@@ -18,6 +18,7 @@ from bench.report.data import report_data
 from bench.report.tables import (
     DEFAULT_BASELINE,
     aggregate,
+    compared_cells,
     comparisons,
     environment_note,
     history_table,
@@ -81,6 +82,10 @@ def _gc_paused():
             gc.enable()
 
 
+class _Aggregated(dict):
+    """{group label: aggregated cells}: comparison groups already aggregated (tables.compared_cells)."""
+
+
 @dataclass
 class _Inputs:
     """What a report draws from, read either as typed records or as columns (large stores)."""
@@ -141,7 +146,10 @@ def _table_inputs(table, profiles, pool) -> _Inputs:
             named = {table_source_label(table, g): g for g in by_commit.values()}
         if len(named) < 2:
             return {}
-        return {g: table_report_data(table, query.select_table(table, idx).indices).frame for g, idx in named.items()}
+        # Aggregated group by group: a year of nightly runs never holds every night's records at once.
+        return _Aggregated({g: aggregate(table_report_data(table, query.select_table(table, idx).indices,
+                                                             per_request=False).frame)
+                            for g, idx in named.items()})
 
     return _Inputs(labels, query.probes(others), query.profiles(others + query.load(profiles)), bool(runs), select,
                    comparison)
@@ -149,7 +157,7 @@ def _table_inputs(table, profiles, pool) -> _Inputs:
 
 # Earlier runs are aggregated this many records at a time (whole run contexts), so a year of nightly
 # runs never makes one frame of every record.
-HISTORY_CHUNK = 200_000
+HISTORY_CHUNK = 100_000
 
 
 def _table_history(table, selection) -> pd.DataFrame:
@@ -332,7 +340,8 @@ def _dashboard(data, cells: pd.DataFrame, tables: dict, kernels: pd.DataFrame | 
 
     ambiguous = cells.groupby("workload").length.nunique()
     cells = cells.assign(_table=[table_key(w, n, ambiguous[w] > 1) for w, n in zip(cells.workload, cells.length, strict=True)])
-    comps = comparisons(comparison_frames)
+    comps = compared_cells(comparison_frames) if isinstance(comparison_frames, _Aggregated) else \
+        comparisons(comparison_frames)
     # The cap is None (object dtype) in uncapped stores and float in capped ones: one dtype to merge on.
     cells = cells.assign(gpu_memory_gb=pd.to_numeric(cells.gpu_memory_gb, errors="coerce").astype(float))
     samples = data.samples.assign(gpu_memory_gb=pd.to_numeric(data.samples.gpu_memory_gb, errors="coerce").astype(float))

@@ -544,10 +544,17 @@ def comparisons(frames: dict[str, pd.DataFrame]) -> list[tuple[str, str, pd.Data
 
     frames: {group label (a store, or a commit): record frame of that group's chosen records}.
     """
-    labels = list(frames)
+    if len(frames) < 2:
+        return []
+    return compared_cells({g: aggregate(f) for g, f in frames.items()})
+
+
+def compared_cells(cells: dict[str, pd.DataFrame]) -> list[tuple[str, str, pd.DataFrame]]:
+    """Return comparisons' result from each group's aggregated cells (aggregate of its record frame)."""
+    labels = list(cells)
     if len(labels) < 2:
         return []
-    per = {g: aggregate(f).set_index(["cell_id", "gpu_memory_gb"], drop=False) for g, f in frames.items()}
+    per = {g: c.set_index(["cell_id", "gpu_memory_gb"], drop=False) for g, c in cells.items()}
     a = labels[0]
     out = []
     for b in labels[1:]:

@@ -62,6 +62,23 @@ class StoreColumns:
     tail: dict                   # {"records": pa.Table | None, "samples": ..., "telemetry": ...}: uncovered lines
     in_memory: dict              # parts built without a writable folder: {stem: {kind: pa.Table}}
     records: int                 # complete records, the tail's included
+    sizes: dict                  # records in each part ({} for a companion written before sizes were kept)
+
+    @property
+    def _tail_records(self) -> int:
+        t = self.tail.get("records")
+        return t.num_rows if t is not None else 0
+
+    def _ranges(self) -> list[tuple[str, int, int | None]]:
+        """Return (part, first record position, records) per part; records None where the manifest lacks them."""
+        out, first = [], 0
+        for stem in self.parts:
+            n = self.sizes.get(stem)
+            if n is None:
+                return [(s, 0, None) for s in self.parts]
+            out.append((stem, first, n))
+            first += n
+        return out
 
     def read(self, kind: str, columns=None, positions=None):
         """Return one kind of table over the whole store, or None when it has none.
@@ -70,37 +87,43 @@ class StoreColumns:
         record positions (`pos`). Text columns come back dictionary-encoded (a run's many equal
         strings are held once).
         """
+        import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
-        value_set = pa.array(positions, type=pa.int64()) if positions is not None else None
-        tables = []
-        for stem in self.parts:
-            if stem in self.in_memory:
+        wanted = None if positions is None else np.asarray(positions, dtype=np.int64)
+        out, as_json = [], set()
+        for stem, first, count in [*self._ranges(), ("tail", self.records - self._tail_records, self._tail_records)]:
+            chosen = None  # the positions to keep from this part (None: all of its rows)
+            if wanted is not None:
+                mine = wanted[(wanted >= first) & (wanted < first + count)] if count is not None else wanted
+                if not mine.size:
+                    continue  # a part none of the chosen records is in is not read at all
+                if count is None or mine.size < count:
+                    chosen = pa.array(mine, type=pa.int64())
+            if stem == "tail":
+                t = self.tail.get(kind)
+            elif stem in self.in_memory:
                 t = self.in_memory[stem].get(kind)
             else:
                 f = self.folder / f"{stem}.{kind}.parquet"
                 schema = pq.read_schema(f)
                 cols = [c for c in columns if c in schema.names] if columns else schema.names
-                if value_set is not None and "pos" not in cols:
+                if chosen is not None and "pos" not in cols:
                     cols = ["pos", *cols]
                 text = [c for c in cols if pa.types.is_string(schema.field(c).type)]
                 t = pq.read_table(f, columns=cols, read_dictionary=text)
-            tables.append(t)
-        tables.append(self.tail.get(kind))
-        out = []
-        for t in tables:
             if t is None or not t.num_rows:
                 continue
-            if value_set is not None:
-                t = t.filter(pc.is_in(t["pos"], value_set=value_set))
+            as_json.update(json_columns(t))
+            if chosen is not None:
+                t = t.filter(pc.is_in(t["pos"], value_set=chosen))
             if columns:
                 t = t.select([c for c in columns if c in t.column_names])
             out.append(_dictionary_text(t))
         if not out:
             return None
-        as_json = sorted({c for t in tables if t is not None for c in json_columns(t)})
         merged = concat(out)
         as_json = sorted(set(as_json) | set(json_columns(merged)))
         return merged.replace_schema_metadata({JSON_COLUMNS: json.dumps(as_json).encode()} if as_json else None)
@@ -160,14 +183,18 @@ def _family(kind) -> str:
 
 
 def code_key() -> str:
-    """Return a digest of the code that makes the companion's rows: a change to it rebuilds every companion."""
+    """Return a digest of the code that writes the companion's rows: a change to it rebuilds every companion
+    (a change to how they are read does not)."""
+    import inspect
+
     from bench.results import records, rows
 
     h = hashlib.blake2b(digest_size=8)
     h.update(f"{VERSION}:{SCHEMA_VERSION}".encode())
     for mod in (records, rows):
         h.update(Path(mod.__file__).read_bytes())
-    h.update(Path(__file__).read_bytes())
+    for writer in (_parse, _sample_values, _column_type, _columns_table, _table):
+        h.update(inspect.getsource(writer).encode())
     return h.hexdigest()
 
 
@@ -243,7 +270,7 @@ def open_store(path: Path) -> StoreColumns | None:
     if bad:
         warnings.warn(f"{path}: skipped {bad} torn or invalid line(s)", stacklevel=3)
     return StoreColumns(path, manifest["parts"], folder, tail, in_memory,
-                        manifest["records"] + tail_records)
+                        manifest["records"] + tail_records, manifest.get("sizes", {}))
 
 
 def _last_newline(fh, start: int, size: int) -> int:
