@@ -110,7 +110,8 @@ def _record_inputs(stores, profiles, pool) -> _Inputs:
         data.warnings.extend(selection.warnings)
         hist = None
         if selection.history:
-            hist = aggregate(report_data([r for row in selection.history for r in row.records]).frame, by_run=True)
+            frame = report_data([r for row in selection.history for r in row.records]).frame
+            hist = aggregate(frame, by_run=True, spreads=False)
         return data, query.stored_baselines(selection.rows), hist
 
     return _Inputs(labels, query.probes(records), query.profiles(records + query.load(profiles)), bool(runs), select,
@@ -148,7 +149,7 @@ def _table_inputs(table, profiles, pool) -> _Inputs:
             return {}
         # Aggregated group by group: a year of nightly runs never holds every night's records at once.
         return _Aggregated({g: aggregate(table_report_data(table, query.select_table(table, idx).indices,
-                                                             per_request=False).frame)
+                                                             per_request=False).frame, spreads=False)
                             for g, idx in named.items()})
 
     return _Inputs(labels, query.probes(others), query.profiles(others + query.load(profiles)), bool(runs), select,
@@ -161,7 +162,7 @@ HISTORY_CHUNK = 100_000
 
 
 def _table_history(table, selection) -> pd.DataFrame:
-    """Return aggregate(frame of the selection's history, by_run=True), made run contexts at a time."""
+    """Return aggregate(frame of the selection's history, by_run=True, spreads=False), made run contexts at a time."""
     from bench.report.data import differing_environment, table_report_data
     from bench.results.rows import ENV_FIELDS
 
@@ -183,7 +184,7 @@ def _table_history(table, selection) -> pd.DataFrame:
     chunks.append(current)
     if len(chunks) == 1:
         frame = table_report_data(table, selection.history_indices, per_request=False, differing=differing).frame
-        return aggregate(frame, by_run=True)
+        return aggregate(frame, by_run=True, spreads=False)
     # Each chunk in history order, so that cells keep the order one aggregate of all would give.
     order = {}
     for row in history:
@@ -192,7 +193,7 @@ def _table_history(table, selection) -> pd.DataFrame:
     for rows in chunks:
         rows = sorted(rows, key=lambda r: order[(r[0], r[1], run_ids[r[3][0]])])
         frame = table_report_data(table, [i for r in rows for i in r[2]], per_request=False, differing=differing).frame
-        parts.append(aggregate(frame, by_run=True))
+        parts.append(aggregate(frame, by_run=True, spreads=False))
     cells = pd.concat(parts, ignore_index=True)
     caps = [None if c is None or c != c else float(c) for c in cells.gpu_memory_gb]
     rank = [order[(c, cap, r)] for c, cap, r in zip(cells.cell_id, caps, cells.run_id, strict=True)]

@@ -74,14 +74,15 @@ def _fill(frame: pd.DataFrame) -> pd.DataFrame:
     return f
 
 
-def aggregate(frame: pd.DataFrame, by_run: bool = False) -> pd.DataFrame:
+def aggregate(frame: pd.DataFrame, by_run: bool = False, spreads: bool = True) -> pd.DataFrame:
     """Return one row per cell (and GPU memory cap): status, runs, trials, each metric over ok trials.
 
     A metric's value is the mean of its runs' means (each run: one worker process, the mean of
     its trials); `<metric>__std` is the spread a table prints after ±: the standard deviation of
     the run means with two runs or more, else of the trials. Headline metrics also get
     `<metric>__run_cv`, `__trial_cv` and the stability warnings of bench.results.stats.run_spread.
-    by_run: one row per run context of a cell instead (history tables).
+    by_run: one row per run context of a cell instead (history tables). spreads=False: without the
+    headline metrics' run/trial CVs and stability warnings (history and comparison views show none).
     """
     if frame.empty:
         raise BenchInputError("the result store is empty: run `bench run` first")
@@ -116,7 +117,9 @@ def aggregate(frame: pd.DataFrame, by_run: bool = False) -> pd.DataFrame:
     cells["runs"] = cells.runs.fillna(0).astype(int)
     cells.loc[cells.trials > 0, "status"] = "ok"
     cells.loc[cells.trials > 0, "error"] = None
-    cells = _headline_spreads(cells, ok, keys).copy()  # copy: the joins above leave many blocks
+    if spreads:
+        cells = _headline_spreads(cells, ok, keys)
+    cells = cells.copy()  # copy: the joins above leave many blocks
     order = f.drop_duplicates(keys).set_index(keys).index  # first-seen order, as the stores list them
     cells = cells.reindex(order).reset_index()
     cells = cells.astype(object).where(cells.notna(), None)
@@ -546,7 +549,7 @@ def comparisons(frames: dict[str, pd.DataFrame]) -> list[tuple[str, str, pd.Data
     """
     if len(frames) < 2:
         return []
-    return compared_cells({g: aggregate(f) for g, f in frames.items()})
+    return compared_cells({g: aggregate(f, spreads=False) for g, f in frames.items()})
 
 
 def compared_cells(cells: dict[str, pd.DataFrame]) -> list[tuple[str, str, pd.DataFrame]]:
