@@ -128,7 +128,7 @@ CASES = [
     ("report binary", None, ["report", "{tmp}/bin.jsonl"], 2, "is not a bench result store"),
     ("report other schema", None, ["report", "{tmp}/other.jsonl"], 2, "is not a bench result store"),
     ("report empty", None, ["report", "{tmp}/empty.jsonl"], 2, "empty"),
-    ("report folder", None, ["report", "{tmp}/folder"], 2, "is a folder"),
+    ("report folder", None, ["report", "{tmp}/folder"], 2, "holds no result stores"),
     ("report all errors", None, ["report", "{tmp}/err.jsonl"], 0, "no cell ran ok"),
     ("report all oom", None, ["report", "{tmp}/oom.jsonl"], 0, "no cell ran ok"),
     ("report NaN store", None, ["report", "{tmp}/nan.jsonl"], 0, "NaN or infinite"),

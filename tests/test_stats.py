@@ -4,6 +4,8 @@ false-alarm / detection targets on the fake backend's timing model."""
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bench.results import stats
 
@@ -105,3 +107,21 @@ def test_false_alarm_and_detection_targets_on_fake_timing_model():
     assert r["detection"] >= 0.95
     noisy = power.rates(comparisons=300, trials=3, trial_cv=0.03, step_noise=0.05, seed=2)
     assert noisy["false_alarm"] < 0.01
+
+
+@given(st.lists(st.one_of(st.floats(min_value=-1e12, max_value=1e12, allow_nan=False),
+                          st.sampled_from([0.1, 0.2, 0.3, 7.0, 1e-300])), min_size=1, max_size=7))
+def test_small_summaries_agree_with_numpy_to_the_bit(values):
+    """summarize's pure-Python path (fewer than 8 values: a comparison's run means) is numpy's figures exactly."""
+    import numpy as np
+
+    from bench.results.stats import _summary_small
+
+    x = np.asarray(values, dtype=float)
+    med = float(np.median(x))
+    q75, q25 = np.percentile(x, [75, 25])
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = (x.size, med, float(x.mean()), float(x.std(ddof=1)) if x.size > 1 else 0.0,
+                float(np.median(np.abs(x - med))), float(q75 - q25), float(x.min()), float(x.max()))
+    s = _summary_small([float(v) for v in values], "v")
+    assert (s.n, s.median, s.mean, s.std, s.mad, s.iqr, s.minimum, s.maximum) == want

@@ -60,12 +60,13 @@ def test_frame_flattens_metrics(tmp_path):
 
 
 def test_folder_or_unreadable_store_is_exit_2(tmp_path, capsys):
+    # A folder stands for its *.jsonl stores (tests/test_columnar.py); one without any is refused.
     (tmp_path / "results").mkdir()
-    ResultStore(tmp_path / "results" / "x.jsonl").append(make_record("a", output_throughput=1.0))
+    (tmp_path / "results" / "x.json").write_text("{}")
     for argv in (["report", str(tmp_path / "results")], ["compare", str(tmp_path / "results"), str(tmp_path / "results")]):
         assert main(argv) == 2
         err = capsys.readouterr().err
-        assert "is a folder, not a store" in err and "x.jsonl" in err and "Traceback" not in err
+        assert "holds no result stores (*.jsonl)" in err and "Traceback" not in err
     if os.geteuid() != 0:  # root reads anything
         locked = tmp_path / "locked.jsonl"
         locked.write_text("")

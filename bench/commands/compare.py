@@ -15,8 +15,8 @@ def register(sub) -> None:
         "significance AND a change of at least --factor in the metric's bad direction. "
         "Exit status: 0 no regression, 1 a regression, 2 bad input.",
     )
-    c.add_argument("base", help="base result store (JSONL)")
-    c.add_argument("head", help="head result store (JSONL); may be the same file with --base/--head-commit")
+    c.add_argument("base", help="base result store (JSONL), a folder of stores (its *.jsonl) or a quoted glob")
+    c.add_argument("head", help="head result store, folder or quoted glob; may be the same file with --base/--head-commit")
     c.add_argument("--base-commit", help="use only base records measured at this commit (prefix of environment.commit)")
     c.add_argument("--head-commit", help="use only head records measured at this commit")
     c.add_argument("--metrics", help="comma-separated metrics (default: throughputs, TTFT/TPOT/E2E, peak memory)")

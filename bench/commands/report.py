@@ -12,9 +12,11 @@ from bench.errors import BenchInputError
 
 def register(sub) -> None:
     rep = sub.add_parser("report", help="rebuild tables and dashboard from result stores (runs nothing)")
-    rep.add_argument("stores", nargs="*", help="result stores (default: every results/*.jsonl); 2+ stores add a comparison view")
-    rep.add_argument("--out", help="output folder (default dashboards/<store> for one store, dashboards/combined for "
-                     "several: name one with --out when you compare stores)")
+    rep.add_argument("stores", nargs="*", help="result stores, folders of stores (their *.jsonl, e.g. one per night) or "
+                     "quoted globs (default: every results/*.jsonl); 2+ stores add a comparison view")
+    rep.add_argument("--report-dir", "--out", dest="out", metavar="DIR",
+                     help="output folder (default dashboards/<store> for one store, dashboards/combined for several: name one "
+                     "when you compare stores); --out is the same option")
     rep.add_argument("--baseline", help="speedup baseline, e.g. backend=hf,precision=bf16,max_batch_size=1 "
                      "(default: the baseline the stored matrix named)")
     rep.add_argument("--pool", action="store_true",
@@ -38,7 +40,7 @@ def cmd_report(args) -> int:
         stores, profiles = profiles, []  # kernel profiles only: a dashboard with the kernel panel
     if not stores:
         raise BenchInputError("no result stores given and none found in results/: run `bench run` first")
-    out = Path(args.out or ("dashboards/" + (Path(stores[0]).stem if len(stores) == 1 else "combined")))
+    out = Path(args.out or ("dashboards/" + (_name(stores[0]) if len(stores) == 1 else "combined")))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         paths = build_report(stores, out, parse_pairs(args.baseline), kernels=load_kernels(args.kernels),
@@ -52,3 +54,13 @@ def cmd_report(args) -> int:
     written = ", ".join(str(paths[k]) for k in ("report", "markdown", "csv", "html", "kernels", "frontier") if k in paths)
     print(f"tables: {written}; dashboard: {paths.get('dashboard', '(none: no workload results)')}", file=sys.stderr)
     return 0
+
+
+def _name(store: str) -> str:
+    """Return the default report folder's name for a store, a folder of stores or a glob."""
+    import glob
+
+    p = Path(store)
+    if glob.has_magic(store):
+        return p.parent.name or "combined"
+    return p.name if p.is_dir() else p.stem

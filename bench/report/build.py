@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -16,6 +18,7 @@ from bench.report.data import report_data
 from bench.report.tables import (
     DEFAULT_BASELINE,
     aggregate,
+    compared_cells,
     comparisons,
     environment_note,
     history_table,
@@ -44,7 +47,8 @@ def load_kernels(paths: list[str | Path]) -> pd.DataFrame | None:
 
 
 def build_report(stores: list[str | Path], out_dir: str | Path, baseline: dict | None = None,
-                 kernels: pd.DataFrame | None = None, profiles: list[str | Path] = (), pool: bool = False) -> dict[str, Path]:
+                 kernels: pd.DataFrame | None = None, profiles: list[str | Path] = (), pool: bool = False,
+                 columnar: bool | None = None) -> dict[str, Path]:
     """Write speedup.md, speedup.csv, speedup.html and dashboard.html for the stores; return their paths.
 
     Each row is one cell's latest run context (bench.results.query.select); its earlier runs are
@@ -57,12 +61,15 @@ def build_report(stores: list[str | Path], out_dir: str | Path, baseline: dict |
 
     Warnings about the data (mixed schema versions or environments) are issued with
     warnings.warn and shown at the top of the dashboard; the paths dict has them under "warnings".
+
+    stores: result stores, folders of them (their *.jsonl) or globs. columnar: read them through their
+    columnar companions (bench.results.query.table; the same report); None: when they are large.
     """
     from bench.files import check_output_dir
 
     check_output_dir(out_dir, "--out")  # before reading the stores
     with _gc_paused():
-        return _build_report(stores, out_dir, baseline, kernels, profiles, pool)
+        return _build_report(stores, out_dir, baseline, kernels, profiles, pool, columnar)
 
 
 @contextlib.contextmanager
@@ -78,9 +85,24 @@ def _gc_paused():
             gc.enable()
 
 
-def _build_report(stores, out_dir, baseline, kernels, profiles, pool) -> dict[str, Path]:
-    from bench.oom.search import frontier_markdown, frontier_rows
-    from bench.report.kernel_panel import kernel_frame, kernel_summary_markdown
+class _Aggregated(dict):
+    """{group label: aggregated cells}: comparison groups already aggregated (tables.compared_cells)."""
+
+
+@dataclass
+class _Inputs:
+    """What a report draws from, read either as typed records or as columns (large stores)."""
+
+    labels: list[str]              # one per store
+    probes: list                   # OomProbe records
+    profiled: list                 # Profile records
+    has_runs: bool
+    select: Callable               # () -> (ReportData of the rows, stored baselines, history per run or None)
+    comparison: Callable           # () -> {source label: record frame} for the comparison view
+    accuracy: dict                 # {cell_id: latest Accuracy record} (`bench accuracy`), shown beside the speedups
+
+
+def _record_inputs(stores, profiles, pool) -> _Inputs:
     from bench.results.records import Accuracy
 
     loaded = [query.load([s]) for s in stores]
@@ -89,11 +111,114 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool) -> dict[st
     per_store = [recs for recs in loaded if not all(isinstance(r, Accuracy) for r in recs)] or loaded
     records = [r for recs in per_store for r in recs if not isinstance(r, Accuracy)]
     labels = store_labels(per_store)
+    runs = query.measurements(records)
+
+    def select():
+        selection = query.select(runs, pool=pool)
+        data = report_data(selection.records, selection.left_out_runs())
+        data.warnings.extend(selection.warnings)
+        hist = None
+        if selection.history:
+            frame = report_data([r for row in selection.history for r in row.records]).frame
+            hist = aggregate(frame, by_run=True, spreads=False)
+        return data, query.stored_baselines(selection.rows), hist
+
+    return _Inputs(labels, query.probes(records), query.profiles(records + query.load(profiles)), bool(runs), select,
+                   lambda: _comparison_frames([query.measurements(recs) for recs in per_store], labels), latest_accuracy)
+
+
+def _table_inputs(table, profiles, pool) -> _Inputs:
+    from bench.report.data import table_report_data, table_source_label
+
+    keys = table.keys
+    per_store = [keys.index[keys.store == i].tolist() for i in range(len(table.paths))]
+    labels = _numbered([table_source_label(table, idx) if idx else "empty store" for idx in per_store])
+    others = table.records(keys.index[keys.kind != "measurement"].tolist(), full=True)
+    runs = table.indices("measurement")
+
+    def select():
+        selection = query.select_table(table, runs, pool=pool)
+        data = table_report_data(table, selection.indices)
+        data.warnings.extend(selection.warnings)
+        hist = _table_history(table, selection) if selection.history else None
+        return data, selection.baselines(), hist
+
+    def comparison():
+        measured = set(runs)
+        groups = [[i for i in idx if i in measured] for idx in per_store]
+        if sum(1 for g in groups if g) > 1:
+            named = {label: g for label, g in zip(labels, groups, strict=True) if g}
+        else:
+            by_commit: dict[str, list[int]] = {}
+            commits = keys.commit.to_numpy()[runs].tolist()
+            for i, commit in zip(runs, commits, strict=True):
+                by_commit.setdefault(commit or "unknown", []).append(i)
+            named = {table_source_label(table, g): g for g in by_commit.values()}
+        if len(named) < 2:
+            return {}
+        # Aggregated group by group: a year of nightly runs never holds every night's records at once.
+        return _Aggregated({g: aggregate(table_report_data(table, query.select_table(table, idx).indices,
+                                                             per_request=False).frame, spreads=False)
+                            for g, idx in named.items()})
+
+    return _Inputs(labels, query.probes(others), query.profiles(others + query.load(profiles)), bool(runs), select,
+                   comparison, query.latest_accuracy(others))
+
+
+# Earlier runs are aggregated this many records at a time (whole run contexts), so a year of nightly
+# runs never makes one frame of every record.
+HISTORY_CHUNK = 100_000
+
+
+def _table_history(table, selection) -> pd.DataFrame:
+    """Return aggregate(frame of the selection's history, by_run=True, spreads=False), made run contexts at a time."""
+    from bench.report.data import differing_environment, table_report_data
+    from bench.results.rows import ENV_FIELDS
+
+    history = selection.history
+    run_ids = table.keys.run_id.to_numpy()
+    env = table.frame_columns(selection.history_indices, list(ENV_FIELDS))
+    differing = differing_environment(env)
+    by_run: dict[str, list] = {}
+    for row in history:
+        by_run.setdefault(run_ids[row[3][0]], []).append(row)
+    chunks, current, size = [], [], 0
+    for rows in by_run.values():
+        n = sum(len(r[2]) for r in rows)
+        if current and size + n > HISTORY_CHUNK:
+            chunks.append(current)
+            current, size = [], 0
+        current.extend(rows)
+        size += n
+    chunks.append(current)
+    if len(chunks) == 1:
+        frame = table_report_data(table, selection.history_indices, per_request=False, differing=differing).frame
+        return aggregate(frame, by_run=True, spreads=False)
+    # Each chunk in history order, so that cells keep the order one aggregate of all would give.
+    order = {}
+    for row in history:
+        order.setdefault((row[0], row[1], run_ids[row[3][0]]), len(order))
+    parts = []
+    for rows in chunks:
+        rows = sorted(rows, key=lambda r: order[(r[0], r[1], run_ids[r[3][0]])])
+        frame = table_report_data(table, [i for r in rows for i in r[2]], per_request=False, differing=differing).frame
+        parts.append(aggregate(frame, by_run=True, spreads=False))
+    cells = pd.concat(parts, ignore_index=True)
+    caps = [None if c is None or c != c else float(c) for c in cells.gpu_memory_gb]
+    rank = [order[(c, cap, r)] for c, cap, r in zip(cells.cell_id, caps, cells.run_id, strict=True)]
+    return cells.iloc[sorted(range(len(rank)), key=rank.__getitem__)].reset_index(drop=True)
+
+
+def _build_report(stores, out_dir, baseline, kernels, profiles, pool, columnar) -> dict[str, Path]:
+    from bench.oom.search import frontier_markdown, frontier_rows
+    from bench.report.kernel_panel import kernel_frame, kernel_summary_markdown
+
+    stores = query.expand_stores(stores)
+    table = query.table(stores) if query.prefer_table(stores, columnar) else None
+    inputs = _table_inputs(table, profiles, pool) if table is not None else _record_inputs(stores, profiles, pool)
+    labels, probes, profiled = inputs.labels, inputs.probes, inputs.profiled
     # OOM-probe records answer "what fits", not "how fast": they make the frontier table, not speedups;
     # profile records hold kernel tables: they make the kernel panel.
-    probes = query.probes(records)
-    profiled = query.profiles(records + query.load(profiles))
-    runs = query.measurements(records)
     out = Path(out_dir)
     frontier, extra_paths, kernel_warnings = {}, {}, []
     sections: dict[str, str] = {}  # Markdown sections beside the speedup tables: OOM frontier, kernels per step
@@ -116,44 +241,41 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool) -> dict[st
         frontier = {"frontier": out / "oom-frontier.md"}
         sections["OOM frontier (bench oom)"] = frontier_markdown(frontier_rows(probes))
         _write(frontier["frontier"], sections["OOM frontier (bench oom)"])
-    if latest_accuracy:
+    if inputs.accuracy:
         from bench.report.accuracy import accuracy_markdown
 
-        sections["Accuracy (bench accuracy)"] = accuracy_markdown(latest_accuracy)
+        sections["Accuracy (bench accuracy)"] = accuracy_markdown(inputs.accuracy)
         out.mkdir(parents=True, exist_ok=True)
         extra_paths["accuracy"] = out / "accuracy.md"
         _write(extra_paths["accuracy"], sections["Accuracy (bench accuracy)"])
     title = _title(labels)
-    if not runs and (probes or profiled or latest_accuracy):
+    if not inputs.has_runs and (probes or profiled or inputs.accuracy):
         out.mkdir(parents=True, exist_ok=True)
         extra_paths["report"] = out / "report.md"
         _write(extra_paths["report"], report_markdown(title, "", sections))
-        if profiled or probes or latest_accuracy:
+        if profiled or probes or inputs.accuracy:
             extra_paths["dashboard"] = out / "dashboard.html"
             _write(extra_paths["dashboard"], _kernel_page(kernels, title, kernel_warnings, sections, timelines))
         for w in kernel_warnings:
             warnings.warn(w, stacklevel=3)
         return {**frontier, **extra_paths, "warnings": kernel_warnings}
-    if not runs:
+    if not inputs.has_runs:
         raise BenchInputError("the result store is empty: run `bench run` first (or pass a store that has results)")
-    selection = query.select(runs, pool=pool)
-    data = report_data(selection.records, selection.left_out_runs())
-    data.warnings.extend(selection.warnings)
+    data, named_baselines, hist_cells = inputs.select()
     data.warnings.extend(kernel_warnings)
     frame = data.frame
     cells = aggregate(frame)
-    baseline = baseline or _stored_baseline(selection)
+    baseline = baseline or _stored_baseline(named_baselines)
     # raises on a missing baseline, before writing anything
-    tables = speedup_table(frame, baseline, cells=cells, accuracy=latest_accuracy)
+    tables = speedup_table(frame, baseline, cells=cells, accuracy=inputs.accuracy)
     history = {}
-    if selection.history:
-        hist_data = report_data([r for row in selection.history for r in row.records])
-        history = history_table(aggregate(hist_data.frame, by_run=True), tables)
+    if hist_cells is not None:
+        history = history_table(hist_cells, tables)
     for t in tables.values():
         data.warnings.extend(t.attrs.get("warnings", []))
     env_note = environment_note(frame, data.environments)
     markdown = to_markdown(tables, env_note, history)
-    comparison = _comparison_frames([query.measurements(recs) for recs in per_store], labels)
+    comparison = inputs.comparison()
     page = _dashboard(data, cells, tables, kernels, title, env_note, comparison, history, sections, timelines)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"markdown": out / "speedup.md", "csv": out / "speedup.csv", "html": out / "speedup.html",
@@ -181,9 +303,8 @@ def report_markdown(title: str, speedups: str, sections: dict[str, str], environ
     return "\n".join(parts)
 
 
-def _stored_baseline(selection) -> dict:
+def _stored_baseline(named: list[dict]) -> dict:
     """Return the baseline the stored matrices named (one), or the default for stores that named none."""
-    named = query.stored_baselines(selection.rows)
     if len(named) > 1:
         text = "; ".join(", ".join(f"{k}={v}" for k, v in b.items()) for b in named)
         raise BenchInputError(f"these results come from matrices with different baselines ({text}): choose one with "
@@ -195,7 +316,11 @@ def store_labels(per_store: list[list]) -> list[str]:
     """Return one label per store from its records' run contexts (machine, commit, date); repeats get '#n'."""
     from bench.report.data import source_label
 
-    labels = [source_label(recs) if recs else "empty store" for recs in per_store]
+    return _numbered([source_label(recs) if recs else "empty store" for recs in per_store])
+
+
+def _numbered(labels: list[str]) -> list[str]:
+    """Return the labels with '#n' added to those that repeat."""
     seen: dict[str, int] = {}
     out = []
     for label in labels:
@@ -238,7 +363,8 @@ def _dashboard(data, cells: pd.DataFrame, tables: dict, kernels: pd.DataFrame | 
 
     ambiguous = cells.groupby("workload").length.nunique()
     cells = cells.assign(_table=[table_key(w, n, ambiguous[w] > 1) for w, n in zip(cells.workload, cells.length, strict=True)])
-    comps = comparisons(comparison_frames)
+    comps = compared_cells(comparison_frames) if isinstance(comparison_frames, _Aggregated) else \
+        comparisons(comparison_frames)
     # The cap is None (object dtype) in uncapped stores and float in capped ones: one dtype to merge on.
     cells = cells.assign(gpu_memory_gb=pd.to_numeric(cells.gpu_memory_gb, errors="coerce").astype(float))
     samples = data.samples.assign(gpu_memory_gb=pd.to_numeric(data.samples.gpu_memory_gb, errors="coerce").astype(float))

@@ -11,7 +11,6 @@ also from `extra`) and the pass's mean input and output lengths.
 
 from __future__ import annotations
 
-import json
 import operator
 from dataclasses import dataclass, field
 
@@ -20,11 +19,19 @@ import pandas as pd
 
 from bench.errors import BenchInputError
 from bench.metrics import time_per_output_token
-from bench.results.records import EXTRA_METRICS, Record
-from bench.spec import identity_options
+from bench.results.records import Record
+from bench.results.rows import (  # noqa: F401 (re-exported)
+    ENV_FIELDS,
+    TELEMETRY_COLUMNS,
+    length_label,
+    length_limits,
+    record_row,
+    telemetry_rows,
+)
+from bench.results.rows import number as _number
 
-# Environment fields shown under tables and, when they differ inside one table, in a column.
-ENV_FIELDS = ("gpu_name", "gpu_count", "driver", "cuda", "torch", "transformers", "tensorrt_llm", "torchao", "cpu")
+_row = record_row  # the report row of one record (bench.results.rows)
+
 ENV_SHORT = {"gpu_name": "", "gpu_count": "x", "driver": "driver ", "cuda": "CUDA ", "torch": "torch ",
              "transformers": "transformers ", "tensorrt_llm": "trtllm ", "torchao": "torchao ", "cpu": ""}
 
@@ -38,101 +45,6 @@ class ReportData:
     warnings: list[str] = field(default_factory=list)
 
 
-def length_label(workload: dict) -> str:
-    """Return the length setting of a workload spec in words, e.g. 'in 128 / out 128 tokens'."""
-    if not workload:
-        return ""
-    if workload.get("input_len") is not None or workload.get("output_len") is not None:
-        return f"in {workload.get('input_len')} / out {workload.get('output_len')} tokens"
-    parts = []
-    if workload.get("max_input_len") is not None:
-        parts.append(f"in <= {workload['max_input_len']}")
-    if workload.get("max_output_len") is not None:
-        parts.append(f"out <= {workload['max_output_len']}")
-    if workload.get("num_requests") is not None:
-        parts.append(f"{workload['num_requests']} requests")
-    return ", ".join(parts)
-
-
-def length_limits(workload: dict) -> tuple[int | None, int | None, bool]:
-    """Return (input limit, output limit, exact) of a workload spec, in tokens.
-
-    A synthetic workload of fixed lengths gives its lengths, exact=True; a uniform one its
-    maxima. Otherwise the input limit is max_input_len and the output limit the fixed
-    output_len or the max_output_len cap (None when only max_total_len bounds it).
-    """
-    if not workload:
-        return None, None, False
-    if workload.get("source") == "synthetic":
-        exact = workload.get("length_dist", "fixed") == "fixed"
-        return (workload.get("input_max") or workload.get("input_len"),
-                workload.get("output_max") or workload.get("output_len"), exact)
-    return workload.get("max_input_len"), workload.get("output_len") or workload.get("max_output_len"), False
-
-
-def _number(v):
-    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def _row(rec: Record) -> dict:
-    cell = rec.cell
-    env = rec.environment
-    ctx = rec.context
-    wl = cell.get("workload") or {}
-    row = {
-        "store": rec.store,
-        "cell_id": rec.cell_id,
-        "run_id": ctx.run_id,
-        "run": rec.run,
-        "run_key": f"{ctx.run_id}#{rec.run}",
-        "run_started_at": ctx.started_at,
-        "run_label": ctx.label,
-        "env_digest": ctx.env_digest,
-        "trial": rec.trial,
-        "status": rec.status,
-        "backend": cell.get("backend"),
-        "model": cell.get("model"),
-        "precision": cell.get("precision"),
-        "max_batch_size": cell.get("max_batch_size"),
-        "device": cell.get("device"),
-        "workload": wl.get("name"),
-        "length": length_label(wl),
-        **dict(zip(("input_len_limit", "output_len_limit", "lengths_exact"), length_limits(wl), strict=True)),
-        "options": json.dumps(identity_options(cell.get("backend"), cell.get("options", {})), sort_keys=True),
-        "all_options": json.dumps(cell.get("options", {}), sort_keys=True),
-        "gpu_memory_gb": _number(ctx.gpu_memory_gb),
-        "planned_runs": ctx.runs,  # what the invocation asked for: a row with fewer complete runs is partial
-        "planned_trials": ctx.trials,
-        "commit": ctx.commit,
-        "dirty": ctx.dirty,
-        "error": rec.error,
-        "started_at": rec.started_at,
-        "schema_version": rec.schema_version,
-    }
-    for k in ENV_FIELDS:
-        row[k] = env.get(k)
-    for k, v in (rec.metrics or {}).items():
-        if isinstance(v, (int, float)) or v is None:
-            row[k] = v
-    done = _number((rec.metrics or {}).get("completed"))
-    if done:  # the pass's mean lengths, from its token totals
-        for side in ("input", "output"):
-            total = _number(rec.metrics.get(f"total_{side}_tokens"))
-            row[f"mean_{side}_len"] = None if total is None else total / done
-    extra = rec.extra
-    # Why the pass's machine was busy (bench.machine.host_load), '; '-joined; None when it was not.
-    row["busy"] = "; ".join((extra.get("host_load") or {}).get("busy") or ()) or None
-    # What the backend found out about the pass (a server that refused length control, counted prompts otherwise).
-    row["notes"] = "\n".join(extra.get("notes") or ()) or None
-    # Which tuned Triton kernels the pass ran (hf compiled cells): runs that differ here ran different kernels.
-    row["tuned_digest"] = rec.tuned_digest
-    row["tuning_build"] = rec.tuning_build  # which cold build of --tuning-builds (None: not one)
-    for k in EXTRA_METRICS:
-        if row.get(k) is None and _number(extra.get(k)) is not None:
-            row[k] = extra[k]
-    return row
-
-
 # Keys that identify a cell on the page: cell_id alone is not enough when the same cell ran
 # under different GPU memory caps (the cap is a run setting, not part of the cell).
 CELL_KEYS = ["cell_id", "gpu_memory_gb"]
@@ -144,17 +56,6 @@ _get_sample = operator.itemgetter(*_SAMPLE_FIELDS)
 _KEY_COLUMNS = ["cell_id", "gpu_memory_gb", "trial", "store", "run_key"]
 
 
-# Telemetry fields drawn over a pass (bench.machine.telemetry.Sampler's timeline).
-TELEMETRY_COLUMNS = ("power_w", "memory_gb", "sm_mhz", "util_pct", "temp_c")
-
-
-def _telemetry_rows(telemetry) -> list:
-    """Return a pass's telemetry as one dict per sample: the Sampler stores one list per field, older
-    and synthetic records a list of samples."""
-    if isinstance(telemetry, dict):
-        n = len(telemetry.get("t_s") or ())
-        return [{k: (v[i] if isinstance(v, list) and i < len(v) else None) for k, v in telemetry.items()} for i in range(n)]
-    return list(telemetry or ())
 
 
 def _sample_values(samples) -> list[tuple]:
@@ -200,7 +101,7 @@ def report_data(records: list[Record], left_out_runs: dict | None = None) -> Rep
             sample_counts.append(len(vals))
             sample_vals.extend(vals)
         tele = [tuple([t["t_s"]] + [_number(t.get(k)) for k in TELEMETRY_COLUMNS])
-                for t in _telemetry_rows(rec.extra.get("telemetry"))
+                for t in telemetry_rows(rec.extra.get("telemetry"))
                 if isinstance(t, dict) and _number(t.get("t_s")) is not None]
         if tele:
             tele_keys.append(keys)
@@ -232,9 +133,9 @@ def _tpot_ms(samples: pd.DataFrame, ttfts: list, e2els: list, outs: list) -> pd.
     return pd.Series(tpot, index=samples.index)
 
 
-def _check(data: ReportData) -> None:
+def _check(data: ReportData, differing: list[str] | None = None) -> None:
     f = data.frame
-    f["environment"] = environment_labels(f)
+    f["environment"] = environment_labels(f, differing)
     for workload, g in f.groupby("workload", sort=False):
         labels = sorted(set(g.environment) - {""})
         if len(labels) > 1:
@@ -244,21 +145,29 @@ def _check(data: ReportData) -> None:
             )
 
 
+def differing_environment(frame: pd.DataFrame) -> list[str]:
+    """Return the environment fields whose values differ across the frame's rows."""
+    return [k for k in ENV_FIELDS if k in frame and frame[k].astype(str).nunique() > 1]
+
+
 def source_label(records: list[Record]) -> str:
     """Return a label of where records come from: machine (host, GPU), commit(s) and date(s) of their run contexts.
 
     Stores are named by this, not by file name: two `default.jsonl` from different machines
     get different labels, e.g. 'gpu-7 (NVIDIA H200) · 1a2b3c4 · 2026-12-01 10:02'.
     """
+    return _source_label([r.environment for r in records], {r.context.run_id: r.context for r in records}.values())
+
+
+def _source_label(environments, contexts) -> str:
     import time
 
-    envs = [r.environment for r in records if r.environment]
+    envs = [e for e in environments if e]
     hosts = sorted({str(e.get("host")) for e in envs if e.get("host")})
     gpus = sorted({str(e.get("gpu_name")) for e in envs if e.get("gpu_name")})
     machine = ", ".join(hosts) or "unknown host"
     if gpus:
         machine += f" ({', '.join(gpus)})"
-    contexts = {r.context.run_id: r.context for r in records}.values()
     commits = sorted({(c.commit or "commit?")[:7] + ("+dirty" if c.dirty else "") for c in contexts})
     starts = sorted(c.started_at for c in contexts if c.started_at is not None)
     dates = [time.strftime("%Y-%m-%d %H:%M", time.gmtime(t)) for t in (starts[0], starts[-1])] if starts else []
@@ -266,9 +175,13 @@ def source_label(records: list[Record]) -> str:
     return f"{machine} · {', '.join(commits) or 'commit?'} · {when}"
 
 
-def environment_labels(frame: pd.DataFrame) -> pd.Series:
-    """Return per row a short label of the environment fields that differ across the frame ('' if none)."""
-    differing = [k for k in ENV_FIELDS if k in frame and frame[k].astype(str).nunique() > 1]
+def environment_labels(frame: pd.DataFrame, differing: list[str] | None = None) -> pd.Series:
+    """Return per row a short label of the environment fields that differ across the frame ('' if none).
+
+    differing: those fields, when the frame is one part of a larger one (bench.report.build's history).
+    """
+    if differing is None:
+        differing = differing_environment(frame)
     if not differing:
         return pd.Series("", index=frame.index)
     parts = [frame[k].map(lambda v, k=k: "" if v is None or v != v else f"{ENV_SHORT[k]}{v}") for k in differing]
@@ -276,3 +189,57 @@ def environment_labels(frame: pd.DataFrame) -> pd.Series:
     for p in parts[1:]:
         out = out.str.cat(p, sep=", ")
     return out.str.replace(r"(, )+", ", ", regex=True).str.strip(", ")
+
+
+def table_report_data(table, indices: list[int], per_request: bool = True,
+                      differing: list[str] | None = None) -> ReportData:
+    """Return report_data's frames for these records of a bench.results.query.Table (read as columns).
+
+    The same frames as report_data(records) of the same records, except `environments`: each distinct
+    environment once (every reader of it takes the set). per_request=False: samples and telemetry left
+    empty (a history table needs neither). differing: see environment_labels.
+    """
+    if not indices:
+        raise BenchInputError("the result store is empty: run `bench run` first (or pass a store that has results)")
+    frame = table.frame(indices)
+    k = table.keys
+    stores, positions = k.store.to_numpy()[indices], k.pos.to_numpy()[indices]
+    rank = {}  # per store: record position -> its place among `indices`
+    for s in np.unique(stores):
+        mine = stores == s
+        rank[s] = np.full(int(positions[mine].max()) + 1, -1, dtype=np.int64)
+        rank[s][positions[mine]] = np.flatnonzero(mine)
+
+    def read(kind: str, columns: list[str]) -> pd.DataFrame:
+        parts = []
+        for s, f in table.per_request(kind, indices).items():
+            parts.append(f.assign(_rank=rank[s][f.pos.to_numpy()]))
+        if not parts:
+            return _keyed_frame([], [], {c: [] for c in columns})
+        f = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+        f = f.iloc[np.argsort(f._rank.to_numpy(), kind="stable")].reset_index(drop=True)
+        keys = frame[_KEY_COLUMNS].iloc[f._rank.to_numpy()].reset_index(drop=True)
+        for c in columns:
+            keys[c] = f[c].to_numpy() if len(f) else pd.Series([], dtype=object)
+        return keys
+
+    if per_request:
+        samples = read("samples", ["in", "out", "ttft_ms", "e2el_ms"])
+        samples["tpot_ms"] = _tpot_ms(samples, samples.ttft_ms.tolist(), samples.e2el_ms.tolist(), samples.out.tolist())
+        samples = samples.drop(columns="e2el_ms")
+        telemetry = read("telemetry", ["t_s", *TELEMETRY_COLUMNS])
+    else:
+        samples = _keyed_frame([], [], {c: [] for c in ("in", "out", "ttft_ms", "tpot_ms")})
+        telemetry = _keyed_frame([], [], {c: [] for c in ("t_s", *TELEMETRY_COLUMNS)})
+    data = ReportData(frame, samples, telemetry, table.distinct("environment_json", indices, ordered=False))
+    _check(data, differing)
+    return data
+
+
+def table_source_label(table, indices: list[int]) -> str:
+    """Return source_label of these records of a bench.results.query.Table."""
+    from bench.results.records import RunContext
+
+    envs = table.distinct("environment_json", indices, ordered=False)
+    contexts = [RunContext.from_json(c) for c in table.distinct("context_json", indices, ordered=False)]
+    return _source_label(envs, {c.run_id: c for c in contexts}.values())

@@ -84,14 +84,15 @@ def _fill(frame: pd.DataFrame) -> pd.DataFrame:
     return f
 
 
-def aggregate(frame: pd.DataFrame, by_run: bool = False) -> pd.DataFrame:
+def aggregate(frame: pd.DataFrame, by_run: bool = False, spreads: bool = True) -> pd.DataFrame:
     """Return one row per cell (and GPU memory cap): status, runs, trials, each metric over ok trials.
 
     A metric's value is the mean of its runs' means (each run: one worker process, the mean of
     its trials); `<metric>__std` is the spread a table prints after ±: the standard deviation of
     the run means with two runs or more, else of the trials. Headline metrics also get
     `<metric>__run_cv`, `__trial_cv` and the stability warnings of bench.results.stats.run_spread.
-    by_run: one row per run context of a cell instead (history tables).
+    by_run: one row per run context of a cell instead (history tables). spreads=False: without the
+    headline metrics' run/trial CVs and stability warnings (history and comparison views show none).
     """
     if frame.empty:
         raise BenchInputError("the result store is empty: run `bench run` first")
@@ -130,7 +131,9 @@ def aggregate(frame: pd.DataFrame, by_run: bool = False) -> pd.DataFrame:
     cells["runs"] = cells.runs.fillna(0).astype(int)
     cells.loc[cells.trials > 0, "status"] = "ok"
     cells.loc[cells.trials > 0, "error"] = None
-    cells = _headline_spreads(cells, ok, keys).copy()  # copy: the joins above leave many blocks
+    if spreads:
+        cells = _headline_spreads(cells, ok, keys)
+    cells = cells.copy()  # copy: the joins above leave many blocks
     order = f.drop_duplicates(keys).set_index(keys).index  # first-seen order, as the stores list them
     cells = cells.reindex(order).reset_index()
     cells = cells.astype(object).where(cells.notna(), None)
@@ -183,21 +186,35 @@ def _headline_spreads(cells: pd.DataFrame, ok: pd.DataFrame, keys: list[str]) ->
     new: dict[str, dict] = {f"{m}__{x}": {} for m in HEADLINE for x in ("run_cv", "trial_cv")}
     new.update({"output_throughput__tuning_cv": {}, "tuning_builds": {}, "tuned_digests": {}})
     warnings: dict = {}
+    # One pass over the rows (not a pandas group per cell: a matrix has thousands of cells).
+    by_cell = ok.groupby(keys, dropna=False, sort=False)
+    ids = by_cell.ngroup().to_numpy()
+    names = by_cell.size().index  # each group's key, by group number
+    run_keys = ok.run_key.tolist()
+    built = set(ids[ok.tuning_build.notna().to_numpy()].tolist()) if "tuning_build" in ok else set()
     for m in HEADLINE:
         if m not in ok:
             continue
-        for key, g in ok.groupby(keys, dropna=False):
-            key = key if isinstance(key, tuple) else (key,)
-            values = [v.dropna().tolist() for _, v in g.groupby("run_key", sort=False)[m]]
-            values = [v for v in values if v]
+        per_cell: dict[int, dict[str, list[float]]] = {}
+        for gid, run_key, v in zip(ids.tolist(), run_keys, ok[m].tolist(), strict=True):
+            runs = per_cell.setdefault(gid, {})
+            run = runs.setdefault(run_key, [])
+            if v is not None and v == v:
+                run.append(v)
+        for gid, runs in per_cell.items():
+            values = [v for v in runs.values() if v]
             if not values:
                 continue
+            key = names[gid]
+            key = key if isinstance(key, tuple) else (key,)
             spread = run_spread(values, m)
             new[f"{m}__run_cv"][key], new[f"{m}__trial_cv"][key] = spread.run_cv, spread.trial_cv
             unstable = concerns(spread.warnings)
+            # The cell's rows, only where a warning or tuning builds need them (a mask per cell is costly at scale).
+            g = ok[ids == gid] if m == "output_throughput" and (unstable or gid in built) else None
             if m == "output_throughput" and unstable:
                 warnings[key] = "; ".join(unstable) + (_tuning_cause(g) + _telemetry_cause(g) if spread.runs > 1 else "")
-            builds = _by_build(g, m) if m == "output_throughput" else []
+            builds = _by_build(g, m) if g is not None and gid in built else []
             if len(builds) > 1:
                 # Cold builds, each with its own tuned kernels: the spread between them is the tuning's.
                 tuning = run_spread(builds, m)
@@ -798,10 +815,17 @@ def comparisons(frames: dict[str, pd.DataFrame]) -> list[tuple[str, str, pd.Data
 
     frames: {group label (a store, or a commit): record frame of that group's chosen records}.
     """
-    labels = list(frames)
+    if len(frames) < 2:
+        return []
+    return compared_cells({g: aggregate(f, spreads=False) for g, f in frames.items()})
+
+
+def compared_cells(cells: dict[str, pd.DataFrame]) -> list[tuple[str, str, pd.DataFrame]]:
+    """Return comparisons' result from each group's aggregated cells (aggregate of its record frame)."""
+    labels = list(cells)
     if len(labels) < 2:
         return []
-    per = {g: aggregate(f).set_index(["cell_id", "gpu_memory_gb"], drop=False) for g, f in frames.items()}
+    per = {g: c.set_index(["cell_id", "gpu_memory_gb"], drop=False) for g, c in cells.items()}
     a = labels[0]
     out = []
     for b in labels[1:]:

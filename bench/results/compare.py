@@ -109,27 +109,33 @@ def match_key(cell: dict, ignore_options: Sequence[str] = (), cap: float | None 
     return short_hash({**cell, "options": options, "__gpu_memory_gb": cap})
 
 
-def load_side(path: str | Path, commit: str | None = None, ignore_options: Sequence[str] = (),
-              pool: bool = False) -> Side:
-    """Return one side's chosen records per cell; BenchInputError if the store or the commit is not there."""
-    records = query.measurements(query.load([path]))  # refuses a missing store, a folder and a newer schema
-    if not records:
-        raise BenchInputError(f"result store {str(path)!r} holds no measurements: run `bench run --store {path}` first")
-    name = str(path)
-    if commit:
-        if len(commit) < 4:
-            raise BenchInputError(f"commit {commit!r} is too short: give at least 4 hex digits")
-        present = sorted({str(r.context.commit) for r in records})
-        records = query.with_commit(records, commit)
+def load_side(path, commit: str | None = None, ignore_options: Sequence[str] = (),
+              pool: bool = False, metrics: Sequence[str] | None = None, columnar: bool | None = None) -> Side:
+    """Return one side's chosen records per cell; BenchInputError if the store or the commit is not there.
+
+    path: a store, a folder of stores or a glob (or a list of them). Large stores are read as columns
+    (bench.results.query.table; columnar forces either way): the chosen records then carry the cell,
+    context, environment and `metrics` (all numeric ones when None), not samples.
+    """
+    given = list(path) if isinstance(path, (list, tuple)) else [path]
+    paths = query.expand_stores(given)
+    name = ", ".join(str(p) for p in given)
+    table = query.table(paths) if query.prefer_table(paths, columnar) else None
+    if table is not None:
+        selection = _table_side(table, name, commit, pool)
+    else:
+        records = query.measurements(query.load(paths))  # refuses a missing store, a folder and a newer schema
         if not records:
-            raise BenchInputError(
-                f"no record in {name!r} was measured at commit {commit!r}; commits in that store: "
-                + ", ".join(c[:12] for c in present)
-            )
+            raise BenchInputError(f"result store {name!r} holds no measurements: run `bench run --store {name}` first")
+        if commit:
+            _check_commit(commit, name, sorted({str(r.context.commit) for r in records}))
+            records = query.with_commit(records, commit)
+        selection = query.select(records, pool=pool)
+    if commit:
         name += f"@{commit[:12]}"
-    selection = query.select(records, pool=pool)
     side = Side(name, history=len(selection.history))
-    for row in selection.rows:
+    rows = selection.cell_runs(metrics) if isinstance(selection, query.TableSelection) else selection.rows
+    for row in rows:
         key = match_key(row.cell, ignore_options, row.gpu_memory_gb) if ignore_options else f"{row.cell_id}@{row.gpu_memory_gb}"
         if key in side.cells:
             raise BenchInputError(
@@ -143,6 +149,29 @@ def load_side(path: str | Path, commit: str | None = None, ignore_options: Seque
             if ctx.commit:
                 side.commits.add(ctx.commit[:12] + ("+dirty" if ctx.dirty else ""))
     return side
+
+
+def _check_commit(commit: str, name: str, present: list[str] | None) -> None:
+    """Refuse a commit prefix that is too short, or (present given) one no record was measured at."""
+    if len(commit) < 4:
+        raise BenchInputError(f"commit {commit!r} is too short: give at least 4 hex digits")
+    if present is not None and not any(c.startswith(commit) for c in present):
+        raise BenchInputError(
+            f"no record in {name!r} was measured at commit {commit!r}; commits in that store: "
+            + ", ".join(c[:12] for c in present)
+        )
+
+
+def _table_side(table, name: str, commit: str | None, pool: bool) -> query.TableSelection:
+    keys = table.keys
+    runs = table.indices("measurement")
+    if not runs:
+        raise BenchInputError(f"result store {name!r} holds no measurements: run `bench run --store {name}` first")
+    if commit:
+        commits = keys.commit.to_numpy()[runs]
+        _check_commit(commit, name, sorted({str(c) for c in commits}))
+        runs = [i for i, c in zip(runs, commits, strict=True) if str(c or "").startswith(commit)]
+    return query.select_table(table, runs, pool=pool)
 
 
 def environment_differences(base: Side, head: Side) -> dict[str, tuple[list[str], list[str]]]:
@@ -251,6 +280,7 @@ def compare_stores(
     ignore_options: Sequence[str] = (),
     allow_env_mismatch: bool = False,
     pool: bool = False,
+    columnar: bool | None = None,
 ) -> Comparison:
     """Return the Comparison of two stores' common cells; BenchInputError on bad input."""
     explicit = metrics is not None
@@ -265,8 +295,8 @@ def compare_stores(
     if test not in TESTS:
         raise BenchInputError(f"unknown --test {test!r}; valid tests are {choices(TESTS)}")
 
-    base = load_side(base_path, base_commit, ignore_options, pool)
-    head = load_side(head_path, head_commit, ignore_options, pool)
+    base = load_side(base_path, base_commit, ignore_options, pool, metrics, columnar)
+    head = load_side(head_path, head_commit, ignore_options, pool, metrics, columnar)
     known = {k for side in (base, head) for row in side.cells.values() for k in (row.cell.get("options") or {})}
     unknown_ignored = sorted(set(ignore_options) - known)
     if unknown_ignored:

@@ -18,10 +18,13 @@ commit, the matrix or the memory cap changes, or where a (cell, trial) repeats (
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench.errors import BenchInputError
 from bench.results.records import (
@@ -196,8 +199,8 @@ class CellRuns:
     def label(self) -> str:
         return self.latest.label
 
-    @property
-    def ok_records(self) -> list[Record]:
+    @functools.cached_property
+    def ok_records(self) -> list[Record]:  # cached: a comparison reads it once per metric
         return [r for r in self.records if r.ok]
 
     @property
@@ -291,34 +294,54 @@ def _cell_runs(cell_id: str, cap, records: Sequence[Record], contexts: tuple[Run
     return CellRuns(cell_id, cap, tuple(kept), contexts, tuple(left_out))
 
 
-def _contexts(records: Sequence[Record], by_environment: bool = False) -> list[tuple[RunContext, list[Record]]]:
-    """Return the records of one cell grouped by run id, latest context first.
+def choose(keys: Iterable[tuple], pool: bool = False) -> tuple[list[tuple[tuple, list[list[int]]]], int]:
+    """Return, per (cell_id, gpu_memory_gb) in first-seen order, its run contexts ranked latest first
+    (each a list of record positions in store order), and how many cells ran one invocation's runs in
+    different environments. The one rule both readers use (select, and query.table's selection).
 
-    by_environment: also apart by environment digest, so the runs of one invocation that ran on
-    nodes that differ (an executor spreading runs over a cluster) never make one figure.
+    keys: per record, in store order, (cell_id, gpu_memory_gb, run_id, env_digest, described, context
+    started_at); described: the record's environment holds a key that decides comparability. The runs of
+    one invocation are also told apart by environment digest, so runs on nodes that differ (an executor
+    spreading runs over a cluster) never make one figure.
     """
-    # A record whose worker never described itself (it died first: only the executor's placement
-    # is known) joins its run's first known environment rather than making a group of its own.
-    known: dict[str, str] = {}
-    for r in records:
-        if by_environment and _described(r):
-            known.setdefault(r.context.run_id, r.context.env_digest)
-    groups: dict[tuple, list[Record]] = {}
-    for r in records:
-        digest = (r.context.env_digest if _described(r) else known.get(r.context.run_id)) if by_environment else None
-        groups.setdefault((r.context.run_id, digest), []).append(r)
-    order: dict[str, int] = {}  # first appearance breaks ties of start time
-    for rid, _ in groups:
-        order.setdefault(rid, len(order))
+    by_key: dict[tuple, list[tuple]] = {}
+    for i, (cell_id, cap, run_id, digest, described, started) in enumerate(keys):
+        by_key.setdefault((cell_id, cap), []).append((i, run_id, digest, described, started))
+    out, split = [], 0
+    for key, recs in by_key.items():
+        # A record whose worker never described itself (it died first: only the executor's placement
+        # is known) joins its run's first known environment rather than making a group of its own.
+        known: dict[str, str] = {}
+        for _, run_id, digest, described, _ in recs:
+            if described:
+                known.setdefault(run_id, digest)
+        groups: dict[tuple, list[int]] = {}
+        started: dict[tuple, float | None] = {}
+        for i, run_id, digest, described, t in recs:
+            group = (run_id, digest if described else known.get(run_id))
+            if group not in groups:
+                groups[group] = []
+                started[group] = t
+            groups[group].append(i)
+        order: dict[str, int] = {}  # first appearance breaks ties of start time
+        for rid, _ in groups:
+            order.setdefault(rid, len(order))
 
-    def when(item):
-        (rid, _), recs = item
-        started = recs[0].context.started_at
-        # One invocation split by environment: the environment with the most records leads.
-        return (started if started is not None else float("-inf"), order[rid], len(recs))
+        # Latest start first; first appearance breaks ties; one invocation split by environment: the
+        # environment with the most records leads.
+        ranked = sorted(groups.items(), reverse=True, key=lambda item, started=started, order=order: (
+            started[item[0]] if started[item[0]] is not None else float("-inf"), order[item[0][0]], len(item[1])))
+        split += len(order) < len(ranked)
+        out.append((key, [members for _, members in ranked]))
+    return out, split
 
-    ranked = sorted(groups.items(), key=when, reverse=True)
-    return [(recs[0].context, recs) for _, recs in ranked]
+
+def _contexts(records: Sequence[Record]) -> list[tuple[RunContext, list[Record]]]:
+    """Return the records of one cell grouped by run id, latest context first (the run driver's resume plan)."""
+    records = list(records)
+    keys = ((None, None, r.context.run_id, None, False, r.context.started_at) for r in records)
+    cells, _ = choose(keys)
+    return [(records[g[0]].context, [records[i] for i in g]) for _, groups in cells for g in groups]
 
 
 def _described(record: Record) -> bool:
@@ -333,27 +356,22 @@ def select(records: Iterable[Record], pool: bool = False) -> Selection:
 
     Pooling refuses (BenchInputError) contexts whose environment digest or workload differ.
     """
-    by_key: dict[tuple, list[Record]] = {}
-    for r in records:
-        by_key.setdefault((r.cell_id, r.gpu_memory_gb), []).append(r)
+    records = list(records)
+    keys = ((r.cell_id, r.gpu_memory_gb, r.context.run_id, r.context.env_digest, _described(r), r.context.started_at)
+            for r in records)
+    cells, split = choose(keys)
     sel = Selection(rows=[])
-    split = 0  # cells whose runs of one invocation ran in different environments
-    for (cell_id, cap), recs in by_key.items():
-        ranked = _contexts(recs, by_environment=True)
-        split += len({c.run_id for c, _ in ranked}) < len(ranked)
+    for (cell_id, cap), groups in cells:
+        ranked = [(records[g[0]].context, [records[i] for i in g]) for g in groups]
         if not pool:
             ctx, chosen = ranked[0]
             sel.rows.append(_cell_runs(cell_id, cap, chosen, (ctx,)))
             sel.history.extend(_cell_runs(cell_id, cap, rs, (c,)) for c, rs in ranked[1:])
             continue
         _check_poolable(ranked)
-        chosen = tuple(r for r in recs if any(r.context.run_id == c.run_id for c, _ in ranked))
-        sel.rows.append(_cell_runs(cell_id, cap, chosen, tuple(dict.fromkeys(c for c, _ in ranked))))
-    if split:
-        sel.warnings.append(
-            f"{split} cell(s) ran the runs of one invocation in different environments (nodes whose GPU, driver or "
-            "libraries differ): each environment's runs are shown apart, the latest as the row, never averaged together"
-        )
+        chosen = tuple(records[i] for i in sorted(i for g in groups for i in g))
+        sel.rows.append(_cell_runs(cell_id, cap, chosen, tuple(c for c, _ in ranked)))
+    sel.warnings.extend(selection_warnings(split, [(h.cell_id, h.gpu_memory_gb) for h in sel.history], pool))
     left = [row for row in sel.rows if row.left_out]
     if left:
         sel.warnings.append(
@@ -361,13 +379,23 @@ def select(records: Iterable[Record], pool: bool = False) -> Selection:
             "ones: left out of the figures, as the runs × trials column says: "
             + ", ".join(f"{row.label} ({row.left_out_runs} run(s), {len(row.left_out)} trial(s))" for row in left[:5])
             + (" ..." if len(left) > 5 else ""))
-    if sel.history and not pool:
-        n = len({(h.cell_id, h.gpu_memory_gb) for h in sel.history})
-        sel.warnings.append(
-            f"{n} cell(s) also have earlier run(s) ({len(sel.history)} in all), shown as history and left out of the "
-            "figures: each row is the latest run of its cell; pass --pool to pool compatible runs"
-        )
     return sel
+
+
+def selection_warnings(split: int, history_keys: list[tuple], pool: bool) -> list[str]:
+    """Return the warnings a selection carries: split environments, history left out."""
+    out = []
+    if split:
+        out.append(
+            f"{split} cell(s) ran the runs of one invocation in different environments (nodes whose GPU, driver or "
+            "libraries differ): each environment's runs are shown apart, the latest as the row, never averaged together"
+        )
+    if history_keys and not pool:
+        out.append(
+            f"{len(set(history_keys))} cell(s) also have earlier run(s) ({len(history_keys)} in all), shown as history "
+            "and left out of the figures: each row is the latest run of its cell; pass --pool to pool compatible runs"
+        )
+    return out
 
 
 def _check_poolable(ranked: list[tuple[RunContext, list[Record]]]) -> None:
@@ -409,3 +437,323 @@ def stored_baselines(rows: Iterable[CellRuns]) -> list[dict]:
         if b and b not in out:
             out.append(b)
     return out
+
+
+# ---- stores as columns (large stores, many stores) ---------------------------------------------
+#
+# The same records, read through each store's columnar companion (bench.results.columnar) instead
+# of one typed record per line: the selection reads a few key columns of every record, and only the
+# chosen records' rows (and, for figures, their samples) are read in full. `choose` makes the rows
+# of both readers; bench.results.rows.record_row makes the columns of both.
+
+# A store at least this large is read as columns by `bench report` and `bench compare` (a smaller
+# one parses faster than its companion is written).
+TABLE_MIN_BYTES = 32 << 20
+
+
+def expand_stores(paths: Iterable[str | Path], pattern: str = "*.jsonl") -> list[Path]:
+    """Return the stores named by paths, where a folder stands for its `*.jsonl` stores and a glob for its
+    matches (sorted: nightly stores named by date read oldest first); BenchInputError when one names none."""
+    import glob
+
+    out: list[Path] = []
+    for path in paths:
+        p = Path(path)
+        if p.is_dir():
+            found = sorted(p.glob(pattern))
+            if not found:
+                raise BenchInputError(f"folder {str(p)!r} holds no result stores ({pattern}): give stores or a folder of them")
+        elif glob.has_magic(str(path)):
+            found = sorted(Path(m) for m in glob.glob(str(path)) if not Path(m).is_dir())
+            if not found:
+                raise BenchInputError(f"no result store matches {str(path)!r}: check the pattern")
+        else:
+            found = [p]
+        out.extend(found)
+    return out
+
+
+def prefer_table(paths: Sequence[str | Path], columnar: bool | None = None) -> bool:
+    """Return whether to read these stores as columns: `columnar` if given, else when they add up to TABLE_MIN_BYTES."""
+    if columnar is not None:
+        return columnar
+    total = 0
+    for p in paths:
+        with contextlib_suppress():
+            total += Path(p).stat().st_size
+    return total >= TABLE_MIN_BYTES
+
+
+class contextlib_suppress:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        return kind is not None and issubclass(kind, OSError)
+
+
+@dataclass
+class Table:
+    """Stores read as columns: every record's key columns in store order; the rest read for chosen records.
+
+    A record is named by its index into `keys` (the stores' records, one store after the other).
+    """
+
+    paths: list[Path]
+    names: list[str]              # each store's stem (a record's `store`)
+    columns: list                 # bench.results.columnar.StoreColumns per store
+    keys: Any                     # pandas frame: store (index into paths), pos, kind, cell_id, gpu_memory_gb, run_id, ...
+
+    def indices(self, kind: str = "measurement") -> list[int]:
+        """Return the indices of the records of one kind, in store order."""
+        return self.keys.index[self.keys.kind == kind].tolist()
+
+    def _by_store(self, indices: Sequence[int]) -> dict[int, Any]:
+        """Return {store index: record positions (numpy) of these records in that store}."""
+        import numpy as np
+
+        idx = np.asarray(indices, dtype=np.int64)
+        stores, positions = self.keys.store.to_numpy()[idx], self.keys.pos.to_numpy()[idx]
+        return {int(s): positions[stores == s] for s in np.unique(stores)}
+
+    def _read(self, kind: str, indices: Sequence[int], columns=None):
+        """Return {store index: pandas frame} of one kind's rows for these records (JSON-text columns decoded)."""
+        from bench.results.columnar import json_columns
+
+        out = {}
+        for s, positions in self._by_store(indices).items():
+            t = self.columns[s].read(kind, columns=columns, positions=positions)
+            if t is None:
+                continue
+            frame = t.to_pandas()
+            for c in frame.columns:
+                if isinstance(frame[c].dtype, pd_categorical()):
+                    frame[c] = frame[c].astype(object).where(frame[c].notna(), None)
+            for c in json_columns(t):
+                if c in frame:
+                    frame[c] = [None if v is None else json.loads(v) for v in frame[c]]
+            out[s] = frame
+        return out
+
+    def frame(self, indices: Sequence[int]):
+        """Return the report frame (bench.results.rows.record_row columns) of these records, in this order."""
+        import pandas as pd
+
+        from bench.results.rows import ROW_FIELDS
+
+        hidden = {"pos", "kind", "offset", "nbytes", "context_json", "cell_json", "environment_json", "described"}
+        parts = []
+        for s, f in self._read("records", indices).items():
+            f.insert(0, "store", self.names[s])
+            f.index = pd.MultiIndex.from_arrays([[s] * len(f), f.pos.to_numpy()])
+            parts.append(f.drop(columns=[c for c in hidden if c in f]))
+        if not parts:
+            return pd.DataFrame(columns=list(ROW_FIELDS))
+        frame = pd.concat(parts) if len(parts) > 1 else parts[0]
+        k = self.keys
+        order = pd.MultiIndex.from_arrays([k.store.to_numpy()[list(indices)], k.pos.to_numpy()[list(indices)]])
+        frame = frame.reindex(order).reset_index(drop=True)
+        # Stores whose parts held None where these rows hold none: the dtype the rows themselves make.
+        for c in frame.columns:
+            if frame[c].dtype == object and pd.api.types.infer_dtype(frame[c], skipna=False) == "boolean":
+                frame[c] = frame[c].astype(bool)
+        return frame
+
+    def frame_columns(self, indices: Sequence[int], columns: Sequence[str]):
+        """Return these columns of these records' rows (any order; columns no store has are left out)."""
+        import pandas as pd
+
+        parts = [f.drop(columns="pos") for f in self._read("records", indices, columns=["pos", *columns]).values()]
+        return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0] if parts else pd.DataFrame()
+
+    def per_request(self, kind: str, indices: Sequence[int]):
+        """Return {store index: frame of `kind` ("samples" or "telemetry") rows of these records}, keyed by `pos`."""
+        return self._read(kind, indices)
+
+    def records(self, indices: Sequence[int], full: bool = False, metrics: Sequence[str] | None = None) -> list[Record]:
+        """Return typed records of these records, in this order.
+
+        full: parsed from their stored lines (samples and extra included; for the few probe and profile
+        records). Otherwise summaries from the columns: cell, context, environment, status, run, trial,
+        error, times and the numeric metrics (`metrics` only, when given), without samples or extra.
+        """
+        from bench.results.rows import ROW_FIELDS
+
+        k = self.keys
+        out: dict[tuple[int, int], Record] = {}
+        if full:
+            from bench.results.store import _loads
+
+            for s, positions in self._by_store(indices).items():
+                t = self.columns[s].read("records", columns=["pos", "offset", "nbytes"], positions=positions)
+                with open(self.paths[s], "rb") as fh:
+                    for pos, offset, nbytes in zip(*(t.column(c).to_pylist() for c in ("pos", "offset", "nbytes")), strict=True):
+                        fh.seek(offset)
+                        out[(s, pos)] = parse(_loads(fh.read(nbytes)), store=self.names[s])
+        else:
+            from bench.results.records import TYPES
+
+            cache: dict[str, Any] = {}
+
+            def cached(text, make):
+                value = cache.get(text)
+                if value is None:
+                    value = cache[text] = make(json.loads(text))
+                return value
+
+            fields_ = ("pos", "kind", "cell_id", "cell_json", "context_json", "environment_json", "run", "trial",
+                       "status", "error", "started_at", "schema_version")
+            wanted = None if metrics is None else [*fields_, *metrics]
+            for s, f in self._read("records", indices, columns=wanted).items():
+                for c in fields_:
+                    if c not in f:
+                        f[c] = None
+                metric_cols = [c for c in f.columns if c not in ROW_FIELDS and c not in Table._INTERNAL
+                               and (metrics is None or c in metrics) and f[c].dtype.kind in "fiu"]
+                values = f[metric_cols].to_numpy(dtype=float)
+                for j, (pos, kind, cell_id, cell, ctx, env, run, trial, status, error, started, version) in enumerate(
+                        zip(*(f[c].tolist() for c in fields_), strict=True)):
+                    m = {c: v for c, v in zip(metric_cols, values[j].tolist(), strict=True) if v == v}
+                    out[(s, pos)] = TYPES[kind](
+                        cell_id=cell_id, cell=cached(cell, dict), context=cached(ctx, RunContext.from_json),
+                        run=int(run), trial=int(trial), status=status, metrics=m or None, error=error,
+                        environment=cached(env, dict), started_at=_float(started), schema_version=int(version),
+                        store=self.names[s])
+        return [out[(int(s), int(p))] for s, p in zip(k.store.to_numpy()[list(indices)], k.pos.to_numpy()[list(indices)], strict=True)]
+
+    _INTERNAL = frozenset({"pos", "kind", "offset", "nbytes", "context_json", "cell_json", "environment_json", "described"})
+
+    def distinct(self, column: str, indices: Sequence[int], ordered: bool = True) -> list:
+        """Return the distinct parsed values of a JSON column (environment_json, context_json) of these
+        records, in the order the records first hold them (ordered) or in any order."""
+        import numpy as np
+        import pandas as pd
+
+        if not ordered:
+            seen: dict[str, None] = {}
+            for s, positions in self._by_store(indices).items():
+                t = self.columns[s].read("records", columns=[column], positions=positions)
+                for v in (t.column(column).unique().to_pylist() if t is not None else ()):
+                    seen.setdefault(v)
+            return [json.loads(v) for v in seen if v is not None]
+
+        frames = self._read("records", indices, columns=["pos", column])
+        if not frames:
+            return []
+        parts = [pd.Series(f[column].to_numpy(), index=pd.MultiIndex.from_arrays([np.full(len(f), s), f.pos.to_numpy()]))
+                 for s, f in frames.items()]
+        values = pd.concat(parts) if len(parts) > 1 else parts[0]
+        idx = np.asarray(indices, dtype=np.int64)
+        order = pd.MultiIndex.from_arrays([self.keys.store.to_numpy()[idx], self.keys.pos.to_numpy()[idx]])
+        return [json.loads(v) for v in pd.unique(values.reindex(order).to_numpy())]
+
+
+def pd_categorical():
+    import pandas as pd
+
+    return pd.CategoricalDtype
+
+
+def _float(v):
+    return None if v is None or v != v else float(v)
+
+
+def table(paths: Sequence[str | Path]) -> Table | None:
+    """Return the stores as columns (each companion extended or rebuilt first); None when a store holds
+    schema-1 lines (read those through `load`). BenchInputError on a bad path."""
+    import pandas as pd
+
+    from bench.results.columnar import KEY_COLUMNS, open_store
+
+    checked = [check_store_path(p) for p in paths]
+    columns, keys = [], []
+    for i, p in enumerate(checked):
+        try:
+            sc = open_store(p)
+        except OSError as exc:
+            raise BenchInputError(f"result store {str(p)!r} cannot be read: {exc}") from exc
+        if sc is None:
+            return None
+        columns.append(sc)
+        t = sc.read("records", columns=list(KEY_COLUMNS))
+        if t is not None:
+            f = t.to_pandas()
+            for c in ("gpu_memory_gb", "env_digest", "commit", "run_started_at", "described"):
+                if c not in f:
+                    f[c] = None
+            for c in ("kind", "cell_id", "run_id", "env_digest", "commit"):
+                f[c] = f[c].astype(object).where(f[c].notna(), None)
+            f.insert(0, "store", i)
+            keys.append(f)
+    frame = pd.concat(keys, ignore_index=True) if keys else pd.DataFrame(columns=["store", *KEY_COLUMNS])
+    return Table(checked, [p.stem for p in checked], columns, frame)
+
+
+@dataclass
+class TableSelection:
+    """`select`'s choice over a Table: record indices per row (and per earlier run context)."""
+
+    table: Table
+    # (cell_id, cap, chosen records, first record of each chosen run context, latest first)
+    rows: list[tuple[str, Any, tuple[int, ...], tuple[int, ...]]]
+    history: list[tuple[str, Any, tuple[int, ...], tuple[int, ...]]]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def indices(self) -> list[int]:
+        """Return the chosen records of every row, rows in first-seen order, each in store order."""
+        return [i for row in self.rows for i in row[2]]
+
+    @property
+    def history_indices(self) -> list[int]:
+        return [i for row in self.history for i in row[2]]
+
+    def cell_runs(self, metrics: Sequence[str] | None = None) -> list[CellRuns]:
+        """Return the rows as CellRuns of summary records (bench.results.query.Table.records)."""
+        records = self.table.records(self.indices, metrics=metrics)
+        pooled = [i for row in self.rows if len(row[3]) > 1 for i in row[3]]
+        firsts = dict(zip(pooled, self.table.records(pooled, metrics=()), strict=True)) if pooled else {}
+        out, n = [], 0
+        for cell_id, cap, chosen, ctx_records in self.rows:
+            recs = tuple(records[n:n + len(chosen)])
+            n += len(chosen)
+            ctxs = tuple(firsts[i].context for i in ctx_records) if len(ctx_records) > 1 else (recs[0].context,)
+            out.append(CellRuns(cell_id, cap, recs, ctxs))
+        return out
+
+    def baselines(self) -> list[dict]:
+        """Return the distinct baselines the rows' run contexts named (stored_baselines)."""
+        contexts = self.table.distinct("context_json", [row[3][0] for row in self.rows])
+        out: list[dict] = []
+        for c in contexts:
+            b = c.get("baseline")
+            if b and b not in out:
+                out.append(b)
+        return out
+
+
+def select_table(tbl: Table, indices: Sequence[int] | None = None, pool: bool = False) -> TableSelection:
+    """Return `select`'s choice over the table's measurements (or these records): the same rule, as indices."""
+    k = tbl.keys
+    idx = list(tbl.indices() if indices is None else indices)
+    caps = k.gpu_memory_gb.to_numpy()[idx]
+    keys = zip(k.cell_id.to_numpy()[idx], [None if c is None or c != c else float(c) for c in caps],
+               k.run_id.to_numpy()[idx], k.env_digest.to_numpy()[idx], k.described.to_numpy()[idx],
+               [_float(t) for t in k.run_started_at.to_numpy()[idx]], strict=True)
+    cells, split = choose(keys)
+    sel = TableSelection(tbl, [], [])
+    for (cell_id, cap), groups in cells:
+        groups = [[idx[i] for i in g] for g in groups]
+        if not pool:
+            sel.rows.append((cell_id, cap, tuple(groups[0]), (groups[0][0],)))
+            sel.history.extend((cell_id, cap, tuple(g), (g[0],)) for g in groups[1:])
+            continue
+        recs = tbl.records([i for g in groups for i in g])
+        n, ranked = 0, []
+        for g in groups:
+            ranked.append((recs[n].context, recs[n:n + len(g)]))
+            n += len(g)
+        _check_poolable(ranked)
+        sel.rows.append((cell_id, cap, tuple(sorted(i for g in groups for i in g)), tuple(g[0] for g in groups)))
+    sel.warnings.extend(selection_warnings(split, [(h[0], h[1]) for h in sel.history], pool))
+    return sel

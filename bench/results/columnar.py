@@ -1,0 +1,498 @@
+"""The columnar companion of a JSON Lines store: its records' scalars in Parquet, kept in step with it.
+
+The JSON Lines file stays the source of truth (append-only, one fsync'd line per record); the
+companion is a cache beside it that a large report or comparison reads instead of parsing every
+line. `<dir>/<store>.jsonl` has its companion in `<dir>/.bench-cache/<store>.jsonl.columns/`:
+
+    manifest.json                    what the parts cover: bytes, lines, records, a check of those bytes
+    <start>-<end>.records.parquet    one row per record: bench.results.rows.record_row, plus kind, byte
+                                     range, position, run-context / cell / environment JSON
+    <start>-<end>.samples.parquet    per-request samples of ok records (read only for the figures)
+    <start>-<end>.telemetry.parquet  telemetry samples of ok records
+
+Staleness: the manifest holds the byte count it covered, a BLAKE2 digest of the first and the
+last MiB of those bytes, and a key of the code that made the rows (the source of this module,
+rows.py and records.py). A store that grew (the append-only case) has only its new complete
+lines parsed, into a new part; one that shrank, whose covered bytes changed, or a key that
+differs, is rebuilt. Bytes after the last newline (a torn or in-flight line) are never cached:
+they are parsed at each read, as ResultStore.records does. Parts are merged into one past
+`MAX_PARTS`. A folder that cannot be written gets no cache (the rows are built in memory).
+Stores holding schema-1 lines have no companion (their run contexts are reconstructed over the
+whole store): bench.results.query reads them through typed records.
+
+Readers never call this module: bench.results.query.table is the one way in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import operator
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench import SCHEMA_VERSION
+from bench.errors import BenchInputError
+
+VERSION = 1
+CACHE_DIR = ".bench-cache"
+CHECK_BYTES = 1 << 20
+SEGMENT_BYTES = 256 << 20  # new lines are parsed and written this many bytes at a time (~45,000 records)
+MAX_PARTS = 8  # past this many parts, adjacent small ones are merged (up to MERGED_RECORDS records a part)
+MERGED_RECORDS = 50_000
+KINDS = ("records", "samples", "telemetry")
+# Columns the selection reads on every record (the rest are read only for the chosen records).
+KEY_COLUMNS = ("pos", "kind", "cell_id", "gpu_memory_gb", "run_id", "env_digest", "described", "run_started_at", "commit")
+
+
+def companion_dir(store: Path) -> Path:
+    """Return the folder of a store's companion."""
+    return store.parent / CACHE_DIR / (store.name + ".columns")
+
+
+@dataclass
+class StoreColumns:
+    """A store's companion as read: Parquet parts plus the rows of its uncovered tail (in memory)."""
+
+    path: Path
+    parts: list[str]             # part stems, in store order
+    folder: Path | None          # where the parts are (None: nothing cached)
+    tail: dict                   # {"records": pa.Table | None, "samples": ..., "telemetry": ...}: uncovered lines
+    in_memory: dict              # parts built without a writable folder: {stem: {kind: pa.Table}}
+    records: int                 # complete records, the tail's included
+    sizes: dict                  # records in each part ({} for a companion written before sizes were kept)
+
+    @property
+    def _tail_records(self) -> int:
+        t = self.tail.get("records")
+        return t.num_rows if t is not None else 0
+
+    def _ranges(self) -> list[tuple[str, int, int | None]]:
+        """Return (part, first record position, records) per part; records None where the manifest lacks them."""
+        out, first = [], 0
+        for stem in self.parts:
+            n = self.sizes.get(stem)
+            if n is None:
+                return [(s, 0, None) for s in self.parts]
+            out.append((stem, first, n))
+            first += n
+        return out
+
+    def read(self, kind: str, columns=None, positions=None):
+        """Return one kind of table over the whole store, or None when it has none.
+
+        columns: only these (those a part lacks are left out); positions: only the rows of these
+        record positions (`pos`). Text columns come back dictionary-encoded (a run's many equal
+        strings are held once).
+        """
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        wanted = None if positions is None else np.asarray(positions, dtype=np.int64)
+        out, as_json = [], set()
+        for stem, first, count in [*self._ranges(), ("tail", self.records - self._tail_records, self._tail_records)]:
+            chosen = None  # the positions to keep from this part (None: all of its rows)
+            if wanted is not None:
+                mine = wanted[(wanted >= first) & (wanted < first + count)] if count is not None else wanted
+                if not mine.size:
+                    continue  # a part none of the chosen records is in is not read at all
+                if count is None or mine.size < count:
+                    chosen = pa.array(mine, type=pa.int64())
+            if stem == "tail":
+                t = self.tail.get(kind)
+            elif stem in self.in_memory:
+                t = self.in_memory[stem].get(kind)
+            else:
+                f = self.folder / f"{stem}.{kind}.parquet"
+                schema = pq.read_schema(f)
+                cols = [c for c in columns if c in schema.names] if columns else schema.names
+                if chosen is not None and "pos" not in cols:
+                    cols = ["pos", *cols]
+                text = [c for c in cols if pa.types.is_string(schema.field(c).type)]
+                t = pq.read_table(f, columns=cols, read_dictionary=text)
+            if t is None or not t.num_rows:
+                continue
+            as_json.update(json_columns(t))
+            if chosen is not None:
+                t = t.filter(pc.is_in(t["pos"], value_set=chosen))
+            if columns:
+                t = t.select([c for c in columns if c in t.column_names])
+            out.append(_dictionary_text(t))
+        if not out:
+            return None
+        merged = concat(out)
+        as_json = sorted(set(as_json) | set(json_columns(merged)))
+        return merged.replace_schema_metadata({JSON_COLUMNS: json.dumps(as_json).encode()} if as_json else None)
+
+
+def _dictionary_text(t):
+    """Return the table with its text columns dictionary-encoded."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for i, f in enumerate(t.schema):
+        if pa.types.is_string(f.type):
+            t = t.set_column(i, f.name, pc.dictionary_encode(t.column(i)))
+    return t
+
+
+def concat(tables):
+    """Return the tables concatenated, column types promoted (int -> float, null -> any); a column whose
+    kinds disagree between tables (text in one, numbers in another) becomes JSON text in all."""
+    import pyarrow as pa
+
+    tables = [t for t in tables if t is not None]
+    if len(tables) == 1:
+        return tables[0]
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        pass
+    names = {n for t in tables for n in t.column_names}
+    fixed = []
+    mixed = [n for n in names if len({_family(t.schema.field(n).type) for t in tables if n in t.column_names} - {"null"}) > 1]
+    for t in tables:
+        as_json = set(json_columns(t))
+        for n in mixed:
+            if n in t.column_names and n not in as_json:
+                i = t.column_names.index(n)
+                values = [None if v is None else json.dumps(v, sort_keys=True) for v in t.column(i).to_pylist()]
+                t = t.set_column(i, n, pa.array(values, type=pa.string()))
+        cols = sorted(set(json_columns(t)) | set(mixed))
+        fixed.append(_dictionary_text(t).replace_schema_metadata({JSON_COLUMNS: json.dumps(cols).encode()}))
+    return pa.concat_tables(fixed, promote_options="permissive")
+
+
+def _family(kind) -> str:
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    if pa.types.is_null(kind):
+        return "null"
+    if pa.types.is_integer(kind) or pa.types.is_floating(kind):
+        return "number"
+    return str(kind)
+
+
+# ---- building -------------------------------------------------------------------------------------
+
+
+def code_key() -> str:
+    """Return a digest of the code that writes the companion's rows: a change to it rebuilds every companion
+    (a change to how they are read does not)."""
+    import inspect
+
+    from bench.results import records, rows
+
+    h = hashlib.blake2b(digest_size=8)
+    h.update(f"{VERSION}:{SCHEMA_VERSION}".encode())
+    for mod in (records, rows):
+        h.update(Path(mod.__file__).read_bytes())
+    for writer in (_parse, _sample_values, _column_type, _columns_table, _table):
+        h.update(inspect.getsource(writer).encode())
+    return h.hexdigest()
+
+
+def _check(fh, covered: int) -> str:
+    """Return the digest of the first and last CHECK_BYTES of the covered bytes."""
+    h = hashlib.blake2b(digest_size=16)
+    fh.seek(0)
+    h.update(fh.read(min(covered, CHECK_BYTES)))
+    start = max(0, covered - CHECK_BYTES)
+    fh.seek(start)
+    h.update(fh.read(covered - start))
+    return h.hexdigest()
+
+
+def open_store(path: Path) -> StoreColumns | None:
+    """Return the store's companion brought up to date (extended with new lines, or rebuilt); None for a
+    store holding schema-1 lines. Warns once about torn or invalid lines, as ResultStore.records does."""
+    folder = companion_dir(path)
+    manifest_path = folder / "manifest.json"
+    key = code_key()
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        manifest = None
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except (OSError, ValueError):
+            pass
+        if manifest is not None and not (
+            manifest.get("key") == key and manifest.get("covered", -1) <= size
+            and manifest.get("check") == _check(fh, manifest["covered"])
+            and all((folder / f"{stem}.records.parquet").exists() for stem in manifest.get("parts", []))
+        ):
+            manifest = None  # stale: rebuilt from the first byte
+        if manifest is None:
+            manifest = {"key": key, "covered": 0, "lines": 0, "records": 0, "bad": 0, "legacy": False, "parts": []}
+        if manifest["legacy"]:
+            return None
+        end = _last_newline(fh, manifest["covered"], size)
+        in_memory: dict = {}
+        writable = True
+        while end > manifest["covered"]:  # one part per SEGMENT_BYTES of new lines: memory stays bounded
+            start = manifest["covered"]
+            stop = end if end - start <= SEGMENT_BYTES else _last_newline(fh, start, start + SEGMENT_BYTES)
+            if stop == start:  # one line longer than a segment
+                stop = end
+            built = _parse(fh, path, start, stop, manifest["lines"], manifest["records"])
+            if built is None:
+                manifest["legacy"] = True
+                _write_manifest(folder, manifest)
+                return None
+            tables, lines, records, bad = built
+            stem = f"{start:012d}-{stop:012d}"
+            writable = writable and _write_parts(folder, stem, tables)
+            if not writable:
+                in_memory[stem] = tables
+            manifest.update(covered=stop, lines=manifest["lines"] + lines, records=manifest["records"] + records,
+                            bad=manifest["bad"] + bad, parts=[*manifest["parts"], stem],
+                            sizes={**manifest.get("sizes", {}), stem: records})
+            manifest["check"] = _check(fh, stop)
+            if writable:
+                _compact(folder, manifest)
+                _write_manifest(folder, manifest)
+        tail = {}
+        tail_bad = 0
+        if size > end:  # a torn or in-flight last line: parsed at each read, never cached
+            built = _parse(fh, path, end, size, manifest["lines"], manifest["records"])
+            if built is None:
+                return None
+            tail, _, tail_records, tail_bad = built
+        else:
+            tail_records = 0
+    bad = manifest["bad"] + tail_bad
+    if bad:
+        warnings.warn(f"{path}: skipped {bad} torn or invalid line(s)", stacklevel=3)
+    return StoreColumns(path, manifest["parts"], folder, tail, in_memory,
+                        manifest["records"] + tail_records, manifest.get("sizes", {}))
+
+
+def _last_newline(fh, start: int, size: int) -> int:
+    """Return the offset just past the last newline in [start, size), or start when there is none."""
+    pos = size
+    block = 1 << 16
+    while pos > start:
+        lo = max(start, pos - block)
+        fh.seek(lo)
+        chunk = fh.read(pos - lo)
+        i = chunk.rfind(b"\n")
+        if i >= 0:
+            return lo + i + 1
+        pos = lo
+    return start
+
+
+def _parse(fh, path: Path, start: int, end: int, line0: int, pos0: int):
+    """Return ({kind: pa.Table}, lines, records, bad lines) of the lines in [start, end), or None at a schema-1 line."""
+    from bench.machine.environment import COMPARABILITY_KEYS
+    from bench.results.records import parse
+    from bench.results.rows import TELEMETRY_COLUMNS, number, record_row, telemetry_rows
+    from bench.results.store import _loads
+
+    rows, samples, telemetry = [], {"pos": [], "in": [], "out": [], "ttft_ms": [], "e2el_ms": []}, \
+        {"pos": [], "t_s": [], **{k: [] for k in TELEMETRY_COLUMNS}}
+    cells: dict[str, str] = {}
+    contexts: dict[tuple, str] = {}
+    bad = lines = 0
+    pos = pos0
+    fh.seek(start)
+    offset = start
+    while offset < end:
+        raw_line = fh.readline(end - offset)
+        line_offset = offset
+        offset += len(raw_line)
+        lines += 1
+        if not raw_line.strip():
+            continue
+        try:
+            raw = _loads(raw_line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            bad += 1
+            continue
+        if not isinstance(raw, dict) or "cell_id" not in raw:
+            bad += 1
+            continue
+        version = raw.get("schema_version")
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
+            raise BenchInputError(
+                f"{path}:{line0 + lines} has result schema version {version!r}, newer than this harness's "
+                f"{SCHEMA_VERSION}: upgrade bench to read it"
+            )
+        if version == 1:
+            return None
+        rec = parse(raw)
+        row = record_row(rec)
+        del row["store"]  # a reader's label (the file's stem), set when read
+        cell_json = cells.get(rec.cell_id)
+        if cell_json is None:
+            cell_json = cells[rec.cell_id] = json.dumps(rec.cell, sort_keys=True)
+        env = rec.environment
+        ctx_key = (json.dumps(raw.get("context"), sort_keys=True), rec.context.env_digest)
+        context_json = contexts.get(ctx_key)
+        if context_json is None:
+            context_json = contexts[ctx_key] = json.dumps(rec.context.to_json(), sort_keys=True)
+        row.update(
+            pos=pos, kind=rec.kind, offset=line_offset, nbytes=len(raw_line),
+            context_json=context_json, cell_json=cell_json,
+            environment_json=json.dumps(env, sort_keys=True),
+            described=rec.context.env_digest is not None and any(env.get(k) is not None for k in COMPARABILITY_KEYS),
+        )
+        rows.append(row)
+        if rec.status == "ok":
+            kept = _sample_values(rec.samples or ())
+            if kept:
+                samples["pos"].extend([pos] * len(kept))
+                for k, column in zip(("in", "out", "ttft_ms", "e2el_ms"), zip(*kept, strict=True), strict=True):
+                    samples[k].extend(column)
+            for t in telemetry_rows(rec.extra.get("telemetry")):
+                if isinstance(t, dict) and number(t.get("t_s")) is not None:
+                    telemetry["pos"].append(pos)
+                    telemetry["t_s"].append(t["t_s"])
+                    for k in TELEMETRY_COLUMNS:
+                        telemetry[k].append(number(t.get(k)))
+        pos += 1
+    tables = {"records": _table(rows), "samples": _columns_table(samples), "telemetry": _columns_table(telemetry)}
+    return tables, lines, pos - pos0, bad
+
+
+_SAMPLE_FIELDS = ("error", "in", "out", "ttft_ms", "e2el_ms")
+_get_sample = operator.itemgetter(*_SAMPLE_FIELDS)
+
+
+def _sample_values(samples) -> list[tuple]:
+    """Return (in, out, ttft_ms, e2el_ms) of each sample without an error (as bench.report.data reads them)."""
+    try:
+        values = list(map(_get_sample, samples))
+    except (KeyError, TypeError):  # a sample without some field: read the slow way
+        values = [tuple(s.get(k) for k in _SAMPLE_FIELDS) for s in samples]
+    return [v[1:] for v in values if v[0] is None]
+
+
+def _column_type(values: list):
+    """Return the Arrow type of a column of JSON scalars, or None when it mixes kinds (stored as JSON text)."""
+    import pyarrow as pa
+
+    kinds = set(map(type, values)) - {type(None)}
+    if not kinds:
+        return pa.null()
+    if kinds == {bool}:
+        return pa.bool_()
+    if kinds == {int}:
+        present = [v for v in values if v is not None]
+        return pa.int64() if -(2 ** 63) <= min(present) and max(present) < 2 ** 63 else None
+    if kinds <= {int, float}:
+        return pa.float64()
+    if kinds == {str}:
+        return pa.string()
+    return None
+
+
+JSON_COLUMNS = b"bench.json_columns"
+
+
+def _columns_table(columns: dict[str, list]):
+    import pyarrow as pa
+
+    arrays, names, as_json = [], [], []
+    for name, values in columns.items():
+        kind = _column_type(values)
+        if kind is None:
+            values = [None if v is None else json.dumps(v, sort_keys=True) for v in values]
+            kind = pa.string()
+            as_json.append(name)
+        arrays.append(pa.array(values, type=kind))
+        names.append(name)
+    meta = {JSON_COLUMNS: json.dumps(as_json).encode()} if as_json else None
+    return pa.Table.from_arrays(arrays, names=names, metadata=meta)
+
+
+def _table(rows: list[dict]):
+    """Return the Arrow table of row dicts (columns in first-seen order; a row without a key holds null)."""
+    names: dict[str, None] = {}
+    shapes: dict[tuple, None] = {}
+    for r in rows:
+        shape = tuple(r)
+        if shape not in shapes:
+            shapes[shape] = None
+            for k in shape:
+                names.setdefault(k)
+    if len(shapes) == 1:  # every row has the same keys in the same order: read them by position
+        return _columns_table(dict(zip(names, (list(c) for c in zip(*(r.values() for r in rows), strict=True)), strict=True)))
+    return _columns_table({n: [r.get(n) for r in rows] for n in names})
+
+
+def json_columns(table) -> list[str]:
+    """Return the names of a table's columns stored as JSON text (they mixed kinds of values)."""
+    meta = table.schema.metadata or {}
+    return json.loads(meta.get(JSON_COLUMNS, b"[]"))
+
+
+def _write_parts(folder: Path, stem: str, tables: dict) -> bool:
+    """Write one part's tables (temp file, then rename); False when the folder cannot be written."""
+    import pyarrow.parquet as pq
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for kind, t in tables.items():
+            final = folder / f"{stem}.{kind}.parquet"
+            tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+            pq.write_table(t, tmp, compression="zstd")
+            os.replace(tmp, final)
+        return True
+    except OSError:
+        return False
+
+
+def _write_manifest(folder: Path, manifest: dict) -> None:
+    from bench.files import write_atomic
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(folder / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    except OSError:
+        pass  # a read-only folder: the companion is rebuilt in memory at each read
+
+
+def _compact(folder: Path, manifest: dict) -> None:
+    """Merge adjacent small parts (appends of a few records) into parts of up to MERGED_RECORDS records once
+    there are more than MAX_PARTS, and drop the files the manifest no longer names."""
+    import pyarrow.parquet as pq
+
+    stems, sizes = manifest["parts"], manifest.get("sizes", {})
+    if len(stems) <= MAX_PARTS:
+        return
+    groups: list[list[str]] = []
+    for stem in stems:
+        n = sizes.get(stem, MERGED_RECORDS)
+        if groups and sum(sizes.get(s, MERGED_RECORDS) for s in groups[-1]) + n <= MERGED_RECORDS:
+            groups[-1].append(stem)
+        else:
+            groups.append([stem])
+    merged = []
+    for group in groups:
+        if len(group) == 1:
+            merged.append(group[0])
+            continue
+        stem = group[0].split("-")[0] + "-" + group[-1].split("-")[1]
+        tables = {}
+        for kind in KINDS:
+            parts = [pq.read_table(folder / f"{s}.{kind}.parquet") for s in group]
+            table = concat(parts)
+            cols = sorted({c for t in [*parts, table] for c in json_columns(t)})
+            tables[kind] = table.replace_schema_metadata({JSON_COLUMNS: json.dumps(cols).encode()} if cols else None)
+        if not _write_parts(folder, stem, tables):
+            return
+        merged.append(stem)
+        sizes[stem] = sum(sizes.get(s, 0) for s in group)
+    manifest["parts"] = merged
+    manifest["sizes"] = {s: sizes[s] for s in merged if s in sizes}
+    keep = {f"{s}.{kind}.parquet" for s in merged for kind in KINDS}
+    for f in folder.glob("*.parquet"):
+        if f.name not in keep:
+            f.unlink(missing_ok=True)
