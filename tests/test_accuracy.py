@@ -326,7 +326,11 @@ def test_trtllm_logit_source_reads_the_answer_rows_of_the_context_logits(monkeyp
     monkeypatch.syspath_prepend(str(Path(__file__).parent / "fake_tensorrt_llm"))
     for name in [m for m in sys.modules if m == "tensorrt_llm" or m.startswith("tensorrt_llm.")]:
         monkeypatch.delitem(sys.modules, name)
-    from bench.accuracy.trtllm import layer_tensors, teacher_forced_params, trtllm_logits
+    from bench.accuracy.trtllm import (
+        layer_tensors,
+        teacher_forced_params,
+        trtllm_logits,
+    )
 
     params = teacher_forced_params()  # the stand-in's SamplingParams mirrors 1.2.1's fields and validation
     assert params.return_context_logits and params.max_tokens == 1

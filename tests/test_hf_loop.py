@@ -34,7 +34,9 @@ def test_a_late_option_at_its_default_keeps_earlier_ids():
     assert "decode_loop" not in dict(plain.build_key().options)
     assert plain.options_dict["prefill_len"] == 0
     assert "decode_loop" not in plain.label and "prefill_len" not in plain.label
-    from bench.report.data import _row  # report rows of an old and a new record group together
+    from bench.report.data import (
+        _row,  # report rows of an old and a new record group together
+    )
     from bench.results.records import parse
 
     old = _row(parse({"schema_version": 1, "cell_id": "a", "cell": before}, legacy_run=("v1", 0.0)))

@@ -6,7 +6,12 @@ from pathlib import Path
 import pytest
 
 from bench.execution import supervisor as runner
-from bench.execution.supervisor import GroupItem, GroupJob, oom_kill_evidence, supervise_group
+from bench.execution.supervisor import (
+    GroupItem,
+    GroupJob,
+    oom_kill_evidence,
+    supervise_group,
+)
 from bench.spec import parse_matrix
 from bench.workloads.workload import cached_workload
 

@@ -247,7 +247,11 @@ def _nvtx_domain() -> str | None:
 
 
 def _read_nsys(nsys: str, out_dir: Path, cell) -> dict:
-    from bench.profiling.nsys_collector import export_command, report_file, table_from_sqlite
+    from bench.profiling.nsys_collector import (
+        export_command,
+        report_file,
+        table_from_sqlite,
+    )
 
     report = report_file(out_dir, _tail(out_dir / "session.log", 20000))  # only a .qdstrm: the libdw fix, named
     sqlite_path = out_dir / "report.sqlite"

@@ -69,7 +69,10 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
     t0 = time.perf_counter()
     try:
         if backend.measures_copy_bandwidth and device.startswith("cuda"):
-            from bench.backends.speed_of_light import bandwidth_cache_dir, copy_bandwidth
+            from bench.backends.speed_of_light import (
+                bandwidth_cache_dir,
+                copy_bandwidth,
+            )
 
             # The bandwidth probe allocates 4 GiB: taken uncapped (once per machine and GPU,
             # cached), so a tight gpu_memory_gb does not turn the group into an OOM.
@@ -168,7 +171,12 @@ def pass_result(out, backend_figures: dict, telemetry: dict, gpus: int, extra: d
     gpus: the devices the cell used (its tensor-parallel ranks). A figure two parts both claim is a
     TypeError, not a silent overwrite.
     """
-    from bench.metrics import PassMetrics, efficiency_metrics, interactivity_metrics, pass_metrics
+    from bench.metrics import (
+        PassMetrics,
+        efficiency_metrics,
+        interactivity_metrics,
+        pass_metrics,
+    )
 
     timed = pass_metrics(out.timings, out.started, out.ended)
     memory = {"peak_memory_gb": extra["peak_memory_bytes"] / 1e9} if "peak_memory_bytes" in extra else {}

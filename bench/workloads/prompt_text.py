@@ -22,7 +22,11 @@ def decoder(tokenizer: str) -> Callable[[list[int]], str]:
         import tiktoken
         from tiktoken.load import load_tiktoken_bpe
 
-        from bench.workloads.tokenizers import QWEN_PAT_STR, QWEN_SPECIAL_START_ID, QWEN_SPECIALS
+        from bench.workloads.tokenizers import (
+            QWEN_PAT_STR,
+            QWEN_SPECIAL_START_ID,
+            QWEN_SPECIALS,
+        )
 
         try:
             from importlib.resources import files

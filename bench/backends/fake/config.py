@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from bench.backends.declaration import TENSOR_PARALLEL, BackendConfig, Option, check_tensor_parallel
+from bench.backends.declaration import (
+    TENSOR_PARALLEL,
+    BackendConfig,
+    Option,
+    check_tensor_parallel,
+)
 
 
 class FakeConfig(BackendConfig):

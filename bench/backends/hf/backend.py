@@ -158,7 +158,10 @@ class HFLoaded(Loaded):
         self.kv_per_token = kv_bytes_per_token(cfg.to_dict(), torch.finfo(self.dtype).bits // 8)
         self.bandwidth = None
         if self.device.type == "cuda":
-            from bench.backends.speed_of_light import bandwidth_cache_dir, copy_bandwidth
+            from bench.backends.speed_of_light import (
+                bandwidth_cache_dir,
+                copy_bandwidth,
+            )
 
             # Once per machine and GPU, cached beside the engines; the worker measured it before
             # the memory cap (measures_copy_bandwidth), so this reads the cache.

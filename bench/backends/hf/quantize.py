@@ -54,7 +54,9 @@ def _gemlite_int8(model) -> None:
     import torch
 
     try:
-        from gemlite.helper import A16W8  # its import reads the GPU's name (per-GPU kernel configs)
+        from gemlite.helper import (
+            A16W8,  # its import reads the GPU's name (per-GPU kernel configs)
+        )
     except ImportError as exc:
         raise BenchInputError(f"quant_kernels='gemlite' needs gemlite: `pip install gemlite`; {exc}") from exc
     for parent in list(model.modules()):

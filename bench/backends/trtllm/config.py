@@ -8,7 +8,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.backends.declaration import TENSOR_PARALLEL, BackendConfig, Option, check_tensor_parallel
+from bench.backends.declaration import (
+    TENSOR_PARALLEL,
+    BackendConfig,
+    Option,
+    check_tensor_parallel,
+)
 from bench.errors import BenchInputError
 
 # precision -> (QuantAlgo member, kv_cache_quant_algo member, activation dtype, needs calibration)

@@ -30,7 +30,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.errors import BenchInputError
-from bench.execution.supervisor import GroupItem, GroupStopped, end_cell, supervise_group
+from bench.execution.supervisor import (
+    GroupItem,
+    GroupStopped,
+    end_cell,
+    supervise_group,
+)
 
 POLL_S = 0.5  # the longest an actor's poll waits for an event
 STOP_WAIT_S = 15.0  # how long a stopped actor gets to kill its worker before it is killed
