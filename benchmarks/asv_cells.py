@@ -54,7 +54,8 @@ def _cpu_or_gpu_data() -> dict:
 
 
 def _cpu_or_gpu_matrix():
-    from bench.spec import narrow, parse_matrix
+    from bench.spec.matrix import parse_matrix
+    from bench.spec.narrow import narrow
 
     matrix = parse_matrix(_cpu_or_gpu_data())
     engines = os.environ.get("BENCH_ASV_ENGINES")
@@ -62,7 +63,7 @@ def _cpu_or_gpu_matrix():
 
 
 def _fake_matrix():
-    from bench.spec import parse_matrix
+    from bench.spec.matrix import parse_matrix
 
     data = dict(FAKE_MATRIX)
     data["options"] = {

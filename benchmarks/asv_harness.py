@@ -23,7 +23,7 @@ def write_store(path: Path, cells: int = 32, runs: int = 3, slowdown: float = 1.
     from bench.metrics import pass_metrics, request_samples
     from bench.results.records import RunContext, new_record
     from bench.results.store import ResultStore
-    from bench.spec import WorkloadSpec
+    from bench.spec.cells import WorkloadSpec
     from bench.workloads.request import Request
 
     store = ResultStore(path)
@@ -57,7 +57,7 @@ class Workload:
     timer = time.process_time
 
     def setup(self):
-        from bench.spec import WorkloadSpec
+        from bench.spec.cells import WorkloadSpec
         from bench.workloads.workload import build_workload
 
         self.spec = WorkloadSpec(name="asv", num_requests=32, max_input_len=256, max_total_len=512, max_output_len=32)

@@ -22,7 +22,7 @@ PRECISIONS = ("bf16", "int4", "fp16", "int8", "fp32")
 
 
 def matrix(groups: int, trials: int, wall_ms: float, devices: int | None):
-    from bench.spec import parse_matrix
+    from bench.spec.matrix import parse_matrix
 
     data = {"backends": ["fake"], "model": "qwen-tiny", "precisions": list(PRECISIONS[:groups]),
             "max_batch_sizes": [1], "workloads": ["w"], "trials": trials, "warmup": 0, "options": {"wall_ms": wall_ms},

@@ -71,7 +71,7 @@ num_requests = 20
 def write_stores(seed: dict, paths: list[Path], contexts: int, tag: str, slowdown: float = 1.0) -> int:
     """Write `contexts` run contexts of the 2,500-cell matrix, context k into paths[k % len(paths)]; return records."""
     from bench import CELL_ID_VERSION
-    from bench.spec import identity_options, short_hash
+    from bench.spec.cells import identity_options, short_hash
 
     samples = json.dumps(seed["samples"], separators=(",", ":"))
     base = {k: v for k, v in seed.items() if k != "samples"}

@@ -26,7 +26,7 @@ def main() -> int:
     ap.add_argument("--prompt-format", default="raw", choices=["raw", "chat"])
     args = ap.parse_args()
 
-    from bench.spec import WorkloadSpec
+    from bench.spec.cells import WorkloadSpec
     from bench.workloads.sharegpt import read_first_turns
     from bench.workloads.workload import build_workload
 

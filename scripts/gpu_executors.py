@@ -32,7 +32,7 @@ WORKLOAD = {"w": {"source": "synthetic", "input_len": 32, "output_len": 32, "num
 
 
 def matrices(executor: str) -> list:
-    from bench.spec import parse_matrix
+    from bench.spec.matrix import parse_matrix
 
     place = {"devices": ["cuda:0"]} if executor == "local" else {"device": "cuda", "executor": "ray", "ray_address": "auto"}
     common = {"model": "qwen-tiny", "max_batch_sizes": [1], "workloads": ["w"], "workload": WORKLOAD, "trials": 2,
@@ -86,7 +86,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     from bench.errors import BenchInputError
-    from bench.spec import parse_matrix
+    from bench.spec.matrix import parse_matrix
 
     rows, notes = [], []
     try:  # refused before anything runs: a tp=2 cell on a pool of one GPU

@@ -104,7 +104,7 @@ def run_sweep(base_url: str, model_name: str, out: Path, args) -> tuple[Path, di
     """Run the rate sweep through bench's matrix runner; return the store and the report's paths."""
     from bench.report.build import build_report
     from bench.runner.matrix import run_matrix
-    from bench.spec import parse_matrix
+    from bench.spec.matrix import parse_matrix
 
     rates = [float(r) for r in args.rates.split(",")]
     matrix = parse_matrix({

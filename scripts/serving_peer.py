@@ -59,7 +59,7 @@ def run_bench(url: str, out: Path, args, model: str) -> dict:
     """Return bench's per-request rows and headline metrics of one openai pass against url."""
     from bench.results.store import ResultStore
     from bench.runner.matrix import run_matrix
-    from bench.spec import parse_matrix
+    from bench.spec.matrix import parse_matrix
 
     store = out / "bench.jsonl"
     store.unlink(missing_ok=True)
@@ -82,7 +82,7 @@ def run_bench(url: str, out: Path, args, model: str) -> dict:
 
 def prompts_file(out: Path, args) -> Path:
     """Write the workload's prompts (decoded with its tokenizer) as guidellm JSON data; return the path."""
-    from bench.spec import WorkloadSpec
+    from bench.spec.cells import WorkloadSpec
     from bench.workloads.prompt_text import decoder
     from bench.workloads.workload import build_workload
 

@@ -67,7 +67,7 @@ FLOOR = {"compute_dtype": {"kl_mean": 0.004, "top1": 0.85}, "attention": {"kl_me
 
 def test_verdict_each_threshold_on_both_sides():
     from bench.accuracy.verdict import judge
-    from bench.spec import AccuracySpec
+    from bench.spec.cells import AccuracySpec
 
     t = AccuracySpec().thresholds()
     # the issue's random-weight figures: floor 3.7e-3, int8wo 3.4e-2 (9x), a scrambled layer 0.145 (40x)
@@ -97,7 +97,8 @@ def test_verdict_each_threshold_on_both_sides():
 
 
 def test_accuracy_table_parsed_with_clear_errors(tmp_path):
-    from bench.spec import AccuracySpec, parse_matrix
+    from bench.spec.cells import AccuracySpec
+    from bench.spec.matrix import parse_matrix
 
     base = {"backends": ["fake"], "model": "qwen-tiny", "precisions": ["bf16"], "max_batch_sizes": [1], "workloads": ["w"],
             "device": "cpu", "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 8}}}
@@ -115,7 +116,8 @@ def test_accuracy_table_parsed_with_clear_errors(tmp_path):
 
 
 def test_baseline_of_another_model_or_missing_is_refused():
-    from bench.spec import accuracy_baseline, parse_matrix
+    from bench.spec.baseline import accuracy_baseline
+    from bench.spec.matrix import parse_matrix
 
     m = parse_matrix({"backends": ["fake"], "models": ["qwen-tiny", "qwen-7b-shape"], "precisions": ["bf16", "fp32"],
                       "max_batch_sizes": [1], "workloads": ["w"], "device": "cpu",
@@ -129,7 +131,7 @@ def test_baseline_of_another_model_or_missing_is_refused():
 
 
 def test_corrupt_layer_is_refused_outside_the_tests(monkeypatch):
-    from bench.spec import parse_matrix
+    from bench.spec.matrix import parse_matrix
 
     doc = {"backends": ["hf"], "model": "qwen-tiny", "precisions": ["fp32"], "max_batch_sizes": [1],
            "workloads": ["w"], "device": "cpu", "options": {"corrupt_layer": 1},
@@ -164,7 +166,7 @@ output_len = 8
 
 
 def test_reference_answers_are_stored_beside_the_workload_and_change_no_hash(tiny_sharegpt, tmp_path):
-    from bench.spec import WorkloadSpec
+    from bench.spec.cells import WorkloadSpec
     from bench.workloads.references import answers_path, reference_answers
     from bench.workloads.tokenizers import load_tokenizer
     from bench.workloads.workload import cached_workload
@@ -188,7 +190,8 @@ def test_a_session_that_dies_out_of_memory_is_each_cells_stored_reason(monkeypat
 
     from bench.commands import accuracy as A
     from bench.results.records import new_context
-    from bench.spec import AccuracySpec, parse_matrix
+    from bench.spec.cells import AccuracySpec
+    from bench.spec.matrix import parse_matrix
 
     m = parse_matrix({"backends": ["hf"], "model": "qwen-tiny", "precisions": ["fp32", "bf16"], "max_batch_sizes": [1],
                       "workloads": ["w"], "device": "cpu", "baseline": {"precision": "fp32"},
@@ -265,7 +268,7 @@ def test_bench_accuracy_aligned_broken_and_the_broken_layer_named(tiny_trained, 
     from bench.accuracy.verdict import judge
     from bench.cli import main
     from bench.results import query
-    from bench.spec import AccuracySpec
+    from bench.spec.cells import AccuracySpec
 
     monkeypatch.setenv("BENCH_ALLOW_CORRUPTION", "1")
     matrix = _trained_matrix(tmp_path / "trained.toml", tiny_trained)
@@ -450,7 +453,8 @@ output_len = 16
 
 def test_parity_layers_input_is_checked_before_any_session():
     from bench.commands.parity import parity_cells
-    from bench.spec import narrow, parse_matrix
+    from bench.spec.matrix import parse_matrix
+    from bench.spec.narrow import narrow
 
     m = parse_matrix({"backends": ["hf"], "model": "qwen-tiny", "precisions": ["fp32", "bf16"], "max_batch_sizes": [1, 2],
                       "workloads": ["w"], "device": "cpu", "baseline": {"precision": "fp32", "max_batch_size": 1},

@@ -7,7 +7,7 @@ import pytest
 from bench.backends import speed_of_light as sol
 from bench.backends.fake.backend import FakeBackend
 from bench.execution import worker
-from bench.spec import BuildKey
+from bench.spec.cells import BuildKey
 
 
 def build_only(tmp_path, device):

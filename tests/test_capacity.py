@@ -78,7 +78,7 @@ def test_bad_slo_exits_2_before_any_work(tmp_path):
 
 def test_an_axis_the_backend_lacks_is_refused(tmp_path):
     from bench.capacity.probes import check_axis
-    from bench.spec import parse_matrix
+    from bench.spec.matrix import parse_matrix
 
     m = parse_matrix({"backends": ["fake"], "model": "qwen-tiny", "precisions": ["bf16"], "max_batch_sizes": [1],
                       "workloads": ["w"], "device": "cpu",
@@ -98,7 +98,7 @@ def test_the_search_finds_a_paced_servers_knee_through_the_workers(tmp_path):
     from bench.results import query
     from bench.results.records import CapacityProbe
     from bench.serving.paced_server import TestServer
-    from bench.spec import parse_matrix
+    from bench.spec.matrix import parse_matrix
 
     with TestServer(ttft_s=0.01, itl_s=0.01, knee=4, load_slowdown=1.0) as srv:
         m = parse_matrix({
@@ -126,7 +126,7 @@ def test_an_in_process_backend_is_searched_along_max_batch_size(tmp_path):
     from rich.console import Console
 
     from bench.commands.capacity import capacity_matrix
-    from bench.spec import parse_matrix
+    from bench.spec.matrix import parse_matrix
 
     m = parse_matrix({"name": "capfake", "backends": ["fake"], "model": "qwen-tiny", "precisions": ["bf16"],
                       "max_batch_sizes": [1], "workloads": ["w"], "device": "cpu", "trials": 1, "warmup": 0, "runs": 2,

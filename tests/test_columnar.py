@@ -47,7 +47,7 @@ def derived(lines: list[str], run_id: str, shift: float, scale: float = 1.0, slo
     """Return the records of one real run as another run context would have stored them: another run id and
     start, throughputs scaled by `scale`, and (slowdown) the fake backend's slowdown option, with its cell id."""
     from bench import CELL_ID_VERSION
-    from bench.spec import identity_options, short_hash
+    from bench.spec.cells import identity_options, short_hash
 
     out = []
     for line in lines:

@@ -12,7 +12,7 @@ from bench.cli import main
 from bench.errors import BenchInputError
 from bench.results.compare import compare_stores, to_markdown
 from bench.runner.matrix import run_matrix
-from bench.spec import parse_matrix
+from bench.spec.matrix import parse_matrix
 from tests.support import ROOT
 
 IGNORE = ["--ignore-option", "seed,slowdown"]

@@ -35,7 +35,7 @@ def test_cuda_ordinal_is_the_one_parser():
     own = inspect.getsource(cuda_ordinal)
     parsers = [f"{p.relative_to(root)}:{i + 1}" for p in root.rglob("*.py") for i, line in enumerate(p.read_text().splitlines())
                if re.search(r"""(device|dev)\S*\.(split|partition|rsplit)\(["']:["']""", line) and line not in own]
-    assert parsers == [], f"device strings parsed outside bench.spec.cuda_ordinal: {parsers}"
+    assert parsers == [], f"device strings parsed outside bench.machine.devices.cuda_ordinal: {parsers}"
 
 
 def test_rank_device_under_torchrun(monkeypatch):

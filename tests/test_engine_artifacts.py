@@ -163,7 +163,8 @@ def test_a_difference_only_the_worker_can_see_is_refused_there_with_a_stored_rea
     (artifact,) = (tmp_path / "art").glob("*.tar")
     _rewrite_manifest(artifact, cuda="13.0")
     from bench.runner.matrix import run_matrix
-    from bench.spec import load_matrix, narrow
+    from bench.spec.matrix import load_matrix
+    from bench.spec.narrow import narrow
 
     # (run_matrix, not `bench run`: the report of a store holding only failed builds raises in
     # bench.report.tables.aggregate, a fault older than this issue.)

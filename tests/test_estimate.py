@@ -7,7 +7,7 @@ from bench.results import query
 from bench.results.estimate import estimate_run
 from bench.results.records import new_context
 from bench.runner.matrix import plan, run_matrix
-from bench.spec import load_matrix
+from bench.spec.matrix import load_matrix
 
 MATRIX = """
 name = "est"

@@ -14,7 +14,8 @@ from bench.errors import BenchInputError
 from bench.execution.executors.local import LocalExecutor, resolve_pool
 from bench.results.store import ResultStore
 from bench.runner.matrix import run_matrix
-from bench.spec import narrow, parse_matrix
+from bench.spec.matrix import parse_matrix
+from bench.spec.narrow import narrow
 
 WORKLOAD = {"w": {"source": "synthetic", "input_len": 8, "output_len": 4, "num_requests": 2}}
 

@@ -11,7 +11,8 @@ import pytest
 
 from bench.results.store import ResultStore
 from bench.runner.matrix import run_matrix
-from bench.spec import narrow, parse_matrix
+from bench.spec.matrix import parse_matrix
+from bench.spec.narrow import narrow
 
 ray = pytest.importorskip("ray")
 

@@ -214,7 +214,8 @@ def test_the_ambiguous_baseline_fix_works_when_a_cell_lacks_the_key(tmp_path):
 
     from bench.cli import parse_pairs
     from bench.errors import BenchInputError
-    from bench.spec import _baseline_matches, check_baseline, load_matrix
+    from bench.spec.baseline import _baseline_matches, check_baseline
+    from bench.spec.matrix import load_matrix
 
     path = tmp_path / "m.toml"
     path.write_text('backends = ["hf", "fake"]\nmodel = "qwen-tiny"\ndevice = "cpu"\nprecisions = ["bf16"]\n'

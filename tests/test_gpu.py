@@ -38,7 +38,7 @@ def engines(tmp_path_factory):
 def _tiny(engines, dtype="bf16", **options):
     """Return a loaded qwen-tiny (2 layers, Qwen's vocabulary) hf cell on cuda:0."""
     from bench.backends.hf.backend import HFBackend
-    from bench.spec import BuildKey
+    from bench.spec.cells import BuildKey
 
     opts = {"attn_implementation": "sdpa", "cache": "dynamic", "compile": "off", **options}
     key = BuildKey("hf", "qwen-tiny", dtype, "cuda", tuple(sorted(opts.items())))
@@ -309,7 +309,7 @@ def test_oom_and_cuda_errors_are_classified_through_worker_processes(tmp_path, e
     """
     from bench.results import query
     from bench.runner.matrix import run_matrix
-    from bench.spec import parse_matrix
+    from bench.spec.matrix import parse_matrix
     from bench.workloads.request import Request
     from bench.workloads.workload import Workload
 
@@ -348,7 +348,7 @@ def _profile(tmp_path, engines, name, decode_steps=3, **options):
     from bench.profiling.kernels import KernelTable
     from bench.profiling.nvtx import DEFAULT_PATTERNS
     from bench.profiling.session import run_session
-    from bench.spec import parse_matrix
+    from bench.spec.matrix import parse_matrix
     from bench.workloads.workload import cached_workload
 
     opts = {"attn_implementation": "sdpa", **options}
@@ -429,7 +429,7 @@ def _profile_tool(tool: str, options: dict, **settings):
     """Return (record, KernelTable) of `bench profile`'s library path for qwen-tiny on cuda, one cell, under `tool`."""
     from bench.commands.profile import ProfileSettings, profile_matrix
     from bench.profiling.kernels import KernelTable
-    from bench.spec import parse_matrix
+    from bench.spec.matrix import parse_matrix
 
     matrix = parse_matrix({
         "name": f"both-{tool}", "backends": ["hf"], "model": "qwen-tiny", "device": "cuda", "precisions": ["bf16"],
@@ -526,7 +526,8 @@ def test_an_engine_artifact_carries_the_tuned_kernels_to_a_fresh_folder(tmp_path
     from bench.results import query
     from bench.runner.build import build_artifacts
     from bench.runner.matrix import run_matrix
-    from bench.spec import narrow, parse_matrix
+    from bench.spec.matrix import parse_matrix
+    from bench.spec.narrow import narrow
 
     matrix = parse_matrix({
         "name": "gpu-artifact", "backends": ["hf"], "model": "qwen-tiny", "device": "cuda", "precisions": ["bf16"],

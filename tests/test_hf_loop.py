@@ -3,7 +3,8 @@
 import pytest
 
 from bench.errors import BenchInputError
-from bench.spec import BuildKey, parse_matrix
+from bench.spec.cells import BuildKey
+from bench.spec.matrix import parse_matrix
 
 
 def matrix(**options):
@@ -23,7 +24,8 @@ def test_harness_loop_needs_a_static_cache():
 
 def test_a_late_option_at_its_default_keeps_earlier_ids():
     """Cells stored before decode_loop existed must keep their cell_id and build key."""
-    from bench.spec import CELL_ID_VERSION, short_hash
+    from bench import CELL_ID_VERSION
+    from bench.spec.cells import short_hash
 
     plain, = matrix(cache="static").cells
     assert plain.options_dict["decode_loop"] == "generate"

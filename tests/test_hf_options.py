@@ -9,7 +9,7 @@ from bench.backends.hf import config as hf_config
 from bench.backends.hf import inductor_recheck
 from bench.backends.hf import quantize as hf_quantize
 from bench.errors import BenchInputError
-from bench.spec import parse_matrix
+from bench.spec.matrix import parse_matrix
 
 H100 = {"gpu_name": "NVIDIA H100", "gpu_count": 1, "driver": "x", "compute_capability": "9.0"}
 A100 = {**H100, "gpu_name": "NVIDIA A100", "compute_capability": "8.0"}
@@ -146,7 +146,7 @@ def test_configure_compile_sets_generation_config():
 @pytest.mark.slow
 def test_static_cache_warmup_covers_every_batch_size(tmp_path):
     from bench.backends.hf.backend import HFBackend
-    from bench.spec import BuildKey
+    from bench.spec.cells import BuildKey
     from bench.workloads.request import Request
 
     key = BuildKey("hf", "qwen-tiny", "fp32", "cpu", (("attn_implementation", "sdpa"), ("cache", "static"), ("compile", "off")))

@@ -247,7 +247,7 @@ WORKLOAD_KEYS = st.sampled_from(["source", "num_requests", "seed", "input_len", 
 
 
 def _load(tmp_path, text: str):
-    from bench.spec import load_matrix
+    from bench.spec.matrix import load_matrix
 
     path = tmp_path / "p.toml"
     path.write_text(text)
@@ -287,7 +287,7 @@ def test_arbitrary_text_is_a_matrix_or_a_clear_error(tmp_path, text):
                                         st.text(max_size=8)))
 def test_command_line_values_coerce_to_a_valid_option_or_a_clear_error(key, text):
     from bench.backends.fake.backend import FakeBackend
-    from bench.spec import coerce_cli_value
+    from bench.spec.narrow import coerce_cli_value
 
     value = coerce_cli_value(text)
     try:
@@ -303,7 +303,8 @@ def test_command_line_values_coerce_to_a_valid_option_or_a_clear_error(key, text
 @given(key=WORKLOAD_KEYS, text=st.one_of(st.sampled_from(["nan", "inf", "1e9", "1.5", "-1", "0", "4", "true", "none",
                                                            "synthetic", "uniform"]), st.text(max_size=8)))
 def test_workload_set_values_give_a_spec_or_a_clear_error(key, text):
-    from bench.spec import WorkloadSpec, coerce_cli_value
+    from bench.spec.cells import WorkloadSpec
+    from bench.spec.narrow import coerce_cli_value
 
     data = {"source": "synthetic", "input_len": 8, "output_len": 4, key: coerce_cli_value(text)}
     try:

@@ -118,7 +118,7 @@ def test_the_table_warns_about_an_oversaturated_pass_and_a_lagging_client(tmp_pa
     from bench.report.tables import load_warnings, speedup_table
     from bench.results import query
     from bench.runner.matrix import run_matrix
-    from bench.spec import parse_matrix
+    from bench.spec.matrix import parse_matrix
 
     with TestServer(ttft_s=0.02, itl_s=0.01, knee=1, load_slowdown=1.0) as srv:
         m = parse_matrix({

@@ -8,7 +8,7 @@ import pytest
 from bench.errors import BenchInputError
 from bench.machine.environment import fingerprint, gpu_info
 from bench.machine.memory_cap import check_cap
-from bench.spec import parse_matrix
+from bench.spec.matrix import parse_matrix
 
 
 class NVMLError(Exception):

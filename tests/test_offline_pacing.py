@@ -3,7 +3,7 @@
 import pytest
 
 from bench.errors import BenchInputError
-from bench.spec import parse_matrix
+from bench.spec.matrix import parse_matrix
 
 CELL = {"hf": ("fp32", "cpu"), "fake": ("bf16", "cpu"), "trtllm": ("fp16", "cuda"), "openai": ("server", "cpu")}
 

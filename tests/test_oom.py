@@ -223,7 +223,7 @@ def test_report_puts_probes_in_the_frontier_and_mixes_capped_with_uncapped_runs(
     """`bench report` on a store holding capped probes and an uncapped full run: frontier + speedups."""
     from bench.report.build import build_report
     from bench.runner.matrix import run_matrix
-    from bench.spec import load_matrix
+    from bench.spec.matrix import load_matrix
 
     assert run_cli(tmp_path, "--lengths", "64x64", "--gpu-memory-gb", "1.5") == 0
     matrix = load_matrix(tmp_path / "m.toml")

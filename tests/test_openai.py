@@ -274,7 +274,7 @@ def test_goodput_definition():
 
 
 def test_option_validation_is_input_error(tiny_sharegpt):
-    from bench.spec import parse_matrix
+    from bench.spec.matrix import parse_matrix
 
     def m(options, **over):
         data = {"backends": ["openai"], "model": "qwen-tiny", "precisions": ["fp8"], "max_batch_sizes": [4],
@@ -308,7 +308,7 @@ def test_option_validation_is_input_error(tiny_sharegpt):
 def test_served_model_needs_no_local_config():
     """`model` only labels a served model: any name is valid for the openai backend, not for hf."""
     from bench.errors import BenchInputError
-    from bench.spec import parse_matrix
+    from bench.spec.matrix import parse_matrix
 
     base = {"backends": ["openai"], "model": "Qwen/Qwen2-7B-Instruct", "precisions": ["server"],
             "max_batch_sizes": [1], "workloads": ["w"], "device": "cpu",

@@ -9,7 +9,7 @@ pytest.importorskip("aiohttp")
 from bench.results.store import ResultStore  # noqa: E402
 from bench.runner.matrix import run_matrix  # noqa: E402
 from bench.serving.paced_server import TestServer  # noqa: E402
-from bench.spec import parse_matrix  # noqa: E402
+from bench.spec.matrix import parse_matrix  # noqa: E402
 
 
 def matrix(tiny_sharegpt, base_url, **options):

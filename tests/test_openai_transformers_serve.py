@@ -19,7 +19,7 @@ from bench.results.store import ResultStore  # noqa: E402
 from bench.runner.matrix import run_matrix  # noqa: E402
 from bench.serving import transformers_serve  # noqa: E402
 from bench.serving.model_dir import write_model_dir  # noqa: E402
-from bench.spec import parse_matrix  # noqa: E402
+from bench.spec.matrix import parse_matrix  # noqa: E402
 from bench.workloads.request import Request  # noqa: E402
 
 # A small paged cache: the default sizes the cache from free memory, which makes the first request on a CPU slow.

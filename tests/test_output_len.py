@@ -4,7 +4,8 @@ import pytest
 
 from bench.results.store import ResultStore
 from bench.runner.matrix import run_matrix
-from bench.spec import BuildKey, parse_matrix
+from bench.spec.cells import BuildKey
+from bench.spec.matrix import parse_matrix
 from bench.workloads.request import Request
 
 
@@ -31,7 +32,8 @@ def test_a_short_row_of_the_fake_backend_fails_the_pass(tiny_sharegpt, tmp_path)
 def test_a_late_option_keeps_the_fake_cell_ids():
     base = {"backends": ["fake"], "model": "qwen-tiny", "precisions": ["bf16"], "max_batch_sizes": [1], "workloads": ["w"],
             "device": "cpu", "workload": {"w": {"source": "synthetic", "input_len": 4, "output_len": 4, "num_requests": 2}}}
-    from bench.spec import CELL_ID_VERSION, short_hash
+    from bench import CELL_ID_VERSION
+    from bench.spec.cells import short_hash
 
     plain, = parse_matrix(base).cells
     before = plain.to_dict()

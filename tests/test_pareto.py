@@ -18,7 +18,7 @@ def test_front_on_hand_computed_points():
 def test_a_batch_sweep_gets_the_pareto_figure(tmp_path):
     from bench.report.build import build_report
     from bench.runner.matrix import run_matrix
-    from bench.spec import parse_matrix
+    from bench.spec.matrix import parse_matrix
 
     m = parse_matrix({"name": "p", "backends": ["fake"], "model": "qwen-tiny", "precisions": ["bf16"],
                       "max_batch_sizes": [1, 4, 16], "workloads": ["w"], "device": "cpu", "trials": 1, "warmup": 0,

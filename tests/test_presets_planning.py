@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from bench.cli import main
-from bench.spec import list_presets
+from bench.spec.matrix import list_presets
 
 OPTIONAL = ("torchao", "gemlite", "flash_attn")
 

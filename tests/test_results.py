@@ -14,7 +14,7 @@ from bench.results import query
 from bench.results.records import RunContext, schema_markdown
 from bench.results.store import ResultStore
 from bench.runner.matrix import run_matrix
-from bench.spec import parse_matrix
+from bench.spec.matrix import parse_matrix
 from tests.support import ROOT
 from tests.support.records import make_record
 

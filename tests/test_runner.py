@@ -4,7 +4,7 @@ import json
 
 from bench.results.store import ResultStore
 from bench.runner.matrix import run_matrix
-from bench.spec import parse_matrix
+from bench.spec.matrix import parse_matrix
 
 
 def matrix(tiny_sharegpt, **over):

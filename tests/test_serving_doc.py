@@ -12,7 +12,9 @@ from bench.errors import BenchInputError  # noqa: E402
 from bench.report.build import build_report  # noqa: E402
 from bench.runner.matrix import run_matrix  # noqa: E402
 from bench.serving.paced_server import TestServer  # noqa: E402
-from bench.spec import default_baseline, narrow, parse_matrix, tomllib  # noqa: E402  (tomllib, or tomli before 3.11)
+from bench.spec.baseline import default_baseline  # noqa: E402  (tomllib, or tomli before 3.11)
+from bench.spec.matrix import parse_matrix, tomllib  # noqa: E402  (tomllib, or tomli before 3.11)
+from bench.spec.narrow import narrow  # noqa: E402  (tomllib, or tomli before 3.11)
 
 DOC = Path(__file__).parents[1] / "docs" / "guide" / "serving.md"
 

@@ -1,7 +1,9 @@
 import pytest
 
 from bench.errors import BenchInputError
-from bench.spec import Cell, load_matrix, narrow, parse_matrix
+from bench.spec.cells import Cell
+from bench.spec.matrix import load_matrix, parse_matrix
+from bench.spec.narrow import narrow
 
 BASE = {
     "backends": ["fake"], "model": "qwen-tiny", "precisions": ["fp16", "bf16"], "max_batch_sizes": [1, 2, 4],

@@ -12,7 +12,8 @@ from bench.execution.supervisor import worker_ranks
 from bench.models import resolve_model
 from bench.results.store import ResultStore
 from bench.runner.matrix import run_matrix
-from bench.spec import BuildKey, parse_matrix
+from bench.spec.cells import BuildKey
+from bench.spec.matrix import parse_matrix
 
 FAKE_TRTLLM = Path(__file__).parent / "fake_tensorrt_llm"
 

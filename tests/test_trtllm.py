@@ -15,7 +15,7 @@ from bench.backends.trtllm import backend as T
 from bench.backends.trtllm import config as trtllm_config
 from bench.errors import BenchInputError
 from bench.machine.environment import installed_version, major_minor
-from bench.spec import parse_matrix
+from bench.spec.matrix import parse_matrix
 
 FAKE = Path(__file__).parent / "fake_tensorrt_llm"
 
@@ -127,7 +127,7 @@ def test_engine_max_num_tokens_follows_the_builders_clamp():
 
 
 def test_presets_parse_without_tensorrt_llm():
-    from bench.spec import load_matrix
+    from bench.spec.matrix import load_matrix
 
     m = load_matrix("trtllm-qwen7b-reference", preset=True)
     precisions = {c.precision for c in m.cells if c.backend == "trtllm"}
@@ -250,7 +250,7 @@ def test_calibration_set_is_written_for_the_modelopt_flow(tmp_path, monkeypatch)
     monkeypatch.syspath_prepend(str(FAKE))
     for name in [m for m in sys.modules if m.startswith("tensorrt_llm")]:
         monkeypatch.delitem(sys.modules, name)
-    from bench.spec import BuildKey
+    from bench.spec.cells import BuildKey
     from bench.workloads.request import Request
     from bench.workloads.workload import Workload
 
@@ -294,7 +294,8 @@ def test_reference_preset_runs_end_to_end_against_the_standin(tmp_path, fake_trt
     from bench.models import resolve_model
     from bench.results.store import ResultStore
     from bench.runner.matrix import run_matrix
-    from bench.spec import load_matrix, narrow, with_workload
+    from bench.spec.matrix import load_matrix
+    from bench.spec.narrow import narrow, with_workload
 
     step_ms = 5.0
     fake_trtllm.configure(step_ms=step_ms)

@@ -17,7 +17,7 @@ import pytest
 
 from bench.backends.trtllm import backend as T
 from bench.errors import BenchInputError
-from bench.spec import parse_matrix
+from bench.spec.matrix import parse_matrix
 from bench.workloads.request import Request
 from bench.workloads.workload import Workload
 

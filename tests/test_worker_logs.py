@@ -12,7 +12,7 @@ from bench.execution.supervisor import (
     oom_kill_evidence,
     supervise_group,
 )
-from bench.spec import parse_matrix
+from bench.spec.matrix import parse_matrix
 from bench.workloads.workload import cached_workload
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,7 +1,7 @@
 import pytest
 
 from bench.errors import BenchInputError
-from bench.spec import WorkloadSpec
+from bench.spec.cells import WorkloadSpec
 from bench.workloads.tokenizers import load_tokenizer
 from bench.workloads.workload import Workload, batches, build_workload, cached_workload
 

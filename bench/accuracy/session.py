@@ -33,7 +33,7 @@ from pathlib import Path
 
 def _load(cell_dict: dict, engines_dir: str):
     from bench.backends.registry import backend_class
-    from bench.spec import Cell
+    from bench.spec.cells import Cell
 
     cell = Cell.from_dict(cell_dict)
     key = cell.build_key()
@@ -116,7 +116,7 @@ def run_session(job: dict) -> dict:
 
 
 def _cell_id(cell_dict: dict) -> str:
-    from bench.spec import Cell
+    from bench.spec.cells import Cell
 
     return Cell.from_dict(cell_dict).cell_id
 
@@ -201,7 +201,7 @@ def _served_figures(cell_dict, job, seqs, base_src, base_out, prompts, refs, set
     from bench.accuracy.figures import differing_tokens, generation_parity
     from bench.backends.openai.backend import probe_server
     from bench.serving.client import ClientConfig, ServeRequest, replay
-    from bench.spec import Cell
+    from bench.spec.cells import Cell
     from bench.workloads.tokenizers import load_tokenizer
 
     cell = Cell.from_dict(cell_dict)

@@ -1,6 +1,6 @@
 """The verdict of one cell: aligned / degraded / broken, with the thresholds and the reasons that decided it.
 
-Criteria (thresholds from the matrix's [accuracy] table, bench.spec.AccuracySpec, where each
+Criteria (thresholds from the matrix's [accuracy] table, bench.spec.cells.AccuracySpec, where each
 default names its anchor); the verdict is the worst one:
 
 - broken: mean KL above kl_broken AND above floor_ratio_broken x the noise floor's KL (both:

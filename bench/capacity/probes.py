@@ -53,7 +53,7 @@ def probe_cell(cell, axis: str, value, slo: dict):
 class CapacityRunner:
     """A `probe(value)` callable for one configuration: runs and stores every pass of every probe."""
 
-    base_cell: object  # bench.spec.Cell
+    base_cell: object  # bench.spec.cells.Cell
     axis: str
     slo: dict
     store_path: Path

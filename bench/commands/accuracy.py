@@ -59,7 +59,7 @@ def settings_with(spec, prompts=None, answer_tokens=None, generate_tokens=None):
 
 
 def cmd_accuracy(args) -> int:
-    from bench.spec import load_matrix
+    from bench.spec.matrix import load_matrix
 
     matrix = load_selected_matrix(args)
     full = load_matrix(args.matrix) if args.matrix else load_matrix(args.preset or "default", preset=True)
@@ -73,7 +73,7 @@ def plan_accuracy(matrix, all_cells, settings) -> list[tuple]:
     """Return [(cell, its baseline cell or None for a baseline's own session)], baselines first; BenchInputError
     for a selection that cannot be measured (before any work)."""
     from bench.backends.declaration import tensor_parallel_size
-    from bench.spec import accuracy_baseline
+    from bench.spec.baseline import accuracy_baseline
     from bench.workloads.references import has_answers
 
     if not matrix.cells:

@@ -46,7 +46,7 @@ def register(sub) -> None:
 def configured(cell, text: str):
     """Return `cell` with the overrides of `text` (key=value,...) applied and validated; BenchInputError if bad."""
     from bench.backends.registry import backend_config
-    from bench.spec import coerce_cli_value
+    from bench.spec.narrow import coerce_cli_value
 
     pairs = parse_pairs(text, "--layers") or {}
     if not pairs:
@@ -64,7 +64,7 @@ def configured(cell, text: str):
 
 def parity_cells(matrix, a_text: str, b_text: str) -> tuple:
     """Return (cell A, cell B) for the matrix's selected (or baseline) cell and the two overrides."""
-    from bench.spec import _baseline_matches
+    from bench.spec.baseline import _baseline_matches
 
     cells = list(matrix.cells)
     if len(cells) > 1:

@@ -15,7 +15,7 @@ def preset_needs(matrix) -> list[str]:
     """Return what a matrix needs to run, e.g. ["a CUDA GPU", "torchao (precision 'int4wo'; not installed)"]."""
     from importlib import util
 
-    from bench.spec import requirements
+    from bench.spec.matrix import requirements
 
     needs = []
     if any(str(c.device).startswith("cuda") for c in matrix.cells):
@@ -38,7 +38,7 @@ def cmd_presets(args) -> int:
     import warnings
 
     from bench.errors import BenchInputError
-    from bench.spec import list_presets, load_matrix
+    from bench.spec.matrix import list_presets, load_matrix
 
     for name in list_presets():
         try:

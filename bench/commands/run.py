@@ -94,7 +94,7 @@ def cmd_run(args) -> int:
     from bench.files import check_output_dir
     from bench.report.build import build_report
     from bench.runner.matrix import run_matrix
-    from bench.spec import check_baseline
+    from bench.spec.baseline import check_baseline
 
     matrix = load_selected_matrix(args)
     baseline = parse_pairs(args.baseline) or matrix.baseline

@@ -107,7 +107,8 @@ def study_plan(path: Path, matrix, check_devices: bool = True) -> StudyPlan:
     from bench.cli import parse_pairs
     from bench.commands.oom import OomSettings, parse_lengths, plan_searches
     from bench.commands.profile import ProfileSettings, check_profilable
-    from bench.spec import narrow, tomllib
+    from bench.spec.matrix import tomllib
+    from bench.spec.narrow import narrow
 
     data = tomllib.loads(path.read_text())
     study = data.get("study")
@@ -165,7 +166,8 @@ def study_plan(path: Path, matrix, check_devices: bool = True) -> StudyPlan:
 
 
 def _source(args) -> Path:
-    from bench.spec import PRESETS_DIR, list_presets
+    from bench.spec.cells import PRESETS_DIR
+    from bench.spec.matrix import list_presets
 
     if args.matrix and args.preset:
         raise BenchInputError("give either --matrix FILE or --preset NAME, not both")
@@ -210,7 +212,9 @@ def _commands(args, plan: StudyPlan) -> dict[str, str]:
 def cmd_study(args) -> int:
     from rich.console import Console
 
-    from bench.spec import check_baseline, load_matrix, narrow
+    from bench.spec.baseline import check_baseline
+    from bench.spec.matrix import load_matrix
+    from bench.spec.narrow import narrow
 
     steps = [s.strip() for s in args.steps.split(",") if s.strip()]
     bad = [s for s in steps if s not in STEPS]

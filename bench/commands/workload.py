@@ -39,7 +39,9 @@ def register(sub) -> None:
 
 def spec_from_args(args, file: str | None = None):
     """Return the WorkloadSpec named by --preset/--matrix/--name/--set (or a file source)."""
-    from bench.spec import WorkloadSpec, coerce_cli_value, load_matrix
+    from bench.spec.cells import WorkloadSpec
+    from bench.spec.matrix import load_matrix
+    from bench.spec.narrow import coerce_cli_value
 
     overrides = {}
     for item in args.set:

@@ -40,7 +40,7 @@ EXIT_GRACE_S = 30.0
 
 @dataclass
 class GroupItem:
-    cell: object  # bench.spec.Cell
+    cell: object  # bench.spec.cells.Cell
     trials: list[int]
     workload_file: str
 

@@ -43,7 +43,7 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
     from bench.metrics import (
         request_samples,
     )
-    from bench.spec import BuildKey, Cell
+    from bench.spec.cells import BuildKey, Cell
     from bench.workloads.workload import Workload
 
     key = BuildKey.from_dict(job["build_key"])

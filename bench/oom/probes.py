@@ -21,7 +21,7 @@ from bench.oom.search import Boundary, ProbeOutcome, probe_cell, search_boundary
 class ProbeRunner:
     """A `probe(batch_size)` callable for one (cell, lengths, cap); stores every probe it runs."""
 
-    base_cell: object  # bench.spec.Cell: backend, model, precision, device, options
+    base_cell: object  # bench.spec.cells.Cell: backend, model, precision, device, options
     max_input_len: int
     max_output_len: int
     store_path: Path

@@ -204,7 +204,7 @@ def probe_cell(cell, batch_size: int, max_input_len: int, max_output_len: int, d
     from dataclasses import replace
 
     from bench.backends.registry import backend_config
-    from bench.spec import with_workload
+    from bench.spec.narrow import with_workload
 
     prompt_len, new_tokens = probe_lengths(max_input_len, max_output_len, decode_steps)
     probe = with_workload(

@@ -126,7 +126,7 @@ def run_session(job: dict) -> dict:
 
     from bench.backends.registry import backend_class
     from bench.profiling.nvtx import ModuleRanges, RangeStack
-    from bench.spec import BuildKey, Cell
+    from bench.spec.cells import BuildKey, Cell
     from bench.workloads.workload import Workload, batches
 
     key = BuildKey.from_dict(job["build_key"])

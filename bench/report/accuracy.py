@@ -47,7 +47,7 @@ def accuracy_markdown(latest: dict) -> str:
     thresholds = next((r.accuracy["verdict"]["thresholds"] for r in latest.values() if r.accuracy.get("verdict")), None)
     if thresholds:
         lines += ["", "Thresholds: " + ", ".join(f"{k} = {v}" for k, v in thresholds.items())
-                  + " (bench.spec.AccuracySpec; docs/guide/accuracy.md gives their anchors)."]
+                  + " (bench.spec.cells.AccuracySpec; docs/guide/accuracy.md gives their anchors)."]
     return "\n".join(lines) + "\n"
 
 
@@ -58,7 +58,7 @@ def _floor(floor: dict | None) -> str:
 
 
 def _options(cell: dict) -> str:
-    from bench.spec import identity_options
+    from bench.spec.cells import identity_options
 
     opts = identity_options(cell.get("backend"), cell.get("options") or {})
     shown = {k: v for k, v in opts.items() if k in ("corrupt_layer", "compile", "quant_kernels", "attn_implementation",

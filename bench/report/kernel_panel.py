@@ -60,7 +60,7 @@ def resolve_table(path: str, base_dirs: list[Path]) -> Path | None:
 
 def _label(cell: dict, with_batch: bool) -> str:
     """Return the series name of a cell: its backend and options (and batch size when several are profiled)."""
-    from bench.spec import identity_options
+    from bench.spec.cells import identity_options
 
     opts = {k: v for k, v in identity_options(cell.get("backend"), cell.get("options") or {}).items() if k != "batching"}
     label = str(cell.get("backend", "?")) + "".join(f" {k}={v}" for k, v in sorted(opts.items()))

@@ -25,7 +25,7 @@ import pandas as pd
 from bench.errors import BenchInputError
 from bench.results.records import varying_keys
 from bench.results.stats import concerns, run_spread, tuning_warnings
-from bench.spec import cell_label
+from bench.spec.cells import cell_label
 
 DEFAULT_BASELINE = {"backend": "hf", "precision": "bf16", "max_batch_size": 1}
 CELL_COLUMNS = ["workload", "backend", "model", "precision", "max_batch_size", "device", "options", "all_options"]
@@ -295,7 +295,7 @@ _ABSENT = object()
 def _baseline_row(cells: pd.DataFrame, baseline: dict):
     """Return the one ok row the baseline names, or None when the cells it names all failed (OOM, error:
     the table has no speedups); BenchInputError if it names no cell of the table, or several ok ones."""
-    from bench.spec import ambiguous_baseline_message
+    from bench.spec.baseline import ambiguous_baseline_message
 
     mask = pd.Series(True, index=cells.index)
     for k, v in baseline.items():

@@ -32,7 +32,7 @@ from bench.machine.environment import COMPARABILITY_KEYS
 from bench.metrics import DIRECTION
 from bench.results import query, stats
 from bench.results.records import distinct_labels
-from bench.spec import identity_options, short_hash
+from bench.spec.cells import identity_options, short_hash
 
 DEFAULT_METRICS = (
     "output_throughput", "request_throughput", "ttft_median_ms", "tpot_median_ms", "e2el_median_ms",

@@ -89,7 +89,7 @@ def _legacy_runs(raws: list[dict], store_name: str) -> dict[int, tuple[str, floa
     where a (cell, trial) repeats within the current run (a --redo appends the same trials again).
     """
     from bench.results.records import legacy_kind
-    from bench.spec import short_hash
+    from bench.spec.cells import short_hash
 
     out: dict[int, tuple[str, float | None]] = {}
     segment: dict | None = None

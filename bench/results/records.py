@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from bench import SCHEMA_VERSION
 from bench.errors import BenchInputError
-from bench.spec import cell_label
+from bench.spec.cells import cell_label
 
 KINDS = ("measurement", "oom-probe", "profile", "capacity-probe", "accuracy")
 STATUSES = ("ok", "oom", "error", "timeout")
@@ -258,7 +258,7 @@ def new_context(command: str, *, matrix: str = "", baseline: dict | None = None,
 def environment_digest(environment: dict) -> str | None:
     """Return the digest of the comparability keys of an environment (None for an empty one)."""
     from bench.machine.environment import COMPARABILITY_KEYS
-    from bench.spec import short_hash
+    from bench.spec.cells import short_hash
 
     if not environment:
         return None
@@ -284,7 +284,7 @@ def new_record(kind: str, cell, outcome: dict, *, context: RunContext, run: int 
                build: dict | None = None, environment: dict | None = None) -> Record:
     """Return the typed record of one outcome. The one constructor every writer uses.
 
-    cell: a bench.spec.Cell (or its dict); outcome: the worker's result event (trial, status,
+    cell: a bench.spec.cells.Cell (or its dict); outcome: the worker's result event (trial, status,
     metrics, extra, samples, error, started_at, ended_at); workload: the workload's summary.
     The context gets the per-record fields: the environment's digest and the workload's hash.
     """

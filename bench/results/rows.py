@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from bench.results.records import EXTRA_METRICS, Record
-from bench.spec import identity_options
+from bench.spec.cells import identity_options
 
 # Environment fields shown under tables and, when they differ inside one table, in a column.
 ENV_FIELDS = ("gpu_name", "gpu_count", "driver", "cuda", "torch", "transformers", "tensorrt_llm", "torchao", "cpu")

@@ -17,7 +17,7 @@ from pathlib import Path
 from bench.execution.supervisor import GroupItem, GroupJob
 from bench.results.records import FINAL_FAILURES, RunContext, new_context, new_record
 from bench.results.store import ResultStore
-from bench.spec import Cell, Matrix
+from bench.spec.cells import Cell, Matrix
 
 
 @dataclass

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bench.errors import BenchInputError
 from bench.files import write_atomic
-from bench.spec import WorkloadSpec
+from bench.spec.cells import WorkloadSpec
 from bench.workloads.workload import Workload
 
 ANSWERS_FORMAT = 1

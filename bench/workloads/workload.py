@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bench.errors import BenchInputError
 from bench.files import write_atomic
-from bench.spec import WorkloadSpec, canonical_json, short_hash
+from bench.spec.cells import WorkloadSpec, canonical_json, short_hash
 from bench.workloads.request import Request
 
 # Part of a cached workload's key: bumped when the same spec builds different requests (2: Qwen

@@ -2,7 +2,7 @@
 
 import warnings
 
-from bench.spec import WorkloadSpec
+from bench.spec.cells import WorkloadSpec
 from bench.workloads.workload import build_workload
 
 SPEC = WorkloadSpec(name="micro", num_requests=32, max_input_len=256, max_total_len=512, max_output_len=32)
