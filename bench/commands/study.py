@@ -75,7 +75,7 @@ def register(sub) -> None:
 class StudyPlan:
     """What each step of the study does, all of it checked."""
 
-    matrix: object  # bench.spec.Matrix
+    matrix: object  # bench.spec.cells.Matrix
     oom_matrix: object | None  # the matrix narrowed to [study.oom].only
     oom: list  # bench.commands.oom.OomSettings, one per search
     profile_matrix: object | None

@@ -47,7 +47,7 @@ class GroupItem:
 
 @dataclass
 class GroupJob:
-    build_key: object  # bench.spec.BuildKey
+    build_key: object  # bench.spec.cells.BuildKey
     items: list[GroupItem]
     engines_dir: Path
     warmup: int
