@@ -94,10 +94,10 @@ class CapacityRunner:
 
     def _run(self, cell, run: int, value) -> list:
         """Return the records of one fresh worker process measuring the probe cell."""
-        from bench.execution.supervisor import GroupItem, GroupJob, supervise_group
+        from bench.execution.supervisor import GroupItem, GroupJob
         from bench.machine.memory_cap import env_for
         from bench.results.records import new_record
-        from bench.runner.matrix import absorb_group_event, group_state
+        from bench.runner.matrix import run_probe_group
         from bench.workloads.workload import cached_workload
 
         workload, wl_file = cached_workload(cell.workload, Path(self.workload_cache))
@@ -108,15 +108,7 @@ class CapacityRunner:
             cell_timeout_s=self.timeout_s, log_dir=Path(self.store_path).parent / "logs",
             log_prefix=f"{Path(self.store_path).stem}-capacity-{key.key_hash}", env=env_for(self.gpu_memory_gb),
         )
-        state = group_state(key)
-        results: list[dict] = []
-
-        def on_event(event):
-            absorb_group_event(state, event)
-            if event.get("event") == "result":
-                results.append(event)
-
-        supervise_group(job, on_event)
+        state, results = run_probe_group(job, key)
         target = {"axis": self.axis, "value": value, "slo": dict(self.slo)}
         return [new_record("capacity-probe", cell, {**r, "extra": {**(r.get("extra") or {}), "capacity": target}},
                            context=self.context, run=run, workload=workload.summary(), build=state["build"],

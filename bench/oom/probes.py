@@ -61,10 +61,10 @@ class ProbeRunner:
         return _outcome(batch_size, record, time.perf_counter() - started)
 
     def _run(self, cell, trial: int):
-        from bench.execution.supervisor import GroupItem, GroupJob, supervise_group
+        from bench.execution.supervisor import GroupItem, GroupJob
         from bench.machine.memory_cap import env_for
         from bench.results.records import new_record
-        from bench.runner.matrix import absorb_group_event, group_state
+        from bench.runner.matrix import run_probe_group
         from bench.workloads.workload import cached_workload
 
         workload, wl_file = cached_workload(cell.workload, Path(self.workload_cache))
@@ -75,15 +75,7 @@ class ProbeRunner:
             log_dir=Path(self.store_path).parent / "logs", log_prefix=f"{Path(self.store_path).stem}-oom-{key.key_hash}",
             env=env_for(self.gpu_memory_gb),
         )
-        state = group_state(key)
-        results: list[dict] = []
-
-        def on_event(event):
-            absorb_group_event(state, event)
-            if event.get("event") == "result":
-                results.append(event)
-
-        supervise_group(job, on_event)
+        state, results = run_probe_group(job, key)
         outcome = dict(results[-1])
         outcome["extra"] = {**(outcome.get("extra") or {}), "probe": {
             "max_input_len": self.max_input_len, "max_output_len": self.max_output_len,

@@ -265,3 +265,23 @@ def absorb_group_event(state: dict, event: dict) -> None:
         state["env"] = event["environment"]
     elif event.get("event") == "built":
         state["build"] = {"key_hash": state["build"]["key_hash"], **{k: v for k, v in event.items() if k != "event"}}
+
+
+def run_probe_group(job, key) -> tuple[dict, list[dict]]:
+    """Return (the group's record context, its result events) after one build group ran through the supervisor.
+
+    The shape every probe shares (OOM probes, capacity probes): one job, its events folded into
+    the group's state as the run driver folds them, its results kept for the caller's records.
+    """
+    from bench.execution.supervisor import supervise_group
+
+    state = group_state(key)
+    results: list[dict] = []
+
+    def on_event(event):
+        absorb_group_event(state, event)
+        if event.get("event") == "result":
+            results.append(event)
+
+    supervise_group(job, on_event)
+    return state, results
