@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -106,14 +107,58 @@ EXAMPLES = {"backends": '["hf", "fake"]', "models": '["qwen-tiny"]', "precisions
             "max_batch_sizes": "[1, 2, 4]", "workloads": '["sharegpt"]', "device": '"cpu"'}
 
 
+@dataclass(frozen=True)
+class _Axes:
+    """A matrix's axes, checked: every value a cell can take."""
+
+    backends: list
+    models: list
+    precisions: list
+    batch_sizes: list
+    workload_names: list
+    devices: list
+    pool: tuple  # the local executor's GPUs (`devices`), () without
+
+
 def parse_matrix(data: dict, default_name: str = "matrix", *, check_installed: bool = True) -> Matrix:
     """Return the validated Matrix for an already-parsed TOML document (check_installed: as load_matrix's)."""
-    from bench.models import resolve_model
+    workload_defs = _check_document(data)
+    workloads = {name: WorkloadSpec.from_dict(name, dict(d)) for name, d in workload_defs.items()}
+    axes = _axes_of(data, workloads)
+    raw_options = data.get("options", {})
+    cells = _expand(axes, workloads, raw_options)
+    excludes = _rules(data.get("exclude", []), "exclude")
+    cells = [c for c in cells if not any(_matches(c, rule) for rule in excludes)]
+    cells += _included(data, axes, workload_defs, raw_options, check_installed)
+    unique = list(dict.fromkeys(cells))  # keep order, drop duplicates from include rules
+    if not unique:
+        raise BenchInputError("the matrix expands to zero cells: check the exclude rules")
+    for cell in unique:
+        backend_config(cell.backend).validate(cell)
+    if check_installed:
+        for req in requirements(unique):
+            if not req.installed():
+                raise BenchInputError(req.message)
+    settings = _settings_of(data, axes.pool, unique)
+    baseline = data["baseline"] if "baseline" in data else default_baseline(unique)
+    if not isinstance(baseline, dict) or not baseline:
+        raise BenchInputError("baseline must be a table of cell keys, e.g. baseline = { backend = \"hf\", precision = "
+                              "\"bf16\", max_batch_size = 1 }")
+    return Matrix(
+        name=data.get("name", default_name),
+        cells=tuple(unique),
+        settings=settings,
+        description=data.get("description", ""),
+        baseline=baseline,
+        accuracy=AccuracySpec.from_dict(data.get("accuracy", {})),
+    )
 
+
+def _check_document(data: dict) -> dict:
+    """Return the [workload] tables after checking the document's top-level keys and their types."""
     unknown = set(data) - TOP_KEYS
     if unknown:
         raise BenchInputError(f"unknown matrix key {sorted(unknown)[0]!r}; valid keys are {choices(TOP_KEYS)}")
-
     for key in ("name", "description", "executor"):
         if key in data and not isinstance(data[key], str):
             raise BenchInputError(f"matrix key {key!r} must be a string, got {data[key]!r}")
@@ -123,7 +168,12 @@ def parse_matrix(data: dict, default_name: str = "matrix", *, check_installed: b
     if not isinstance(data.get("options", {}), dict):
         raise BenchInputError("options must be a table: [options] with key = value lines ([options.BACKEND] for one "
                               "backend)")
-    workloads = {name: WorkloadSpec.from_dict(name, dict(d)) for name, d in workload_defs.items()}
+    return workload_defs
+
+
+def _axes_of(data: dict, workloads: dict) -> _Axes:
+    """Return the matrix's axes, each value checked (names, batch sizes, devices, backends, models)."""
+    from bench.models import resolve_model
 
     backends = _axis(data, "backends")
     models = _axis(data, "models", "model")
@@ -137,7 +187,6 @@ def parse_matrix(data: dict, default_name: str = "matrix", *, check_installed: b
             "spread over, one worker per GPU; its cells run on device 'cuda'), not both"
         )
     devices = ["cuda"] if pool else _axis(data, "device")
-
     for bs in batch_sizes:
         if not isinstance(bs, int) or isinstance(bs, bool) or bs <= 0:
             raise BenchInputError(f"max_batch_sizes must be positive integers, got {bs!r}")
@@ -155,47 +204,52 @@ def parse_matrix(data: dict, default_name: str = "matrix", *, check_installed: b
     if any(backend_config(b).local_model for b in backends):
         for model in models:
             resolve_model(model)  # raises for unknown models / directories without config.json
+    return _Axes(backends, models, precisions, batch_sizes, workload_names, devices, pool)
 
-    # [options]: key = value or list (a list is an axis); [options.BACKEND] for one backend only.
-    raw_options = data.get("options", {})
+
+def _expand(axes: _Axes, workloads: dict, raw_options: dict) -> list[Cell]:
+    """Return every cell of the axes times the option combinations.
+
+    [options]: key = value or list (a list is an axis); [options.BACKEND] for one backend only.
+    """
     common = {k: v for k, v in raw_options.items() if not isinstance(v, dict)}
     per_backend = {k: v for k, v in raw_options.items() if isinstance(v, dict)}
     for b in per_backend:
-        if b not in backends:
-            raise BenchInputError(f"[options.{b}] names a backend not in this matrix; backends are {choices(backends)}")
+        if b not in axes.backends:
+            raise BenchInputError(f"[options.{b}] names a backend not in this matrix; backends are {choices(axes.backends)}")
 
     def option_combos(backend: str) -> list[dict]:
         given = {**common, **per_backend.get(backend, {})}
         keys = sorted(given)
-        combos = []
-        for values in itertools.product(*(_as_list(given[k]) for k in keys)):
-            combos.append(backend_config(backend).normalize_options(dict(zip(keys, values, strict=True))))
-        return combos
+        return [backend_config(backend).normalize_options(dict(zip(keys, values, strict=True)))
+                for values in itertools.product(*(_as_list(given[k]) for k in keys))]
 
     cells: list[Cell] = []
     for backend, model, precision, bs, wname, dev in itertools.product(
-        backends, models, precisions, batch_sizes, workload_names, devices
+        axes.backends, axes.models, axes.precisions, axes.batch_sizes, axes.workload_names, axes.devices
     ):
         for opts in option_combos(backend):
             cells.append(Cell(backend, model, precision, bs, workloads[wname], dev, tuple(sorted(opts.items()))))
+    return cells
 
-    excludes = _rules(data.get("exclude", []), "exclude")
-    cells = [c for c in cells if not any(_matches(c, rule) for rule in excludes)]
 
+def _included(data: dict, axes: _Axes, workload_defs: dict, raw_options: dict, check_installed: bool) -> list[Cell]:
+    """Return the cells the [[include]] rules add, each rule a sub-matrix of the axes it leaves unnamed."""
+    cells: list[Cell] = []
     for i, rule in enumerate(_rules(data.get("include", []), "include")):
         # [options.<backend>] tables of backends the rule leaves out do not apply to its cells, and
         # the rule's own option values win over those tables' (as over the common ones).
-        rule_backends = _as_list(rule.get("backend", backends))
+        rule_backends = _as_list(rule.get("backend", axes.backends))
         rule_options = {k: v for k, v in rule.items() if k not in RULE_KEYS}
         options = {k: {kk: vv for kk, vv in v.items() if kk not in rule_options} if isinstance(v, dict) else v
                    for k, v in raw_options.items() if not isinstance(v, dict) or k in rule_backends}
         sub = {
-            "backends": rule.get("backend", backends),
-            "models": rule.get("model", models),
-            "precisions": rule.get("precision", precisions),
-            "max_batch_sizes": rule.get("max_batch_size", batch_sizes),
-            "workloads": rule.get("workload", workload_names),
-            "device": rule.get("device", devices),
+            "backends": rule.get("backend", axes.backends),
+            "models": rule.get("model", axes.models),
+            "precisions": rule.get("precision", axes.precisions),
+            "max_batch_sizes": rule.get("max_batch_size", axes.batch_sizes),
+            "workloads": rule.get("workload", axes.workload_names),
+            "device": rule.get("device", axes.devices),
             "workload": workload_defs,
             "options": {**options, **rule_options},
         }
@@ -203,17 +257,11 @@ def parse_matrix(data: dict, default_name: str = "matrix", *, check_installed: b
             cells.extend(parse_matrix(sub, check_installed=check_installed).cells)
         except BenchInputError as exc:
             raise BenchInputError(f"include rule #{i + 1}: {exc}") from None
+    return cells
 
-    unique = list(dict.fromkeys(cells))  # keep order, drop duplicates from include rules
-    if not unique:
-        raise BenchInputError("the matrix expands to zero cells: check the exclude rules")
-    for cell in unique:
-        backend_config(cell.backend).validate(cell)
-    if check_installed:
-        for req in requirements(unique):
-            if not req.installed():
-                raise BenchInputError(req.message)
 
+def _settings_of(data: dict, pool: tuple, cells: list[Cell]) -> RunSettings:
+    """Return the matrix's run settings, checked against each other and the cells."""
     settings = RunSettings(
         trials=data.get("trials", RunSettings.trials),
         warmup=data.get("warmup", RunSettings.warmup),
@@ -227,21 +275,10 @@ def parse_matrix(data: dict, default_name: str = "matrix", *, check_installed: b
         tuning_builds=data.get("tuning_builds", RunSettings.tuning_builds),
         engines=_engine_paths(data.get("engines", ())),
     )
-    check_placement(settings, unique)
+    check_placement(settings, cells)
     check_settings(settings)
     check_engine_settings(settings)
-    baseline = data["baseline"] if "baseline" in data else default_baseline(unique)
-    if not isinstance(baseline, dict) or not baseline:
-        raise BenchInputError("baseline must be a table of cell keys, e.g. baseline = { backend = \"hf\", precision = "
-                              "\"bf16\", max_batch_size = 1 }")
-    return Matrix(
-        name=data.get("name", default_name),
-        cells=tuple(unique),
-        settings=settings,
-        description=data.get("description", ""),
-        baseline=baseline,
-        accuracy=AccuracySpec.from_dict(data.get("accuracy", {})),
-    )
+    return settings
 
 
 def check_settings(settings: RunSettings) -> None:
