@@ -52,7 +52,7 @@ ACCURACY_KEYS = {"only"}
 
 
 def register(sub) -> None:
-    r = sub.add_parser("study", help="run, OOM frontier, kernel profiles and report of a matrix in one command "
+    r = sub.add_parser("study", help="run, OOM frontier, kernel profiles, accuracy and report of a matrix in one command "
                                      "(its [study] table says what the OOM search and the profile cover)",
                        description="Run `bench run`, `bench oom`, `bench profile` and `bench report` on one matrix "
                                    "that has a [study] table (e.g. --preset h200-study), printing each step's "
