@@ -198,3 +198,15 @@ def test_records_schema_doc_is_generated_from_the_types():
     text = (ROOT / "docs" / "guide" / "results.md").read_text()
     assert schema_markdown() in text, "docs/guide/results.md's field tables differ from bench.results.records: regenerate them"
     assert set(RunContext.__dataclass_fields__) <= set(json.loads(json.dumps(list(RunContext.__dataclass_fields__))))
+
+
+def test_the_parts_of_extra_reports_read_are_typed_properties():
+    from tests.support.records import make_record
+
+    rec = make_record(extra={"host_load": {"busy": ["load average 5.0 on 2 core(s)"]}, "notes": ["server refused min_tokens"],
+                             "telemetry": {"t_s": [0.0, 0.1], "power_w": [100.0, 110.0]}},
+                      output_throughput=1.0)
+    assert rec.busy_reasons == ("load average 5.0 on 2 core(s)",) and rec.notes == ("server refused min_tokens",)
+    assert rec.telemetry == [{"t_s": 0.0, "power_w": 100.0}, {"t_s": 0.1, "power_w": 110.0}]  # one list per field
+    old = make_record(extra={"telemetry": [{"t_s": 0.0, "power_w": 90.0}]}, output_throughput=1.0)
+    assert old.telemetry == [{"t_s": 0.0, "power_w": 90.0}] and old.busy_reasons == () and old.notes == ()  # older layout

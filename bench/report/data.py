@@ -26,7 +26,6 @@ from bench.results.rows import (  # noqa: F401 (re-exported)
     length_label,
     length_limits,
     record_row,
-    telemetry_rows,
 )
 from bench.results.rows import number as _number
 
@@ -101,7 +100,7 @@ def report_data(records: list[Record], left_out_runs: dict | None = None) -> Rep
             sample_counts.append(len(vals))
             sample_vals.extend(vals)
         tele = [tuple([t["t_s"]] + [_number(t.get(k)) for k in TELEMETRY_COLUMNS])
-                for t in telemetry_rows(rec.extra.get("telemetry"))
+                for t in rec.telemetry
                 if isinstance(t, dict) and _number(t.get("t_s")) is not None]
         if tele:
             tele_keys.append(keys)

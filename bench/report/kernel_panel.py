@@ -224,7 +224,7 @@ def kernel_frame(records: list, base_dirs: list[str | Path] = (),
         except BenchInputError as exc:
             warns.append(f"{exc}: left out of the kernel panel")
             continue
-        profile = rec.extra.get("profile") or {}
+        profile = rec.profile
         window = profile.get("window")
         base = {"backend": _label(cell, len(batch_sizes) > 1), "precision": cell.get("precision"),
                 "unit": table.unit, "source": table.source, "cell_id": rec.cell_id, "kernel_table": str(path)}
@@ -261,7 +261,7 @@ def kernel_timelines(records: list, base_dirs: list[str | Path] = (), ranges: in
         latest[rec.cell_id] = rec
     figs, warns = [], []
     for rec in list(latest.values())[:cells]:
-        name = (rec.extra.get("profile") or {}).get("sqlite")
+        name = (rec.profile).get("sqlite")
         path = resolve_table(name, bases) if name else None
         label = f"{_label(rec.cell, False)} {rec.cell.get('precision')} bs={rec.cell.get('max_batch_size')}"
         if path is None:

@@ -292,7 +292,7 @@ def _parse(fh, path: Path, start: int, end: int, line0: int, pos0: int):
     """Return ({kind: pa.Table}, lines, records, bad lines) of the lines in [start, end), or None at a schema-1 line."""
     from bench.machine.environment import COMPARABILITY_KEYS
     from bench.results.records import parse
-    from bench.results.rows import TELEMETRY_COLUMNS, number, record_row, telemetry_rows
+    from bench.results.rows import TELEMETRY_COLUMNS, number, record_row
     from bench.results.store import _loads
 
     rows, samples, telemetry = [], {"pos": [], "in": [], "out": [], "ttft_ms": [], "e2el_ms": []}, \
@@ -350,7 +350,7 @@ def _parse(fh, path: Path, start: int, end: int, line0: int, pos0: int):
                 samples["pos"].extend([pos] * len(kept))
                 for k, column in zip(("in", "out", "ttft_ms", "e2el_ms"), zip(*kept, strict=True), strict=True):
                     samples[k].extend(column)
-            for t in telemetry_rows(rec.extra.get("telemetry")):
+            for t in rec.telemetry:
                 if isinstance(t, dict) and number(t.get("t_s")) is not None:
                     telemetry["pos"].append(pos)
                     telemetry["t_s"].append(t["t_s"])

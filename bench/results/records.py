@@ -78,6 +78,14 @@ class RunContext:
         return f"{when} {commit}"
 
 
+def telemetry_rows(telemetry) -> list:
+    """Return a pass's stored telemetry as one dict per sample, from either stored layout."""
+    if isinstance(telemetry, dict):
+        n = len(telemetry.get("t_s") or ())
+        return [{k: (v[i] if isinstance(v, list) and i < len(v) else None) for k, v in telemetry.items()} for i in range(n)]
+    return list(telemetry or ())
+
+
 @dataclass(frozen=True)
 class Record:
     """One stored line. Use the subclass of its kind; `new_record` and `parse` make them."""
@@ -137,6 +145,22 @@ class Record:
     def label(self) -> str:
         c = self.cell
         return cell_label(c.get("backend"), c.get("precision"), c.get("max_batch_size"), (c.get("workload") or {}).get("name"))
+
+    @property
+    def busy_reasons(self) -> tuple[str, ...]:
+        """Return why the pass's machine was busy (extra.host_load.busy, bench.machine.host_load); () when it was not."""
+        return tuple((self.extra.get("host_load") or {}).get("busy") or ())
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """Return what the backend found out about the pass (extra.notes: a server that refused length control, ...)."""
+        return tuple(self.extra.get("notes") or ())
+
+    @property
+    def telemetry(self) -> list[dict]:
+        """Return the pass's telemetry, one dict per sample (extra.telemetry: the Sampler stores one list per
+        field; older and synthetic records a list of samples)."""
+        return telemetry_rows(self.extra.get("telemetry"))
 
     @property
     def tuned_digest(self) -> str | None:
@@ -203,6 +227,11 @@ class Profile(Record):
     @property
     def tool(self) -> str | None:
         return (self.extra.get("profile") or {}).get("tool") or self.extra.get("tool")
+
+    @property
+    def profile(self) -> dict:
+        """Return extra.profile: the session's figures (window, steps, nsys export, sqlite path)."""
+        return self.extra.get("profile") or {}
 
     @property
     def kernel_table(self) -> str | None:

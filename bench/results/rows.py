@@ -110,9 +110,9 @@ def record_row(rec: Record) -> dict:
             row[f"mean_{side}_len"] = None if total is None else total / done
     extra = rec.extra
     # Why the pass's machine was busy (bench.machine.host_load), '; '-joined; None when it was not.
-    row["busy"] = "; ".join((extra.get("host_load") or {}).get("busy") or ()) or None
+    row["busy"] = "; ".join(rec.busy_reasons) or None
     # What the backend found out about the pass (a server that refused length control, counted prompts otherwise).
-    row["notes"] = "\n".join(extra.get("notes") or ()) or None
+    row["notes"] = "\n".join(rec.notes) or None
     # Which tuned Triton kernels the pass ran (hf compiled cells): runs that differ here ran different kernels.
     row["tuned_digest"] = rec.tuned_digest
     row["tuning_build"] = rec.tuning_build  # which cold build of --tuning-builds (None: not one)
@@ -124,12 +124,3 @@ def record_row(rec: Record) -> dict:
 
 # Telemetry fields drawn over a pass (bench.machine.telemetry.Sampler's timeline).
 TELEMETRY_COLUMNS = ("power_w", "memory_gb", "sm_mhz", "util_pct", "temp_c")
-
-
-def telemetry_rows(telemetry) -> list:
-    """Return a pass's telemetry as one dict per sample: the Sampler stores one list per field, older
-    and synthetic records a list of samples."""
-    if isinstance(telemetry, dict):
-        n = len(telemetry.get("t_s") or ())
-        return [{k: (v[i] if isinstance(v, list) and i < len(v) else None) for k, v in telemetry.items()} for i in range(n)]
-    return list(telemetry or ())
