@@ -36,13 +36,13 @@ def test_a_late_option_at_its_default_keeps_earlier_ids():
     assert "decode_loop" not in dict(plain.build_key().options)
     assert plain.options_dict["prefill_len"] == 0
     assert "decode_loop" not in plain.label and "prefill_len" not in plain.label
-    from bench.report.data import (
-        _row,  # report rows of an old and a new record group together
-    )
     from bench.results.records import parse
+    from bench.results.rows import (
+        record_row,  # report rows of an old and a new record group together
+    )
 
-    old = _row(parse({"schema_version": 1, "cell_id": "a", "cell": before}, legacy_run=("v1", 0.0)))
-    new = _row(parse({"schema_version": 2, "cell_id": "b", "cell": plain.to_dict()}))
+    old = record_row(parse({"schema_version": 1, "cell_id": "a", "cell": before}, legacy_run=("v1", 0.0)))
+    new = record_row(parse({"schema_version": 2, "cell_id": "b", "cell": plain.to_dict()}))
     assert old["options"] == new["options"]
     harness, = matrix(cache="static", decode_loop="harness").cells
     assert harness.cell_id != plain.cell_id

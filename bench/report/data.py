@@ -20,16 +20,8 @@ import pandas as pd
 from bench.errors import BenchInputError
 from bench.metrics import time_per_output_token
 from bench.results.records import Record
-from bench.results.rows import (  # noqa: F401 (re-exported)
-    ENV_FIELDS,
-    TELEMETRY_COLUMNS,
-    length_label,
-    length_limits,
-    record_row,
-)
+from bench.results.rows import ENV_FIELDS, TELEMETRY_COLUMNS, record_row
 from bench.results.rows import number as _number
-
-_row = record_row  # the report row of one record (bench.results.rows)
 
 ENV_SHORT = {"gpu_name": "", "gpu_count": "x", "driver": "driver ", "cuda": "CUDA ", "torch": "torch ",
              "transformers": "transformers ", "tensorrt_llm": "trtllm ", "torchao": "torchao ", "cpu": ""}
@@ -88,7 +80,7 @@ def report_data(records: list[Record], left_out_runs: dict | None = None) -> Rep
     sample_keys, sample_counts, sample_vals = [], [], []
     tele_keys, tele_counts, tele_vals = [], [], []
     for rec in records:
-        row = _row(rec)
+        row = record_row(rec)
         rows.append(row)
         envs.append(rec.environment)
         if rec.status != "ok":
