@@ -40,9 +40,7 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
     from bench.machine.environment import fingerprint, nvml_device, rank_device
     from bench.machine.host_load import LoadSampler
     from bench.machine.telemetry import Sampler
-    from bench.metrics import (
-        request_samples,
-    )
+    from bench.metrics import request_samples
     from bench.spec.cells import BuildKey, Cell
     from bench.workloads.workload import Workload
 
