@@ -130,4 +130,6 @@ EOF
     ;;
 esac
 cp "$WORK"/*.jsonl "$OUT/" 2>/dev/null
+# The worker logs say where each process spent its time (load, artifact install, warm-up, trials).
+tar czf "$OUT/logs-$mode.tgz" $(find "$WORK" "$ART" -name '*.log' 2>/dev/null) 2>/dev/null
 echo "mode $mode done after $(( $(date +%s) - started )) s"

@@ -97,3 +97,14 @@ def test_the_oom_kill_counter_reads_this_machines_cgroup():
         pytest.skip("no cgroup memory counters visible here")
     path, count = found
     assert Path(path).name in ("memory.events", "memory.oom_control") and count >= 0
+
+
+def test_each_worker_log_says_which_phase_the_process_reached_and_how_long_each_took(tiny_sharegpt, tmp_path):
+    """A worker killed by a time limit leaves no event; its log's timestamped phase lines say where it was."""
+    m, job, results = group(tiny_sharegpt, tmp_path, "none", sizes=(1,))
+    assert results[m.cells[0].cell_id]["status"] == "ok"
+    phases = [line for line in job.logs[0].read_text().splitlines() if line.startswith("[bench worker ")]
+    text = "\n".join(phases)
+    assert "building" in phases[0] and "built in" in text and "loaded in" in text, text
+    assert "warm-up (compilation and tuning happen here)" in text and "warm-up done in" in text, text
+    assert phases[-1].endswith("trial 0"), text

@@ -34,6 +34,27 @@ def _host_peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
+def _phase(text: str) -> None:
+    """Write one timestamped line to this worker's log (its stderr): where a slow process spent its time.
+
+    A worker killed by a time limit leaves no event behind; its log then says which phase it was in
+    (load, artifact install, warm-up: compilation and tuning happen there, a trial)."""
+    print(f"[bench worker {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def _compile_cache_counts() -> str:
+    """Return torch's compile-cache hit/miss counts so far ('' before torch.compile ran): a warm-up from an
+    engine artifact or a warm folder should hit, and a miss there means compiling (and tuning) again."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return ""
+    fx, aot = utils.counters.get("inductor", {}), utils.counters.get("aot_autograd", {})
+    if not (fx or aot):
+        return ""
+    return (f"; FX graph cache {fx.get('fxgraph_cache_hit', 0)} hit / {fx.get('fxgraph_cache_miss', 0)} miss, "
+            f"AOT cache {aot.get('autograd_cache_hit', 0)} hit / {aot.get('autograd_cache_miss', 0)} miss")
+
+
 def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
     """Build the job's artifact once, then warm up and measure each cell's trials, emitting events."""
     from bench.backends.registry import backend_class
@@ -77,14 +98,19 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
             copy_bandwidth(device, bandwidth_cache_dir(job["engines_dir"]))
         # Emulating a smaller device (gpu_memory_gb) must precede the model's first allocation.
         memory_cap = apply_cap(device)
+        _phase(f"build key {key.key_hash} ({key.backend}/{key.precision}): building")
         artifact = backend.build(key, Path(job["engines_dir"]))
         kernels = install_artifact(engine, backend, key, artifact, environment)
+        if kernels["source"] == "artifact":
+            _phase(f"engine artifact {kernels['artifact'][:12]} installed")
         t1 = time.perf_counter()
+        _phase(f"built in {t1 - t0:.1f} s; loading")
         loaded = backend.load(artifact)
     except Exception as exc:
         emit({"event": "fatal", "status": classify_exception(exc), "error": _describe(exc), "phase": "build"})
         return
     t2 = time.perf_counter()
+    _phase(f"loaded in {t2 - t1:.1f} s")
     build_info = artifact.get("build_info", {}) if isinstance(artifact, dict) else {}
     emit({"event": "built", "build_s": t1 - t0, "load_s": t2 - t1, **build_info, **memory_cap})
 
@@ -101,7 +127,10 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
         try:
             # Warm-up (module load, allocator growth, kernel selection, compilation): the backend
             # decides which batches cover the shapes its measured passes will see.
+            _phase(f"cell {cell.cell_id}: warm-up (compilation and tuning happen here)")
+            t_warm = time.perf_counter()
             warmup = loaded.warmup(requests, cell.max_batch_size, cell.options_dict, settings["warmup"])
+            _phase(f"cell {cell.cell_id}: warm-up done in {time.perf_counter() - t_warm:.1f} s{_compile_cache_counts()}")
         except Exception as exc:
             if not item["trials"]:  # a build without measurement (bench build): no artifact of a failed warm-up
                 emit({"event": "warmup_failed", "cell_id": cell.cell_id, "status": classify_exception(exc),
@@ -123,6 +152,7 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
                 emit({"event": "skipped", "cell_id": cell.cell_id, "trials": item["trials"][i:]})
                 break
             emit({"event": "start", "cell_id": cell.cell_id, "trial": trial})
+            _phase(f"cell {cell.cell_id}: trial {trial}")
             started_at = time.time()
             try:
                 # How busy the machine was (load, steal, other GPU processes): recorded, warned about by the parent.
@@ -154,6 +184,7 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
                 loaded.recover()
                 failed = True
     if engine.get("export_dir") and not export_failed:
+        _phase("exporting the engine artifact")
         try:
             emit(export_artifact(engine["export_dir"], loaded, key, environment))
         except Exception as exc:
