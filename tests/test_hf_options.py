@@ -311,3 +311,37 @@ def test_tuned_kernel_configs_digest_the_winners_not_their_timing(tmp_path):
     assert hf_compile.tuned_kernel_configs(tmp_path / "inductor") == first
     (cache / "k1.best_config").write_text(json.dumps({**cfg, "R0_BLOCK": 4096, "time_taken_ms": 2500}))
     assert hf_compile.tuned_kernel_configs(tmp_path / "inductor")["digest"] != first["digest"]
+
+
+def test_each_coordinate_descent_tuning_in_a_process_is_counted_with_why_the_cache_was_not_used(monkeypatch, tmp_path):
+    """A process that loaded an engine artifact should tune nothing; when it does, its records say which kernels and
+    what the kernel's cache held (a stored winner for other candidate configs is a miss, not a hit)."""
+    import json
+
+    from torch._inductor.runtime import triton_heuristics as th
+
+    calls = []
+    monkeypatch.setattr(th.CachingAutotuner, "coordinate_descent_tuning",
+                        lambda self, launcher, *a, **k: calls.append(launcher) or "tuned-launcher")
+    monkeypatch.setattr(hf_compile, "_TUNED_HERE", [])
+    hf_compile._count_tunings()
+    hf_compile._count_tunings()  # a second configure_process does not wrap twice
+    (tmp_path / "k.best_config").write_text(json.dumps({"configs_hash": "stored-for-other-configs", "XBLOCK": 8}))
+
+    class Kernel:
+        inductor_meta = {"kernel_name": "triton_red_fused_mm_0"}
+        autotune_cache_info = {"autotune_cache_state": "miss"}
+        filename = str(tmp_path / "k.py")
+        configs = []
+        _should_coordesc_tune = True
+
+    assert th.CachingAutotuner.coordinate_descent_tuning(Kernel(), "launcher") == "tuned-launcher"
+    assert calls == ["launcher"]
+    (entry,) = hf_compile._TUNED_HERE
+    assert entry == {"kernel": "triton_red_fused_mm_0", "cache": "miss", "best_configs_beside": 1,
+                     "configs_hash_stored": False}
+    settings = hf_compile.inductor_settings()
+    assert settings["tuned_in_process"] == 1 and settings["tuned_in_process_kernels"] == [entry]
+    Kernel._should_coordesc_tune = False  # torch decides not to tune this one: nothing counted
+    th.CachingAutotuner.coordinate_descent_tuning(Kernel(), "launcher")
+    assert len(hf_compile._TUNED_HERE) == 1

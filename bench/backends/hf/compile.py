@@ -8,14 +8,19 @@ process rule, held in code.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import os
+import sys
 from pathlib import Path
 
 from bench.backends.hf import inductor_recheck
 
 # (build key hash, settings) this process was configured for; None until the first load.
 _PROCESS: tuple[str, tuple] | None = None
+# Each coordinate-descent tuning this process ran: {"kernel", "cache", "best_configs_beside", "configs_hash_stored"}.
+_TUNED_HERE: list[dict] = []
 
 
 def configure_compile(model, mode: str, cache: str) -> None:
@@ -71,6 +76,60 @@ def configure_process(key_hash: str, compile_mode: str, tuning: str, freeze: boo
     # pytorch/pytorch#173391 backported where torch lacks it (2.11 here); from torch 2.13 on apply() finds the fix
     # in torch's own source and changes nothing (bench.backends.hf.inductor_recheck).
     inductor_recheck.apply()
+    _count_tunings()
+
+
+def _count_tunings() -> None:
+    """Count (and log to the worker's log) every coordinate-descent tuning this process runs.
+
+    A process that loaded an engine artifact, or a warm engine folder, should tune nothing: its
+    kernels' winners are in the cache. When it tunes anyway its records say how many kernels and
+    why Inductor did not take the cached winner (its autotune-cache state, whether a winner was
+    stored beside the kernel and for the same candidate configs), instead of only a changed digest.
+    """
+    try:
+        from torch._inductor.runtime import triton_heuristics as th
+    except ImportError:
+        return
+    original = th.CachingAutotuner.coordinate_descent_tuning
+    if getattr(original, "_bench_counts", False):
+        return
+
+    @functools.wraps(original)
+    def counted(self, launcher, *args, **kwargs):
+        if getattr(self, "_should_coordesc_tune", True):
+            entry = _tuning_entry(self, th)
+            _TUNED_HERE.append(entry)
+            print(f"[bench] coordinate-descent tuning in this process: {json.dumps(entry, sort_keys=True)}",
+                  file=sys.stderr, flush=True)
+        return original(self, launcher, *args, **kwargs)
+
+    counted._bench_counts = True
+    th.CachingAutotuner.coordinate_descent_tuning = counted
+
+
+def _tuning_entry(autotuner, th) -> dict:
+    """Return what a tuned kernel's cache said: why the run tuned it rather than take a stored winner."""
+    entry: dict = {"kernel": (getattr(autotuner, "inductor_meta", None) or {}).get("kernel_name")}
+    try:
+        entry["cache"] = (getattr(autotuner, "autotune_cache_info", None) or {}).get("autotune_cache_state")
+        folder = os.path.dirname(autotuner.filename or "")
+        stored = []
+        for f in sorted(Path(folder).glob("*.best_config")) if folder else []:
+            stored.append(json.loads(f.read_text()).get("configs_hash"))
+        entry["best_configs_beside"] = len(stored)
+        hash_configs = getattr(th, "hash_configs", None)
+        if hash_configs is not None and stored:
+            # The winner is stored under a hash of the candidate configs; a static-launcher load rechecks the cache
+            # with the configs it compiled, which can differ from the candidates (then: a miss, and tuning again).
+            entry["configs_hash_stored"] = hash_configs(autotuner.configs) in stored
+            compiled = [r.config for r in getattr(autotuner, "compile_results", None) or []]
+            if compiled:
+                entry["compiled_configs_hash_stored"] = hash_configs(compiled) in stored
+                entry["compiled_configs"] = len(compiled)
+    except Exception as exc:  # a diagnostic: it never stops the tuning it describes
+        entry["error"] = f"{type(exc).__name__}: {exc}"
+    return entry
 
 
 def inductor_settings() -> dict:
@@ -82,7 +141,9 @@ def inductor_settings() -> dict:
             # True: a warm compile cache does not keep this cell's tuned kernels (see inductor_recheck)
             "retunes_each_process": tuning and static and inductor_recheck.recheck_skips_single_config_hits() and not inductor_recheck.applied(),
             # True: this torch lacked pytorch/pytorch#173391 and the worker applied it (inductor_recheck)
-            "recheck_backported": inductor_recheck.applied()}
+            "recheck_backported": inductor_recheck.applied(),
+            # Kernels this process tuned by coordinate descent (0 where it ran stored winners), and why (_count_tunings)
+            "tuned_in_process": len(_TUNED_HERE), "tuned_in_process_kernels": _TUNED_HERE[:32]}
 
 
 def tuned_kernel_configs(folder: Path) -> dict:
