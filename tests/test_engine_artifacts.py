@@ -304,3 +304,21 @@ def test_a_version_without_its_local_part_matches_the_full_one_and_other_version
     assert engine_artifact.mismatches(made, {"torch": "2.11.0+cu128"}) == ["torch: made with 2.11.0+cu130, here 2.11.0+cu128"]
     assert engine_artifact.mismatches(made, {"torch": "2.12.0"}) == ["torch: made with 2.11.0+cu130, here 2.12.0"]
     assert engine_artifact.mismatches(made, {"gpu_name": "NVIDIA H100"}) == ["gpu_name: made with NVIDIA H200, here NVIDIA H100"]
+
+
+def test_a_run_from_an_artifact_that_tuned_again_says_so_under_its_table(tmp_path):
+    """Real records (tests/data/h200-artifact-runs.jsonl: an H200, 2026-12-01, `bench run --preset h200-best-bs1
+    --engines ART --runs 2` on a machine other than the artifact's): bf16 ran the artifact's kernels and tuned nothing;
+    the int8wo processes tuned 17 and 4 kernels again, so their figures are not the artifact's, and the report says so."""
+
+    store = Path(__file__).parent / "data" / "h200-artifact-runs.jsonl"
+    records = query.load([store])
+    assert {r.kernels["source"] for r in records} == {"artifact"}
+    retuned = {(r.cell["precision"], r.extra["inductor"]["tuned_in_process"]) for r in records}
+    assert retuned == {("bf16", 0), ("int8wo", 17), ("int8wo", 4)}
+    assert all(not r.notes for r in records if r.cell["precision"] == "bf16")
+    assert main(["report", str(store), "--report-dir", str(tmp_path)]) == 0
+    text = (tmp_path / "report.md").read_text()
+    notes = [line for line in text.splitlines() if "ran from engine artifact" in line]
+    assert len(notes) == 2 and all(n.startswith("Note: hf/int8wo/bs1 ran from engine artifact 08ed8b52b8fd") for n in notes)
+    assert any("tuned 17 kernel(s) again" in n for n in notes) and any("tuned 4 kernel(s) again" in n for n in notes)

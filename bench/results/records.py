@@ -153,8 +153,20 @@ class Record:
 
     @property
     def notes(self) -> tuple[str, ...]:
-        """Return what the backend found out about the pass (extra.notes: a server that refused length control, ...)."""
-        return tuple(self.extra.get("notes") or ())
+        """Return what the backend found out about the pass (extra.notes: a server that refused length control, ...),
+        and whether a pass that ran from an engine artifact tuned kernels again (then its figure is this process's
+        tuning draw, not the artifact's)."""
+        notes = tuple(self.extra.get("notes") or ())
+        retuned = ((self.extra.get("inductor") or {}).get("tuned_in_process") or 0) if self.kernels.get(
+            "source") == "artifact" else 0
+        if retuned:
+            c = self.cell or {}
+            notes += (f"{cell_label(c.get('backend'), c.get('precision'), c.get('max_batch_size'))} ran from engine "
+                      f"artifact {str(self.kernels.get('artifact'))[:12]}, but its process tuned {retuned} kernel(s) "
+                      f"again (tuned digest {self.tuned_digest} vs the artifact's "
+                      f"{self.kernels.get('artifact_tuned_digest')}): the figure is that process's tuning draw, not "
+                      "the artifact's (docs/guide/hf-backend.md, \"Engines as artifacts\")",)
+        return notes
 
     @property
     def telemetry(self) -> list[dict]:
