@@ -41,6 +41,26 @@ def test_token_parity_is_kl_top1_top5_and_perplexity_in_float32():
     assert p.delta_ppl == pytest.approx(p.ppl_cell - p.ppl_base)
 
 
+def test_topk_kl_is_the_lumped_lower_bound_and_the_rest_is_exact():
+    import torch
+
+    from bench.accuracy.figures import token_parity, topk_position_stats
+
+    base = torch.log(torch.tensor([[0.5, 0.25, 0.125, 0.125], [0.4, 0.3, 0.2, 0.1]]))
+    # position 0: the server names tokens 0 and 1 (its top-2) and the target 2; the rest (token 3) holds 0.125 on
+    # both sides, so the lumped KL is the full KL: 0.5 ln 2 - 0.25 ln 2 = 0.25 ln 2
+    # position 1: q = [0.4, 0.3, 0.1, 0.2]; only tokens 0 and 1 named: lumped KL 0 < full KL 0.1 ln 2
+    served = [(math.log(0.125), {1: math.log(0.5), 0: math.log(0.25), 2: math.log(0.125)}),
+              (math.log(0.4), {0: math.log(0.4), 1: math.log(0.3)})]
+    stats = topk_position_stats(base, served, torch.tensor([2, 0]), k=2)
+    assert stats["kl"].tolist() == pytest.approx([0.25 * math.log(2), 0.0], abs=1e-6)
+    assert "top5" not in stats  # k < 5: not claimed
+    p = token_parity([stats])
+    assert p.top1 == 0.5 and p.top5 is None  # position 0: the server's top-1 is token 1, the base's token 0
+    assert p.ppl_cell == pytest.approx(math.exp((-math.log(0.125) - math.log(0.4)) / 2))  # the target's own logprob
+    assert p.ppl_base == pytest.approx(math.exp((-math.log(0.125) - math.log(0.4)) / 2), rel=1e-6)
+
+
 def test_rouge_on_token_ids_and_generation_parity():
     from bench.accuracy.figures import differing_tokens, generation_parity, rouge
 
@@ -469,43 +489,83 @@ def test_parity_layers_input_is_checked_before_any_session():
         parity_cells(narrow(m, only={"precision": "bf16"}), "precision=fp32", "precision=bf16")
 
 
-@pytest.mark.slow
-def test_a_served_cell_gets_generation_parity_only_and_says_why(tmp_path, capsys):
-    """An openai cell (the paced test server) against an hf baseline of the same model: no logits, no verdict."""
-    from bench.cli import main
-    from bench.results import query
-    from bench.serving.paced_server import TestServer
+# ---- every backend against the hf baseline, on the trained model -----------------------------------
 
-    with TestServer() as srv:
-        (tmp_path / "s.toml").write_text(f"""
-name = "served"
+
+def _every_backend_matrix(path: Path, model: Path, servers: dict) -> Path:
+    served = "".join(f"""
+[[include]]
+backend = "openai"
+precision = "{name}"
+base_url = "{srv.base_url}"
+tokenizer = "{model}"
+prompt = "{'text' if srv.flavor == 'none' else 'auto'}"
+""" for name, srv in servers.items())
+    path.write_text(f"""
+name = "every"
 backends = ["hf"]
-model = "qwen-tiny"
+model = "{model}"
 device = "cpu"
 precisions = ["fp32"]
 max_batch_sizes = [1]
 workloads = ["w"]
 baseline = {{ backend = "hf", precision = "fp32" }}
-[[include]]
-backend = "openai"
-precision = "server"
-base_url = "{srv.base_url}"
+{served}
 [accuracy]
-prompts = 2
-answer_tokens = 8
-generate_tokens = 8
-prefix_k = 4
+prompts = 6
+answer_tokens = 48
+generate_tokens = 12
+prefix_k = 6
 [workload.w]
-source = "synthetic"
-num_requests = 2
-input_len = 16
-output_len = 8
+source = "sharegpt"
+path = "{model / 'heldout.json'}"
+tokenizer = "{model}"
+num_requests = 6
+max_input_len = 768
+max_total_len = 1024
 """)
-        assert main(["accuracy", "--matrix", str(tmp_path / "s.toml")]) == 0
-    recs = {r.cell["backend"]: r for r in query.accuracies(query.load([Path("results/served-accuracy.jsonl")]))}
-    served = recs["openai"]
-    assert served.ok and served.accuracy["mode"] == "generation" and served.accuracy["parity"] is None
-    assert "generation parity only" in served.accuracy["parity_reason"] and served.accuracy["served_model"] == "test-model"
-    assert served.accuracy["generation"]["prompts"] == 2 and "kl_mean" not in served.metrics
-    assert served.verdict == "not judged"  # nothing could decide: never "aligned" by default
-    assert "verdict: not judged" in capsys.readouterr().out
+    return path
+
+
+@pytest.mark.slow
+def test_served_cells_are_teacher_forced_through_their_prompt_logprobs(tiny_trained, tmp_path, capsys):
+    """openai cells serving the trained model's own numbers (tests/support/model_server.py) against its hf baseline:
+    the same weights are aligned, a corrupted copy is broken, and a server without prompt logprobs says so."""
+    from bench.cli import main
+    from bench.results import query
+    from tests.support.model_server import ModelServer
+
+    servers = {"vllm": ModelServer(tiny_trained, "vllm"), "vllm-broken": ModelServer(tiny_trained, "vllm", corrupt_layer=2),
+               "openai": ModelServer(tiny_trained, "openai"), "tfserve": ModelServer(tiny_trained, "none")}
+    for srv in servers.values():
+        srv.start()
+    try:
+        matrix = _every_backend_matrix(tmp_path / "every.toml", tiny_trained, servers)
+        assert main(["accuracy", "--matrix", str(matrix)]) == 0
+    finally:
+        for srv in servers.values():
+            srv.stop()
+    out = capsys.readouterr().out
+    recs = {r.cell["precision"]: r for r in query.accuracies(query.load([Path("results/every-accuracy.jsonl")]))}
+    base, same, broken, legacy, none = (recs[k] for k in ("fp32", "vllm", "vllm-broken", "openai", "tfserve"))
+    assert all(r.ok for r in recs.values()), out
+    # vLLM's layout: prompt_logprobs keyed by token id, top-20; the reference token's logprob is exact
+    assert same.accuracy["mode"] == "logprobs-top-k" and same.accuracy["parity_method"]["source"] == "prompt_logprobs"
+    assert same.accuracy["parity_method"]["top_k"] == 20 and "lower bound" in same.accuracy["parity_reason"]
+    assert same.metrics["tokens"] == base.metrics["tokens"]  # the same answer positions as the in-process cells
+    assert same.metrics["kl_mean"] < 1e-6 and same.metrics["top1"] == 1.0
+    assert same.metrics["ppl_cell"] == pytest.approx(base.metrics["ppl_base"], rel=1e-4)
+    assert same.verdict == "aligned", out
+    assert broken.verdict == "broken", out
+    assert broken.metrics["ppl_cell"] > 1.5 * broken.metrics["ppl_base"] and broken.metrics["top1"] < 0.6
+    # OpenAI's legacy layout: token texts, top-5, no vLLM fields (the server refused them, then the plain request)
+    assert legacy.accuracy["parity_method"]["source"] == "echo logprobs"
+    assert legacy.accuracy["parity_method"]["request"] == "openai" and legacy.accuracy["parity_method"]["top_k"] == 5
+    assert legacy.metrics["top1"] == 1.0 and legacy.verdict == "aligned"
+    # transformers serve's behaviour: echo and logprobs ignored: generation parity only, said so, not judged
+    assert none.accuracy["mode"] == "generation" and none.accuracy["parity"] is None
+    assert none.accuracy["parity_reason"].startswith("generation parity only: the server returned no prompt logprobs")
+    assert none.verdict == "not judged" and "kl_mean" not in none.metrics
+    # generation parity is real too: the same weights generate the baseline's greedy tokens
+    assert same.metrics["identical_prefix_rate"] == 1.0
+    assert "verdict: not judged" in out and "top-20 lumped (lower bound)" in out

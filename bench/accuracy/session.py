@@ -182,23 +182,20 @@ def _gen_kwargs(loaded, n: int) -> dict:
     return gen
 
 
-# Why a served cell gets no teacher-forced figures (stored with its record).
-SERVED_REASON = ("generation parity only: the server's logits are not read (KL needs the full distribution at every "
-                 "answer position; OpenAI-compatible servers return at most top-k logprobs of the prompt, with echo)")
-
-
 def _served_figures(cell_dict, job, seqs, base_src, base_out, prompts, refs, settings) -> dict:
-    """Return a served (openai backend) cell's generation parity and determinism against the baseline's greedy outputs.
+    """Return a served (openai backend) cell's figures against the baseline: teacher-forced through its prompt
+    logprobs where it returns them (bench.accuracy.served), generation parity and determinism always.
 
     The same prompts go to the server as greedy completions of generate_tokens tokens (token ids on
     the completions endpoint unless the cell's prompt option says text); the returned text is
-    tokenized with the workload's tokenizer, so a server whose detokenization merges or splits
-    tokens shows as differing tokens.
+    tokenized with the workload's tokenizer, and so are the baseline's greedy tokens once decoded:
+    what differs is the generated text, not how a tokenizer splits it.
     """
     import asyncio
     import os
 
     from bench.accuracy.figures import differing_tokens, generation_parity
+    from bench.accuracy.served import NoPromptLogprobs, ServedLogprobs, served_parity
     from bench.backends.openai.backend import probe_server
     from bench.serving.client import ClientConfig, ServeRequest, replay
     from bench.spec.cells import Cell
@@ -210,6 +207,16 @@ def _served_figures(cell_dict, job, seqs, base_src, base_out, prompts, refs, set
     api_key = os.environ.get(o["api_key_env"]) or None
     model = probe_server(o["base_url"], o["model_name"], o["endpoint"], api_key)
     tok = load_tokenizer(cell.workload.tokenizer)
+    t0 = time.perf_counter()
+    out: dict = {"served_model": model}
+    try:
+        served = ServedLogprobs(o["base_url"], model, tok, api_key, float(o["timeout_s"]))
+        parity, method = served_parity(base_src, served, seqs)
+        out.update(mode="logprobs-top-k", parity=parity, parity_method=method,
+                   parity_reason=f"teacher-forced through the server's {method['source']} (top-{method['top_k']}): "
+                                 + method["approximation"])
+    except NoPromptLogprobs as exc:
+        out.update(mode="generation", parity=None, parity_reason=str(exc))
     as_text = o["endpoint"] == "chat" or o["prompt"] == "text"
     reqs = [ServeRequest(str(i), tok.decode(p) if as_text else list(p), len(p), n) for i, p in enumerate(prompts)]
     cfg = ClientConfig(o["base_url"], o["endpoint"], model, timeout_s=float(o["timeout_s"]),
@@ -223,12 +230,15 @@ def _served_figures(cell_dict, job, seqs, base_src, base_out, prompts, refs, set
             raise RuntimeError(f"{len(failed)} of {len(reqs)} greedy requests failed; first: {failed[0]}")
         return [tok.encode(r.text)[:n] for r in stats.received]
 
-    t0 = time.perf_counter()
     first, second = once(), once()
-    return {"mode": "generation", "parity": None, "parity_reason": SERVED_REASON, "served_model": model,
-            "generation": generation_parity(first, base_out, refs, settings["prefix_k"]),
-            "determinism": differing_tokens(first, second), "greedy": first, "greedy_digest": digest(first),
-            "load_s": {"cell": 0.0}, "measure_s": time.perf_counter() - t0}
+    # The server returns text: the baseline's greedy tokens go through the same decode + encode, so that only a
+    # difference in the generated text counts (a tokenizer merges a repeated token pair whoever generated it).
+    base_text = [tok.encode(tok.decode(list(b)))[:n] for b in base_out]
+    out.update(generation=generation_parity(first, base_text, refs, settings["prefix_k"]),
+               generation_compared="the server's text and the baseline's greedy tokens, both decoded and re-tokenized",
+               determinism=differing_tokens(first, second), greedy=first, greedy_digest=digest(first),
+               load_s={"cell": 0.0}, measure_s=time.perf_counter() - t0)
+    return out
 
 
 GEN_CONCURRENCY = 16  # greedy requests in flight to a server (as the in-process batches of 16)

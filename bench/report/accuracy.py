@@ -33,7 +33,7 @@ def accuracy_markdown(latest: dict) -> str:
             (f"KL {m['kl_floor_ratio']:.1f}x, top-1 {m['top1_floor_ratio']:.2f}x" if m.get("top1_floor_ratio")
              else f"KL {m['kl_floor_ratio']:.1f}x") if "kl_floor_ratio" in m else "",
             f"{100 * m['top1']:.1f} ({100 * m['top1_lower']:.1f})" if base is not None and "top1" in m else "",
-            f"{100 * m['top5']:.1f}" if base is not None and "top5" in m else "",
+            f"{100 * m['top5']:.1f}" if base is not None and m.get("top5") is not None else "",
             f"{m['ppl_base']:.3f} -> {m['ppl_cell']:.3f}" if "ppl_cell" in m else "",
             f"{100 * g['identical_prefix_rate']:.0f} % (k={g['prefix_k']})" if g else "",
             f"{g['rouge_vs_base']['rougeL']:.1f}" if g.get("rouge_vs_base") else "",
