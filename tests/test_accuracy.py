@@ -363,14 +363,17 @@ def test_trtllm_logit_source_reads_the_answer_rows_of_the_context_logits(monkeyp
         def __init__(self, n):
             self.context_logits = table[:n]
 
+        def result(self):
+            return self
+
     class LLM:
         def __init__(self):
             self.prompts = []
 
-        def generate(self, prompts, sampling_params):
+        def generate_async(self, prompt, sampling_params):
             assert sampling_params.return_context_logits and sampling_params.max_tokens == 1
-            self.prompts += prompts
-            return [Out(len(p)) for p in prompts]
+            self.prompts.append(prompt)
+            return Out(len(prompt))
 
     llm = LLM()
     got = trtllm_logits(llm)([1, 2, 3], [4, 5, 6, 7])
@@ -493,7 +496,13 @@ def test_parity_layers_input_is_checked_before_any_session():
 
 
 def _every_backend_matrix(path: Path, model: Path, servers: dict) -> Path:
-    served = "".join(f"""
+    trtllm = """
+[[include]]
+backend = "trtllm"
+precision = "fp16"
+device = "cuda"
+"""
+    served = trtllm + "".join(f"""
 [[include]]
 backend = "openai"
 precision = "{name}"
@@ -528,12 +537,21 @@ max_total_len = 1024
 
 
 @pytest.mark.slow
-def test_served_cells_are_teacher_forced_through_their_prompt_logprobs(tiny_trained, tmp_path, capsys):
-    """openai cells serving the trained model's own numbers (tests/support/model_server.py) against its hf baseline:
-    the same weights are aligned, a corrupted copy is broken, and a server without prompt logprobs says so."""
+def test_served_and_trtllm_cells_against_the_hf_baseline(tiny_trained, tmp_path, capsys, monkeypatch):
+    """One session, every backend against the trained model's hf baseline. openai cells serving the model's own
+    numbers (tests/support/model_server.py): the same weights are aligned, a corrupted copy is broken, a server
+    without prompt logprobs says so. A trtllm cell through the TensorRT-LLM stand-in computing with the same
+    weights (numerics "hf"): its context logits are read from an engine built with gather_context_logits."""
+    import os
+
     from bench.cli import main
     from bench.results import query
     from tests.support.model_server import ModelServer
+
+    fake = Path(__file__).parent / "fake_tensorrt_llm"
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(fake), os.environ["PYTHONPATH"])))  # the session's import
+    monkeypatch.setenv("FAKE_TRTLLM_CONFIG", json.dumps({"numerics": "hf", "step_ms": 0.1}))
+    monkeypatch.setenv("FAKE_TRTLLM_LOG", str(tmp_path / "trtllm-calls.jsonl"))
 
     servers = {"vllm": ModelServer(tiny_trained, "vllm"), "vllm-broken": ModelServer(tiny_trained, "vllm", corrupt_layer=2),
                "openai": ModelServer(tiny_trained, "openai"), "tfserve": ModelServer(tiny_trained, "none")}
@@ -547,7 +565,8 @@ def test_served_cells_are_teacher_forced_through_their_prompt_logprobs(tiny_trai
             srv.stop()
     out = capsys.readouterr().out
     recs = {r.cell["precision"]: r for r in query.accuracies(query.load([Path("results/every-accuracy.jsonl")]))}
-    base, same, broken, legacy, none = (recs[k] for k in ("fp32", "vllm", "vllm-broken", "openai", "tfserve"))
+    base, same, broken, legacy, none, trt = (recs[k] for k in ("fp32", "vllm", "vllm-broken", "openai", "tfserve",
+                                                                "fp16"))
     assert all(r.ok for r in recs.values()), out
     # vLLM's layout: prompt_logprobs keyed by token id, top-20; the reference token's logprob is exact
     assert same.accuracy["mode"] == "logprobs-top-k" and same.accuracy["parity_method"]["source"] == "prompt_logprobs"
@@ -569,3 +588,9 @@ def test_served_cells_are_teacher_forced_through_their_prompt_logprobs(tiny_trai
     # generation parity is real too: the same weights generate the baseline's greedy tokens
     assert same.metrics["identical_prefix_rate"] == 1.0
     assert "verdict: not judged" in out and "top-20 lumped (lower bound)" in out
+    # trtllm: full logits (mode "logits"), from an engine of its own built with gather_context_logits, fp16 numerics
+    assert trt.accuracy["mode"] == "logits" and "gather_context_logits = True" in trt.accuracy["logits_source"]
+    assert trt.metrics["tokens"] == base.metrics["tokens"] and 0 < trt.metrics["kl_mean"] < 1e-3
+    assert trt.verdict == "aligned", out
+    builds = [json.loads(line) for line in (tmp_path / "trtllm-calls.jsonl").read_text().splitlines()]
+    assert [b["build_config"]["gather_context_logits"] for b in builds if b["event"] == "build"] == [True]

@@ -31,7 +31,7 @@ import traceback
 from pathlib import Path
 
 
-def _load(cell_dict: dict, engines_dir: str):
+def _load(cell_dict: dict, engines_dir: str, torch_model: bool = True):
     from bench.backends.registry import backend_class
     from bench.spec.cells import Cell
 
@@ -40,7 +40,7 @@ def _load(cell_dict: dict, engines_dir: str):
     backend = backend_class(key.backend)()
     t0 = time.perf_counter()
     loaded = backend.load(backend.build(key, Path(engines_dir)))
-    if getattr(loaded, "model", None) is None:
+    if torch_model and getattr(loaded, "model", None) is None:
         raise RuntimeError(f"backend {key.backend!r} exposes no torch model: its logits cannot be read in process")
     return cell, loaded, time.perf_counter() - t0
 
@@ -106,7 +106,7 @@ def run_session(job: dict) -> dict:
             result["baseline"].update(shared, load_s={"baseline": base_load_s})
     for cell_dict in job.get("cells", []):
         cell_id = _cell_id(cell_dict)
-        figures = _served_figures if cell_dict["backend"] == "openai" else _cell_figures
+        figures = {"openai": _served_figures, "trtllm": _trtllm_figures}.get(cell_dict["backend"], _cell_figures)
         result["cells"][cell_id] = _guarded(lambda c=cell_dict, f=figures: f(c, job, seqs, base_src, base_out, prompts,
                                                                               refs, settings))
         if result["cells"][cell_id]["status"] == "ok":
@@ -170,6 +170,29 @@ def _cell_figures(cell_dict, job, seqs, base_src, base_out, prompts, refs, setti
         second = greedy(loaded.model, prompts, n, loaded.pad_id, loaded.device, _gen_kwargs(loaded, n))
         return {"parity": parity, "generation": generation_parity(first, base_out, refs, settings["prefix_k"]),
                 "determinism": differing_tokens(first, second), "greedy": first, "greedy_digest": digest(first),
+                "load_s": {"cell": load_s}, "measure_s": time.perf_counter() - t0}
+    finally:
+        loaded.close()
+
+
+def _trtllm_figures(cell_dict, job, seqs, base_src, base_out, prompts, refs, settings) -> dict:
+    """Return a trtllm cell's figures against the baseline: its context logits (bench.accuracy.trtllm), greedy
+    tokens twice, and which engine computed them (an engine of its own with gather_context_logits)."""
+    from bench.accuracy.capture import compare_sources
+    from bench.accuracy.figures import differing_tokens, generation_parity
+    from bench.accuracy.trtllm import logits_cell, trtllm_greedy, trtllm_logits
+
+    n = settings["generate_tokens"]
+    measured, engine_note = logits_cell(cell_dict)
+    _cell, loaded, load_s = _load(measured, job["engines_dir"], torch_model=False)
+    try:
+        t0 = time.perf_counter()
+        parity = compare_sources(base_src, {"cell": trtllm_logits(loaded.llm, loaded.end_id)}, seqs)["cell"].to_dict()
+        first = trtllm_greedy(loaded.llm, prompts, n, loaded.end_id)
+        second = trtllm_greedy(loaded.llm, prompts, n, loaded.end_id)
+        return {"parity": parity, "generation": generation_parity(first, base_out, refs, settings["prefix_k"]),
+                "determinism": differing_tokens(first, second), "greedy": first, "greedy_digest": digest(first),
+                "logits_source": "TensorRT-LLM context logits (SamplingParams.return_context_logits) of " + engine_note,
                 "load_s": {"cell": load_s}, "measure_s": time.perf_counter() - t0}
     finally:
         loaded.close()

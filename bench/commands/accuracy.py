@@ -28,8 +28,9 @@ from bench.errors import BenchInputError
 
 # Backends whose logits this harness reads: hf in process (the loaded torch model). A baseline must be one.
 LOGIT_BACKENDS = ("hf",)
-# Backends measured by generation parity only (their logits are not read): served cells (openai).
-GENERATION_BACKENDS = ("openai",)
+# Cells read through their own API: trtllm's context logits (bench/accuracy/trtllm.py, written against 1.2.1, not
+# run on hardware) and a served model's prompt logprobs (openai; generation parity only where it gives none).
+CELL_BACKENDS = ("trtllm", "openai")
 # What the session measures: a stored record is reused only if these match.
 MEASURE_KEYS = ("prompts", "answer_tokens", "generate_tokens", "prefix_k", "reference")
 
@@ -85,12 +86,12 @@ def plan_accuracy(matrix, all_cells, settings) -> list[tuple]:
             raise BenchInputError(
                 f"baseline {base.label}: bench accuracy reads the baseline's logits in process, from backends "
                 f"{list(LOGIT_BACKENDS)}; make an hf cell of the same model the baseline (baseline = {{ backend = \"hf\", ... }})")
-        if cell.backend not in LOGIT_BACKENDS + GENERATION_BACKENDS:
+        if cell.backend not in LOGIT_BACKENDS + CELL_BACKENDS:
             raise BenchInputError(
-                f"{cell.label}: backend {cell.backend!r} is not measured by bench accuracy yet (docs/guide/accuracy.md: "
-                "trtllm's logits path is written against 1.2.1, not run): narrow with --only backend=hf")
+                f"{cell.label}: backend {cell.backend!r} is not measured by bench accuracy (it measures "
+                f"{list(LOGIT_BACKENDS + CELL_BACKENDS)}): narrow with --only backend=hf")
         for c in (cell, base):
-            if c.backend in LOGIT_BACKENDS and tensor_parallel_size(c.options_dict) > 1:
+            if c.backend in ("hf", "trtllm") and tensor_parallel_size(c.options_dict) > 1:
                 raise BenchInputError(
                     f"{c.label}: tensor_parallel_size={tensor_parallel_size(c.options_dict)} runs as torchrun ranks; an "
                     "accuracy session loads its models in one process: measure a tensor_parallel_size = 1 cell of the "
