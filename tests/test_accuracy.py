@@ -492,6 +492,29 @@ def test_parity_layers_input_is_checked_before_any_session():
         parity_cells(narrow(m, only={"precision": "bf16"}), "precision=fp32", "precision=bf16")
 
 
+
+def test_parity_layers_on_trtllm_says_it_is_not_wired(tmp_path, capsys):
+    from bench.cli import main
+
+    (tmp_path / "t.toml").write_text("""
+backends = ["trtllm"]
+model = "qwen-tiny"
+device = "cuda"
+precisions = ["fp16", "int8-wo"]
+max_batch_sizes = [1]
+workloads = ["w"]
+baseline = { precision = "fp16" }
+[workload.w]
+source = "synthetic"
+input_len = 8
+output_len = 8
+""")
+    assert main(["parity", "--matrix", str(tmp_path / "t.toml"), "--layers", "precision=fp16", "precision=int8-wo"]) == 2
+    err = capsys.readouterr().err
+    assert "does not reach TensorRT-LLM" in err and "not wired to this command" in err and "bench accuracy" in err
+    assert not Path("parity").exists()  # refused before any session
+
+
 # ---- every backend against the hf baseline, on the trained model -----------------------------------
 
 
