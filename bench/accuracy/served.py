@@ -37,8 +37,7 @@ import urllib.error
 import urllib.request
 
 # Logprobs asked per position. OpenAI's legacy completions cap `logprobs` at 5; vLLM caps both fields at its
-# max_logprobs (default 20: vllm/config ModelConfig.max_logprobs), and a larger k tightens the KL bound (on the
-# tests' tiny trained model, a one-layer scale fault: full KL 0.57, top-5 lumped 0.096, top-20 lumped 0.2).
+# max_logprobs (default 20), and a larger k tightens the KL bound (less mass lumped).
 TOP_K = 5
 PROMPT_TOP_K = 20
 NO_LOGPROBS = "generation parity only: the server returned no prompt logprobs"
