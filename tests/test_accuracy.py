@@ -61,6 +61,15 @@ def test_topk_kl_is_the_lumped_lower_bound_and_the_rest_is_exact():
     assert p.ppl_base == pytest.approx(math.exp((-math.log(0.125) - math.log(0.4)) / 2), rel=1e-6)
 
 
+def test_a_server_without_json_completions_is_generation_parity_only():
+    from bench.accuracy.served import NoPromptLogprobs, ServedLogprobs
+    from bench.serving.paced_server import TestServer
+
+    with TestServer() as srv:  # streams SSE whatever it is asked: no JSON reply, no logprobs
+        with pytest.raises(NoPromptLogprobs, match="^generation parity only: the server's non-streaming completion"):
+            ServedLogprobs(srv.base_url, "test-model", tokenizer=None).positions([1, 2, 3])
+
+
 def test_rouge_on_token_ids_and_generation_parity():
     from bench.accuracy.figures import differing_tokens, generation_parity, rouge
 

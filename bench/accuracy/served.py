@@ -1,6 +1,7 @@
 """Teacher-forced parity of a served cell through the server's prompt logprobs (OpenAI-compatible completions).
 
-One non-streaming POST /v1/completions per sequence: the prompt is prompt + answer as token ids,
+One non-streaming POST /v1/completions per sequence (whatever the cell's endpoint: chat completions
+have no echo): the prompt is prompt + answer as token ids,
 `echo: true` (the prompt comes back with its logprobs), `logprobs: TOP_K` (5), `max_tokens: 1`
 (the one generated token is ignored), `temperature: 0`. Two reply layouts are read:
 
@@ -37,7 +38,7 @@ import urllib.error
 import urllib.request
 
 # Logprobs asked per position. OpenAI's legacy completions cap `logprobs` at 5; vLLM caps both fields at its
-# max_logprobs (default 20), and a larger k tightens the KL bound (less mass lumped).
+# max_logprobs (default 20: vllm/config ModelConfig.max_logprobs), and a larger k tightens the KL bound (less mass lumped).
 TOP_K = 5
 PROMPT_TOP_K = 20
 NO_LOGPROBS = "generation parity only: the server returned no prompt logprobs"

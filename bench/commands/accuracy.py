@@ -296,6 +296,8 @@ def accuracy_text(cell, record) -> str:
             f"{acc['prompts']} prompts, {acc.get('parity_reason')}")
     if p and acc.get("mode") == "logprobs-top-k":
         what += f" ({acc.get('parity_reason')})"
+    if acc.get("logits_source"):
+        what += f"; logits: {acc['logits_source']}"
     head = (f"## {cell.label}" + (f" vs baseline {_label(base)}" if base else " (baseline: noise floor)")
             + f"\n\n{what} ({acc.get('prompts_note')}); reference: {ref}")
     lines = [head]
