@@ -626,3 +626,8 @@ def test_served_and_trtllm_cells_against_the_hf_baseline(tiny_trained, tmp_path,
     assert trt.verdict == "aligned", out
     builds = [json.loads(line) for line in (tmp_path / "trtllm-calls.jsonl").read_text().splitlines()]
     assert [b["build_config"]["gather_context_logits"] for b in builds if b["event"] == "build"] == [True]
+    # the report's accuracy section marks a top-k KL as the lower bound it is
+    from bench.report.accuracy import accuracy_markdown
+
+    section = accuracy_markdown(query.latest_accuracy(recs.values()))
+    assert ">= " in next(line for line in section.splitlines() if "vllm-broken" in line)
