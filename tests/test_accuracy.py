@@ -396,6 +396,29 @@ def test_trtllm_logit_source_reads_the_answer_rows_of_the_context_logits(monkeyp
     assert list(ordered) == ["embeddings", "layer 0", "layer 1", "final norm", "logits"] and unmapped == ["other"]
 
 
+def test_trtllm_logits_come_from_an_engine_of_the_cells_own_with_gather_context_logits():
+    from bench.accuracy.trtllm import logits_cell
+    from bench.spec.cells import Cell
+    from bench.spec.matrix import parse_matrix
+
+    m = parse_matrix({"backends": ["trtllm"], "model": "qwen-tiny", "precisions": ["fp16"], "max_batch_sizes": [1],
+                      "workloads": ["w"], "device": "cuda", "options": {"runtime": ["engine", "pytorch"]},
+                      "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 8, "max_input_len": 64,
+                                         "max_total_len": 128}}})
+    engine, torch_runtime = sorted(m.cells, key=lambda c: c.options_dict["runtime"])
+    variant, note = logits_cell(engine.to_dict())
+    built = Cell.from_dict(variant)
+    assert built.options_dict["gather_context_logits"] is True and built.workload.max_input_len == 128
+    assert built.build_key().key_hash != engine.build_key().key_hash  # never the speed run's engine
+    from bench.spec.cells import identity_options
+
+    assert engine.options_dict["gather_context_logits"] is False  # at its default: left out of the id (stored ids hold)
+    assert "gather_context_logits" not in identity_options("trtllm", engine.options_dict)
+    assert built.build_key().key_hash in note
+    same, note = logits_cell(torch_runtime.to_dict())  # the PyTorch runtime gathers per request
+    assert same == torch_runtime.to_dict() and "PyTorch runtime" in note
+
+
 # ---- accuracy beside the speedups ----------------------------------------------------------------
 
 
