@@ -54,6 +54,8 @@ def test_topk_kl_is_the_lumped_lower_bound_and_the_rest_is_exact():
               (math.log(0.4), {0: math.log(0.4), 1: math.log(0.3)})]
     stats = topk_position_stats(base, served, torch.tensor([2, 0]), k=2)
     assert stats["kl"].tolist() == pytest.approx([0.25 * math.log(2), 0.0], abs=1e-6)
+    unnamed = topk_position_stats(base, [served[0], (*served[1], None)], torch.tensor([2, 0]), k=2)
+    assert unnamed["agree"].tolist() == [False, False]  # a top-1 the server's text cannot name is no agreement
     assert "top5" not in stats  # k < 5: not claimed
     p = token_parity([stats])
     assert p.top1 == 0.5 and p.top5 is None  # position 0: the server's top-1 is token 1, the base's token 0

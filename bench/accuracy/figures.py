@@ -70,13 +70,14 @@ def position_stats(base_logits, cell_logits, targets) -> dict:
 REST_EPS = 1e-9
 
 
-def topk_position_stats(base_logits, served: list[tuple[float, dict[int, float]]], targets, k: int) -> dict:
+def topk_position_stats(base_logits, served: list[tuple], targets, k: int) -> dict:
     """Return position_stats' tensors for a cell known only through top-k logprobs (a served cell).
 
     served: per position, (logprob of the target token, {token id: logprob} of the tokens the
-    server named: its top-k, and the target where the server adds it). k: how many of them are
-    its top-k (the rest are extras such as the target). KL is the lumped lower bound of the
-    module docstring; "top5" is left out when k < 5.
+    server named: its top-k, and the target where the server adds it[, the id of the server's
+    most likely token, None when it cannot be named]). k: how many of the named are its top-k
+    (the rest are extras such as the target). KL is the lumped lower bound of the module
+    docstring; a top-1 that cannot be named counts as a disagreement; "top5" is left out when k < 5.
     """
     import torch
 
@@ -84,7 +85,7 @@ def topk_position_stats(base_logits, served: list[tuple[float, dict[int, float]]
     p_all = b.exp()
     kl, agree, top5, nll_cell = [], [], [], []
     base_top = b.argmax(-1)
-    for t, (target_lp, named) in enumerate(served):
+    for t, (target_lp, named, *top) in enumerate(served):
         ids = torch.tensor(list(named), dtype=torch.long)
         q = torch.tensor([math.exp(v) for v in named.values()], dtype=torch.float64)
         p = p_all[t, ids].double()
@@ -95,7 +96,8 @@ def topk_position_stats(base_logits, served: list[tuple[float, dict[int, float]]
             value += p_rest * (math.log(p_rest) - math.log(max(q_rest, REST_EPS)))
         kl.append(max(0.0, value))
         ranked = sorted(named, key=named.get, reverse=True)[:k]
-        agree.append(bool(ranked) and ranked[0] == int(base_top[t]))
+        top_id = top[0] if top else (ranked[0] if ranked else None)
+        agree.append(top_id is not None and top_id == int(base_top[t]))
         top5.append(int(base_top[t]) in ranked[:5])
         nll_cell.append(-target_lp)
     t_ids = targets.to(b.device)[:, None]

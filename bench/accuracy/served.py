@@ -17,7 +17,8 @@ have no echo): the prompt is prompt + answer as token ids,
   ... The maximum value for logprobs is 5"; vLLM's CompletionLogProbs is the same shape), with
   token_logprobs[0] = None. Its top_logprobs are keyed by token *text*: a text names a token id
   when exactly one id of the workload's tokenizer decodes to it ("token_id:<id>" names it
-  directly); a text naming none or several is left in the lumped remainder (counted).
+  directly); a text naming none or several is left in the lumped remainder (counted), and a
+  top-1 text naming none counts as a top-1 disagreement (counted).
 
 The request is tried in that order: with vLLM's extension fields; without them (a server that
 refuses unknown fields, as OpenAI's and transformers serve's do); then with the prompt as text,
@@ -83,6 +84,7 @@ class ServedLogprobs:
         self.source: str | None = None  # "prompt_logprobs" or "echo logprobs"
         self.top_k = TOP_K  # how many of each position's named tokens are the server's top-k
         self.unresolved = 0  # named texts that map to no single token id (left in the remainder)
+        self.unresolved_top1 = 0  # positions whose top-1 text names no single id (counted as disagreements)
         self._by_text: dict[str, int | None] | None = None
 
     def _body(self, variant: str, ids: list[int]) -> dict:
@@ -127,7 +129,7 @@ class ServedLogprobs:
                 if ids[i] not in named:
                     raise NoPromptLogprobs(f"generation parity only: prompt_logprobs entry {i} lacks the prompt token "
                                            f"{ids[i]}: the server tokenized the prompt differently")
-                out.append((named[ids[i]], named))
+                out.append((named[ids[i]], named, max(named, key=named.get)))  # the top-k holds the top-1 (rank 1)
             return out
         lp = choice.get("logprobs")
         if not isinstance(lp, dict) or not isinstance(lp.get("token_logprobs"), list) or not lp.get("top_logprobs"):
@@ -142,17 +144,21 @@ class ServedLogprobs:
         self.source, self.top_k = "echo logprobs", TOP_K
         out = [None]
         for i in range(1, len(ids)):
+            if not tops[i] or values[i] is None:
+                raise NoPromptLogprobs(f"generation parity only: the server's echoed logprobs lack position {i} "
+                                       "(token_logprobs or top_logprobs)")
             named: dict[int, float] = {}
-            for text, v in (tops[i] or {}).items():
+            for text, v in tops[i].items():
                 tid = self._resolve(text)
                 if tid is None:
                     self.unresolved += 1
                 else:
                     named[tid] = float(v)
-            if values[i] is None:
-                return None
+            top_id = self._resolve(max(tops[i], key=tops[i].get))  # None: a text naming no single id
+            if top_id is None:
+                self.unresolved_top1 += 1
             named.setdefault(ids[i], float(values[i]))  # the reference token's logprob: exact
-            out.append((float(values[i]), named))
+            out.append((float(values[i]), named, top_id))
         return out
 
     def _resolve(self, text: str) -> int | None:
@@ -181,5 +187,6 @@ def served_parity(base_src, served: ServedLogprobs, sequences) -> tuple[dict, di
         chunks.append(topk_position_stats(base_src(prompt, answer), positions, torch.tensor(answer), served.top_k))
     k = served.top_k
     method = {"source": served.source, "request": served.variant, "top_k": k, "kl": "lower bound",
-              "approximation": approximation(k), "unresolved_texts": served.unresolved}
+              "approximation": approximation(k), "unresolved_texts": served.unresolved,
+              "unresolved_top1": served.unresolved_top1}
     return {**token_parity(chunks).to_dict(), "kl_method": f"top-{k} lumped (lower bound)"}, method
