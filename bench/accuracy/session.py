@@ -13,7 +13,9 @@ determinism. Then each cell is loaded, measured against the baseline and closed:
 1. sequences: the workload's first `prompts` requests (the speed run's order), each prompt with
    its reference answer cut to `answer_tokens` (and to the workload's max_total_len); with no
    dataset answers, the baseline's own greedy continuation of `answer_tokens` tokens;
-2. teacher-forced parity of the cell's logits against the baseline's (bench.accuracy.figures);
+2. teacher-forced parity of the cell's logits against the baseline's (bench.accuracy.figures): an hf
+   cell's in process, a trtllm cell's context logits (bench.accuracy.trtllm), a served (openai)
+   cell's prompt logprobs (bench.accuracy.served; none returned: generation parity only);
 3. generation parity: `generate_tokens` greedy tokens of each prompt from both;
 4. determinism: the cell's greedy tokens again, in the same process.
 

@@ -93,7 +93,7 @@ def plan_accuracy(matrix, all_cells, settings) -> list[tuple]:
         for c in (cell, base):
             if c.backend in ("hf", "trtllm") and tensor_parallel_size(c.options_dict) > 1:
                 raise BenchInputError(
-                    f"{c.label}: tensor_parallel_size={tensor_parallel_size(c.options_dict)} runs as torchrun ranks; an "
+                    f"{c.label}: tensor_parallel_size={tensor_parallel_size(c.options_dict)} runs as several ranks (torchrun, MPI); an "
                     "accuracy session loads its models in one process: measure a tensor_parallel_size = 1 cell of the "
                     "same precision (the numerics it checks are the same)")
         mine, theirs = cell.options_dict, base.options_dict
