@@ -41,6 +41,37 @@ def test_token_parity_is_kl_top1_top5_and_perplexity_in_float32():
     assert p.delta_ppl == pytest.approx(p.ppl_cell - p.ppl_base)
 
 
+def test_topk_kl_is_the_lumped_lower_bound_and_the_rest_is_exact():
+    import torch
+
+    from bench.accuracy.figures import token_parity, topk_position_stats
+
+    base = torch.log(torch.tensor([[0.5, 0.25, 0.125, 0.125], [0.4, 0.3, 0.2, 0.1]]))
+    # position 0: the server names tokens 0 and 1 (its top-2) and the target 2; the rest (token 3) holds 0.125 on
+    # both sides, so the lumped KL is the full KL: 0.5 ln 2 - 0.25 ln 2 = 0.25 ln 2
+    # position 1: q = [0.4, 0.3, 0.1, 0.2]; only tokens 0 and 1 named: lumped KL 0 < full KL 0.1 ln 2
+    served = [(math.log(0.125), {1: math.log(0.5), 0: math.log(0.25), 2: math.log(0.125)}),
+              (math.log(0.4), {0: math.log(0.4), 1: math.log(0.3)})]
+    stats = topk_position_stats(base, served, torch.tensor([2, 0]), k=2)
+    assert stats["kl"].tolist() == pytest.approx([0.25 * math.log(2), 0.0], abs=1e-6)
+    unnamed = topk_position_stats(base, [served[0], (*served[1], None)], torch.tensor([2, 0]), k=2)
+    assert unnamed["agree"].tolist() == [False, False]  # a top-1 the server's text cannot name is no agreement
+    assert "top5" not in stats  # k < 5: not claimed
+    p = token_parity([stats])
+    assert p.top1 == 0.5 and p.top5 is None  # position 0: the server's top-1 is token 1, the base's token 0
+    assert p.ppl_cell == pytest.approx(math.exp((-math.log(0.125) - math.log(0.4)) / 2))  # the target's own logprob
+    assert p.ppl_base == pytest.approx(math.exp((-math.log(0.125) - math.log(0.4)) / 2), rel=1e-6)
+
+
+def test_a_server_without_json_completions_is_generation_parity_only():
+    from bench.accuracy.served import NoPromptLogprobs, ServedLogprobs
+    from bench.serving.paced_server import TestServer
+
+    with TestServer() as srv:  # streams SSE whatever it is asked: no JSON reply, no logprobs
+        with pytest.raises(NoPromptLogprobs, match="^generation parity only: the server's non-streaming completion"):
+            ServedLogprobs(srv.base_url, "test-model", tokenizer=None).positions([1, 2, 3])
+
+
 def test_rouge_on_token_ids_and_generation_parity():
     from bench.accuracy.figures import differing_tokens, generation_parity, rouge
 
@@ -343,14 +374,17 @@ def test_trtllm_logit_source_reads_the_answer_rows_of_the_context_logits(monkeyp
         def __init__(self, n):
             self.context_logits = table[:n]
 
+        def result(self):
+            return self
+
     class LLM:
         def __init__(self):
             self.prompts = []
 
-        def generate(self, prompts, sampling_params):
+        def generate_async(self, prompt, sampling_params):
             assert sampling_params.return_context_logits and sampling_params.max_tokens == 1
-            self.prompts += prompts
-            return [Out(len(p)) for p in prompts]
+            self.prompts.append(prompt)
+            return Out(len(prompt))
 
     llm = LLM()
     got = trtllm_logits(llm)([1, 2, 3], [4, 5, 6, 7])
@@ -362,6 +396,29 @@ def test_trtllm_logit_source_reads_the_answer_rows_of_the_context_logits(monkeyp
     ordered, unmapped = layer_tensors({"transformer.layers.1": 1, "lm_head": 3, "transformer.vocab_embedding": 0,
                                        "transformer.layers.0": 2, "transformer.ln_f": 4, "other": 5})
     assert list(ordered) == ["embeddings", "layer 0", "layer 1", "final norm", "logits"] and unmapped == ["other"]
+
+
+def test_trtllm_logits_come_from_an_engine_of_the_cells_own_with_gather_context_logits():
+    from bench.accuracy.trtllm import logits_cell
+    from bench.spec.cells import Cell
+    from bench.spec.matrix import parse_matrix
+
+    m = parse_matrix({"backends": ["trtllm"], "model": "qwen-tiny", "precisions": ["fp16"], "max_batch_sizes": [1],
+                      "workloads": ["w"], "device": "cuda", "options": {"runtime": ["engine", "pytorch"]},
+                      "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 8, "max_input_len": 64,
+                                         "max_total_len": 128}}})
+    engine, torch_runtime = sorted(m.cells, key=lambda c: c.options_dict["runtime"])
+    variant, note = logits_cell(engine.to_dict())
+    built = Cell.from_dict(variant)
+    assert built.options_dict["gather_context_logits"] is True and built.workload.max_input_len == 128
+    assert built.build_key().key_hash != engine.build_key().key_hash  # never the speed run's engine
+    from bench.spec.cells import identity_options
+
+    assert engine.options_dict["gather_context_logits"] is False  # at its default: left out of the id (stored ids hold)
+    assert "gather_context_logits" not in identity_options("trtllm", engine.options_dict)
+    assert built.build_key().key_hash in note
+    same, note = logits_cell(torch_runtime.to_dict())  # the PyTorch runtime gathers per request
+    assert same == torch_runtime.to_dict() and "PyTorch runtime" in note
 
 
 # ---- accuracy beside the speedups ----------------------------------------------------------------
@@ -469,43 +526,133 @@ def test_parity_layers_input_is_checked_before_any_session():
         parity_cells(narrow(m, only={"precision": "bf16"}), "precision=fp32", "precision=bf16")
 
 
-@pytest.mark.slow
-def test_a_served_cell_gets_generation_parity_only_and_says_why(tmp_path, capsys):
-    """An openai cell (the paced test server) against an hf baseline of the same model: no logits, no verdict."""
-    from bench.cli import main
-    from bench.results import query
-    from bench.serving.paced_server import TestServer
 
-    with TestServer() as srv:
-        (tmp_path / "s.toml").write_text(f"""
-name = "served"
-backends = ["hf"]
+def test_parity_layers_on_trtllm_says_it_is_not_wired(tmp_path, capsys):
+    from bench.cli import main
+
+    (tmp_path / "t.toml").write_text("""
+backends = ["trtllm"]
 model = "qwen-tiny"
+device = "cuda"
+precisions = ["fp16", "int8-wo"]
+max_batch_sizes = [1]
+workloads = ["w"]
+baseline = { precision = "fp16" }
+[workload.w]
+source = "synthetic"
+input_len = 8
+output_len = 8
+""")
+    assert main(["parity", "--matrix", str(tmp_path / "t.toml"), "--layers", "precision=fp16", "precision=int8-wo"]) == 2
+    err = capsys.readouterr().err
+    assert "does not reach TensorRT-LLM" in err and "not wired to this command" in err and "bench accuracy" in err
+    assert not Path("parity").exists()  # refused before any session
+
+
+# ---- every backend against the hf baseline, on the trained model -----------------------------------
+
+
+def _every_backend_matrix(path: Path, model: Path, servers: dict) -> Path:
+    trtllm = """
+[[include]]
+backend = "trtllm"
+precision = "fp16"
+device = "cuda"
+"""
+    served = trtllm + "".join(f"""
+[[include]]
+backend = "openai"
+precision = "{name}"
+base_url = "{srv.base_url}"
+tokenizer = "{model}"
+prompt = "{'text' if srv.flavor == 'none' else 'auto'}"
+""" for name, srv in servers.items())
+    path.write_text(f"""
+name = "every"
+backends = ["hf"]
+model = "{model}"
 device = "cpu"
 precisions = ["fp32"]
 max_batch_sizes = [1]
 workloads = ["w"]
 baseline = {{ backend = "hf", precision = "fp32" }}
-[[include]]
-backend = "openai"
-precision = "server"
-base_url = "{srv.base_url}"
+{served}
 [accuracy]
-prompts = 2
-answer_tokens = 8
-generate_tokens = 8
-prefix_k = 4
+prompts = 6
+answer_tokens = 48
+generate_tokens = 12
+prefix_k = 6
 [workload.w]
-source = "synthetic"
-num_requests = 2
-input_len = 16
-output_len = 8
+source = "sharegpt"
+path = "{model / 'heldout.json'}"
+tokenizer = "{model}"
+num_requests = 6
+max_input_len = 768
+max_total_len = 1024
 """)
-        assert main(["accuracy", "--matrix", str(tmp_path / "s.toml")]) == 0
-    recs = {r.cell["backend"]: r for r in query.accuracies(query.load([Path("results/served-accuracy.jsonl")]))}
-    served = recs["openai"]
-    assert served.ok and served.accuracy["mode"] == "generation" and served.accuracy["parity"] is None
-    assert "generation parity only" in served.accuracy["parity_reason"] and served.accuracy["served_model"] == "test-model"
-    assert served.accuracy["generation"]["prompts"] == 2 and "kl_mean" not in served.metrics
-    assert served.verdict == "not judged"  # nothing could decide: never "aligned" by default
-    assert "verdict: not judged" in capsys.readouterr().out
+    return path
+
+
+@pytest.mark.slow
+def test_served_and_trtllm_cells_against_the_hf_baseline(tiny_trained, tmp_path, capsys, monkeypatch):
+    """One session, every backend against the trained model's hf baseline. openai cells serving the model's own
+    numbers (tests/support/model_server.py): the same weights are aligned, a corrupted copy is broken, a server
+    without prompt logprobs says so. A trtllm cell through the TensorRT-LLM stand-in computing with the same
+    weights (numerics "hf"): its context logits are read from an engine built with gather_context_logits."""
+    import os
+
+    from bench.cli import main
+    from bench.results import query
+    from tests.support.model_server import ModelServer
+
+    fake = Path(__file__).parent / "fake_tensorrt_llm"
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(fake), os.environ["PYTHONPATH"])))  # the session's import
+    monkeypatch.setenv("FAKE_TRTLLM_CONFIG", json.dumps({"numerics": "hf", "step_ms": 0.1}))
+    monkeypatch.setenv("FAKE_TRTLLM_LOG", str(tmp_path / "trtllm-calls.jsonl"))
+
+    servers = {"vllm": ModelServer(tiny_trained, "vllm"), "vllm-broken": ModelServer(tiny_trained, "vllm", corrupt_layer=2),
+               "openai": ModelServer(tiny_trained, "openai"), "tfserve": ModelServer(tiny_trained, "none")}
+    for srv in servers.values():
+        srv.start()
+    try:
+        matrix = _every_backend_matrix(tmp_path / "every.toml", tiny_trained, servers)
+        assert main(["accuracy", "--matrix", str(matrix)]) == 0
+    finally:
+        for srv in servers.values():
+            srv.stop()
+    out = capsys.readouterr().out
+    recs = {r.cell["precision"]: r for r in query.accuracies(query.load([Path("results/every-accuracy.jsonl")]))}
+    base, same, broken, legacy, none, trt = (recs[k] for k in ("fp32", "vllm", "vllm-broken", "openai", "tfserve",
+                                                                "fp16"))
+    assert all(r.ok for r in recs.values()), out
+    # vLLM's layout: prompt_logprobs keyed by token id, top-20; the reference token's logprob is exact
+    assert same.accuracy["mode"] == "logprobs-top-k" and same.accuracy["parity_method"]["source"] == "prompt_logprobs"
+    assert same.accuracy["parity_method"]["top_k"] == 20 and "lower bound" in same.accuracy["parity_reason"]
+    assert same.metrics["tokens"] == base.metrics["tokens"]  # the same answer positions as the in-process cells
+    assert same.metrics["kl_mean"] < 1e-6 and same.metrics["top1"] == 1.0
+    assert same.metrics["ppl_cell"] == pytest.approx(base.metrics["ppl_base"], rel=1e-4)
+    assert same.verdict == "aligned", out
+    assert broken.verdict == "broken", out
+    assert broken.metrics["ppl_cell"] > 1.5 * broken.metrics["ppl_base"] and broken.metrics["top1"] < 0.6
+    # OpenAI's legacy layout: token texts, top-5, no vLLM fields (the server refused them, then the plain request)
+    assert legacy.accuracy["parity_method"]["source"] == "echo logprobs"
+    assert legacy.accuracy["parity_method"]["request"] == "openai" and legacy.accuracy["parity_method"]["top_k"] == 5
+    assert legacy.metrics["top1"] == 1.0 and legacy.verdict == "aligned"
+    # transformers serve's behaviour: echo and logprobs ignored: generation parity only, said so, not judged
+    assert none.accuracy["mode"] == "generation" and none.accuracy["parity"] is None
+    assert none.accuracy["parity_reason"].startswith("generation parity only: the server returned no prompt logprobs")
+    assert none.verdict == "not judged" and "kl_mean" not in none.metrics
+    # generation parity is real too: the same weights generate the baseline's greedy tokens
+    assert same.metrics["identical_prefix_rate"] == 1.0
+    assert "verdict: not judged" in out and "top-20 lumped (lower bound)" in out
+    # trtllm: full logits (mode "logits"), from an engine of its own built with gather_context_logits, fp16 numerics
+    assert trt.accuracy["mode"] == "logits" and "gather_context_logits = True" in trt.accuracy["logits_source"]
+    assert trt.metrics["tokens"] == base.metrics["tokens"] and 0 < trt.metrics["kl_mean"] < 1e-3
+    assert trt.verdict == "aligned", out
+    builds = [json.loads(line) for line in (tmp_path / "trtllm-calls.jsonl").read_text().splitlines()]
+    assert [b["build_config"]["gather_context_logits"] for b in builds if b["event"] == "build"] == [True]
+    # the report's accuracy section marks a top-k KL as the lower bound it is
+    from bench.report.accuracy import accuracy_markdown
+
+    section = accuracy_markdown(query.latest_accuracy(recs.values()))
+    assert ">= " in next(line for line in section.splitlines() if "vllm-broken" in line)

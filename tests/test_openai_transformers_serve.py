@@ -75,3 +75,16 @@ def test_chat_endpoint_against_transformers_serve(server):
     assert out.extra["sent"]["prompt"] == "text" and out.extra["output_tokens_source"] == "usage"
     # the server's ChatML template wraps the 7-token prompt: usage counts more prompt tokens than the workload's
     assert out.extra["prompt_tokens_mismatches"] == 2
+
+
+def test_accuracy_finds_that_transformers_serve_returns_no_prompt_logprobs(server):
+    """bench accuracy's served path against the real server: every request layout tried, the absence detected from
+    the reply (HTTP 422 for vLLM's fields, 400 for token ids, then a text prompt answered without logprobs)."""
+    from bench.accuracy.served import NoPromptLogprobs, ServedLogprobs
+    from bench.backends.openai.backend import probe_server
+    from bench.workloads.tokenizers import load_tokenizer
+
+    tok = load_tokenizer("qwen-7b-chat")
+    served = ServedLogprobs(server.base_url, probe_server(server.base_url, "", "completions"), tok, timeout=120)
+    with pytest.raises(NoPromptLogprobs, match="^generation parity only: the server returned no prompt logprobs"):
+        served.positions(tok.encode("The quick brown fox jumps over the lazy dog."))

@@ -10,6 +10,16 @@ base's logits and q = the cell's, both in float32:
 - perplexity of each on the reference answer: exp(mean negative log-likelihood of the answer
   token), and delta-perplexity = cell's - base's.
 
+A served cell (an OpenAI-compatible server) gives, per position, only the log-probability of the
+reference token and of its k most likely tokens (`topk_position_stats`). From those, exact: the
+cell's perplexity and delta-perplexity (the reference token's own logprob), top-1 agreement (the
+server's most likely token is given) and, for k >= 5, the base's top-1 in the cell's top-5.
+Approximate: KL over the partition {each token the server named} + {all others, lumped}: with
+p_rest = 1 - sum p over the named tokens and q_rest likewise, KL_k = sum_named p log(p/q) +
+p_rest log(p_rest/q_rest). Merging tokens into one bucket never raises a KL (the log-sum
+inequality), so KL_k is a lower bound of the full KL, tight when the named tokens hold most of
+both distributions' mass.
+
 Generation parity compares greedy outputs: the rate of prompts whose first k tokens are
 identical, and ROUGE-1/2/L F-measures (Google's `rouge-score`, the implementation Hugging Face
 `evaluate` wraps and summarize.py reports) in points (x100). ROUGE is computed on token ids,
@@ -56,6 +66,48 @@ def position_stats(base_logits, cell_logits, targets) -> dict:
             "nll_base": -b.gather(-1, t)[:, 0].cpu(), "nll_cell": -c.gather(-1, t)[:, 0].cpu()}
 
 
+# Probability mass below which a lumped remainder counts as empty (rounding of the server's logprobs).
+REST_EPS = 1e-9
+
+
+def topk_position_stats(base_logits, served: list[tuple], targets, k: int) -> dict:
+    """Return position_stats' tensors for a cell known only through top-k logprobs (a served cell).
+
+    served: per position, (logprob of the target token, {token id: logprob} of the tokens the
+    server named: its top-k, and the target where the server adds it[, the id of the server's
+    most likely token, None when it cannot be named]). k: how many of the named are its top-k
+    (the rest are extras such as the target). KL is the lumped lower bound of the module
+    docstring; a top-1 that cannot be named counts as a disagreement; "top5" is left out when k < 5.
+    """
+    import torch
+
+    b = torch.log_softmax(base_logits.float(), dim=-1)
+    p_all = b.exp()
+    kl, agree, top5, nll_cell = [], [], [], []
+    base_top = b.argmax(-1)
+    for t, (target_lp, named, *top) in enumerate(served):
+        ids = torch.tensor(list(named), dtype=torch.long)
+        q = torch.tensor([math.exp(v) for v in named.values()], dtype=torch.float64)
+        p = p_all[t, ids].double()
+        p_rest = max(0.0, 1.0 - float(p.sum()))
+        q_rest = max(0.0, 1.0 - float(q.sum()))
+        value = float((p * (p.clamp_min(1e-300).log() - q.clamp_min(1e-300).log())).sum())
+        if p_rest > REST_EPS:
+            value += p_rest * (math.log(p_rest) - math.log(max(q_rest, REST_EPS)))
+        kl.append(max(0.0, value))
+        ranked = sorted(named, key=named.get, reverse=True)[:k]
+        top_id = top[0] if top else (ranked[0] if ranked else None)
+        agree.append(top_id is not None and top_id == int(base_top[t]))
+        top5.append(int(base_top[t]) in ranked[:5])
+        nll_cell.append(-target_lp)
+    t_ids = targets.to(b.device)[:, None]
+    out = {"kl": torch.tensor(kl, dtype=torch.float64), "agree": torch.tensor(agree),
+           "nll_base": -b.gather(-1, t_ids)[:, 0].cpu(), "nll_cell": torch.tensor(nll_cell, dtype=torch.float64)}
+    if k >= 5:
+        out["top5"] = torch.tensor(top5)
+    return out
+
+
 @dataclass(frozen=True)
 class TokenParity:
     """Teacher-forced parity of one computation against the base over the same answer tokens."""
@@ -66,7 +118,7 @@ class TokenParity:
     kl_max: float
     top1: float  # fraction of positions where the argmaxes agree
     top1_lower: float  # its 95 % Wilson lower bound
-    top5: float  # fraction where the base's argmax is in the cell's top-5
+    top5: float | None  # fraction where the base's argmax is in the cell's top-5 (None: the cell gave fewer than 5)
     ppl_base: float
     ppl_cell: float
     delta_ppl: float
@@ -89,7 +141,7 @@ def token_parity(chunks: list[dict]) -> TokenParity:
     return TokenParity(
         tokens=n, kl_mean=float(cat["kl"].mean()), kl_p99=float(np.percentile(cat["kl"], 99)),
         kl_max=float(cat["kl"].max()), top1=agree / n, top1_lower=wilson_lower(agree, n),
-        top5=float(cat["top5"].mean()), ppl_base=ppl_b, ppl_cell=ppl_c, delta_ppl=ppl_c - ppl_b,
+        top5=float(cat["top5"].mean()) if "top5" in cat else None, ppl_base=ppl_b, ppl_cell=ppl_c, delta_ppl=ppl_c - ppl_b,
     )
 
 

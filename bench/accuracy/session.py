@@ -13,7 +13,9 @@ determinism. Then each cell is loaded, measured against the baseline and closed:
 1. sequences: the workload's first `prompts` requests (the speed run's order), each prompt with
    its reference answer cut to `answer_tokens` (and to the workload's max_total_len); with no
    dataset answers, the baseline's own greedy continuation of `answer_tokens` tokens;
-2. teacher-forced parity of the cell's logits against the baseline's (bench.accuracy.figures);
+2. teacher-forced parity of the cell's logits against the baseline's (bench.accuracy.figures): an hf
+   cell's in process, a trtllm cell's context logits (bench.accuracy.trtllm), a served (openai)
+   cell's prompt logprobs (bench.accuracy.served; none returned: generation parity only);
 3. generation parity: `generate_tokens` greedy tokens of each prompt from both;
 4. determinism: the cell's greedy tokens again, in the same process.
 
@@ -31,7 +33,7 @@ import traceback
 from pathlib import Path
 
 
-def _load(cell_dict: dict, engines_dir: str):
+def _load(cell_dict: dict, engines_dir: str, torch_model: bool = True):
     from bench.backends.registry import backend_class
     from bench.spec.cells import Cell
 
@@ -40,7 +42,7 @@ def _load(cell_dict: dict, engines_dir: str):
     backend = backend_class(key.backend)()
     t0 = time.perf_counter()
     loaded = backend.load(backend.build(key, Path(engines_dir)))
-    if getattr(loaded, "model", None) is None:
+    if torch_model and getattr(loaded, "model", None) is None:
         raise RuntimeError(f"backend {key.backend!r} exposes no torch model: its logits cannot be read in process")
     return cell, loaded, time.perf_counter() - t0
 
@@ -106,7 +108,7 @@ def run_session(job: dict) -> dict:
             result["baseline"].update(shared, load_s={"baseline": base_load_s})
     for cell_dict in job.get("cells", []):
         cell_id = _cell_id(cell_dict)
-        figures = _served_figures if cell_dict["backend"] == "openai" else _cell_figures
+        figures = {"openai": _served_figures, "trtllm": _trtllm_figures}.get(cell_dict["backend"], _cell_figures)
         result["cells"][cell_id] = _guarded(lambda c=cell_dict, f=figures: f(c, job, seqs, base_src, base_out, prompts,
                                                                               refs, settings))
         if result["cells"][cell_id]["status"] == "ok":
@@ -175,6 +177,29 @@ def _cell_figures(cell_dict, job, seqs, base_src, base_out, prompts, refs, setti
         loaded.close()
 
 
+def _trtllm_figures(cell_dict, job, seqs, base_src, base_out, prompts, refs, settings) -> dict:
+    """Return a trtllm cell's figures against the baseline: its context logits (bench.accuracy.trtllm), greedy
+    tokens twice, and which engine computed them (an engine of its own with gather_context_logits)."""
+    from bench.accuracy.capture import compare_sources
+    from bench.accuracy.figures import differing_tokens, generation_parity
+    from bench.accuracy.trtllm import logits_cell, trtllm_greedy, trtllm_logits
+
+    n = settings["generate_tokens"]
+    measured, engine_note = logits_cell(cell_dict)
+    _cell, loaded, load_s = _load(measured, job["engines_dir"], torch_model=False)
+    try:
+        t0 = time.perf_counter()
+        parity = compare_sources(base_src, {"cell": trtllm_logits(loaded.llm, loaded.end_id)}, seqs)["cell"].to_dict()
+        first = trtllm_greedy(loaded.llm, prompts, n, loaded.end_id)
+        second = trtllm_greedy(loaded.llm, prompts, n, loaded.end_id)
+        return {"parity": parity, "generation": generation_parity(first, base_out, refs, settings["prefix_k"]),
+                "determinism": differing_tokens(first, second), "greedy": first, "greedy_digest": digest(first),
+                "logits_source": "TensorRT-LLM context logits (SamplingParams.return_context_logits) of " + engine_note,
+                "load_s": {"cell": load_s}, "measure_s": time.perf_counter() - t0}
+    finally:
+        loaded.close()
+
+
 def _gen_kwargs(loaded, n: int) -> dict:
     """Return the cell's own generate settings (its cache implementation), as its measured runs use them."""
     gen = dict(loaded.generate_kwargs(n, None)) if hasattr(loaded, "generate_kwargs") else {}
@@ -182,23 +207,20 @@ def _gen_kwargs(loaded, n: int) -> dict:
     return gen
 
 
-# Why a served cell gets no teacher-forced figures (stored with its record).
-SERVED_REASON = ("generation parity only: the server's logits are not read (KL needs the full distribution at every "
-                 "answer position; OpenAI-compatible servers return at most top-k logprobs of the prompt, with echo)")
-
-
 def _served_figures(cell_dict, job, seqs, base_src, base_out, prompts, refs, settings) -> dict:
-    """Return a served (openai backend) cell's generation parity and determinism against the baseline's greedy outputs.
+    """Return a served (openai backend) cell's figures against the baseline: teacher-forced through its prompt
+    logprobs where it returns them (bench.accuracy.served), generation parity and determinism always.
 
     The same prompts go to the server as greedy completions of generate_tokens tokens (token ids on
     the completions endpoint unless the cell's prompt option says text); the returned text is
-    tokenized with the workload's tokenizer, so a server whose detokenization merges or splits
-    tokens shows as differing tokens.
+    tokenized with the workload's tokenizer, and so are the baseline's greedy tokens once decoded:
+    what differs is the generated text, not how a tokenizer splits it.
     """
     import asyncio
     import os
 
     from bench.accuracy.figures import differing_tokens, generation_parity
+    from bench.accuracy.served import NoPromptLogprobs, ServedLogprobs, served_parity
     from bench.backends.openai.backend import probe_server
     from bench.serving.client import ClientConfig, ServeRequest, replay
     from bench.spec.cells import Cell
@@ -210,6 +232,16 @@ def _served_figures(cell_dict, job, seqs, base_src, base_out, prompts, refs, set
     api_key = os.environ.get(o["api_key_env"]) or None
     model = probe_server(o["base_url"], o["model_name"], o["endpoint"], api_key)
     tok = load_tokenizer(cell.workload.tokenizer)
+    t0 = time.perf_counter()
+    out: dict = {"served_model": model}
+    try:
+        served = ServedLogprobs(o["base_url"], model, tok, api_key, float(o["timeout_s"]))
+        parity, method = served_parity(base_src, served, seqs)
+        out.update(mode="logprobs-top-k", parity=parity, parity_method=method,
+                   parity_reason=f"teacher-forced through the server's {method['source']} (top-{method['top_k']}): "
+                                 + method["approximation"])
+    except NoPromptLogprobs as exc:
+        out.update(mode="generation", parity=None, parity_reason=str(exc))
     as_text = o["endpoint"] == "chat" or o["prompt"] == "text"
     reqs = [ServeRequest(str(i), tok.decode(p) if as_text else list(p), len(p), n) for i, p in enumerate(prompts)]
     cfg = ClientConfig(o["base_url"], o["endpoint"], model, timeout_s=float(o["timeout_s"]),
@@ -223,12 +255,15 @@ def _served_figures(cell_dict, job, seqs, base_src, base_out, prompts, refs, set
             raise RuntimeError(f"{len(failed)} of {len(reqs)} greedy requests failed; first: {failed[0]}")
         return [tok.encode(r.text)[:n] for r in stats.received]
 
-    t0 = time.perf_counter()
     first, second = once(), once()
-    return {"mode": "generation", "parity": None, "parity_reason": SERVED_REASON, "served_model": model,
-            "generation": generation_parity(first, base_out, refs, settings["prefix_k"]),
-            "determinism": differing_tokens(first, second), "greedy": first, "greedy_digest": digest(first),
-            "load_s": {"cell": 0.0}, "measure_s": time.perf_counter() - t0}
+    # The server returns text: the baseline's greedy tokens go through the same decode + encode, so that only a
+    # difference in the generated text counts (a tokenizer merges a repeated token pair whoever generated it).
+    base_text = [tok.encode(tok.decode(list(b)))[:n] for b in base_out]
+    out.update(generation=generation_parity(first, base_text, refs, settings["prefix_k"]),
+               generation_compared="the server's text and the baseline's greedy tokens, both decoded and re-tokenized",
+               determinism=differing_tokens(first, second), greedy=first, greedy_digest=digest(first),
+               load_s={"cell": 0.0}, measure_s=time.perf_counter() - t0)
+    return out
 
 
 GEN_CONCURRENCY = 16  # greedy requests in flight to a server (as the in-process batches of 16)

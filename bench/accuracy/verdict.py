@@ -96,6 +96,8 @@ def judge(parity: dict | None, floor: dict | None, thresholds: dict, generation:
     worst = max(worst, _rouge_rule(generation, thresholds, real_reference, reasons) or 0)
     if floor_kl is None:
         reasons.append("no noise floor: KL judged by its absolute thresholds only")
+    if parity.get("kl_method"):  # a served cell's KL from its top-k logprobs: it can only understate the KL
+        reasons.append(f"KL is {parity['kl_method']}")
     return Verdict(VERDICTS[worst], reasons, dict(thresholds), RANDOM_WEIGHTS_NOTE if random_weights else None)
 
 

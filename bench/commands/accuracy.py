@@ -28,8 +28,9 @@ from bench.errors import BenchInputError
 
 # Backends whose logits this harness reads: hf in process (the loaded torch model). A baseline must be one.
 LOGIT_BACKENDS = ("hf",)
-# Backends measured by generation parity only (their logits are not read): served cells (openai).
-GENERATION_BACKENDS = ("openai",)
+# Cells read through their own API: trtllm's context logits (bench/accuracy/trtllm.py, written against 1.2.1, not
+# run on hardware) and a served model's prompt logprobs (openai; generation parity only where it gives none).
+CELL_BACKENDS = ("trtllm", "openai")
 # What the session measures: a stored record is reused only if these match.
 MEASURE_KEYS = ("prompts", "answer_tokens", "generate_tokens", "prefix_k", "reference")
 
@@ -85,14 +86,14 @@ def plan_accuracy(matrix, all_cells, settings) -> list[tuple]:
             raise BenchInputError(
                 f"baseline {base.label}: bench accuracy reads the baseline's logits in process, from backends "
                 f"{list(LOGIT_BACKENDS)}; make an hf cell of the same model the baseline (baseline = {{ backend = \"hf\", ... }})")
-        if cell.backend not in LOGIT_BACKENDS + GENERATION_BACKENDS:
+        if cell.backend not in LOGIT_BACKENDS + CELL_BACKENDS:
             raise BenchInputError(
-                f"{cell.label}: backend {cell.backend!r} is not measured by bench accuracy yet (docs/guide/accuracy.md: "
-                "trtllm's logits path is written against 1.2.1, not run): narrow with --only backend=hf")
+                f"{cell.label}: backend {cell.backend!r} is not measured by bench accuracy (it measures "
+                f"{list(LOGIT_BACKENDS + CELL_BACKENDS)}): narrow with --only backend=hf")
         for c in (cell, base):
-            if c.backend in LOGIT_BACKENDS and tensor_parallel_size(c.options_dict) > 1:
+            if c.backend in ("hf", "trtllm") and tensor_parallel_size(c.options_dict) > 1:
                 raise BenchInputError(
-                    f"{c.label}: tensor_parallel_size={tensor_parallel_size(c.options_dict)} runs as torchrun ranks; an "
+                    f"{c.label}: tensor_parallel_size={tensor_parallel_size(c.options_dict)} runs as several ranks (torchrun, MPI); an "
                     "accuracy session loads its models in one process: measure a tensor_parallel_size = 1 cell of the "
                     "same precision (the numerics it checks are the same)")
         mine, theirs = cell.options_dict, base.options_dict
@@ -240,8 +241,10 @@ def accuracy_group(base, todo: list, matrix, settings, context, floor: dict | No
             acc.update({k: figures.get(k) for k in ("reference", "prompts", "sequences", "reference_digest", "parity",
                                                     "floor", "generation", "determinism", "greedy", "greedy_digest",
                                                     "load_s", "measure_s", "random_weights")})
-            acc["mode"] = figures.get("mode", "logits")  # "generation": generation parity only (parity_reason says why)
-            for k in ("parity_reason", "served_model"):
+            # "logits": full distributions; "logprobs-top-k": a server's prompt logprobs (KL a lower bound);
+            # "generation": generation parity only. parity_reason says why, parity_method how.
+            acc["mode"] = figures.get("mode", "logits")
+            for k in ("parity_reason", "parity_method", "served_model", "logits_source", "generation_compared"):
                 if figures.get(k):
                     acc[k] = figures[k]
             prior = [r for r in earlier if r.accuracy.get("greedy") is not None]
@@ -291,6 +294,10 @@ def accuracy_text(cell, record) -> str:
     base = acc.get("baseline")
     what = (f"{p['tokens']} teacher-forced tokens over {acc['sequences']} prompts" if p else
             f"{acc['prompts']} prompts, {acc.get('parity_reason')}")
+    if p and acc.get("mode") == "logprobs-top-k":
+        what += f" ({acc.get('parity_reason')})"
+    if acc.get("logits_source"):
+        what += f"; logits: {acc['logits_source']}"
     head = (f"## {cell.label}" + (f" vs baseline {_label(base)}" if base else " (baseline: noise floor)")
             + f"\n\n{what} ({acc.get('prompts_note')}); reference: {ref}")
     lines = [head]
@@ -298,14 +305,14 @@ def accuracy_text(cell, record) -> str:
         lines.append(f"perplexity on the reference {p['ppl_base']:.3f}")
         for f in (acc.get("floor") or {}).values():
             lines.append(f"noise floor, {f['what']}: KL mean {f['kl_mean']:.3g} (p99 {f['kl_p99']:.3g}), top-1 "
-                         f"{100 * f['top1']:.1f} % (lower {100 * f['top1_lower']:.1f} %), top-5 {100 * f['top5']:.1f} %")
+                         f"{100 * f['top1']:.1f} % (lower {100 * f['top1_lower']:.1f} %), top-5 {_percent(f['top5'])}")
     else:
         if p:
             ratio = f"; {m['kl_floor_ratio']:.1f}x the floor" if "kl_floor_ratio" in m else "; no floor"
             top_ratio = f", {m['top1_floor_ratio']:.2f}x the floor's" if m.get("top1_floor_ratio") else ""
             lines.append(f"KL mean {p['kl_mean']:.3g} (p99 {p['kl_p99']:.3g}{ratio}) · top-1 {100 * p['top1']:.1f} % "
                          f"(95 % lower bound {100 * p['top1_lower']:.1f} %{top_ratio}) · base top-1 in cell top-5 "
-                         f"{100 * p['top5']:.1f} % · PPL {p['ppl_base']:.3f} -> {p['ppl_cell']:.3f} "
+                         f"{_percent(p['top5'])} · PPL {p['ppl_base']:.3f} -> {p['ppl_cell']:.3f} "
                          f"(delta {p['delta_ppl']:+.3f})")
         g = acc["generation"]
         rouge = ("ROUGE-1/2/L vs baseline " + "/".join(f"{g['rouge_vs_base'][k]:.1f}" for k in ("rouge1", "rouge2", "rougeL"))
@@ -322,6 +329,10 @@ def accuracy_text(cell, record) -> str:
 
         lines.append(Verdict(**acc["verdict"]).text())
     return "\n".join(lines) + "\n"
+
+
+def _percent(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f} %"
 
 
 def _across(d: dict) -> str:

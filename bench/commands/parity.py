@@ -25,7 +25,7 @@ from bench.cli import add_matrix_arguments, load_selected_matrix, parse_pairs
 from bench.errors import BenchInputError
 
 AXES = ("precision", "max_batch_size", "device")
-LAYER_BACKENDS = ("hf",)  # a torch model whose modules take hooks (trtllm: bench/accuracy/trtllm.py, not run)
+LAYER_BACKENDS = ("hf",)  # a torch model whose modules take hooks (trtllm: bench/accuracy/trtllm.py, not wired)
 
 
 def register(sub) -> None:
@@ -73,9 +73,16 @@ def parity_cells(matrix, a_text: str, b_text: str) -> tuple:
         raise BenchInputError(f"--layers starts from one cell; the selection holds {len(matrix.cells)} and the "
                               f"baseline matches {len(cells)}: narrow with --only (e.g. --only max_batch_size=1,workload=...)")
     cell = cells[0]
+    if cell.backend == "trtllm":
+        raise BenchInputError(
+            "bench parity --layers does not reach TensorRT-LLM: its per-layer path (bench/accuracy/trtllm.py "
+            "layer_tensors, written against 1.2.1's GenerationSession debug tensors: an engine built with "
+            "enable_debug_output, a session with debug_mode) is not wired to this command and has not run on "
+            "hardware (docs/guide/accuracy.md). Compare hf configurations here (--only backend=hf), and a trtllm "
+            "cell against its hf baseline with `bench accuracy` (KL and top-1 per position)")
     if cell.backend not in LAYER_BACKENDS:
         raise BenchInputError(f"bench parity --layers hooks torch modules in process: backend {cell.backend!r} has none "
-                              f"here (supported: {list(LAYER_BACKENDS)}; TensorRT-LLM's path is written, not run: docs/guide/accuracy.md)")
+                              f"(supported: {list(LAYER_BACKENDS)}); compare it with `bench accuracy` instead")
     a, b = configured(cell, a_text), configured(cell, b_text)
     if a.model != b.model:
         raise BenchInputError("--layers compares two configurations of one model: A and B name different models")

@@ -2,7 +2,8 @@
 
 The speedup tables show four accuracy columns beside each speed figure (bench.report.tables);
 this section holds the rest of each record: the baseline, the reference, the token count, the
-floor ratio, top-5, ROUGE, determinism in and across processes, and the verdict's reasons.
+floor ratio, top-5, ROUGE, determinism in and across processes, and the verdict's reasons. A served
+cell's KL from its top-k logprobs (bench.accuracy.served) is a lower bound and is marked ">=".
 """
 
 from __future__ import annotations
@@ -28,12 +29,12 @@ def accuracy_markdown(latest: dict) -> str:
             rec.label + _options(rec.cell), "(itself: noise floor)" if base is None else
             f"{base['backend']}/{base['precision']}/bs{base['max_batch_size']}" + _options(base),
             str(a.get("reference")), str(m.get("tokens", "generation parity only")),
-            (f"{m['kl_mean']:.3g} ({m['kl_p99']:.3g})" if "kl_mean" in m else "") if base is not None
+            (_kl(m, a.get("parity") or {}) if "kl_mean" in m else "") if base is not None
             else _floor(a.get("floor")),
             (f"KL {m['kl_floor_ratio']:.1f}x, top-1 {m['top1_floor_ratio']:.2f}x" if m.get("top1_floor_ratio")
              else f"KL {m['kl_floor_ratio']:.1f}x") if "kl_floor_ratio" in m else "",
             f"{100 * m['top1']:.1f} ({100 * m['top1_lower']:.1f})" if base is not None and "top1" in m else "",
-            f"{100 * m['top5']:.1f}" if base is not None and "top5" in m else "",
+            f"{100 * m['top5']:.1f}" if base is not None and m.get("top5") is not None else "",
             f"{m['ppl_base']:.3f} -> {m['ppl_cell']:.3f}" if "ppl_cell" in m else "",
             f"{100 * g['identical_prefix_rate']:.0f} % (k={g['prefix_k']})" if g else "",
             f"{g['rouge_vs_base']['rougeL']:.1f}" if g.get("rouge_vs_base") else "",
@@ -49,6 +50,13 @@ def accuracy_markdown(latest: dict) -> str:
         lines += ["", "Thresholds: " + ", ".join(f"{k} = {v}" for k, v in thresholds.items())
                   + " (bench.spec.cells.AccuracySpec; docs/guide/accuracy.md gives their anchors)."]
     return "\n".join(lines) + "\n"
+
+
+def _kl(m: dict, parity: dict) -> str:
+    """Return 'mean (p99)'; a served cell's top-k KL is a lower bound, and reads so ('>= 0.17 (0.5) top-20')."""
+    text = f"{m['kl_mean']:.3g} ({m['kl_p99']:.3g})"
+    method = parity.get("kl_method")
+    return f">= {text} {method.split(' lumped')[0]}" if method else text
 
 
 def _floor(floor: dict | None) -> str:

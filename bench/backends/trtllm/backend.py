@@ -425,6 +425,8 @@ def engine_llm_kwargs(key, model_dir: Path, folder: Path, workload_files: list) 
              "max_num_tokens": engine_max_num_tokens(opts["max_num_tokens"], key.max_batch_size, key.max_seq_len)}
     if opts["nvtx"]:
         build["profiling_verbosity"] = "detailed"  # layer names in the engine, for the kernel table
+    if opts.get("gather_context_logits"):
+        build["gather_context_logits"] = True  # the prompt's logits can be returned (bench accuracy)
     # 1.2.1's BuildConfig is a plain pydantic model: it would silently drop a misspelt field.
     unknown = set(build) - set(BuildConfig.model_fields)
     if unknown:

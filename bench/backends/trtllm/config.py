@@ -65,6 +65,11 @@ class TRTLLMConfig(BackendConfig):
         "calib_requests": Option(64, kind=int, help="workload prompts used to calibrate int8-sq / int4-awq / fp8"),
         "nvtx": Option(False, (False, True), help="TRT-LLM NVTX markers and detailed engine layer names (profiling)"),
         "free_gpu_memory_fraction": Option(0.9, kind=float, help="KvCacheConfig: share of free memory for the KV cache"),
+        # Added after results were stored (ids unchanged at its default). bench accuracy builds a cell's engine with
+        # it on (bench/accuracy/trtllm.py logits_cell); a speed run can too, at the cost of gathering every position.
+        "gather_context_logits": Option(False, (False, True), keeps_ids_at_default=True,
+                                        help="BuildConfig.gather_context_logits: the engine can return the prompt's "
+                                             "logits (SamplingParams.return_context_logits)"),
         # TRT-LLM starts its own ranks (MPI workers) on the GPUs the worker sees: one worker per cell.
         "tensor_parallel_size": TENSOR_PARALLEL,
     }

@@ -26,6 +26,8 @@ DEFAULTS = {
     # "none" | "build_oom" (TensorRT runs out of memory building the engine) | "kv_oom" (the
     # executor cannot allocate its KV cache) | "run_oom" (the executor fails a request mid-run)
     "fail": "none",
+    # "none": synthetic tokens, no logits | "hf": INVENTED, the checkpoint's own numbers (_stand_in_numerics.py)
+    "numerics": "none",
 }
 
 

@@ -18,7 +18,10 @@ cpp/). What is modelled, and from where:
 - KV capacity: min(max_tokens, free_gpu_memory_fraction x free memory / bytes per token);
 - per-request perf metrics (timing_metrics on the steady clock) when return_perf_metrics;
 - without ignore_eos the "model" emits end_id after half of max_tokens (not before
-  min_tokens), as a random-weight model may.
+  min_tokens), as a random-weight model may;
+- with `numerics` (FAKE_TRTLLM_CONFIG numerics = "hf", ../_stand_in_numerics.py) the tokens are
+  the checkpoint's greedy ones and a request with return_context_logits gets the prompt's logits
+  on its first response; an engine built without gather_context_logits refuses such a request.
 """
 
 from __future__ import annotations
@@ -53,12 +56,14 @@ class _Request:
     first_token: float = 0.0
     first_iter: int = 0
     tokens: list = field(default_factory=list)
+    planned: list | None = None  # the model's greedy tokens (numerics "hf")
+    context_logits: object = None
 
 
 class InflightBatchingExecutor:
     def __init__(self, *, max_batch_size: int, max_num_tokens: int, max_seq_len: int, max_input_len: int,
                  kv_cache_config, kv_bytes_per_token: int, weight_bytes: int, tokens_per_block: int,
-                 enable_chunked_context: bool, cfg: dict):
+                 enable_chunked_context: bool, cfg: dict, numerics=None, gather_context_logits: bool = True):
         free = cfg["device_memory_gb"] * 1e9 - weight_bytes
         fraction = kv_cache_config.free_gpu_memory_fraction
         capacity = int(free * (0.9 if fraction is None else fraction) // kv_bytes_per_token)
@@ -78,6 +83,8 @@ class InflightBatchingExecutor:
         self.step_s = cfg["step_ms"] / 1000
         self.prefill_s = cfg["prefill_ms_per_token"] / 1000
         self.fail_run = cfg["fail"] == "run_oom"
+        self.numerics = numerics
+        self.gather_context_logits = gather_context_logits
         self._ids = itertools.count(1)
         self._waiting: deque[_Request] = deque()
         self._active: list[_Request] = []
@@ -116,6 +123,9 @@ class InflightBatchingExecutor:
 
     def _reject(self, req: _Request) -> str | None:
         n, tpb = len(req.prompt), self.tokens_per_block
+        if req.params.return_context_logits and not self.gather_context_logits:
+            return ("Context logits were requested, but the engine was built without gather_context_logits "
+                    "(stand-in)")  # INVENTED message
         if n > self.max_input_len:
             return f"Prompt length ({n}) exceeds maximum input length ({self.max_input_len})."
         if n > self.max_num_tokens and not self.chunked_context:
@@ -171,6 +181,10 @@ class InflightBatchingExecutor:
             for r in admitted:
                 r.first_scheduled, r.first_iter = start, self._iter
                 p = r.params
+                if self.numerics is not None:
+                    r.planned = self.numerics.greedy(r.prompt, p.max_tokens)
+                    if p.return_context_logits:
+                        r.context_logits = self.numerics.context_logits(r.prompt)
                 if not p.ignore_eos:
                     r.eos_at = max(p.min_tokens or 1, p.max_tokens // 2)
             self._active.extend(admitted)
@@ -182,6 +196,8 @@ class InflightBatchingExecutor:
                 token = 1 + (len(r.prompt) * 31 + r.generated) % 997
                 if token == r.params.end_id:
                     token += 1
+                if r.planned is not None:
+                    token = r.planned[r.generated - 1]
                 reason = FinishReason.NOT_FINISHED
                 if r.eos_at is not None and r.generated >= r.eos_at:
                     token, reason = r.params.end_id, FinishReason.END_ID
@@ -201,6 +217,7 @@ class InflightBatchingExecutor:
                     r.result.queue.put(Response(r.result.id, result=Result(
                         is_final=done, output_token_ids=[list(new)], finish_reasons=[reason],
                         cached_tokens=r.cached_tokens, decoding_iter=r.generated,
+                        context_logits=r.context_logits if r.generated == 1 or not r.streaming else None,
                         request_perf_metrics=self._metrics(r, now, done) if r.params.return_perf_metrics else None)))
             with self._cv:
                 for r in set(finished):

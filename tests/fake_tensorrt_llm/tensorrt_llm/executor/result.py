@@ -64,6 +64,7 @@ class GenerationResult:
         self.cached_tokens = 0
         self.decoding_iter = 0
         self.metrics_dict: dict = {}
+        self._context_logits = None
 
     @property
     def request_id(self) -> int:
@@ -78,6 +79,11 @@ class GenerationResult:
         return self._outputs[:self.sampling_params.n]
 
     @property
+    def context_logits(self):
+        """1.2.1 GenerationResultBase.context_logits: [prompt_len, vocab] when return_context_logits, else None."""
+        return self._context_logits
+
+    @property
     def finished(self) -> bool:
         return self._done
 
@@ -87,6 +93,8 @@ class GenerationResult:
             # in the thread that consumes the result (a RequestError for a failed request).
             raise RequestError(response.error_msg)
         result = response.result
+        if result.context_logits is not None:
+            self._context_logits = result.context_logits
         self._done = result.is_final
         self.decoding_iter = result.decoding_iter
         self.cached_tokens = getattr(result, "cached_tokens", 0)

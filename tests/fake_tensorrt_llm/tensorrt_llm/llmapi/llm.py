@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .._stand_in import config, log
+from .._stand_in_numerics import HFNumerics
 from ..builder import EngineConfig, build
 from ..executor._stand_in_executor import InflightBatchingExecutor
 from ..executor.result import GenerationResult
@@ -183,6 +184,8 @@ def _load_or_build(args: TrtLlmArgs, workspace: Path) -> tuple[Path, Path | None
         "quantization": {"quant_algo": quant.quant_algo, "kv_cache_quant_algo": quant.kv_cache_quant_algo},
         "mapping": {"world_size": 1, "tp_size": 1, "pp_size": 1, "cp_size": 1},
     }
+    if config()["numerics"] == "hf":  # INVENTED: a real engine holds the weights; the stand-in names their folder
+        pretrained["stand_in_checkpoint"] = str(model_dir)
     engine_config, engine = build(pretrained, args.build_config)
     engine_dir = workspace / "tmp.engine"
     engine_dir.mkdir(parents=True, exist_ok=True)
@@ -222,13 +225,18 @@ class _TrtLLM(BaseLLM):
         max_num_tokens = self.args.max_num_tokens or build_config.max_num_tokens
         max_seq_len = self.args.max_seq_len or build_config.max_seq_len
         engine = EngineConfig.from_json_file(self._engine_dir / "config.json")
+        cfg = config()
+        checkpoint = engine.pretrained_config.get("stand_in_checkpoint")
+        numerics = HFNumerics(checkpoint, engine.pretrained_config["dtype"]) if (
+            cfg["numerics"] == "hf" and checkpoint) else None
         self._executor = InflightBatchingExecutor(
             max_batch_size=max_batch_size, max_num_tokens=max_num_tokens, max_seq_len=max_seq_len,
             max_input_len=engine.build_config.max_input_len, kv_cache_config=self.args.kv_cache_config,
             kv_bytes_per_token=_kv_bytes_per_token(engine.pretrained_config),
             weight_bytes=(self._engine_dir / "rank0.engine").stat().st_size,
             tokens_per_block=engine.build_config.plugin_config.tokens_per_block,
-            enable_chunked_context=self.args.enable_chunked_prefill, cfg=config())
+            enable_chunked_context=self.args.enable_chunked_prefill, cfg=cfg, numerics=numerics,
+            gather_context_logits=engine.build_config.gather_context_logits)
         log("executor", max_batch_size=max_batch_size, max_num_tokens=max_num_tokens, max_seq_len=max_seq_len,
             kv_cache_config=self.args.kv_cache_config, kv_capacity_tokens=self._executor.capacity_tokens,
             engine_build_config=engine.build_config)
@@ -257,7 +265,9 @@ class _TorchLLM(BaseLLM):
             max_input_len=max_seq_len, kv_cache_config=self.args.kv_cache_config,
             kv_bytes_per_token=_kv_bytes_per_token(pretrained), weight_bytes=0,
             tokens_per_block=self.args.kv_cache_config.tokens_per_block,
-            enable_chunked_context=self.args.enable_chunked_prefill, cfg=config())
+            enable_chunked_context=self.args.enable_chunked_prefill, cfg=config(),
+            # the PyTorch runtime gathers context logits for the requests that ask (no build-time flag)
+            numerics=HFNumerics(str(model_dir), dtype) if config()["numerics"] == "hf" else None)
         log("torch_llm", model=str(model_dir), dtype=dtype, max_batch_size=max_batch_size,
             max_num_tokens=self.args.max_num_tokens, max_seq_len=max_seq_len, kv_cache_config=self.args.kv_cache_config)
 
