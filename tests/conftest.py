@@ -46,3 +46,5 @@ def _isolate_cwd(tmp_path, monkeypatch):
     """Every test runs in its own folder: results/, engines/, dashboards/ never touch the repo."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # `bench build` builds under an absolute root (engine_artifact.BUILD_ROOT): the test's own.
+    monkeypatch.setenv("BENCH_ARTIFACT_BUILD_ROOT", str(tmp_path / "engine-builds"))

@@ -322,3 +322,26 @@ def test_a_run_from_an_artifact_that_tuned_again_says_so_under_its_table(tmp_pat
     notes = [line for line in text.splitlines() if "ran from engine artifact" in line]
     assert len(notes) == 2 and all(n.startswith("Note: hf/int8wo/bs1 ran from engine artifact 08ed8b52b8fd") for n in notes)
     assert any("tuned 17 kernel(s) again" in n for n in notes) and any("tuned 4 kernel(s) again" in n for n in notes)
+
+
+def test_an_artifact_loads_into_the_absolute_folder_it_was_built_in_or_says_why_not(lottery, tmp_path, monkeypatch):
+    """Inductor's statically launched kernels carry their build's absolute paths (source file, autotune entry), so
+    a run loads the artifact into the build's own engines folder; an older artifact, or a folder this machine cannot
+    create, loads into one of its digest with a warning (then the records count the kernels tuned again)."""
+    matrix = lottery()
+    assert main(["build", "--matrix", matrix, "--artifacts", "art"]) == 0
+    (artifact,) = (tmp_path / "art").glob("*.tar")
+    manifest = engine_artifact.read_manifest(artifact)
+    built_in = Path(manifest["engines_dir"])
+    assert built_in.is_absolute() and built_in.parent == tmp_path / "engine-builds" / "builds"
+    assert main(["run", "--matrix", matrix, "--engines", "art", "--store", "s.jsonl", "--no-progress"]) == 0
+    (kernels,) = {json.dumps(r.kernels, sort_keys=True) for r in query.load(["s.jsonl"])}
+    assert json.loads(kernels)["installed_in"] == json.loads(kernels)["built_in"] == str(built_in)
+
+    fallback = tmp_path / "engines" / "artifacts" / manifest["digest"][:16]
+    folder, why = engine_artifact.load_dir({}, fallback)
+    assert folder == fallback and "does not name the folder it was built in" in why
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    folder, why = engine_artifact.load_dir({"engines_dir": str(blocked / "sub")}, fallback)
+    assert folder == fallback and "cannot create the folder it was built in" in why

@@ -8,12 +8,19 @@ draw to wherever the cell runs next, as TensorRT-LLM ships its engine.
 Format 1: an uncompressed tar, named `<build key hash>-<digest 12>.tar`, holding
 
     manifest.json   {"format", "digest", "key_hash", "build_key", "environment", "tuned",
-                     "files": [{"path", "sha256", "bytes"}], "made_at", "made_by"}
+                     "files": [{"path", "sha256", "bytes"}], "made_at", "made_by", "engines_dir"}
     files/<path>    each file the backend chose (`Loaded.engine_files`), relative to its engine folder
 
 The digest is the SHA-256 of the build key and of each file's (path, SHA-256): two artifacts
 with one digest hold the same kernels and tuned configs, whichever machine or hour made them.
 `environment` is where it was made; `MATCH_KEYS` must agree where it is loaded.
+
+`engines_dir` is the absolute engines folder the build ran in, and an artifact loads into that same
+folder (`load_dir`): Inductor pickles the absolute paths of a compiled kernel's source file and of
+its autotune-cache entry into the kernels it caches for the static CUDA launcher, so a kernel
+loaded under another path looks for its tuned winner where the build kept it, misses, and tunes
+again (seen on the H200: docs/measurements/2026-12-01-h200-artifacts-two-machines.md). `bench
+build` therefore builds under `BUILD_ROOT`, a path any Linux machine can create.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import tarfile
 import time
 from pathlib import Path
@@ -33,6 +41,8 @@ MANIFEST = "manifest.json"
 # caches are keyed by torch's own source hash and Triton's version, compiled kernels are
 # binaries for one GPU architecture, built by one CUDA toolkit and loaded by one driver.
 MATCH_KEYS = ("torch", "triton", "cuda", "gpu_name", "compute_capability", "driver")
+# Where `bench build` builds (BENCH_ARTIFACT_BUILD_ROOT overrides it): the same absolute path on every machine.
+BUILD_ROOT = "/tmp/bench-engine-builds"
 # Kept in the manifest to say where it was made (not compared).
 WHERE_KEYS = ("host", "gpu_uuid", "transformers", "torchao", "commit", "dirty")
 
@@ -52,9 +62,30 @@ def environment_of(fingerprint: dict) -> dict:
     return {k: fingerprint.get(k) for k in (*MATCH_KEYS, *WHERE_KEYS)}
 
 
+def build_root() -> Path:
+    """Return the folder `bench build` builds under (BUILD_ROOT unless $BENCH_ARTIFACT_BUILD_ROOT names another)."""
+    return Path(os.environ.get("BENCH_ARTIFACT_BUILD_ROOT") or BUILD_ROOT)
+
+
+def load_dir(manifest: dict, fallback: Path) -> tuple[Path, str | None]:
+    """Return (engines folder to load an artifact into, why not the build's own or None).
+
+    The build's absolute engines folder where the manifest names one and it can be created here;
+    else `fallback` (an older artifact, or a path this machine refuses), with the reason: its
+    statically launched kernels may then tune again, which the records count."""
+    made_in = manifest.get("engines_dir")
+    if not made_in:
+        return fallback, "the artifact does not name the folder it was built in (made before format 1 recorded it)"
+    try:
+        Path(made_in).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return fallback, f"cannot create the folder it was built in, {made_in}: {exc}"
+    return Path(made_in), None
+
+
 def write(out_dir: str | Path, key_dict: dict, key_hash: str, environment: dict, tuned: dict | None,
-          files: dict[str, bytes]) -> tuple[Path, dict]:
-    """Return (path, manifest) of the artifact written to out_dir from an engine's files."""
+          files: dict[str, bytes], engines_dir: str | Path | None = None) -> tuple[Path, dict]:
+    """Return (path, manifest) of the artifact written to out_dir from an engine's files (built in engines_dir)."""
     from bench.files import write_atomic
 
     if not files:
@@ -65,6 +96,7 @@ def write(out_dir: str | Path, key_dict: dict, key_hash: str, environment: dict,
         "environment": environment_of(environment), "tuned": tuned,
         "files": [{"path": p, "sha256": hashlib.sha256(d).hexdigest(), "bytes": len(d)} for p, d in sorted(files.items())],
         "made_at": time.time(), "made_by": "bench build",
+        "engines_dir": os.path.abspath(engines_dir) if engines_dir else None,
     }
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:

@@ -100,7 +100,7 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
         memory_cap = apply_cap(device)
         _phase(f"build key {key.key_hash} ({key.backend}/{key.precision}): building")
         artifact = backend.build(key, Path(job["engines_dir"]))
-        kernels = install_artifact(engine, backend, key, artifact, environment)
+        kernels = install_artifact(engine, backend, key, artifact, environment, job["engines_dir"])
         if kernels["source"] == "artifact":
             _phase(f"engine artifact {kernels['artifact'][:12]} installed")
         t1 = time.perf_counter()
@@ -186,7 +186,7 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
     if engine.get("export_dir") and not export_failed:
         _phase("exporting the engine artifact")
         try:
-            emit(export_artifact(engine["export_dir"], loaded, key, environment))
+            emit(export_artifact(engine["export_dir"], loaded, key, environment, job["engines_dir"]))
         except Exception as exc:
             emit({"event": "fatal", "status": classify_exception(exc), "error": _describe(exc), "phase": "export"})
     loaded.close()
@@ -219,7 +219,7 @@ def pass_result(out, backend_figures: dict, telemetry: dict, gpus: int, extra: d
     )
 
 
-def install_artifact(engine: dict, backend, key, artifact, environment: dict) -> dict:
+def install_artifact(engine: dict, backend, key, artifact, environment: dict, engines_dir: str = "") -> dict:
     """Install the engine artifact the job names (if any) before the load; return what records say of their kernels.
 
     `kernels.source`: "built here" (compiled and tuned in this process or its engine folder) or
@@ -248,11 +248,14 @@ def install_artifact(engine: dict, backend, key, artifact, environment: dict) ->
     made = manifest["environment"]
     return {"source": "artifact", "artifact": manifest["digest"], "artifact_file": Path(path).name,
             "artifact_tuned_digest": (manifest.get("tuned") or {}).get("digest"),
+            # The engines folder it was installed in: the build's own where the run could use it (engine_artifact.load_dir).
+            "installed_in": os.path.abspath(engines_dir) if engines_dir else None,
+            "built_in": manifest.get("engines_dir"),
             "made_on": {"host": made.get("host"), "gpu_uuid": made.get("gpu_uuid")}}
 
 
-def export_artifact(out_dir: str, loaded, key, environment: dict) -> dict:
-    """Write the warmed-up engine of this process as an artifact; return the `exported` event."""
+def export_artifact(out_dir: str, loaded, key, environment: dict, engines_dir: str | None = None) -> dict:
+    """Write the warmed-up engine of this process (built in engines_dir) as an artifact; return the `exported` event."""
     from bench.backends import engine_artifact
 
     files = loaded.engine_files()
@@ -260,7 +263,7 @@ def export_artifact(out_dir: str, loaded, key, environment: dict) -> dict:
         raise ValueError(f"backend {key.backend!r} has no engine files to carry for build key {key.key_hash} "
                          "(an hf cell carries something only when compiled: compile != off)")
     path, manifest = engine_artifact.write(out_dir, key.to_dict(), key.key_hash, environment, loaded.tuned_kernels(),
-                                           files)
+                                           files, engines_dir)
     return {"event": "exported", "path": str(path), "digest": manifest["digest"], "key_hash": key.key_hash,
             "bytes": path.stat().st_size, "files": len(files), "tuned": manifest["tuned"]}
 

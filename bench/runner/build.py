@@ -4,7 +4,9 @@ Nothing is measured and nothing goes into a result store: the worker builds, loa
 warm-up of every cell of the build group (the shapes its measured passes would compile and
 tune), then writes the engine as an artifact (bench.backends.engine_artifact) to the output
 folder. Each build starts from an empty engine folder of its own, so an artifact is one cold
-build's compile and tuning, never a mix with an earlier process's cache.
+build's compile and tuning, never a mix with an earlier process's cache. That folder lies under
+engine_artifact.build_root() (/tmp/bench-engine-builds/builds/<stamp>/), an absolute path another
+machine can create, because the artifact is loaded into the same path it was built in.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from bench.backends.engine_artifact import build_root
 
 
 @dataclass
@@ -31,7 +35,7 @@ class BuildOutcome:
     events: list = field(default_factory=list)
 
 
-def build_artifacts(matrix, out_dir: str | Path, *, engines_dir: str | Path = "engines",
+def build_artifacts(matrix, out_dir: str | Path, *, engines_dir: str | Path | None = None,
                     workload_cache: str | Path = "workloads/cache", on_outcome=None) -> list[BuildOutcome]:
     """Return one BuildOutcome per build key of the matrix, each built cold in a fresh worker and exported to out_dir."""
     from bench.execution.supervisor import GroupItem, GroupJob, supervise_group
@@ -54,7 +58,8 @@ def build_artifacts(matrix, out_dir: str | Path, *, engines_dir: str | Path = "e
     for key, cells in groups.items():
         items = [GroupItem(c, [], str(workloads[c.workload][1])) for c in cells]
         job = GroupJob(
-            build_key=key, items=items, engines_dir=Path(engines_dir) / "builds" / stamp,
+            # An absolute folder every machine can create: the artifact loads into it again (engine_artifact.load_dir).
+            build_key=key, items=items, engines_dir=(Path(engines_dir) if engines_dir else build_root()) / "builds" / stamp,
             warmup=max(1, settings.warmup), build_timeout_s=settings.build_timeout_s,
             cell_timeout_s=settings.timeout_s, log_dir=out_dir / "logs", log_prefix=f"build-{key.key_hash}",
             env=env_for(settings.gpu_memory_gb), engine={"export_dir": str(out_dir)},

@@ -69,13 +69,19 @@ def engine_for(key, build: int | None, artifacts: dict[str, str], settings, engi
                run_id: str) -> tuple[Path, dict]:
     """Return (engines dir, the worker's `engine` job entry) of one build group's process.
 
-    An artifact loads into a folder of its own digest (never mixed with what was tuned here); a
-    tuning build k builds in `engines/tuning/<run id>/build-k`, cold the first time."""
+    An artifact loads into the absolute folder it was built in (engine_artifact.load_dir: Inductor's
+    cached kernels name their build's paths), else into a folder of its own digest, never into one
+    that tuned here; a tuning build k builds in `engines/tuning/<run id>/build-k`, cold the first time."""
     engine: dict = {"retune_on_mismatch": settings.retune_on_mismatch}
     path = artifacts.get(key.key_hash)
     if path:
-        digest = engine_artifact.read_manifest(path)["digest"]
-        return Path(engines_dir) / "artifacts" / digest[:16], {**engine, "artifact": path}
+        manifest = engine_artifact.read_manifest(path)
+        folder, why_not = engine_artifact.load_dir(manifest, Path(engines_dir) / "artifacts" / manifest["digest"][:16])
+        if why_not:
+            warnings.warn(f"engine artifact {Path(path).name} loads into {folder}, not the folder it was built in "
+                          f"({why_not}): its tuned kernels may be tuned again, and the records then say so",
+                          UserWarning, stacklevel=2)
+        return folder, {**engine, "artifact": path}
     if build is not None:
         return Path(engines_dir) / "tuning" / run_id / f"build-{build}", {**engine, "tuning_build": build}
     return Path(engines_dir), engine
