@@ -99,9 +99,7 @@ def report_data(records: list[Record], left_out_runs: dict | None = None) -> Rep
             tele_counts.append(len(tele))
             tele_vals.extend(tele)
     frame = pd.DataFrame(rows)
-    if left_out_runs:
-        frame["left_out_runs"] = [left_out_runs.get((c, cap), 0) for c, cap in zip(frame.cell_id, frame.gpu_memory_gb,
-                                                                                  strict=True)]
+    _add_left_out_runs(frame, left_out_runs)
     ins, outs, ttfts, e2els = (list(c) for c in zip(*sample_vals, strict=True)) if sample_vals else ([], [], [], [])
     samples = _keyed_frame(sample_keys, sample_counts, {"in": ins, "out": outs, "ttft_ms": ttfts})
     samples["tpot_ms"] = _tpot_ms(samples, ttfts, e2els, outs)
@@ -110,6 +108,13 @@ def report_data(records: list[Record], left_out_runs: dict | None = None) -> Rep
     data = ReportData(frame, samples, telemetry, envs)
     _check(data)
     return data
+
+
+def _add_left_out_runs(frame: pd.DataFrame, left_out_runs: dict | None) -> None:
+    """Add the `left_out_runs` column of the rows' cells (none when no row left a partial run out)."""
+    if left_out_runs:
+        frame["left_out_runs"] = [left_out_runs.get((c, cap), 0) for c, cap in zip(frame.cell_id, frame.gpu_memory_gb,
+                                                                                  strict=True)]
 
 
 def _tpot_ms(samples: pd.DataFrame, ttfts: list, e2els: list, outs: list) -> pd.Series:
@@ -183,16 +188,17 @@ def environment_labels(frame: pd.DataFrame, differing: list[str] | None = None) 
 
 
 def table_report_data(table, indices: list[int], per_request: bool = True,
-                      differing: list[str] | None = None) -> ReportData:
+                      differing: list[str] | None = None, left_out_runs: dict | None = None) -> ReportData:
     """Return report_data's frames for these records of a bench.results.query.Table (read as columns).
 
     The same frames as report_data(records) of the same records, except `environments`: each distinct
     environment once (every reader of it takes the set). per_request=False: samples and telemetry left
-    empty (a history table needs neither). differing: see environment_labels.
+    empty (a history table needs neither). differing: see environment_labels. left_out_runs: as report_data's.
     """
     if not indices:
         raise BenchInputError("the result store is empty: run `bench run` first (or pass a store that has results)")
     frame = table.frame(indices)
+    _add_left_out_runs(frame, left_out_runs)
     k = table.keys
     stores, positions = k.store.to_numpy()[indices], k.pos.to_numpy()[indices]
     rank = {}  # per store: record position -> its place among `indices`

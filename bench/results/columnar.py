@@ -44,7 +44,8 @@ MAX_PARTS = 8  # past this many parts, adjacent small ones are merged (up to MER
 MERGED_RECORDS = 50_000
 KINDS = ("records", "samples", "telemetry")
 # Columns the selection reads on every record (the rest are read only for the chosen records).
-KEY_COLUMNS = ("pos", "kind", "cell_id", "gpu_memory_gb", "run_id", "env_digest", "described", "run_started_at", "commit")
+KEY_COLUMNS = ("pos", "kind", "cell_id", "gpu_memory_gb", "run_id", "env_digest", "described", "run_started_at", "commit",
+               "status", "run", "planned_trials")
 
 
 def companion_dir(store: Path) -> Path:
