@@ -117,9 +117,9 @@ def _add_left_out_runs(frame: pd.DataFrame, left_out_runs: dict | None) -> None:
                                                                                   strict=True)]
 
 
-def _tpot_ms(samples: pd.DataFrame, ttfts: list, e2els: list, outs: list) -> pd.Series:
+def _tpot_ms(samples: pd.DataFrame, ttfts, e2els, outs) -> pd.Series:
     """Return TPOT per sample (bench.metrics.time_per_output_token), NaN for outputs of one token."""
-    if not ttfts:
+    if not len(ttfts):
         return pd.Series([], dtype=object)
     ttft = np.array(ttfts, dtype=float)  # None -> NaN
     e2el = np.array(e2els, dtype=float)
@@ -208,21 +208,24 @@ def table_report_data(table, indices: list[int], per_request: bool = True,
         rank[s][positions[mine]] = np.flatnonzero(mine)
 
     def read(kind: str, columns: list[str]) -> pd.DataFrame:
-        parts = []
-        for s, f in table.per_request(kind, indices).items():
-            parts.append(f.assign(_rank=rank[s][f.pos.to_numpy()]))
+        parts = table.per_request(kind, indices)
         if not parts:
             return _keyed_frame([], [], {c: [] for c in columns})
-        f = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-        f = f.iloc[np.argsort(f._rank.to_numpy(), kind="stable")].reset_index(drop=True)
-        keys = frame[_KEY_COLUMNS].iloc[f._rank.to_numpy()].reset_index(drop=True)
+        f = pd.concat(parts.values(), ignore_index=True) if len(parts) > 1 else next(iter(parts.values()))
+        ranks = np.concatenate([rank[s][p.pos.to_numpy()] for s, p in parts.items()])
+        order = None  # rows in the order of `indices` (a stable sort by rank), sorted already in the common case
+        if len(ranks) > 1 and (ranks[1:] < ranks[:-1]).any():
+            order = np.argsort(ranks, kind="stable")
+            ranks = ranks[order]
+        keys = frame[_KEY_COLUMNS].iloc[ranks].reset_index(drop=True)
         for c in columns:
-            keys[c] = f[c].to_numpy() if len(f) else pd.Series([], dtype=object)
+            values = f[c].to_numpy()
+            keys[c] = (values if order is None else values[order]) if len(f) else pd.Series([], dtype=object)
         return keys
 
     if per_request:
         samples = read("samples", ["in", "out", "ttft_ms", "e2el_ms"])
-        samples["tpot_ms"] = _tpot_ms(samples, samples.ttft_ms.tolist(), samples.e2el_ms.tolist(), samples.out.tolist())
+        samples["tpot_ms"] = _tpot_ms(samples, samples.ttft_ms.to_numpy(), samples.e2el_ms.to_numpy(), samples.out.to_numpy())
         samples = samples.drop(columns="e2el_ms")
         telemetry = read("telemetry", ["t_s", *TELEMETRY_COLUMNS])
     else:

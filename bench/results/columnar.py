@@ -81,12 +81,12 @@ class StoreColumns:
             first += n
         return out
 
-    def read(self, kind: str, columns=None, positions=None):
+    def read(self, kind: str, columns=None, positions=None, exclude=()):
         """Return one kind of table over the whole store, or None when it has none.
 
-        columns: only these (those a part lacks are left out); positions: only the rows of these
-        record positions (`pos`). Text columns come back dictionary-encoded (a run's many equal
-        strings are held once).
+        columns: only these (those a part lacks are left out); exclude: all but these; positions: only
+        the rows of these record positions (`pos`). Text columns come back dictionary-encoded (a run's
+        many equal strings are held once).
         """
         import numpy as np
         import pyarrow as pa
@@ -110,7 +110,7 @@ class StoreColumns:
             else:
                 f = self.folder / f"{stem}.{kind}.parquet"
                 schema = pq.read_schema(f)
-                cols = [c for c in columns if c in schema.names] if columns else schema.names
+                cols = [c for c in (columns or schema.names) if c in schema.names and c not in exclude]
                 if chosen is not None and "pos" not in cols:
                     cols = ["pos", *cols]
                 text = [c for c in cols if pa.types.is_string(schema.field(c).type)]
@@ -120,8 +120,8 @@ class StoreColumns:
             as_json.update(json_columns(t))
             if chosen is not None:
                 t = t.filter(pc.is_in(t["pos"], value_set=chosen))
-            if columns:
-                t = t.select([c for c in columns if c in t.column_names])
+            if columns or exclude:
+                t = t.select([c for c in (columns or t.column_names) if c in t.column_names and c not in exclude])
             out.append(_dictionary_text(t))
         if not out:
             return None

@@ -530,13 +530,13 @@ class Table:
         stores, positions = self.keys.store.to_numpy()[idx], self.keys.pos.to_numpy()[idx]
         return {int(s): positions[stores == s] for s in np.unique(stores)}
 
-    def _read(self, kind: str, indices: Sequence[int], columns=None):
+    def _read(self, kind: str, indices: Sequence[int], columns=None, exclude=()):
         """Return {store index: pandas frame} of one kind's rows for these records (JSON-text columns decoded)."""
         from bench.results.columnar import json_columns
 
         out = {}
         for s, positions in self._by_store(indices).items():
-            t = self.columns[s].read(kind, columns=columns, positions=positions)
+            t = self.columns[s].read(kind, columns=columns, positions=positions, exclude=exclude)
             if t is None:
                 continue
             frame = t.to_pandas()
@@ -557,7 +557,7 @@ class Table:
 
         hidden = {"pos", "kind", "offset", "nbytes", "context_json", "cell_json", "environment_json", "described"}
         parts = []
-        for s, f in self._read("records", indices).items():
+        for s, f in self._read("records", indices, exclude=hidden - {"pos"}).items():
             f.insert(0, "store", self.names[s])
             f.index = pd.MultiIndex.from_arrays([[s] * len(f), f.pos.to_numpy()])
             parts.append(f.drop(columns=[c for c in hidden if c in f]))
