@@ -202,6 +202,41 @@ def test_appended_records_extend_the_companion_and_a_rewrite_rebuilds_it(stores,
     assert len(query.table([store]).keys) == 3 and manifest(store)["records"] == 3
 
 
+def test_the_writer_keeps_the_companion_current_and_equal_to_a_rebuild(stores, tmp_path, monkeypatch):
+    records = query.load([copy(stores / "base.jsonl", tmp_path / "src" / "base.jsonl")])
+    small = ResultStore(tmp_path / "small" / "s.jsonl")
+    with small.writer():
+        small.append(records[0])
+    assert not columnar.companion_dir(small.path).exists()  # read as typed records: no companion made
+    monkeypatch.setattr(query, "TABLE_MIN_BYTES", 0)  # every store is read as columns
+    store = ResultStore(tmp_path / "w" / "s.jsonl")
+    thirds = len(records) // 3
+    for chunk in (records[:thirds], records[thirds:2 * thirds], records[2 * thirds:]):  # three invocations
+        with store.writer():
+            for rec in chunk:
+                store.append(rec)
+        assert manifest(store.path)["covered"] == store.path.stat().st_size
+    with pytest.raises(RuntimeError), store.writer():  # an invocation that fails leaves the companion as it was
+        store.append(records[0])
+        raise RuntimeError("killed")
+    assert manifest(store.path)["covered"] < store.path.stat().st_size
+    with store.writer():
+        pass
+    assert manifest(store.path)["covered"] == store.path.stat().st_size
+    rebuilt = copy(store.path, tmp_path / "r" / "s.jsonl")
+    written, fresh = columnar.open_store(store.path), columnar.open_store(rebuilt)
+    assert len(manifest(store.path)["parts"]) > 1 == len(manifest(rebuilt)["parts"])
+    for kind in columnar.KINDS:
+        a, b = written.read(kind), fresh.read(kind)
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert a.to_pandas().equals(b.to_pandas()), kind
+    key = columnar.code_key()
+    monkeypatch.setattr(columnar, "code_key", lambda: key)
+    monkeypatch.setattr(columnar, "_parse", lambda *a: pytest.fail("a line parsed again"))  # warm: nothing left
+    assert len(query.table([store.path]).keys) == len(records) + 1
+
+
 def test_many_parts_are_compacted(stores, tmp_path, monkeypatch):
     monkeypatch.setattr(columnar, "MAX_PARTS", 2)
     lines = (stores / "base.jsonl").read_bytes().splitlines(keepends=True)

@@ -20,7 +20,9 @@ they are parsed at each read, as ResultStore.records does. Parts are merged into
 Stores holding schema-1 lines have no companion (their run contexts are reconstructed over the
 whole store): bench.results.query reads them through typed records.
 
-Readers never call this module: bench.results.query.table is the one way in.
+Readers never call this module: bench.results.query.table is the one way in. The store's writer
+(bench.results.store.ResultStore.writer) calls open_store when an invocation ends, so a store the
+harness writes has its new lines in the companion before anyone reads it.
 """
 
 from __future__ import annotations
