@@ -19,7 +19,7 @@ records are 10 run contexts of that matrix (ten nights). Measured, per size:
 Targets (issue #36): 1,000,000 records -> report < 30 s and compare < 30 s, each < 2 GB; 100,000 -> < 5 s.
 Printed per command: wall time, CPU time (user + system) and peak RSS of the child process (/usr/bin/time).
 The stores need 0.56 GB of disk a store at 100,000 records (two stores) and 5.6 GB at 1,000,000
-(three: ~17 GB): they are deleted at the end unless --keep. Figures of a run: docs/measurements/2026-12-01-cpu-results-at-scale.md.
+(three: ~17 GB): they are deleted at the end unless --keep. Figures of a run: docs/measurements/2026-12-01-cpu-results-at-scale-writer.md.
 """
 
 from __future__ import annotations
