@@ -772,13 +772,20 @@ def history_table(history_cells: pd.DataFrame, tables: dict[str, pd.DataFrame]) 
     return out
 
 
+# The columns history_rows reads (runs_text's included): only these become row dicts (a year of nights is
+# many rows of a hundred columns).
+HISTORY_ROW_COLUMNS = ("backend", "precision", "options", "max_batch_size", "run_label", "status", "runs", "trials",
+                       "planned_runs", "planned_trials", "left_out_runs", "request_throughput", "request_throughput__std",
+                       "output_throughput", "output_throughput__std")
+
+
 def history_rows(h: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """Return (headers, rows) of a history table: one row per earlier run of a cell."""
     show_options = h.options.nunique() > 1
     headers = ["backend", "precision"] + (["options"] if show_options else []) + [
         "max_batch_size", "run", "runs × trials", "req/s", "output tok/s", "status"]
     rows = []
-    for r in h.to_dict("records"):
+    for r in h[[c for c in HISTORY_ROW_COLUMNS if c in h]].to_dict("records"):
         opts = [_options_text(r["options"])] if show_options else []
         ok = r["status"] == "ok"
         rows.append([str(r["backend"]), str(r["precision"]), *opts, str(int(r["max_batch_size"])), str(r["run_label"]),
