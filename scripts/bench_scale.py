@@ -1,7 +1,7 @@
 """Print the wall time and peak memory of `bench report` and `bench compare` on stores of 100,000 and
 1,000,000 measurement records, run as a user runs them (a subprocess each, peak RSS of the child).
 
-    python3 scripts/bench_scale.py [--records 100000 1000000] [--dir /tmp/bench-scale] [--keep]
+    python3 scripts/bench_scale.py [--records 100000 1000000] [--dir /tmp/bench-scale] [--keep] [--writer]
 
 The stores are synthesized from one real record: a fake-backend matrix is run once (`bench run`,
 20 ShareGPT-shaped requests), and its first record is copied into 2,500 cells (10 workloads x 2
@@ -12,12 +12,14 @@ records are 10 run contexts of that matrix (ten nights). Measured, per size:
 - `bench report STORE` cold (the store's columnar companion is built) and warm (it is read);
 - `bench compare STORE HEAD` of two such stores (HEAD: the same cells, other run contexts), cold and warm;
 - at 1,000,000: `bench report DIR` over a folder of the ten nightly stores (100,000 records each), cold and warm;
-- the dashboard's size.
+- the dashboard's size;
+- with --writer: one more night appended to base.jsonl, then the end of the store's writer (what ends every
+  `bench run`: the companion brought up to date), then the report that follows it.
 
 Targets (issue #36): 1,000,000 records -> report < 30 s and compare < 30 s, each < 2 GB; 100,000 -> < 5 s.
 Printed per command: wall time, CPU time (user + system) and peak RSS of the child process (/usr/bin/time).
 The stores need 0.56 GB of disk a store at 100,000 records (two stores) and 5.6 GB at 1,000,000
-(three: ~17 GB): they are deleted at the end unless --keep. Figures of a run: docs/measurements/2026-12-01-cpu-results-at-scale.md.
+(three: ~17 GB): they are deleted at the end unless --keep. Figures of a run: docs/measurements/2026-12-01-cpu-results-at-scale-writer.md.
 """
 
 from __future__ import annotations
@@ -68,17 +70,19 @@ num_requests = 20
     return json.loads(store.read_text().splitlines()[0])
 
 
-def write_stores(seed: dict, paths: list[Path], contexts: int, tag: str, slowdown: float = 1.0) -> int:
-    """Write `contexts` run contexts of the 2,500-cell matrix, context k into paths[k % len(paths)]; return records."""
+def write_stores(seed: dict, paths: list[Path], contexts: int, tag: str, slowdown: float = 1.0, first: int = 0,
+                 mode: str = "w") -> int:
+    """Write `contexts` run contexts of the 2,500-cell matrix (the k-th night from `first` on, k-th started
+    k days later), context k into paths[k % len(paths)]; return records. mode "a": appended to the stores."""
     from bench import CELL_ID_VERSION
     from bench.spec.cells import identity_options, short_hash
 
     samples = json.dumps(seed["samples"], separators=(",", ":"))
     base = {k: v for k, v in seed.items() if k != "samples"}
-    handles = [open(p, "w") for p in paths]
+    handles = [open(p, mode) for p in paths]
     n = 0
     t0 = 1_790_000_000.0
-    for k in range(contexts):
+    for k in range(first, first + contexts):
         fh = handles[k % len(paths)]
         ctx = dict(base["context"], run_id=f"{tag}-night{k:03d}", started_at=t0 + 86400 * k, commit=f"{k:040x}"[-40:])
         for w in range(CELLS[0]):
@@ -130,12 +134,35 @@ RECORDS_READER = {  # the same commands through the typed-record reader (the pat
 }
 
 
+WRITER = ("from bench.results.store import ResultStore\n"
+          "with ResultStore('{store}').writer(): pass")  # what ends every `bench run`: the companion brought up to date
+
+
+def measure_writer(seed: dict, d: Path, contexts: int) -> None:
+    """Print what a nightly run's end costs and what its first report then costs: one night (100,000 records)
+    appended to base.jsonl (its companion current), then ResultStore.writer's exit, then `bench report`.
+    base.jsonl is cut back to its size before, after."""
+    store = d / "base.jsonl"
+    size = store.stat().st_size
+    try:
+        write_stores(seed, [store], 1, "base", first=contexts, mode="a")
+        wall, cpu, rss, _ = measure(["-c", WRITER.format(store=store)], d)
+        print(f"writer's end after one night appended (the new lines parsed into the companion): {wall:.1f} s wall, "
+              f"{cpu:.1f} s CPU, peak RSS {rss:.2f} GB")
+        wall, cpu, rss, rc = measure(["report", "base.jsonl", "--report-dir", "rep-writer"], d)
+        print(f"bench report base.jsonl right after it: {wall:.1f} s wall, {cpu:.1f} s CPU, peak RSS {rss:.2f} GB (exit {rc})")
+    finally:
+        os.truncate(store, size)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, nargs="+", default=[100_000, 1_000_000])
     ap.add_argument("--dir", default="/tmp/bench-scale")
     ap.add_argument("--keep", action="store_true", help="keep the synthetic stores (a later run reuses them)")
     ap.add_argument("--generate-only", action="store_true", help="write the stores (implies --keep), measure nothing")
+    ap.add_argument("--writer", action="store_true",
+                    help="also time the store writer's end after a night is appended (base.jsonl is cut back after)")
     ap.add_argument("--records-reader", action="store_true",
                     help="at 100,000 records, also time report and compare through typed records (the path before #36)")
     args = ap.parse_args()
@@ -183,6 +210,8 @@ def main() -> int:
                       f"peak RSS {rss:.2f} GB")
         dash = (d / "rep" / "dashboard.html").stat().st_size
         print(f"dashboard.html: {dash / 1e6:.1f} MB")
+        if args.writer:
+            measure_writer(seed, d, contexts)
         if not (args.keep or args.generate_only):
             shutil.rmtree(d)
     return 0

@@ -144,6 +144,36 @@ def test_commit_filter_is_identical_through_the_companion(stores, tmp_path):
             compare_stores(base, base, base_commit="ffff0000", columnar=col)
 
 
+def with_partial_runs(store: Path, dst: Path) -> Path:
+    """Write store's lines less some ok trials (workers killed mid-run): in the latest context, one cell
+    loses a trial of run 1 (left out beside run 0) and another one of each run (no complete run: kept,
+    marked partial); in an earlier context (history) a third cell loses a trial of run 0."""
+    recs = [json.loads(line) for line in store.read_text().splitlines()]
+    ok_cells = list(dict.fromkeys(r["cell_id"] for r in recs if r["status"] == "ok"))
+    drop = {("night-2", ok_cells[0], 1, 1), ("night-2", ok_cells[1], 0, 1), ("night-2", ok_cells[1], 1, 1),
+            ("night-1", ok_cells[2], 0, 0)}
+    kept = [r for r in recs if (r["context"]["run_id"], r["cell_id"], r["run"], r["trial"]) not in drop]
+    assert len(kept) == len(recs) - len(drop)
+    dst.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+    return dst
+
+
+def test_partial_runs_are_left_out_alike_through_both_readers(stores, tmp_path):
+    store = with_partial_runs(stores / "base.jsonl", tmp_path / "partial.jsonl")
+    made = reports([store], tmp_path)
+    assert made[True] == made[False]
+    assert "(+1 partial run left out)" in made[True]["markdown"] and ", partial" in made[True]["markdown"]
+    assert any("partial runs (a worker killed" in w for w in made[True]["warnings"])
+    pooled = reports([store], tmp_path, pool=True)
+    assert pooled[True] == pooled[False] and "partial run left out" in pooled[True]["markdown"]
+    head = copy(stores / "head.jsonl", tmp_path / "head.jsonl")
+    for base, other in ((store, head), (head, store)):
+        for kw in ({}, {"pool": True}):
+            both = {col: compare_stores(base, other, ignore_options=["slowdown"], columnar=col, **kw) for col in (False, True)}
+            assert to_markdown(both[True]) == to_markdown(both[False])
+            assert both[True].warnings == both[False].warnings
+
+
 def manifest(store: Path) -> dict:
     return json.loads((columnar.companion_dir(store) / "manifest.json").read_text())
 
@@ -170,6 +200,41 @@ def test_appended_records_extend_the_companion_and_a_rewrite_rebuilds_it(stores,
     # Shrunk: rebuilt too.
     store.write_bytes(b"".join(lines[:3]))
     assert len(query.table([store]).keys) == 3 and manifest(store)["records"] == 3
+
+
+def test_the_writer_keeps_the_companion_current_and_equal_to_a_rebuild(stores, tmp_path, monkeypatch):
+    records = query.load([copy(stores / "base.jsonl", tmp_path / "src" / "base.jsonl")])
+    small = ResultStore(tmp_path / "small" / "s.jsonl")
+    with small.writer():
+        small.append(records[0])
+    assert not columnar.companion_dir(small.path).exists()  # read as typed records: no companion made
+    monkeypatch.setattr(query, "TABLE_MIN_BYTES", 0)  # every store is read as columns
+    store = ResultStore(tmp_path / "w" / "s.jsonl")
+    thirds = len(records) // 3
+    for chunk in (records[:thirds], records[thirds:2 * thirds], records[2 * thirds:]):  # three invocations
+        with store.writer():
+            for rec in chunk:
+                store.append(rec)
+        assert manifest(store.path)["covered"] == store.path.stat().st_size
+    with pytest.raises(RuntimeError), store.writer():  # an invocation that fails leaves the companion as it was
+        store.append(records[0])
+        raise RuntimeError("killed")
+    assert manifest(store.path)["covered"] < store.path.stat().st_size
+    with store.writer():
+        pass
+    assert manifest(store.path)["covered"] == store.path.stat().st_size
+    rebuilt = copy(store.path, tmp_path / "r" / "s.jsonl")
+    written, fresh = columnar.open_store(store.path), columnar.open_store(rebuilt)
+    assert len(manifest(store.path)["parts"]) > 1 == len(manifest(rebuilt)["parts"])
+    for kind in columnar.KINDS:
+        a, b = written.read(kind), fresh.read(kind)
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert a.to_pandas().equals(b.to_pandas()), kind
+    key = columnar.code_key()
+    monkeypatch.setattr(columnar, "code_key", lambda: key)
+    monkeypatch.setattr(columnar, "_parse", lambda *a: pytest.fail("a line parsed again"))  # warm: nothing left
+    assert len(query.table([store.path]).keys) == len(records) + 1
 
 
 def test_many_parts_are_compacted(stores, tmp_path, monkeypatch):

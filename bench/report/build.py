@@ -138,7 +138,7 @@ def _table_inputs(table, profiles, pool) -> _Inputs:
 
     def select():
         selection = query.select_table(table, runs, pool=pool)
-        data = table_report_data(table, selection.indices)
+        data = table_report_data(table, selection.indices, left_out_runs=selection.left_out_runs())
         data.warnings.extend(selection.warnings)
         hist = _table_history(table, selection) if selection.history else None
         return data, selection.baselines(), hist

@@ -99,9 +99,7 @@ def report_data(records: list[Record], left_out_runs: dict | None = None) -> Rep
             tele_counts.append(len(tele))
             tele_vals.extend(tele)
     frame = pd.DataFrame(rows)
-    if left_out_runs:
-        frame["left_out_runs"] = [left_out_runs.get((c, cap), 0) for c, cap in zip(frame.cell_id, frame.gpu_memory_gb,
-                                                                                  strict=True)]
+    _add_left_out_runs(frame, left_out_runs)
     ins, outs, ttfts, e2els = (list(c) for c in zip(*sample_vals, strict=True)) if sample_vals else ([], [], [], [])
     samples = _keyed_frame(sample_keys, sample_counts, {"in": ins, "out": outs, "ttft_ms": ttfts})
     samples["tpot_ms"] = _tpot_ms(samples, ttfts, e2els, outs)
@@ -112,9 +110,16 @@ def report_data(records: list[Record], left_out_runs: dict | None = None) -> Rep
     return data
 
 
-def _tpot_ms(samples: pd.DataFrame, ttfts: list, e2els: list, outs: list) -> pd.Series:
+def _add_left_out_runs(frame: pd.DataFrame, left_out_runs: dict | None) -> None:
+    """Add the `left_out_runs` column of the rows' cells (none when no row left a partial run out)."""
+    if left_out_runs:
+        frame["left_out_runs"] = [left_out_runs.get((c, cap), 0) for c, cap in zip(frame.cell_id, frame.gpu_memory_gb,
+                                                                                  strict=True)]
+
+
+def _tpot_ms(samples: pd.DataFrame, ttfts, e2els, outs) -> pd.Series:
     """Return TPOT per sample (bench.metrics.time_per_output_token), NaN for outputs of one token."""
-    if not ttfts:
+    if not len(ttfts):
         return pd.Series([], dtype=object)
     ttft = np.array(ttfts, dtype=float)  # None -> NaN
     e2el = np.array(e2els, dtype=float)
@@ -183,16 +188,17 @@ def environment_labels(frame: pd.DataFrame, differing: list[str] | None = None) 
 
 
 def table_report_data(table, indices: list[int], per_request: bool = True,
-                      differing: list[str] | None = None) -> ReportData:
+                      differing: list[str] | None = None, left_out_runs: dict | None = None) -> ReportData:
     """Return report_data's frames for these records of a bench.results.query.Table (read as columns).
 
     The same frames as report_data(records) of the same records, except `environments`: each distinct
     environment once (every reader of it takes the set). per_request=False: samples and telemetry left
-    empty (a history table needs neither). differing: see environment_labels.
+    empty (a history table needs neither). differing: see environment_labels. left_out_runs: as report_data's.
     """
     if not indices:
         raise BenchInputError("the result store is empty: run `bench run` first (or pass a store that has results)")
     frame = table.frame(indices)
+    _add_left_out_runs(frame, left_out_runs)
     k = table.keys
     stores, positions = k.store.to_numpy()[indices], k.pos.to_numpy()[indices]
     rank = {}  # per store: record position -> its place among `indices`
@@ -202,21 +208,24 @@ def table_report_data(table, indices: list[int], per_request: bool = True,
         rank[s][positions[mine]] = np.flatnonzero(mine)
 
     def read(kind: str, columns: list[str]) -> pd.DataFrame:
-        parts = []
-        for s, f in table.per_request(kind, indices).items():
-            parts.append(f.assign(_rank=rank[s][f.pos.to_numpy()]))
+        parts = table.per_request(kind, indices)
         if not parts:
             return _keyed_frame([], [], {c: [] for c in columns})
-        f = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-        f = f.iloc[np.argsort(f._rank.to_numpy(), kind="stable")].reset_index(drop=True)
-        keys = frame[_KEY_COLUMNS].iloc[f._rank.to_numpy()].reset_index(drop=True)
+        f = pd.concat(parts.values(), ignore_index=True) if len(parts) > 1 else next(iter(parts.values()))
+        ranks = np.concatenate([rank[s][p.pos.to_numpy()] for s, p in parts.items()])
+        order = None  # rows in the order of `indices` (a stable sort by rank), sorted already in the common case
+        if len(ranks) > 1 and (ranks[1:] < ranks[:-1]).any():
+            order = np.argsort(ranks, kind="stable")
+            ranks = ranks[order]
+        keys = frame[_KEY_COLUMNS].iloc[ranks].reset_index(drop=True)
         for c in columns:
-            keys[c] = f[c].to_numpy() if len(f) else pd.Series([], dtype=object)
+            values = f[c].to_numpy()
+            keys[c] = (values if order is None else values[order]) if len(f) else pd.Series([], dtype=object)
         return keys
 
     if per_request:
         samples = read("samples", ["in", "out", "ttft_ms", "e2el_ms"])
-        samples["tpot_ms"] = _tpot_ms(samples, samples.ttft_ms.tolist(), samples.e2el_ms.tolist(), samples.out.tolist())
+        samples["tpot_ms"] = _tpot_ms(samples, samples.ttft_ms.to_numpy(), samples.e2el_ms.to_numpy(), samples.out.to_numpy())
         samples = samples.drop(columns="e2el_ms")
         telemetry = read("telemetry", ["t_s", *TELEMETRY_COLUMNS])
     else:

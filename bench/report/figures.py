@@ -152,6 +152,19 @@ def _fmt(v, spec="{:.4g}") -> str:
     return "n/a" if v is None or (isinstance(v, float) and np.isnan(v)) else spec.format(v)
 
 
+# The columns cell_hover and the figures' point names read: a figure turns only these into row dicts (a cell
+# row has a hundred columns).
+HOVER_COLUMNS = ("backend", "precision", "max_batch_size", "model", "workload", "length", "device", "gpu_name", "options",
+                 "all_options", "gpu_memory_gb", "environment", "cell_id", "trials", "status", "error",
+                 "output_throughput", "request_throughput", "ttft_median_ms", "tpot_median_ms", "peak_memory_gb",
+                 "offered_request_rate", "output_throughput_per_user", "output_throughput_per_gpu", "_label")
+
+
+def hover_records(cells: pd.DataFrame) -> list[dict]:
+    """Return cells.to_dict("records") of the HOVER_COLUMNS it has."""
+    return cells[[c for c in HOVER_COLUMNS if c in cells]].to_dict("records")
+
+
 def cell_hover(r: dict) -> str:
     """Return the hover text of a cell: its full configuration and headline figures (escaped)."""
     lines = [
@@ -215,7 +228,7 @@ def throughput_vs_batch(cells: pd.DataFrame, title: str) -> dict:
     data = []
     y_top = cells.output_throughput.max() if cells.output_throughput.notna().any() else 1.0
     # Columns as arrays and each cell's hover text once; groups index into them (no per-row pandas access).
-    records = cells.to_dict("records")
+    records = hover_records(cells)
     bs_all = cells.max_batch_size.to_numpy()
     tp_all = cells.output_throughput.to_numpy()
     # Error bars: the ± of the tables (between runs, or between trials with one run; bench.report.tables.aggregate).
@@ -292,7 +305,7 @@ def _rate_lines(series: list[tuple[str, pd.DataFrame]], specs: tuple) -> list[di
     colors = series_colors([label for label, _ in series])
     data = []
     for label, g in series:
-        hover = [cell_hover(r) for r in g.to_dict("records")]
+        hover = [cell_hover(r) for r in hover_records(g)]
         for col, name, dash, axis in specs:
             if col in g and g[col].notna().any():
                 data.append({"type": "scatter", "mode": "lines+markers", "name": esc(f"{label}: {name}"),
@@ -567,7 +580,7 @@ def pareto_figure(cells: pd.DataFrame, title: str) -> dict | None:
         return None
     ok = ok.assign(_label=series_labels(ok))
     colors = series_colors(ok._label)
-    records = ok.to_dict("records")
+    records = hover_records(ok)
 
     def point_name(r: dict) -> str:
         opts = json.loads(r.get("all_options") or r.get("options") or "{}")
@@ -583,7 +596,7 @@ def pareto_figure(cells: pd.DataFrame, title: str) -> dict | None:
         data.append({"type": "scatter", "mode": "markers", "name": esc(label), "legendgroup": esc(label),
                      "x": g.output_throughput_per_user.tolist(), "y": g.output_throughput_per_gpu.tolist(),
                      "marker": {"color": colors[label], "size": 9},
-                     "hovertext": [cell_hover(r) for r in g.to_dict("records")], "hoverinfo": "text",
+                     "hovertext": [cell_hover(records[i]) for i in g.index], "hoverinfo": "text",
                      "meta": {"precision": str(g.precision.iloc[0])}})
     front = pareto_front(list(zip(ok.output_throughput_per_user, ok.output_throughput_per_gpu, strict=True)))
     data.append({"type": "scatter", "mode": "lines+markers+text", "name": "Pareto front",

@@ -121,10 +121,12 @@ def aggregate(frame: pd.DataFrame, by_run: bool = False, spreads: bool = True) -
     runs = by_cell.size()
     std = run_std.where((runs >= 2).reindex(run_std.index), trial_std.reindex(run_std.index))
     cells = cells.join(std.add_suffix("__std"))
-    envs = f.groupby(keys, dropna=False).environment.agg(lambda s: " + ".join(sorted(set(s) - {""})))
+    # Each cell's distinct environments (rows repeat them: a cell's rows first made distinct, then joined).
+    envs = f[keys + ["environment"]].drop_duplicates().groupby(keys, dropna=False).environment.agg(
+        lambda s: " + ".join(sorted(set(s) - {""})))
     cells = cells.join(envs)
-    cells = cells.join(ok.groupby(keys, dropna=False).busy.agg(busy_note).rename("busy"))
-    cells = cells.join(ok.groupby(keys, dropna=False).notes.agg(_unique_lines).rename("notes"))
+    cells = cells.join(_per_cell_text(ok, keys, "busy", busy_note))
+    cells = cells.join(_per_cell_text(ok, keys, "notes", _unique_lines))
     contexts = f.groupby(keys, dropna=False).run_id.nunique().rename("contexts")
     cells = cells.join(contexts).join(_planned(f, keys))
     cells["trials"] = cells.trials.fillna(0).astype(int)
@@ -229,6 +231,15 @@ def _headline_spreads(cells: pd.DataFrame, ok: pd.DataFrame, keys: list[str]) ->
                if values or not name.startswith(("tuning", "tuned", "output_throughput__tuning"))}
     columns["stability"] = pd.Series(warnings, dtype=object).reindex(cells.index)
     return pd.concat([cells, pd.DataFrame(columns, index=cells.index)], axis=1)
+
+
+def _per_cell_text(ok: pd.DataFrame, keys: list[str], column: str, summary) -> pd.Series:
+    """Return summary(the cell's values of a text column) per cell; None for every cell when no row holds one
+    (the common case, without a Python call per cell)."""
+    by_cell = ok.groupby(keys, dropna=False)
+    if ok[column].notna().any():
+        return by_cell[column].agg(summary).rename(column)
+    return pd.Series([None] * by_cell.ngroups, index=by_cell.size().index, dtype=object, name=column)
 
 
 def _unique_lines(values: pd.Series) -> str | None:
@@ -365,7 +376,7 @@ def _parsed(all_options) -> list[dict]:
 
 def varying_options(all_options) -> list[str]:
     """Return the option keys whose value differs between rows (all_options: JSON of each row's options, defaults filled)."""
-    return varying_keys(_parsed(all_options))
+    return varying_keys(_parsed(dict.fromkeys(all_options)))  # each distinct JSON once: rows repeat a few option sets
 
 
 def _options_shown(all_options, keys: list[str]) -> list[str]:
@@ -761,13 +772,20 @@ def history_table(history_cells: pd.DataFrame, tables: dict[str, pd.DataFrame]) 
     return out
 
 
+# The columns history_rows reads (runs_text's included): only these become row dicts (a year of nights is
+# many rows of a hundred columns).
+HISTORY_ROW_COLUMNS = ("backend", "precision", "options", "max_batch_size", "run_label", "status", "runs", "trials",
+                       "planned_runs", "planned_trials", "left_out_runs", "request_throughput", "request_throughput__std",
+                       "output_throughput", "output_throughput__std")
+
+
 def history_rows(h: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """Return (headers, rows) of a history table: one row per earlier run of a cell."""
     show_options = h.options.nunique() > 1
     headers = ["backend", "precision"] + (["options"] if show_options else []) + [
         "max_batch_size", "run", "runs × trials", "req/s", "output tok/s", "status"]
     rows = []
-    for r in h.to_dict("records"):
+    for r in h[[c for c in HISTORY_ROW_COLUMNS if c in h]].to_dict("records"):
         opts = [_options_text(r["options"])] if show_options else []
         ok = r["status"] == "ok"
         rows.append([str(r["backend"]), str(r["precision"]), *opts, str(int(r["max_batch_size"])), str(r["run_label"]),

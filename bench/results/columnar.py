@@ -20,7 +20,9 @@ they are parsed at each read, as ResultStore.records does. Parts are merged into
 Stores holding schema-1 lines have no companion (their run contexts are reconstructed over the
 whole store): bench.results.query reads them through typed records.
 
-Readers never call this module: bench.results.query.table is the one way in.
+Readers never call this module: bench.results.query.table is the one way in. The store's writer
+(bench.results.store.ResultStore.writer) calls open_store when an invocation ends, so a store the
+harness writes has its new lines in the companion before anyone reads it.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ MAX_PARTS = 8  # past this many parts, adjacent small ones are merged (up to MER
 MERGED_RECORDS = 50_000
 KINDS = ("records", "samples", "telemetry")
 # Columns the selection reads on every record (the rest are read only for the chosen records).
-KEY_COLUMNS = ("pos", "kind", "cell_id", "gpu_memory_gb", "run_id", "env_digest", "described", "run_started_at", "commit")
+KEY_COLUMNS = ("pos", "kind", "cell_id", "gpu_memory_gb", "run_id", "env_digest", "described", "run_started_at", "commit",
+               "status", "run", "planned_trials")
 
 
 def companion_dir(store: Path) -> Path:
@@ -80,12 +83,12 @@ class StoreColumns:
             first += n
         return out
 
-    def read(self, kind: str, columns=None, positions=None):
+    def read(self, kind: str, columns=None, positions=None, exclude=()):
         """Return one kind of table over the whole store, or None when it has none.
 
-        columns: only these (those a part lacks are left out); positions: only the rows of these
-        record positions (`pos`). Text columns come back dictionary-encoded (a run's many equal
-        strings are held once).
+        columns: only these (those a part lacks are left out); exclude: all but these; positions: only
+        the rows of these record positions (`pos`). Text columns come back dictionary-encoded (a run's
+        many equal strings are held once).
         """
         import numpy as np
         import pyarrow as pa
@@ -109,7 +112,7 @@ class StoreColumns:
             else:
                 f = self.folder / f"{stem}.{kind}.parquet"
                 schema = pq.read_schema(f)
-                cols = [c for c in columns if c in schema.names] if columns else schema.names
+                cols = [c for c in (columns or schema.names) if c in schema.names and c not in exclude]
                 if chosen is not None and "pos" not in cols:
                     cols = ["pos", *cols]
                 text = [c for c in cols if pa.types.is_string(schema.field(c).type)]
@@ -119,8 +122,8 @@ class StoreColumns:
             as_json.update(json_columns(t))
             if chosen is not None:
                 t = t.filter(pc.is_in(t["pos"], value_set=chosen))
-            if columns:
-                t = t.select([c for c in columns if c in t.column_names])
+            if columns or exclude:
+                t = t.select([c for c in (columns or t.column_names) if c in t.column_names and c not in exclude])
             out.append(_dictionary_text(t))
         if not out:
             return None

@@ -175,8 +175,8 @@ class CellRuns:
     @property
     def partial(self) -> bool:
         """Return True for a row that ran ok but has fewer complete runs than its contexts asked for."""
-        per_run, complete = _run_counts(self.records, self.contexts)
-        return bool(per_run) and len(complete) < self.planned_runs
+        per_run = _ok_trials(self.records)
+        return bool(per_run) and len(_complete(per_run, {c.run_id: c.trials for c in self.contexts})) < self.planned_runs
 
     @property
     def pooled(self) -> bool:
@@ -262,31 +262,49 @@ class Selection:
         return {(r.cell_id, r.gpu_memory_gb): r.left_out_runs for r in self.rows if r.left_out}
 
 
-def counted_records(records: Sequence[Record], contexts: Sequence[RunContext]) -> tuple[list[Record], list[Record]]:
-    """Return (the records a row's figures count, the ok trials left out) under the partial-run rule.
+def left_out_runs(ok_trials: dict[tuple, int], trials: dict) -> set[tuple]:
+    """Return the runs a row's figures leave out under the partial-run rule, the one rule both readers apply.
 
-    A run (one worker process) is complete when it holds its context's `trials` ok trials. A
-    partial run (a worker killed or failed after some ok trials, or a run cut short) is left out
-    of the figures when the row has a complete run, so a resumed 2 x 3 row reads 2 x 3, not
+    ok_trials: {(run_id, run): the ok trials of that worker process in the row}; trials: {run_id: the
+    trials per run its context asked for}. A run is complete when it holds its context's `trials` ok
+    trials. A partial run (a worker killed or failed after some ok trials, or a run cut short) is left
+    out of the figures when the row has a complete run, so a resumed 2 x 3 row reads 2 x 3, not
     3 x 2.3; a row with no complete run keeps its partial trials and is marked partial
     (docs/guide/results.md, "Partial runs").
     """
-    per_run, complete = _run_counts(records, contexts)
-    partial = set(per_run) - complete
-    if not complete or not partial:
+    complete = _complete(ok_trials, trials)
+    return set(ok_trials) - complete if complete else set()
+
+
+def _complete(ok_trials: dict[tuple, int], trials: dict) -> set[tuple]:
+    """Return the process keys holding all the trials their context asked for."""
+    return {k for k, n in ok_trials.items() if n >= trials.get(k[0], 1)}
+
+
+def counted_records(records: Sequence[Record], contexts: Sequence[RunContext]) -> tuple[list[Record], list[Record]]:
+    """Return (the records a row's figures count, the ok trials left out) under the partial-run rule (left_out_runs)."""
+    left = left_out_runs(_ok_trials(records), {c.run_id: c.trials for c in contexts})
+    if not left:
         return list(records), []
-    kept = [r for r in records if not (r.ok and r.process_key in partial)]
-    return kept, [r for r in records if r.ok and r.process_key in partial]
+    kept = [r for r in records if not (r.ok and r.process_key in left)]
+    return kept, [r for r in records if r.ok and r.process_key in left]
 
 
-def _run_counts(records: Sequence[Record], contexts: Sequence[RunContext]) -> tuple[dict[tuple, int], set[tuple]]:
-    """Return ({process key: ok trials}, the process keys holding all the trials their context asked for)."""
-    trials = {c.run_id: c.trials for c in contexts}
+def _ok_trials(records: Sequence[Record]) -> dict[tuple, int]:
+    """Return {process key: ok trials} of these records."""
     per_run: dict[tuple, int] = {}
     for r in records:
         if r.ok:
             per_run[r.process_key] = per_run.get(r.process_key, 0) + 1
-    return per_run, {k for k, n in per_run.items() if n >= trials.get(k[0], 1)}
+    return per_run
+
+
+def partial_runs_warning(rows: list[tuple[str, int, int]]) -> str:
+    """Return the warning of rows that left partial runs out: rows: (label, runs left out, trials left out)."""
+    return (f"{len(rows)} cell(s) have partial runs (a worker killed or failed before its last trial) beside complete "
+            "ones: left out of the figures, as the runs × trials column says: "
+            + ", ".join(f"{label} ({runs} run(s), {trials} trial(s))" for label, runs, trials in rows[:5])
+            + (" ..." if len(rows) > 5 else ""))
 
 
 def _cell_runs(cell_id: str, cap, records: Sequence[Record], contexts: tuple[RunContext, ...]) -> CellRuns:
@@ -372,13 +390,9 @@ def select(records: Iterable[Record], pool: bool = False) -> Selection:
         chosen = tuple(records[i] for i in sorted(i for g in groups for i in g))
         sel.rows.append(_cell_runs(cell_id, cap, chosen, tuple(c for c, _ in ranked)))
     sel.warnings.extend(selection_warnings(split, [(h.cell_id, h.gpu_memory_gb) for h in sel.history], pool))
-    left = [row for row in sel.rows if row.left_out]
+    left = [(row.label, row.left_out_runs, len(row.left_out)) for row in sel.rows if row.left_out]
     if left:
-        sel.warnings.append(
-            f"{len(left)} cell(s) have partial runs (a worker killed or failed before its last trial) beside complete "
-            "ones: left out of the figures, as the runs × trials column says: "
-            + ", ".join(f"{row.label} ({row.left_out_runs} run(s), {len(row.left_out)} trial(s))" for row in left[:5])
-            + (" ..." if len(left) > 5 else ""))
+        sel.warnings.append(partial_runs_warning(left))
     return sel
 
 
@@ -516,13 +530,13 @@ class Table:
         stores, positions = self.keys.store.to_numpy()[idx], self.keys.pos.to_numpy()[idx]
         return {int(s): positions[stores == s] for s in np.unique(stores)}
 
-    def _read(self, kind: str, indices: Sequence[int], columns=None):
+    def _read(self, kind: str, indices: Sequence[int], columns=None, exclude=()):
         """Return {store index: pandas frame} of one kind's rows for these records (JSON-text columns decoded)."""
         from bench.results.columnar import json_columns
 
         out = {}
         for s, positions in self._by_store(indices).items():
-            t = self.columns[s].read(kind, columns=columns, positions=positions)
+            t = self.columns[s].read(kind, columns=columns, positions=positions, exclude=exclude)
             if t is None:
                 continue
             frame = t.to_pandas()
@@ -543,7 +557,7 @@ class Table:
 
         hidden = {"pos", "kind", "offset", "nbytes", "context_json", "cell_json", "environment_json", "described"}
         parts = []
-        for s, f in self._read("records", indices).items():
+        for s, f in self._read("records", indices, exclude=hidden - {"pos"}).items():
             f.insert(0, "store", self.names[s])
             f.index = pd.MultiIndex.from_arrays([[s] * len(f), f.pos.to_numpy()])
             parts.append(f.drop(columns=[c for c in hidden if c in f]))
@@ -683,6 +697,7 @@ def table(paths: Sequence[str | Path]) -> Table | None:
                     f[c] = None
             for c in ("kind", "cell_id", "run_id", "env_digest", "commit"):
                 f[c] = f[c].astype(object).where(f[c].notna(), None)
+            f["ok"] = (f.pop("status") == "ok").to_numpy(dtype=bool)  # what the partial-run rule counts
             f.insert(0, "store", i)
             keys.append(f)
     frame = pd.concat(keys, ignore_index=True) if keys else pd.DataFrame(columns=["store", *KEY_COLUMNS])
@@ -698,6 +713,14 @@ class TableSelection:
     rows: list[tuple[str, Any, tuple[int, ...], tuple[int, ...]]]
     history: list[tuple[str, Any, tuple[int, ...], tuple[int, ...]]]
     warnings: list[str] = field(default_factory=list)
+    # {(cell_id, cap): ok records of the partial runs a row left out (left_out_runs)}, rows that left any out
+    left_out: dict[tuple, tuple[int, ...]] = field(default_factory=dict)
+
+    def left_out_runs(self) -> dict[tuple[str, float | None], int]:
+        """Return Selection.left_out_runs: {(cell_id, gpu_memory_gb): partial runs left out of the row's figures}."""
+        k = self.table.keys
+        return {key: len(set(zip(k.run_id.to_numpy()[list(idx)], k.run.to_numpy()[list(idx)], strict=True)))
+                for key, idx in self.left_out.items()}
 
     @property
     def indices(self) -> list[int]:
@@ -718,7 +741,8 @@ class TableSelection:
             recs = tuple(records[n:n + len(chosen)])
             n += len(chosen)
             ctxs = tuple(firsts[i].context for i in ctx_records) if len(ctx_records) > 1 else (recs[0].context,)
-            out.append(CellRuns(cell_id, cap, recs, ctxs))
+            left = self.left_out.get((cell_id, cap), ())
+            out.append(CellRuns(cell_id, cap, recs, ctxs, tuple(self.table.records(left, metrics=metrics)) if left else ()))
         return out
 
     def baselines(self) -> list[dict]:
@@ -756,4 +780,44 @@ def select_table(tbl: Table, indices: Sequence[int] | None = None, pool: bool = 
         _check_poolable(ranked)
         sel.rows.append((cell_id, cap, tuple(sorted(i for g in groups for i in g)), tuple(g[0] for g in groups)))
     sel.warnings.extend(selection_warnings(split, [(h[0], h[1]) for h in sel.history], pool))
+    _leave_out_partial_runs(sel)
     return sel
+
+
+def _leave_out_partial_runs(sel: TableSelection) -> None:
+    """Apply the partial-run rule (left_out_runs) to every row and history row of a table selection, as
+    select does through counted_records: their left-out ok records dropped, the rows' listed, and warned of."""
+    import numpy as np
+    import pandas as pd
+
+    k = sel.table.keys
+    groups = [row[2] for row in sel.rows] + [row[2] for row in sel.history]
+    if not groups:
+        return
+    sizes = np.fromiter((len(g) for g in groups), dtype=np.int64, count=len(groups))
+    idx = np.fromiter((i for g in groups for i in g), dtype=np.int64, count=int(sizes.sum()))
+    ok = k.ok.to_numpy()[idx]
+    counts = pd.DataFrame({"row": np.repeat(np.arange(len(groups)), sizes)[ok], "run_id": k.run_id.to_numpy()[idx][ok],
+                           "run": k.run.to_numpy()[idx][ok], "trials": k.planned_trials.to_numpy()[idx][ok]})
+    counts = counts.groupby(["row", "run_id", "run"], sort=False).trials.agg(["size", "first"])
+    per_row: dict[int, tuple[dict, dict]] = {}
+    for (row, run_id, run), n, trials in zip(counts.index, counts["size"].tolist(), counts["first"].tolist(), strict=True):
+        ok_trials, asked = per_row.setdefault(row, ({}, {}))
+        ok_trials[(run_id, int(run))] = n
+        asked[run_id] = int(trials)
+    left = {row: runs for row, (ok_trials, asked) in per_row.items() if (runs := left_out_runs(ok_trials, asked))}
+    if not left:
+        return
+    ok_all, run_ids, run_nos = k.ok.to_numpy(), k.run_id.to_numpy(), k.run.to_numpy()
+    for row, runs in left.items():
+        rows, j = (sel.rows, row) if row < len(sel.rows) else (sel.history, row - len(sel.rows))
+        cell_id, cap, chosen, firsts = rows[j]
+        out = {i for i in chosen if ok_all[i] and (run_ids[i], int(run_nos[i])) in runs}
+        rows[j] = (cell_id, cap, tuple(i for i in chosen if i not in out), firsts)
+        if row < len(sel.rows):
+            sel.left_out[(cell_id, cap)] = tuple(i for i in chosen if i in out)
+    if sel.left_out:
+        labels = sel.table.records([idx[0] for idx in sel.left_out.values()], metrics=())
+        runs_left = sel.left_out_runs()
+        sel.warnings.append(partial_runs_warning([(rec.label, runs_left[key], len(idx)) for rec, (key, idx) in zip(
+            labels, sel.left_out.items(), strict=True)]))

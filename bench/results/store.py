@@ -6,7 +6,9 @@ never corrupts earlier ones. A write that fails (disk full, I/O error) is cut ba
 before it and raises StoreWriteError naming the record: no fragment counts as stored. A torn
 last line (power loss, SIGKILL mid-write) is skipped when loading and fenced off with a newline
 before the next append. One invocation writes a store
-at a time (`ResultStore.writer`): a second `bench run` on the same store is refused.
+at a time (`ResultStore.writer`): a second `bench run` on the same store is refused. When it
+ends, a store large enough to be read as columns has its columnar companion brought up to date
+(bench.results.columnar: this invocation's new lines parsed), so its next report starts warm.
 Readers go through bench.results.query, which types what `records()` yields.
 """
 
@@ -138,8 +140,28 @@ class ResultStore:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"bench process {os.getpid()}".encode(), 0)
             yield self
+            self._update_columns()  # reached only when the invocation ended without an exception
         finally:
             os.close(fd)  # releases the lock
+
+    def _update_columns(self) -> None:
+        """Bring the columnar companion of a store that readers read as columns (bench.results.query.prefer_table)
+        up to date: only this invocation's new lines are parsed, so the next report of the store starts warm.
+
+        The JSON lines are already durable; the companion is a cache that readers check and extend or rebuild
+        themselves, so a failure here warns and never fails the invocation.
+        """
+        from bench.results import columnar, query
+
+        if not self.path.exists() or not query.prefer_table([self.path]):
+            return
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # torn lines: the readers say so
+                columnar.open_store(self.path)
+        except (OSError, BenchInputError, ValueError) as exc:
+            warnings.warn(f"{self.path}: its columnar companion was not brought up to date ({exc}); the next report "
+                          "of the store builds it", stacklevel=3)
 
 
 def _write_all(fd: int, data: bytes) -> None:
