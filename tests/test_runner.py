@@ -122,3 +122,30 @@ def test_worker_failure_after_build_keeps_its_own_message(tiny_sharegpt, tmp_pat
     first = results[m.cells[0].cell_id]
     assert first["status"] == "error" and "gone.json" in first["error"] and "FileNotFoundError" in first["error"]
     assert results[m.cells[1].cell_id]["status"] == "ok"
+
+
+def test_the_resume_plan_reads_only_the_matrix_cells_of_a_shared_store_without_samples(tiny_sharegpt, tmp_path):
+    """A nightly store holds many matrices' records; the run driver plans from its own cells' records only, with
+    their per-request samples and telemetry dropped, and plans exactly as from every record."""
+    from bench.results import query
+    from bench.runner.matrix import new_context, plan
+
+    store = tmp_path / "s.jsonl"
+    other, mine = matrix(tiny_sharegpt, max_batch_sizes=[2]), matrix(tiny_sharegpt, max_batch_sizes=[1, 4], runs=2)
+    assert run_matrix(other, store, show_progress=False).statuses == {"ok": 2}
+    assert run_matrix(mine, store, show_progress=False).statuses == {"ok": 8}
+    ids = {c.cell_id for c in mine.cells}
+    slim = query.load_cells(store, ids)
+    full = query.load([store])
+    assert len(full) == 10 and len(slim) == 8 and {r.cell_id for r in slim} == ids
+    assert all(r.samples == [] and not r.telemetry for r in slim) and all(r.samples for r in full)
+    context = new_context("run", matrix=mine.name, baseline=mine.baseline, gpu_memory_gb=None, runs=2, trials=2,
+                          warmup=1, tuning_builds=1)
+    assert plan(mine, slim, context) == plan(mine, full, context) == []
+    def lost(r):  # one trial of a run lost (as a killed invocation leaves it): both plan the same resume
+        return r.run == 1 and r.trial == 1 and r.cell["max_batch_size"] == 4
+
+    resumed = plan(mine, [r for r in slim if not lost(r)], context)
+    assert [(p.cell.cell_id, p.runs) for p in resumed] == [
+        (p.cell.cell_id, p.runs) for p in plan(mine, [r for r in full if not lost(r)], context)]
+    assert [p.runs for p in resumed] == [[2]]

@@ -110,7 +110,7 @@ def run_matrix(
     from bench.execution.executors import make_executor, run_chains
     from bench.execution.progress import MatrixProgress
     from bench.machine.memory_cap import check_cap
-    from bench.results.query import check_store_path, load
+    from bench.results.query import check_store_path, load_cells
     from bench.runner.engines import artifacts_for, engine_for
     from bench.workloads.workload import cached_workload
 
@@ -124,7 +124,9 @@ def run_matrix(
                               runs=settings.runs, trials=settings.trials, warmup=settings.warmup,
                               tuning_builds=settings.tuning_builds)
         digests = {h: engine_artifact.read_manifest(p)["digest"] for h, p in artifacts.items()}
-        todo = plan(matrix, load([store.path]) if store.path.exists() else [], context, redo, digests)
+        # Only this matrix's cells, without samples: a store of any size plans in the matrix's own memory.
+        stored = load_cells(store.path, {c.cell_id for c in matrix.cells}) if store.path.exists() else []
+        todo = plan(matrix, stored, context, redo, digests)
         total = len(matrix.cells) * settings.runs * settings.tuning_builds
         summary = RunSummary(planned=total * settings.trials, run_id=context.run_id)
         summary.skipped = summary.planned - sum(len(p.runs) for p in todo) * settings.trials
