@@ -342,6 +342,10 @@ def test_each_coordinate_descent_tuning_in_a_process_is_counted_with_why_the_cac
                      "configs_hash_stored": False}
     settings = hf_compile.inductor_settings()
     assert settings["tuned_in_process"] == 1 and settings["tuned_in_process_kernels"] == [entry]
+    Kernel.configs = None  # a kernel loaded for the static launcher keeps no candidate configs: no error entry
+    th.CachingAutotuner.coordinate_descent_tuning(Kernel(), "launcher")
+    assert "error" not in hf_compile._TUNED_HERE[-1] and "configs_hash_stored" not in hf_compile._TUNED_HERE[-1]
+    del hf_compile._TUNED_HERE[-1]
     Kernel._should_coordesc_tune = False  # torch decides not to tune this one: nothing counted
     th.CachingAutotuner.coordinate_descent_tuning(Kernel(), "launcher")
     assert len(hf_compile._TUNED_HERE) == 1

@@ -122,7 +122,8 @@ def _tuning_entry(autotuner, th) -> dict:
         if hash_configs is not None and stored:
             # The winner is stored under a hash of the candidate configs; a static-launcher load rechecks the cache
             # with the configs it compiled, which can differ from the candidates (then: a miss, and tuning again).
-            entry["configs_hash_stored"] = hash_configs(autotuner.configs) in stored
+            if getattr(autotuner, "configs", None) is not None:  # None on kernels loaded for the static launcher (H200, torch 2.11)
+                entry["configs_hash_stored"] = hash_configs(autotuner.configs) in stored
             compiled = [r.config for r in getattr(autotuner, "compile_results", None) or []]
             if compiled:
                 entry["compiled_configs_hash_stored"] = hash_configs(compiled) in stored
