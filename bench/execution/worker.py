@@ -219,7 +219,7 @@ def pass_result(out, backend_figures: dict, telemetry: dict, gpus: int, extra: d
     )
 
 
-def install_artifact(engine: dict, backend, key, artifact, environment: dict, engines_dir: str = "") -> dict:
+def install_artifact(engine: dict, backend, key, artifact, environment: dict, engines_dir: str) -> dict:
     """Install the engine artifact the job names (if any) before the load; return what records say of their kernels.
 
     `kernels.source`: "built here" (compiled and tuned in this process or its engine folder) or
@@ -249,12 +249,12 @@ def install_artifact(engine: dict, backend, key, artifact, environment: dict, en
     return {"source": "artifact", "artifact": manifest["digest"], "artifact_file": Path(path).name,
             "artifact_tuned_digest": (manifest.get("tuned") or {}).get("digest"),
             # The engines folder it was installed in: the build's own where the run could use it (engine_artifact.load_dir).
-            "installed_in": os.path.abspath(engines_dir) if engines_dir else None,
+            "installed_in": os.path.abspath(engines_dir),
             "built_in": manifest.get("engines_dir"),
             "made_on": {"host": made.get("host"), "gpu_uuid": made.get("gpu_uuid")}}
 
 
-def export_artifact(out_dir: str, loaded, key, environment: dict, engines_dir: str | None = None) -> dict:
+def export_artifact(out_dir: str, loaded, key, environment: dict, engines_dir: str) -> dict:
     """Write the warmed-up engine of this process (built in engines_dir) as an artifact; return the `exported` event."""
     from bench.backends import engine_artifact
 
