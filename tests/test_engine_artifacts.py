@@ -316,12 +316,15 @@ def test_a_run_from_an_artifact_that_tuned_again_says_so_under_its_table(tmp_pat
     assert {r.kernels["source"] for r in records} == {"artifact"}
     retuned = {(r.cell["precision"], r.extra["inductor"]["tuned_in_process"]) for r in records}
     assert retuned == {("bf16", 0), ("int8wo", 17), ("int8wo", 4)}
-    assert all(not r.notes for r in records if r.cell["precision"] == "bf16")
+    assert {r.notes for r in records if r.cell["precision"] == "bf16"} == {(
+        "hf/bf16/bs1 ran the kernels of engine artifact 0968bcd64972, made on GPU-45b717dd-4e22-fb4e-91fe-c725cd861db7 "
+        "(tuned digest f4e3eacdd2efa8c5, kept)",)}
     assert main(["report", str(store), "--report-dir", str(tmp_path)]) == 0
     text = (tmp_path / "report.md").read_text()
     notes = [line for line in text.splitlines() if "ran from engine artifact" in line]
     assert len(notes) == 2 and all(n.startswith("Note: hf/int8wo/bs1 ran from engine artifact 08ed8b52b8fd") for n in notes)
     assert any("tuned 17 kernel(s) again" in n for n in notes) and any("tuned 4 kernel(s) again" in n for n in notes)
+    assert "Note: hf/bf16/bs1 ran the kernels of engine artifact 0968bcd64972, made on GPU-45b717dd" in text
 
 
 def test_an_artifact_loads_into_the_absolute_folder_it_was_built_in_or_says_why_not(lottery, tmp_path, monkeypatch):

@@ -154,19 +154,24 @@ class Record:
     @property
     def notes(self) -> tuple[str, ...]:
         """Return what the backend found out about the pass (extra.notes: a server that refused length control, ...),
-        and whether a pass that ran from an engine artifact tuned kernels again (then its figure is this process's
-        tuning draw, not the artifact's)."""
+        and, for a pass that ran from an engine artifact, which one and whether its process kept the artifact's tuned
+        kernels (a figure next to a speedup says where its kernels came from)."""
         notes = tuple(self.extra.get("notes") or ())
-        retuned = ((self.extra.get("inductor") or {}).get("tuned_in_process") or 0) if self.kernels.get(
-            "source") == "artifact" else 0
-        if retuned:
-            c = self.cell or {}
-            notes += (f"{cell_label(c.get('backend'), c.get('precision'), c.get('max_batch_size'))} ran from engine "
-                      f"artifact {str(self.kernels.get('artifact'))[:12]}, but its process tuned {retuned} kernel(s) "
-                      f"again (tuned digest {self.tuned_digest} vs the artifact's "
-                      f"{self.kernels.get('artifact_tuned_digest')}): the figure is that process's tuning draw, not "
-                      "the artifact's (docs/guide/hf-backend.md, \"Engines as artifacts\")",)
-        return notes
+        if self.kernels.get("source") != "artifact":
+            return notes
+        c = self.cell or {}
+        label = cell_label(c.get("backend"), c.get("precision"), c.get("max_batch_size"))
+        artifact, theirs = str(self.kernels.get("artifact"))[:12], self.kernels.get("artifact_tuned_digest")
+        retuned = (self.extra.get("inductor") or {}).get("tuned_in_process") or 0
+        if retuned or (theirs and self.tuned_digest and theirs != self.tuned_digest):
+            again = f"tuned {retuned} kernel(s) again" if retuned else "ran other tuned kernels"
+            return notes + (f"{label} ran from engine artifact {artifact}, but its process {again} (tuned digest "
+                            f"{self.tuned_digest} vs the artifact's {theirs}): the figure is that process's tuning "
+                            "draw, not the artifact's (docs/guide/hf-backend.md, \"Engines as artifacts\")",)
+        made_on = self.kernels.get("made_on") or {}
+        where = made_on.get("gpu_uuid") or made_on.get("host") or "another process"
+        return notes + (f"{label} ran the kernels of engine artifact {artifact}, made on {where}"
+                        + (f" (tuned digest {theirs}, kept)" if theirs else ""),)
 
     @property
     def telemetry(self) -> list[dict]:
