@@ -321,3 +321,19 @@ def test_hf_matrix_on_cuda_without_cuda_reports_its_errors(tmp_path, tiny_shareg
     assert main(["run", "--matrix", str(path), "--no-progress"]) == 1  # failed cells: exit 1, with their table
     out = capsys.readouterr()
     assert "| ERROR | ERROR |" in out.out and "no cell ran ok (1 ERROR)" in out.out and "Traceback" not in out.err
+
+
+def test_without_plotly_run_keeps_its_records_and_report_names_the_fix(tmp_path, tiny_sharegpt, capsys, monkeypatch):
+    """A Python without plotly (a dependency; the GPU machine lacks it unless carried): a clear error, nothing lost."""
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "plotly.io", None)  # `import plotly.io` raises ImportError
+    matrix = write_fake(tmp_path, tiny_sharegpt, "noplotly", "none")
+    store = tmp_path / "s.jsonl"
+    assert main(["run", "--matrix", str(matrix), "--store", str(store), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("the dashboard needs plotly, which this Python lacks: pip install plotly") == 2
+    assert "report not built" in err and len(list(ResultStore(store).records())) == 8  # 4 cells x 2 trials
+    assert main(["report", str(store), "--out", str(tmp_path / "d")]) == 2
+    assert "pip install plotly" in capsys.readouterr().err and not (tmp_path / "d" / "report.md").exists()

@@ -93,6 +93,7 @@ def cmd_run(args) -> int:
 
     from bench.files import check_output_dir
     from bench.report.build import build_report
+    from bench.report.dashboard import require_plotly
     from bench.runner.matrix import run_matrix
     from bench.spec.baseline import check_baseline
 
@@ -109,6 +110,10 @@ def cmd_run(args) -> int:
         f" at {st.ray_address}" if st.ray_address else "")
     console.print(f"matrix [bold]{matrix.name}[/]: {len(matrix.cells)} cells x {st.runs} run(s) x {st.trials} trials -> "
                   f"{store} ({where})")
+    try:
+        require_plotly()  # said before the run, which stores its records whatever the report needs
+    except BenchInputError as exc:
+        console.print(f"[yellow]warning: {exc}; the run stores its records, its report will not be built")
     if args.dry_run:
         for c in matrix.cells:
             print(f"{c.cell_id}  {c.label}")

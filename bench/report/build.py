@@ -66,8 +66,10 @@ def build_report(stores: list[str | Path], out_dir: str | Path, baseline: dict |
     columnar companions (bench.results.query.table; the same report); None: when they are large.
     """
     from bench.files import check_output_dir
+    from bench.report.dashboard import require_plotly
 
     check_output_dir(out_dir, "--out")  # before reading the stores
+    require_plotly()
     with _gc_paused():
         return _build_report(stores, out_dir, baseline, kernels, profiles, pool, columnar)
 

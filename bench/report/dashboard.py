@@ -20,6 +20,8 @@ import re
 
 import numpy as np
 
+from bench.errors import BenchInputError
+
 _JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 
@@ -145,6 +147,15 @@ def markdown_table_html(text: str) -> str:
                 out.append(f"<p class='note'>{html.escape(line.strip())}</p>")
     flush()
     return "\n".join(out)
+
+
+def require_plotly() -> None:
+    """Raise BenchInputError naming the fix where plotly (the dashboard's figures) is not installed."""
+    try:
+        import plotly.io  # noqa: F401
+    except ImportError as exc:
+        raise BenchInputError("the dashboard needs plotly, which this Python lacks: pip install plotly (one of bench's "
+                              "dependencies; `pip install -e .` installs them all)") from exc
 
 
 def dashboard_html(
