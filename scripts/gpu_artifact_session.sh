@@ -1,41 +1,40 @@
 #!/usr/bin/env bash
-# GPU runbook of issue 31: one int8wo figure on two H200 machines from one engine artifact, and the
-# tuning spread of cold builds beside it. Each mode is one device call (fresh machine, $OUT set);
-# docs/guide/hf-backend.md ("Engines as artifacts") says what the artifacts are.
+# GPU runbook of the engine-artifact proof: one int8wo figure on two H200 machines from one engine artifact, and
+# the tuning spread of cold builds beside it. Each mode is one device call ($OUT set); docs/guide/hf-backend.md
+# ("Engines as artifacts") says what the artifacts are.
 #
-#   first   machine 1: `bench build` of the h200-best-bs1 preset's two cells (bf16, int8wo), each
-#           cold, written as artifacts; both cells run from the artifacts in 2 fresh processes each;
-#           `bench report`. Returns in $OUT: the artifacts (split into parts of 15 MiB where larger:
-#           $OUT takes files of 16 MiB at most), m1.jsonl, m1-report.md, build.txt, session.log.
-#   spread  any machine: K cold tuning builds of the int8wo cell (`--tuning-builds K`, K=${K:-3}),
-#           1 process of 3 trials each; with several GPUs the builds run at once, one per GPU.
-#           Returns spread.jsonl, spread-report.md, session.log.
-#   second  machine 2: loads the carried artifacts, runs both cells in 2 fresh processes each,
-#           `bench report`, and `bench compare` against machine 1's store. Returns m2.jsonl,
-#           m2-report.md, compare.md, session.log.
+#   build   any machine: `bench build` of the h200-best-bs1 preset's two cells (bf16, int8wo), each cold, written
+#           as artifacts; nothing measured. Returns in $OUT: the artifacts (split into parts of 15 MiB where larger:
+#           $OUT takes files of 16 MiB at most), build.txt, logs-build.tgz, session.log. Measured on the H200
+#           (2026-12-01): bf16 65-75 s, int8wo 239-294 s, so about 6.5 minutes with the start.
+#   runs    machine NAME (NAME=m1, then NAME=m2 on another machine): loads the carried artifacts, runs both cells
+#           in 2 fresh processes each, and (NAME other than m1, with m1.jsonl carried) `bench compare` against m1's
+#           store; `bench report` where plotly is installed. Returns NAME.jsonl, NAME-report.md, compare.md,
+#           logs-runs.tgz, session.log.
+#   spread  any machine: K cold tuning builds of the int8wo cell (`--tuning-builds K`, K=${K:-3}), 1 process of 3
+#           trials each; with several GPUs the builds run at once, one per GPU. Returns spread.jsonl,
+#           spread-report.md, session.log.
 #
-# Carry between the calls (the device copies the lead's working tree; results/ is git-ignored):
-#   after `first`: copy $OUT's *.tar (or *.tar.part-*) into results/h200-artifacts/art/ and
-#   m1.jsonl into results/h200-artifacts/, then call `second` with
-#   carry = ["results/h200-artifacts"] (plus ".whl" where torchao must be installed there).
-# Each mode stops its steps (SIGINT: what finished is stored) so that it ends within
-# BENCH_SESSION_BUDGET_S seconds (default 470, under the 8-minute goal).
-# Estimates on an H200 (torch 2.11 cu130), from docs/measurements/README.md: a cold int8wo process took
-# 155 s and 268 s to its first trial on two starts, bf16's cold one about 55 s; a warm int8wo
-# process about 65 s with its trials, a warm bf16 one about 35 s. So: first 7-9 min (at the slow
-# compile the budget cuts the last int8wo process), second 4-5 min, spread with K=2 on one GPU
-# 6-9.5 min, with K=3 on one GPU 8.5-14 min (too long: use K=2, or a machine of several GPUs,
-# where the builds run at once: 3-5 min).
+# Carry between the calls (the device copies the lead's working tree; results/ is git-ignored): after `build`, copy
+# $OUT's *.tar (or *.tar.part-*) into results/h200-artifacts/art/; after `runs` with NAME=m1, also m1.jsonl into
+# results/h200-artifacts/. Each call carries results/h200-artifacts and the wheel folder with torchao (.whl-art).
+# Each mode stops its steps (SIGINT: what finished is stored) so that it ends within BENCH_SESSION_BUDGET_S
+# seconds (default 540). Why `build` and `runs` are separate calls: on 2026-12-01 a mode that built and then ran
+# in one call spent 370 s building and was cut 155 s into its runs. A warm bf16 process takes about 35 s; an
+# int8wo process from the artifact took 63-272 s of warm-up (the longer ones tuned kernels again: the records'
+# extra.inductor.tuned_in_process; kept_in_process counts the stored winners run instead). The spread with K=2 on
+# one GPU takes 6-9.5 min, K=3 on one GPU 8.5-14 min (too long: K=2, or a machine of several GPUs: 3-5 min).
 set -uo pipefail
 mode=${1:-}
-case "$mode" in first|spread|second) ;; *) echo "usage: $0 first|spread|second (OUT must be set)" >&2; exit 2;; esac
+case "$mode" in build|runs|spread) ;; *) echo "usage: $0 build|runs|spread (OUT must be set; NAME=m1|m2 for runs)" >&2; exit 2;; esac
 : "${OUT:?set OUT to the folder whose files come back}"
 cd "$(dirname "$0")/.." || exit 2
 export PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
 CARRY=results/h200-artifacts
 ART=$CARRY/art
-budget_s=${BENCH_SESSION_BUDGET_S:-470}
+budget_s=${BENCH_SESSION_BUDGET_S:-540}
+NAME=${NAME:-m1}
 # A dry run on a CPU: BENCH_MATRIX=a fake matrix TOML, TUNED=its --only for the spread (tests of this script).
 if [ -n "${BENCH_MATRIX:-}" ]; then MATRIX=(--matrix "$BENCH_MATRIX"); else MATRIX=(--preset h200-best-bs1); fi
 TUNED=${TUNED:-precision=int8wo}
@@ -68,24 +67,19 @@ step() {  # step NAME COMMAND...: run it within what is left of the budget; say 
     return $rc
 }
 
-echo "issue 31, mode $mode, $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo +dirty)"
+echo "engine-artifact session, mode $mode (NAME $NAME), $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo +dirty)"
 nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader || echo "no nvidia-smi"
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__)"
 if ! $PY -c "import torchao" 2>/dev/null; then  # int8wo needs it; docs/guide/hf-backend.md says how to carry the wheel
-    ls .whl/torchao-*.whl >/dev/null 2>&1 && $PY -m pip install -q --no-deps --no-index .whl/torchao-*.whl
+    for w in .whl*/torchao-*.whl; do [ -e "$w" ] && $PY -m pip install -q --no-deps --no-index "$w" && break; done
 fi
-$PY -c "import torchao; print('torchao', torchao.__version__)" || { echo "torchao is missing: carry .whl"; exit 2; }
+$PY -c "import torchao; print('torchao', torchao.__version__)" || { echo "torchao is missing: carry .whl-art"; exit 2; }
 
 case "$mode" in
-first)
+build)
     mkdir -p "$ART"
     step build $PY -m bench build "${MATRIX[@]}" --artifacts "$ART" | tee "$OUT/build.txt"
-    ls -l "$ART"/*.tar
-    only=$(built_cells)
-    [ -n "$only" ] || { echo "no artifact was built: see build.txt and $ART/logs"; exit 1; }
-    step artifact-runs $PY -m bench run "${MATRIX[@]}" --only "$only" --engines "$ART" --runs 2 \
-        --store "$WORK/m1.jsonl" --report-dir /tmp/m1-report --no-progress
-    step report $PY -m bench report "$WORK/m1.jsonl" --out /tmp/m1-report && cp /tmp/m1-report/report.md "$OUT/m1-report.md"
+    ls -l "$ART"/*.tar || { echo "no artifact was built: see build.txt and $ART/logs"; exit 1; }
     for a in "$ART"/*.tar; do  # $OUT returns files of at most 16 MiB
         if (( $(stat -c %s "$a") > 15 * 1024 * 1024 )); then
             split -b 15M -d "$a" "$OUT/$(basename "$a").part-"
@@ -104,28 +98,39 @@ spread)
     step report $PY -m bench report "$WORK/spread.jsonl" --out /tmp/spread-report --baseline "$TUNED" \
         && cp /tmp/spread-report/report.md "$OUT/spread-report.md"
     ;;
-second)
+runs)
     for first_part in "$ART"/*.tar.part-00; do  # artifacts that came back in parts
         [ -e "$first_part" ] || continue
         cat "${first_part%-00}"-* > "${first_part%.part-00}"
     done
-    ls -l "$ART"/*.tar "$CARRY/m1.jsonl" || { echo "carry results/h200-artifacts (art/*.tar, m1.jsonl) from first"; exit 2; }
+    ls -l "$ART"/*.tar || { echo "carry results/h200-artifacts (art/*.tar) from the build"; exit 2; }
     step artifact-runs $PY -m bench run "${MATRIX[@]}" --only "$(built_cells)" --engines "$ART" --runs 2 \
-        --store "$WORK/m2.jsonl" --report-dir /tmp/m2-report --no-progress
-    step report $PY -m bench report "$WORK/m2.jsonl" --out /tmp/m2-report && cp /tmp/m2-report/report.md "$OUT/m2-report.md"
-    # Two machines by design: their environments may differ (the CPU's name); compare says how.
-    step compare $PY -m bench compare "$CARRY/m1.jsonl" "$WORK/m2.jsonl" --allow-env-mismatch \
-        --metrics output_throughput,tpot_median_ms --markdown "$OUT/compare.md"
-    $PY - "$CARRY/m1.jsonl" "$WORK/m2.jsonl" <<'EOF'
+        --store "$WORK/$NAME.jsonl" --report-dir "/tmp/$NAME-report" --no-progress
+    if $PY -c "import plotly.io" 2>/dev/null; then  # else the returned store is reported where plotly is
+        step report $PY -m bench report "$WORK/$NAME.jsonl" --out "/tmp/$NAME-report" \
+            && cp "/tmp/$NAME-report/report.md" "$OUT/$NAME-report.md"
+    fi
+    stores=("$WORK/$NAME.jsonl")
+    if [ "$NAME" != m1 ] && [ -e "$CARRY/m1.jsonl" ]; then
+        stores=("$CARRY/m1.jsonl" "$WORK/$NAME.jsonl")
+        # Two machines by design: their environments may differ (the CPU's name); compare says how.
+        step compare $PY -m bench compare "$CARRY/m1.jsonl" "$WORK/$NAME.jsonl" --allow-env-mismatch \
+            --metrics output_throughput,tpot_median_ms --markdown "$OUT/compare.md"
+    fi
+    $PY - "${stores[@]}" <<'EOF'
 import sys
 from bench.results import query
 for store in sys.argv[1:]:
-    recs = [r for r in query.load([store]) if r.ok]
-    seen = sorted({(r.cell["precision"], r.environment.get("gpu_uuid"), r.kernels.get("source"),
-                    (r.kernels.get("artifact") or "")[:12], r.kernels.get("artifact_tuned_digest"), r.tuned_digest)
-                   for r in recs})
-    for row in seen:  # the last two equal: the process ran the artifact's tuned configs, tuned nothing anew
-        print(store, "precision, GPU, kernels, artifact, its tuned digest, the pass's tuned digest:", *row)
+    seen = set()
+    for r in query.load([store]):
+        if not r.ok:
+            continue
+        kernels, inductor = r.extra.get("kernels") or {}, r.extra.get("inductor") or {}
+        seen.add((r.cell["precision"], r.environment.get("gpu_uuid"), kernels.get("source"), (kernels.get("artifact") or "")[:12],
+                  kernels.get("artifact_tuned_digest"), (inductor.get("tuned") or {}).get("digest"),
+                  inductor.get("tuned_in_process"), inductor.get("kept_in_process")))
+    for row in sorted(seen, key=str):  # the two digests equal and 0 tuned: the process ran the artifact's kernels
+        print(store, "precision, GPU, kernels, artifact, its tuned digest, the pass's tuned digest, tuned, kept:", *row)
 EOF
     ;;
 esac

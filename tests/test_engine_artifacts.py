@@ -327,6 +327,20 @@ def test_a_run_from_an_artifact_that_tuned_again_says_so_under_its_table(tmp_pat
     assert "Note: hf/bf16/bs1 ran the kernels of engine artifact 0968bcd64972, made on GPU-45b717dd" in text
 
 
+def test_a_run_that_kept_stored_winners_says_how_many_under_its_table():
+    """A process that ran stored winners Inductor was about to tune again (bench/backends/hf/kept_winners.py) kept the
+    artifact's kernels, and its note says how many it had to keep."""
+    import dataclasses
+
+    store = Path(__file__).parent / "data" / "h200-artifact-runs.jsonl"
+    bf16 = next(r for r in query.load([store]) if r.cell["precision"] == "bf16")
+    kept = dataclasses.replace(bf16, extra={**bf16.extra, "inductor": {**bf16.extra["inductor"], "kept_in_process": 3}})
+    (note,) = kept.notes
+    assert note.startswith("hf/bf16/bs1 ran the kernels of engine artifact 0968bcd64972") and "(tuned digest f4e3eacdd2efa8c5, kept)" in note
+    assert note.endswith("; 3 of them Inductor would have tuned again ran their stored winners (bench/backends/hf/kept_winners.py)")
+    assert not bf16.notes[0].endswith("kept_winners.py)")
+
+
 def test_an_artifact_loads_into_the_absolute_folder_it_was_built_in_or_says_why_not(lottery, tmp_path, monkeypatch):
     """Inductor's statically launched kernels carry their build's absolute paths (source file, autotune entry), so
     a run loads the artifact into the build's own engines folder; an older artifact, or a folder this machine cannot

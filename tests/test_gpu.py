@@ -249,6 +249,45 @@ print(json.dumps({"tuned": len(tuned), "rechecks": len(rechecks), "buggy": induc
     assert warm["tuned"] == 0, warm
 
 
+def test_a_warm_process_compiling_from_source_runs_the_stored_winners(tmp_path):
+    """kept_winners on the installed torch and Triton: a warm process without the FX graph cache compiles the kernel
+    from its source again (Inductor's compile workers where the pool is up) and hits the stored winner. Without the
+    rule such a process may tune again (the mark lost in a pickle, or a reduction re-benchmarked); with it, it must
+    tune nothing, and where the unpatched process tuned, the patched one says it kept the winner instead."""
+    code = """
+import json, os, sys, torch
+import torch._inductor.config as inductor
+from bench.backends.hf import compile as hf_compile, kept_winners
+inductor.coordinate_descent_tuning = True
+hf_compile._count_tunings()
+if sys.argv[1] == "1":
+    kept_winners.snapshot()
+    kept_winners.apply()
+def f(x, w):
+    return (torch.nn.functional.silu(x @ w) * 2).sum(-1)  # a reduction and a pointwise kernel
+x, w = torch.randn(8, 4096, device="cuda", dtype=torch.bfloat16), torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+torch.testing.assert_close(torch.compile(f)(x, w), f(x, w), rtol=2e-2, atol=2e-1)
+print(json.dumps(hf_compile.inductor_settings()))
+"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+           "TRITON_CACHE_DIR": str(tmp_path / "triton")}
+
+    def process(kept: bool, fx_cache: bool) -> dict:
+        proc = subprocess.run([sys.executable, "-c", code, "1" if kept else "0"], capture_output=True, text=True,
+                              timeout=300, env={**env, "TORCHINDUCTOR_FX_GRAPH_CACHE": "1" if fx_cache else "0"}, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    cold = process(kept=False, fx_cache=True)
+    unpatched, kept = process(kept=False, fx_cache=False), process(kept=True, fx_cache=False)
+    print("tunings cold / warm from source without / with the rule:", cold["tuned_in_process"],
+          unpatched["tuned_in_process"], kept["tuned_in_process"], "| kept:", kept["kept_in_process_kernels"])
+    assert cold["tuned_in_process"] > 0
+    assert kept["tuned_in_process"] == 0, kept
+    if unpatched["tuned_in_process"]:
+        assert kept["kept_in_process"] > 0, kept
+
+
 # --- telemetry --------------------------------------------------------------------------
 
 

@@ -170,8 +170,11 @@ class Record:
                             "draw, not the artifact's (docs/guide/hf-backend.md, \"Engines as artifacts\")",)
         made_on = self.kernels.get("made_on") or {}
         where = made_on.get("gpu_uuid") or made_on.get("host") or "another process"
+        kept = (self.extra.get("inductor") or {}).get("kept_in_process") or 0
         return notes + (f"{label} ran the kernels of engine artifact {artifact}, made on {where}"
-                        + (f" (tuned digest {theirs}, kept)" if theirs else ""),)
+                        + (f" (tuned digest {theirs}, kept)" if theirs else "")
+                        + (f"; {kept} of them Inductor would have tuned again ran their stored winners "
+                           "(bench/backends/hf/kept_winners.py)" if kept else ""),)
 
     @property
     def telemetry(self) -> list[dict]:

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from bench.backends.hf import inductor_recheck
+from bench.backends.hf import inductor_recheck, kept_winners
 
 # (build key hash, settings) this process was configured for; None until the first load.
 _PROCESS: tuple[str, tuple] | None = None
@@ -54,7 +54,8 @@ def configure_process(key_hash: str, compile_mode: str, tuning: str, freeze: boo
     """
     global _PROCESS
     settings = (tuning, freeze)
-    if _PROCESS is None:
+    first = _PROCESS is None
+    if first:
         _PROCESS = (key_hash, settings)
     assert _PROCESS[1] == settings, (
         f"one build key per process: this process was configured for build key {_PROCESS[0]} "
@@ -77,6 +78,9 @@ def configure_process(key_hash: str, compile_mode: str, tuning: str, freeze: boo
     # in torch's own source and changes nothing (bench.backends.hf.inductor_recheck).
     inductor_recheck.apply()
     _count_tunings()
+    if first:  # the engine is installed and nothing compiled yet: what the folder holds is the build's winners
+        kept_winners.snapshot()
+    kept_winners.apply()  # outside the count: a kept winner is not a tuning
 
 
 def _count_tunings() -> None:
@@ -144,7 +148,9 @@ def inductor_settings() -> dict:
             # True: this torch lacked pytorch/pytorch#173391 and the worker applied it (inductor_recheck)
             "recheck_backported": inductor_recheck.applied(),
             # Kernels this process tuned by coordinate descent (0 where it ran stored winners), and why (_count_tunings)
-            "tuned_in_process": len(_TUNED_HERE), "tuned_in_process_kernels": _TUNED_HERE[:32]}
+            "tuned_in_process": len(_TUNED_HERE), "tuned_in_process_kernels": _TUNED_HERE[:32],
+            # Kernels Inductor was about to tune again whose stored winner ran instead (kept_winners)
+            "kept_in_process": len(kept_winners.kept()), "kept_in_process_kernels": kept_winners.kept()[:32]}
 
 
 def tuned_kernel_configs(folder: Path) -> dict:
