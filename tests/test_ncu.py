@@ -130,3 +130,35 @@ def test_profile_reads_an_ncu_report_into_its_tables(tmp_path):
     table = KernelTable.load(got["kernel_table"])
     assert table.source == "ncu" and table.range("decode_step").kernels_per_instance == 5
     assert table.meta["ncu_version"] == "2025.3.1.0"
+
+
+def test_the_details_page_layout_reads_as_the_raw_page():
+    """A plain `ncu --csv` (no `--page raw`) prints one row per metric and launch, units scaled per value: the same
+    kernels come out (layout as ncu's documentation and public parsers of it show: launch columns, "Kernel Time",
+    "Section Name", "Metric Name", "Metric Unit", "Metric Value", rule columns)."""
+    import csv
+    import io
+
+    lines = [ln for ln in FIXTURE.read_text().splitlines() if not ln.startswith("==")]
+    header, units, *body = list(csv.reader(io.StringIO("\n".join(lines))))
+    scaled = {"byte": [("Kbyte", 1e3), ("Mbyte", 1e6)], "nsecond": [("usecond", 1e3)]}
+    out = io.StringIO()
+    w = csv.writer(out, quoting=csv.QUOTE_ALL)
+    w.writerow(header[:5] + ["Kernel Time", "Context", "Stream", "Section Name", "Metric Name", "Metric Unit",
+                             "Metric Value", "Rule Name", "Rule Type", "Rule Description"])
+    for i, row in enumerate(body):
+        for metric in header[11:]:
+            col = header.index(metric)
+            value, unit = row[col], units[col]
+            if unit in scaled:  # every other launch in a scaled unit, as ncu's automatic units print them
+                name, factor = scaled[unit][i % len(scaled[unit])]
+                value, unit = (f"{float(value.replace(',', '')) / factor:.9g}", name) if i % 2 else (value, unit)
+            w.writerow(row[:5] + ["2026-Dec-01 20:00:00", row[5], row[6], "Raw", metric, unit, value, "", "", ""])
+    assert [k.name for k in parse_csv(out.getvalue())] == [k.name for k in parse_csv(FIXTURE.read_text())]
+    for long, raw in zip(parse_csv(out.getvalue()), parse_csv(FIXTURE.read_text()), strict=True):
+        for field in ("duration_ns", "dram_read_bytes", "dram_write_bytes", "dram_pct_of_peak", "sm_pct_of_peak"):
+            assert getattr(long, field) == pytest.approx(getattr(raw, field), rel=1e-9), (long.name, field)
+    with pytest.raises(BenchInputError, match=r"lacks metric\(s\) \['sm__throughput"):
+        parse_csv("\n".join(ln for ln in out.getvalue().splitlines() if "sm__throughput" not in ln))
+    with pytest.raises(BenchInputError, match="unit 'furlong'"):
+        parse_csv(out.getvalue().replace('"nsecond"', '"furlong"'))

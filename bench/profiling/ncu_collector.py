@@ -147,6 +147,8 @@ def parse_csv(text: str) -> list[NcuKernel]:
     rows = list(csv.reader(io.StringIO("\n".join(lines))))
     if not rows:
         raise BenchInputError("ncu printed no CSV rows: did the NVTX filter match no kernel? (see session.log)")
+    if "Metric Name" in rows[0] and "Metric Value" in rows[0]:
+        rows = _long_to_raw(rows)
     header = rows[0]
     missing = [m for m in METRICS + ("Kernel Name",) if m not in header]
     if missing:
@@ -185,6 +187,43 @@ def parse_csv(text: str) -> list[NcuKernel]:
         raise BenchInputError("ncu profiled no kernel: the NVTX filter matched no launch (is the `nvtx` package "
                               "installed where the session runs, so that the range is in the `bench` domain?)")
     return kernels
+
+
+def _long_to_raw(rows: list[list[str]]) -> list[list[str]]:
+    """Return the raw page's layout (a header, a units row, one row per launch) of ncu's details-page CSV.
+
+    Without `--page raw` (an older ncu, or a CSV made with a plain `ncu --csv`), ncu prints one row per
+    metric and launch: its launch columns, then "Section Name", "Metric Name", "Metric Unit", "Metric
+    Value" (newer releases add "Kernel Time" and rule columns). Units there may be scaled per value
+    ("Kbyte" in one launch, "Mbyte" in the next), so each value is converted to base units here.
+    """
+    header = rows[0]
+    name, unit, value, launch_id = (header.index(c) for c in ("Metric Name", "Metric Unit", "Metric Value", "ID"))
+    kernel = header.index("Kernel Name")
+    base = {METRICS[0]: ("nsecond", _TIME), METRICS[1]: ("byte", _BYTES), METRICS[2]: ("byte", _BYTES)}
+    launches: dict[str, tuple[str, dict[str, str]]] = {}
+    for row in rows[1:]:
+        if len(row) <= max(name, unit, value, launch_id, kernel):
+            continue
+        found = launches.setdefault(row[launch_id], (row[kernel], {}))[1]
+        metric, text = row[name], row[value]
+        if metric in base and metric not in found:
+            unit_name = row[unit].strip().lower() or base[metric][0]
+            if unit_name not in base[metric][1]:
+                raise BenchInputError(f"ncu CSV column {metric} has unit {unit_name!r}; known: {sorted(base[metric][1])}")
+            try:
+                text = repr(_number(text) * base[metric][1][unit_name])
+            except ValueError:
+                pass  # left as printed: the data row's reader names it
+        found.setdefault(metric, text)
+    out = [["ID", "Kernel Name", *METRICS], ["", "", *(base[m][0] if m in base else "" for m in METRICS)]]
+    for launch, (kernel_name, found) in launches.items():
+        if not all(m in found for m in METRICS):
+            missing = [m for m in METRICS if m not in found]
+            raise BenchInputError(f"ncu CSV lacks metric(s) {missing} for launch {launch}: profile with --metrics "
+                                  f"{','.join(METRICS)}")
+        out.append([launch, kernel_name, *(found[m] for m in METRICS)])
+    return out
 
 
 @dataclass(frozen=True)
