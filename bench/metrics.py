@@ -233,7 +233,7 @@ def interactivity_metrics(timings, output_throughput: float, gpus: int) -> dict:
     `output_throughput_per_user` is the mean over completed requests of each request's own
     output speed, output_len / E2E latency (the first token and its wait included);
     `output_throughput_per_gpu` is the pass's output_throughput over the GPUs the cell used
-    (tensor-parallel size; a cell on the CPU, or a client whose server owns one GPU, counts one).
+    (tensor-parallel size; a cell on the CPU counts one; an openai client counts its `server_gpus` option, default one).
     """
     if gpus < 1:
         raise ValueError(f"a cell uses at least one device, got gpus={gpus}")

@@ -136,3 +136,27 @@ def test_the_table_warns_about_an_oversaturated_pass_and_a_lagging_client(tmp_pa
                             "achieved_request_rate": 7.0})
     assert behind and "fell behind" in behind[0] and "25.0 ms" in behind[0]
     assert load_warnings({"client_behind": 0.0, "oversaturated": 0.0}) == []
+
+
+def test_a_servers_gpus_divide_its_per_gpu_figure(tmp_path):
+    """The client cannot see a server's GPUs: `server_gpus` says them, and the record's per-GPU figure divides by it."""
+    from bench.errors import BenchInputError
+    from bench.results import query
+    from bench.runner.matrix import run_matrix
+    from bench.spec.matrix import parse_matrix
+
+    def matrix(url, gpus):
+        return parse_matrix({
+            "name": "tp", "backends": ["openai"], "model": "qwen-tiny", "precisions": ["server"], "max_batch_sizes": [2],
+            "workloads": ["w"], "device": "cpu", "trials": 1, "warmup": 0, "timeout_s": 60, "build_timeout_s": 60,
+            "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 4, "num_requests": 4}},
+            "options": {"base_url": url, "server_gpus": gpus},
+        })
+
+    with pytest.raises(BenchInputError, match="server_gpus"):
+        matrix("http://127.0.0.1:1", 0)
+    with TestServer(ttft_s=0.01, itl_s=0.005) as srv:
+        run_matrix(matrix(srv.base_url, 4), tmp_path / "s.jsonl", show_progress=False)
+    (rec,) = query.load([tmp_path / "s.jsonl"])
+    assert rec.ok and rec.metrics["gpus"] == 4 and "gpus" not in rec.extra
+    assert rec.metrics["output_throughput_per_gpu"] == pytest.approx(rec.metrics["output_throughput"] / 4)

@@ -160,7 +160,9 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
                     out = loaded.run(requests, cell.max_batch_size, cell.options_dict)
                 extra = {**out.extra, "warmup": warmup, "telemetry": sampler.timeline, "kernels": kernels,
                          "host_load": load.summary}
-                metrics = pass_result(out, extra.pop("metrics", {}), sampler.summary, world, extra).to_dict()
+                # The GPUs the pass ran on: this process's tensor-parallel ranks, or what the backend says (a server's)
+                gpus = extra.pop("gpus", world)
+                metrics = pass_result(out, extra.pop("metrics", {}), sampler.summary, gpus, extra).to_dict()
                 status, error = "ok", None
                 tolerated = backend.tolerate_request_errors and metrics["completed"] > 0
                 pass_error = extra.pop("pass_error", None)
@@ -197,7 +199,8 @@ def pass_result(out, backend_figures: dict, telemetry: dict, gpus: int, extra: d
 
     out: the backend's RunOutput; backend_figures: what the backend measured beyond the timings
     (the openai backend's schedule, goodput and lag); telemetry: the NVML sampler's summary;
-    gpus: the devices the cell used (its tensor-parallel ranks). A figure two parts both claim is a
+    gpus: the devices the cell used (its tensor-parallel ranks, or a server's GPUs as its backend reports them in
+    RunOutput.extra["gpus"]: the openai backend's `server_gpus`). A figure two parts both claim is a
     TypeError, not a silent overwrite.
     """
     from bench.metrics import (

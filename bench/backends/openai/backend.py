@@ -249,7 +249,7 @@ class OpenAILoaded(Loaded):
         timings, stats = asyncio.run(replay(cfg, reqs, concurrency))
         source = count_output_tokens(timings, stats.received, opts)
         extra = pass_extra(timings, stats, opts, plan, source, arrivals, workload_arrivals, concurrency)
-        extra.update(server=self.base_url, endpoint=self.endpoint, model_name=self.model)
+        extra.update(server=self.base_url, endpoint=self.endpoint, model_name=self.model, gpus=opts["server_gpus"])
         extra["notes"] = server_notes(self.base_url, plan, timings, extra["metrics"].get("server_input_tokens"))
         return RunOutput(timings, stats.started, max(stats.ended, stats.started + 1e-9), extra)
 

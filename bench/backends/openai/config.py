@@ -54,6 +54,9 @@ class OpenAIConfig(BackendConfig):
         "slo_ttft_ms": Option(0.0, kind=(int, float), in_build_key=False, help="goodput SLO on TTFT (0 = none)"),
         "slo_tpot_ms": Option(0.0, kind=(int, float), in_build_key=False, help="goodput SLO on TPOT (0 = none)"),
         "slo_e2el_ms": Option(0.0, kind=(int, float), in_build_key=False, help="goodput SLO on E2E latency (0 = none)"),
+        "server_gpus": Option(1, kind=int, in_build_key=False, minimum=1, keeps_ids_at_default=True,
+                              help="GPUs the server runs the model on (tensor x pipeline x data parallel), which the "
+                                   "client cannot see: output tok/s per GPU divides by it"),
         "api_key_env": Option("OPENAI_API_KEY", kind=str, in_build_key=False,
                               help="environment variable holding a bearer token, sent when set"),
     }
