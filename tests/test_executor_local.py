@@ -259,3 +259,23 @@ def test_a_failing_group_stops_the_others_and_the_error_reaches_the_caller():
     with pytest.raises(RuntimeError, match="boom"):
         run_chains(ex, chains, rounds=1)
     assert time.monotonic() - t0 < 10 and ("end", "slow") in ex.log  # the 30 s group was stopped, not waited for
+
+
+def test_the_warm_up_line_names_the_cache_counts_and_the_longest_compile_phases(monkeypatch):
+    """A slow warm-up from an engine artifact (272 s for int8wo on the H200) is read in the worker's log: cache hits,
+    misses and bypasses, and torch's own timers of the phases that took longest."""
+    import sys
+    import types
+
+    from bench.execution import worker
+
+    utils = types.SimpleNamespace(
+        counters={"inductor": {"fxgraph_cache_hit": 1}, "aot_autograd": {"autograd_cache_bypass": 1}},
+        compilation_time_metrics={"_compile.compile_inner": [40.0, 2.5], "CachingAutotuner.coordinate_descent_tuning":
+                                  [58.0, 46.0, 9.0], "async_compile.wait": [1.0], "empty": []})
+    monkeypatch.setitem(sys.modules, "torch._dynamo.utils", utils)
+    assert worker._compile_cache_counts() == (
+        "; FX graph cache 1 hit / 0 miss, AOT cache 0 hit / 0 miss / 1 bypassed; longest compile phases: "
+        "CachingAutotuner.coordinate_descent_tuning 113.0 s, _compile.compile_inner 42.5 s, async_compile.wait 1.0 s")
+    monkeypatch.setitem(sys.modules, "torch._dynamo.utils", types.SimpleNamespace(counters={}))
+    assert worker._compile_cache_counts() == ""

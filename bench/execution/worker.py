@@ -52,7 +52,17 @@ def _compile_cache_counts() -> str:
     if not (fx or aot):
         return ""
     return (f"; FX graph cache {fx.get('fxgraph_cache_hit', 0)} hit / {fx.get('fxgraph_cache_miss', 0)} miss, "
-            f"AOT cache {aot.get('autograd_cache_hit', 0)} hit / {aot.get('autograd_cache_miss', 0)} miss")
+            f"AOT cache {aot.get('autograd_cache_hit', 0)} hit / {aot.get('autograd_cache_miss', 0)} miss / "
+            f"{aot.get('autograd_cache_bypass', 0)} bypassed{_compile_phases(utils)}")
+
+
+def _compile_phases(utils, shown: int = 6) -> str:
+    """Return the compile phases that took longest so far, by torch's own timers (`dynamo_timed`'s
+    compilation_time_metrics; phases nest, so a parent's time includes its children's): where a slow
+    warm-up went (tracing, Inductor, Triton compiles, autotuning)."""
+    timed = getattr(utils, "compilation_time_metrics", None) or {}
+    totals = sorted(((sum(v), k) for k, v in timed.items() if v), reverse=True)[:shown]
+    return ("; longest compile phases: " + ", ".join(f"{k} {t:.1f} s" for t, k in totals)) if totals else ""
 
 
 def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
