@@ -74,7 +74,7 @@ def configure_process(key_hash: str, compile_mode: str, tuning: str, freeze: boo
         for name in ("recompile_limit", "cache_size_limit"):
             if hasattr(torch._dynamo.config, name):
                 setattr(torch._dynamo.config, name, max(64, getattr(torch._dynamo.config, name)))
-    # pytorch/pytorch#173391 backported where torch lacks it (2.11 here); from torch 2.13 on apply() finds the fix
+    # pytorch/pytorch#173391 backported where torch lacks it (2.11 here); from torch 2.12 on apply() finds the fix
     # in torch's own source and changes nothing (bench.backends.hf.inductor_recheck).
     inductor_recheck.apply()
     _count_tunings()

@@ -1,8 +1,8 @@
-"""A backport of pytorch/pytorch#173391 for torch releases without it (torch < 2.13).
+"""A backport of pytorch/pytorch#173391 for torch releases without it (torch < 2.12).
 
-Unnecessary from torch 2.13 on, whose `CachingAutotuner.recheck_autotune_cache` keeps a cache
+Unnecessary from torch 2.12 on (checked in the 2.12.0 and 2.13.0 wheels' source), whose `CachingAutotuner.recheck_autotune_cache` keeps a cache
 hit for a kernel with one config: `apply()` then detects the fixed source and changes nothing.
-Delete this module once the oldest supported torch is 2.13.
+Delete this module once the oldest supported torch is 2.12.
 
 Why it matters: coordinate-descent winners are saved per kernel in Inductor's cache (the build
 key's folder), so every process of a key should run the first one's kernels; without the fix,
@@ -24,7 +24,7 @@ def apply() -> bool:
 
     Where the installed torch re-tunes in every process (recheck_skips_single_config_hits), its
     `CachingAutotuner.recheck_autotune_cache` is replaced, for this worker process only, by the
-    fixed one of pytorch/pytorch#173391 (as in torch 2.13): a cache hit is kept for a kernel
+    fixed one of pytorch/pytorch#173391 (as in torch 2.12 and 2.13): a cache hit is kept for a kernel
     with one config too, and marked found by coordinate descent so the run does not tune again.
     """
     global _APPLIED

@@ -26,7 +26,7 @@ of `CachingAutotuner.coordinate_descent_tuning`: where the folder held a coordin
 for this kernel's source when the process configured itself (`snapshot`), run that winner (the
 launcher itself when it already is that config, else the winner compiled here), restore the
 stored file if something overwrote it, and tune only kernels the folder held no winner for. It
-is a rule of the harness, not a backport: no torch release checked (2.11, 2.13) keeps the winner
+is a rule of the harness, not a backport: no torch release checked (2.11, 2.12, 2.13) keeps the winner
 on both paths. Applied by bench.backends.hf.compile.configure_process.
 """
 
@@ -152,10 +152,10 @@ def _winner_config(entry: dict, autotuner):
 
 def _load_kernel_function(autotuner) -> None:
     """Load the kernel's Triton function in this process where a compile worker dropped it (as tuning would)."""
-    ensure = getattr(autotuner, "_ensure_kernel_loaded", None)  # torch >= 2.13
+    ensure = getattr(autotuner, "_ensure_kernel_loaded", None)  # torch 2.13 (not 2.11 or 2.12)
     if ensure is not None:
         ensure()
-    elif getattr(autotuner.fn, "fn", True) is None:  # torch 2.11: what _coordinate_descent_tuning does
+    elif getattr(autotuner.fn, "fn", True) is None:  # torch 2.11/2.12: what _coordinate_descent_tuning does
         autotuner.fn = autotuner._reload_kernel().fn
 
 
