@@ -111,6 +111,20 @@ def test_study_refuses_bad_input_before_running(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+def test_a_study_without_plotly_is_refused_before_its_first_step(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from bench.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "plotly.io", None)  # `import plotly.io` raises ImportError
+    (tmp_path / "twin.toml").write_text(TWIN)
+    assert main(["study", "--matrix", "twin.toml"]) == 2
+    err = capsys.readouterr().err
+    assert "the dashboard needs plotly" in err and "or leave the report out (--steps run,oom,profile" in err
+    assert not (tmp_path / "results").exists() and not (tmp_path / "profiles").exists()
+
+
 @pytest.mark.slow
 def test_the_cpu_twin_of_the_study_runs_end_to_end(tmp_path):
     (tmp_path / "twin.toml").write_text(TWIN)

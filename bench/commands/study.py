@@ -237,6 +237,13 @@ def cmd_study(args) -> int:
     from bench.files import check_output_dir
 
     check_output_dir(report_dir, "--report-dir")  # before any step runs
+    if "report" in steps:
+        from bench.report.dashboard import require_plotly
+
+        try:
+            require_plotly()  # the study's last step: refused now, not after its GPU time
+        except BenchInputError as exc:
+            raise BenchInputError(f"{exc}; or leave the report out (--steps {','.join(s for s in steps if s != 'report')})") from exc
     timings: dict[str, float] = {}
     failed: dict[str, int] = {}
     for step in steps:
