@@ -183,3 +183,14 @@ def test_kept_winners_are_not_counted_as_tunings_and_the_record_says_how_many(in
     settings = hf_compile.inductor_settings()
     assert settings["tuned_in_process"] == 1 and settings["tuned_in_process_kernels"][0]["cache"] == "miss"
     assert settings["kept_in_process"] == 1 and settings["kept_in_process_kernels"][0]["how"] == "mark restored"
+
+
+def test_a_cache_folder_reached_through_a_link_or_a_relative_path_is_the_same_folder(inductor, monkeypatch):
+    """engines/ is relative by default and /tmp may be a link: the snapshot and Inductor's kernel paths must meet."""
+    link = inductor["cache"].parent / "link"
+    link.symlink_to(inductor["cache"], target_is_directory=True)
+    monkeypatch.chdir(inductor["cache"].parent)
+    assert kept_winners.snapshot("link") == 1
+    tuner = Autotuner(inductor["kernel"], TritonConfig({"XBLOCK": 2, "R0_BLOCK": 2048}))
+    inductor["th"].CachingAutotuner.coordinate_descent_tuning(tuner, tuner.launchers[0])
+    assert inductor["tuned"] == [] and len(kept_winners.kept()) == 1

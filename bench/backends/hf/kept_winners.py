@@ -63,7 +63,7 @@ def snapshot(cache_dir: str | os.PathLike | None = None) -> int:
         except (OSError, ValueError):
             continue
         if isinstance(entry, dict) and entry.get("found_by_coordesc"):
-            _STORED[os.path.abspath(f)] = (raw, entry)
+            _STORED[os.path.realpath(f)] = (raw, entry)
     return len(_STORED)
 
 
@@ -101,7 +101,7 @@ def winner_path(autotuner) -> str | None:
         return None
     cache = AutotuneCache.create(autotuner.inductor_meta, autotuner.filename, "")
     local = getattr(cache, "local_cache", None) if cache is not None else None
-    return os.path.abspath(local[1]) if local else None
+    return os.path.realpath(local[1]) if local else None
 
 
 def _kept_launcher(autotuner, launcher):
