@@ -47,8 +47,9 @@ def configure_process(key_hash: str, compile_mode: str, tuning: str, freeze: boo
 
     coordinate-descent turns batch-1 matmuls into tuned reductions; freeze makes weights graph
     constants so matmuls sharing an input run as one, at the memory of concatenated copies
-    (docs/guide/hf-backend.md: why, and what each measured). The recheck backport is applied for every
-    cell (torchao's quantisers turn coordinate descent on too). A second build key whose
+    (docs/guide/hf-backend.md: why, and what each measured). The recheck backport and the kept-winner
+    rule (kept_winners: the engine folder's stored winners run instead of new tunings) are applied for
+    every cell (torchao's quantisers turn coordinate descent on too). A second build key whose
     settings differ would compile under the first's: it is refused (AssertionError), since the
     supervisor never runs two build keys in one worker.
     """

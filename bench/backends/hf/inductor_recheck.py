@@ -1,7 +1,8 @@
 """A backport of pytorch/pytorch#173391 for torch releases without it (torch < 2.12).
 
-Unnecessary from torch 2.12 on (checked in the 2.12.0 and 2.13.0 wheels' source), whose `CachingAutotuner.recheck_autotune_cache` keeps a cache
-hit for a kernel with one config: `apply()` then detects the fixed source and changes nothing.
+Unnecessary from torch 2.12 on (read in the 2.12.0 and 2.13.0 wheels), whose
+`CachingAutotuner.recheck_autotune_cache` keeps a cache hit for a kernel with one config:
+`apply()` then detects the fixed source and changes nothing.
 Delete this module once the oldest supported torch is 2.12.
 
 Why it matters: coordinate-descent winners are saved per kernel in Inductor's cache (the build

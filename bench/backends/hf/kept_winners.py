@@ -6,7 +6,7 @@ machine. Inductor means to reuse them (`CachingAutotuner.run` tunes only a launc
 lacks the `found_by_coordesc` mark), but with torch 2.11 and Triton 3.6 a loaded process tuned
 some of them again anyway (H200, 2026-12-01: 3 of 17 int8wo kernels in a process that had just
 installed the artifact on the machine that built it, each logged as an autotune-cache "hit";
-docs/measurements/2026-12-01-h200-artifacts-two-machines.md). Two paths lose a stored winner,
+docs/measurements/2026-12-01-h200-artifact-same-machine.md). Two paths lose a stored winner,
 read from the installed sources (torch 2.11.0 `torch/_inductor/async_compile.py`
 `AsyncCompile.triton`, `runtime/triton_heuristics.py`; Triton 3.6.0 `runtime/autotuner.py`):
 
@@ -133,9 +133,9 @@ def _kept_launcher(autotuner, launcher):
         print(f"[bench] stored winner not used ({type(exc).__name__}: {exc}); Inductor tunes this kernel",
               file=sys.stderr, flush=True)
         return None
-    entry = {"kernel": (autotuner.inductor_meta or {}).get("kernel_name"), "how": how, "file_restored": restored}
-    _KEPT.append(entry)
-    print(f"[bench] kept the stored coordinate-descent winner: {json.dumps(entry, sort_keys=True)}",
+    note = {"kernel": (autotuner.inductor_meta or {}).get("kernel_name"), "how": how, "file_restored": restored}
+    _KEPT.append(note)
+    print(f"[bench] kept the stored coordinate-descent winner: {json.dumps(note, sort_keys=True)}",
           file=sys.stderr, flush=True)
     return kept_launcher
 
