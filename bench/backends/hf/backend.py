@@ -205,6 +205,10 @@ class HFLoaded(Loaded):
                 t0 = time.perf_counter()
                 self.run(b, max_batch_size, options)
                 times.append(time.perf_counter() - t0)
+        if self.compile != "off":
+            from bench.backends.hf import kept_winners
+
+            kept_winners.restore_overwritten()  # the folder keeps the winners its kernels ran (see there)
         return {
             "warmup_pass_s": times,
             "first_pass_s": times[0] if times else None,  # cold: includes compilation when compile != off

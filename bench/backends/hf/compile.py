@@ -151,7 +151,9 @@ def inductor_settings() -> dict:
             # Kernels this process tuned by coordinate descent (0 where it ran stored winners), and why (_count_tunings)
             "tuned_in_process": len(_TUNED_HERE), "tuned_in_process_kernels": _TUNED_HERE[:32],
             # Kernels Inductor was about to tune again whose stored winner ran instead (kept_winners)
-            "kept_in_process": len(kept_winners.kept()), "kept_in_process_kernels": kept_winners.kept()[:32]}
+            "kept_in_process": len(kept_winners.kept()), "kept_in_process_kernels": kept_winners.kept()[:32],
+            # Stored winner files written back after the warm-up, where Inductor had saved over a winner it ran
+            "winner_files_restored": kept_winners.restored_files()}
 
 
 def tuned_kernel_configs(folder: Path) -> dict:

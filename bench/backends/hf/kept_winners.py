@@ -42,6 +42,8 @@ from pathlib import Path
 _STORED: dict[str, tuple[bytes, dict]] = {}
 # One entry per kernel whose stored winner this process ran instead of tuning: {"kernel", "how"}.
 _KEPT: list[dict] = []
+# Stored winner files written back after the warm-up (restore_overwritten), summed over the process.
+_RESTORED_FILES = [0]
 
 
 def snapshot(cache_dir: str | os.PathLike | None = None) -> int:
@@ -86,6 +88,34 @@ def apply() -> None:
 
     coordinate_descent_tuning._bench_keeps_winners = True
     th.CachingAutotuner.coordinate_descent_tuning = coordinate_descent_tuning
+
+
+def restore_overwritten() -> int:
+    """Write back every stored winner Inductor saved over while it ran it; return how many files.
+
+    Call it after the warm-up. A reduction whose re-benchmark picks the stored winner itself runs
+    it marked (no tuning, so the rule above never sees it) but `autotune_to_one_config` has saved
+    it again, unmarked and under this process's candidate-set hash: the same kernel config, a
+    different file, so the folder's tuned digest would differ from the artifact's although the
+    kernels are its own (H200, 2026-12-01: 4 of 17 int8wo files in each of two processes that
+    tuned nothing). Every other path to a different kernel goes through the rule above.
+    """
+    restored = 0
+    for path, (raw, _) in _STORED.items():
+        try:
+            restored += _restore(path, raw)
+        except OSError as exc:
+            print(f"[bench] stored winner {path} not written back ({exc})", file=sys.stderr, flush=True)
+    _RESTORED_FILES[0] += restored
+    if restored:
+        print(f"[bench] {restored} stored winner file(s) Inductor saved over while running them were written back",
+              file=sys.stderr, flush=True)
+    return restored
+
+
+def restored_files() -> int:
+    """Return how many stored winner files this process wrote back after Inductor saved over them."""
+    return _RESTORED_FILES[0]
 
 
 def kept() -> list[dict]:
