@@ -202,7 +202,7 @@ def test_winner_files_inductor_saved_over_while_running_them_are_written_back(in
     artifact's files again, so its tuned digest is the artifact's."""
     from bench.backends.hf import compile as hf_compile
 
-    monkeypatch.setattr(kept_winners, "_RESTORED_FILES", [0])
+    monkeypatch.setattr(kept_winners, "_RESTORED_FILES", 0)
     kept_winners.snapshot(inductor["cache"])
     stored = inductor["cache"] / "ab" / inductor["stored"].rsplit("/", 1)[1]
     original = stored.read_bytes()

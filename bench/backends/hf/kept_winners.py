@@ -43,7 +43,7 @@ _STORED: dict[str, tuple[bytes, dict]] = {}
 # One entry per kernel whose stored winner this process ran instead of tuning: {"kernel", "how"}.
 _KEPT: list[dict] = []
 # Stored winner files written back after the warm-up (restore_overwritten), summed over the process.
-_RESTORED_FILES = [0]
+_RESTORED_FILES = 0
 
 
 def snapshot(cache_dir: str | os.PathLike | None = None) -> int:
@@ -100,13 +100,14 @@ def restore_overwritten() -> int:
     kernels are its own (H200, 2026-12-01: 4 of 17 int8wo files in each of two processes that
     tuned nothing). Every other path to a different kernel goes through the rule above.
     """
+    global _RESTORED_FILES
     restored = 0
     for path, (raw, _) in _STORED.items():
         try:
             restored += _restore(path, raw)
         except OSError as exc:
             print(f"[bench] stored winner {path} not written back ({exc})", file=sys.stderr, flush=True)
-    _RESTORED_FILES[0] += restored
+    _RESTORED_FILES += restored
     if restored:
         print(f"[bench] {restored} stored winner file(s) Inductor saved over while running them were written back",
               file=sys.stderr, flush=True)
@@ -115,7 +116,7 @@ def restore_overwritten() -> int:
 
 def restored_files() -> int:
     """Return how many stored winner files this process wrote back after Inductor saved over them."""
-    return _RESTORED_FILES[0]
+    return _RESTORED_FILES
 
 
 def kept() -> list[dict]:
