@@ -40,7 +40,7 @@ from pathlib import Path
 
 # best_config path -> (its bytes, its parsed entry) as the engine folder held them at snapshot time.
 _STORED: dict[str, tuple[bytes, dict]] = {}
-# One entry per kernel whose stored winner this process ran instead of tuning: {"kernel", "how"}.
+# One entry per kernel whose stored winner this process ran instead of tuning: {"kernel", "how", "file_restored"}.
 _KEPT: list[dict] = []
 # Stored winner files written back after the warm-up (restore_overwritten), summed over the process.
 _RESTORED_FILES = 0
