@@ -23,7 +23,8 @@
 # in one call spent 370 s building and was cut 155 s into its runs. A warm bf16 process takes about 35 s; an
 # int8wo process from the artifact took 63-272 s of warm-up (the longer ones tuned kernels again: the records'
 # extra.inductor.tuned_in_process; kept_in_process counts the stored winners run instead). The spread with K=2 on
-# one GPU takes 6-9.5 min, K=3 on one GPU 8.5-14 min (too long: K=2, or a machine of several GPUs: 3-5 min).
+# one GPU took 452 s (7.5 min; worker processes of 215 s and 235 s, 2026-12-01), K=3 on one GPU would take 8.5-14 min (too
+# long: K=2, or a machine of several GPUs: 3-5 min).
 set -uo pipefail
 mode=${1:-}
 case "$mode" in build|runs|spread) ;; *) echo "usage: $0 build|runs|spread (OUT must be set; NAME=m1|m2 for runs)" >&2; exit 2;; esac
@@ -95,8 +96,10 @@ spread)
     step tuning-builds $PY -m bench run "${MATRIX[@]}" --only "$TUNED" --tuning-builds "${K:-3}" \
         --runs 1 "${devices[@]}" --store "$WORK/spread.jsonl" --report-dir /tmp/spread-report --no-progress \
         --baseline "$TUNED"  # the tuned cell alone: it is its own baseline
-    step report $PY -m bench report "$WORK/spread.jsonl" --out /tmp/spread-report --baseline "$TUNED" \
-        && cp /tmp/spread-report/report.md "$OUT/spread-report.md"
+    if $PY -c "import plotly.io" 2>/dev/null; then  # else the returned store is reported where plotly is
+        step report $PY -m bench report "$WORK/spread.jsonl" --out /tmp/spread-report --baseline "$TUNED" \
+            && cp /tmp/spread-report/report.md "$OUT/spread-report.md"
+    fi
     ;;
 runs)
     for first_part in "$ART"/*.tar.part-00; do  # artifacts that came back in parts
