@@ -120,6 +120,18 @@ def test_the_search_finds_a_paced_servers_knee_through_the_workers(tmp_path):
                for r in records)
     assert (tmp_path / "report" / "capacity.md").read_text() == text
 
+    # `bench report` of the store rebuilds the same answer, bracket and probes from the records alone
+    from bench.report.build import build_report
+
+    build_report([tmp_path / "c.jsonl"], tmp_path / "stored")
+    stored = (tmp_path / "stored" / "capacity.md").read_text()
+    live = text.split("\n", 2)[2]  # without the invocation's heading
+    assert "capacity: max_concurrency = 4 requests in flight** (bracket: 4 meets the SLO, 5 misses it; " \
+           "resolution 1; grow)" in stored, stored
+    rows = lambda md: [line.rsplit("|", 2)[0] for line in md.splitlines() if line.startswith("| ")]  # noqa: E731
+    assert rows(stored) == rows(live)  # every probe's row, its seconds aside (not stored)
+    assert "agree" not in stored and "⚠" not in stored  # one search: nothing to compare
+
 
 def test_an_in_process_backend_is_searched_along_max_batch_size(tmp_path):
     """The fake backend's decode step costs 10 + 0.5 x batch ms: TPOT <= 14.25 ms holds up to batch 8."""
@@ -135,3 +147,31 @@ def test_an_in_process_backend_is_searched_along_max_batch_size(tmp_path):
                                    tmp_path / "c.jsonl", Console(stderr=True, quiet=True), tmp_path / "r")
     assert missed == 0 and "capacity: max_batch_size = 8 batch size" in text, text
     assert "| 2 / 0 |" in text  # each probe: two fresh processes (runs)
+
+
+def test_the_report_says_whether_repeated_searches_agree(tmp_path):
+    """Two searches of one configuration under one SLO are repeats: the report says they agree, or flags it."""
+    from rich.console import Console
+
+    from bench.commands.capacity import capacity_matrix
+    from bench.report.build import build_report
+    from bench.spec.matrix import parse_matrix
+
+    m = parse_matrix({"name": "rep", "backends": ["fake"], "model": "qwen-tiny", "precisions": ["bf16"],
+                      "max_batch_sizes": [1], "workloads": ["w"], "device": "cpu", "trials": 1, "warmup": 0, "runs": 1,
+                      "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 8, "num_requests": 16}}})
+    quiet = Console(stderr=True, quiet=True)
+    slo = {"tpot_p99_ms": 14.25}  # the fake backend meets it up to batch 8
+    for i, upper in enumerate((16, 16, 4)):  # the third search stops at 4: it answers 4, not 8
+        capacity_matrix(m, slo, "max_batch_size", 4, upper, None, "grow", tmp_path / f"s{i}.jsonl", quiet,
+                        tmp_path / f"r{i}")
+    build_report([tmp_path / "s0.jsonl", tmp_path / "s1.jsonl"], tmp_path / "agree")
+    agree = (tmp_path / "agree" / "capacity.md").read_text()
+    assert "2 searches under tpot_p99_ms <= 14.25 agree on max_batch_size: 8 (run " in agree and "⚠" not in agree, agree
+    build_report([tmp_path / "s0.jsonl", tmp_path / "s2.jsonl"], tmp_path / "differ")
+    differ = (tmp_path / "differ" / "capacity.md").read_text()
+    assert "⚠ fake/qwen-tiny/bf16 on w: the 2 searches under tpot_p99_ms <= 14.25 disagree on max_batch_size: 8 (run " \
+           in differ and "the capacity did not reproduce" in differ, differ
+    assert "the upper bound 4 meets it too" in differ  # the third search's bracket, rebuilt from its stored settings
+    page = (tmp_path / "differ" / "dashboard.html").read_text()  # a store of probes alone still gets its dashboard
+    assert "Capacity under an SLO" in page and "the capacity did not reproduce" in page

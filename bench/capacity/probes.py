@@ -66,6 +66,7 @@ class CapacityRunner:
     build_timeout_s: float = 1800.0
     gpu_memory_gb: float | None = None
     context: object = None  # bench.results.records.RunContext of the `bench capacity` invocation
+    search: dict | None = None  # the search's settings (lower, upper, tolerance, strategy), stored with each probe
 
     def __post_init__(self):
         from bench.results.records import new_context
@@ -109,7 +110,7 @@ class CapacityRunner:
             log_prefix=f"{Path(self.store_path).stem}-capacity-{key.key_hash}", env=env_for(self.gpu_memory_gb),
         )
         state, results = run_probe_group(job, key)
-        target = {"axis": self.axis, "value": value, "slo": dict(self.slo)}
+        target = {"axis": self.axis, "value": value, "slo": dict(self.slo), **({"search": self.search} if self.search else {})}
         return [new_record("capacity-probe", cell, {**r, "extra": {**(r.get("extra") or {}), "capacity": target}},
                            context=self.context, run=run, workload=workload.summary(), build=state["build"],
                            environment=state["env"]) for r in results]

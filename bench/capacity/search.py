@@ -100,7 +100,7 @@ class ProbeResult:
     violated: tuple[str, ...] = ()
     request_goodput: float | None = None  # mean over passes: requests meeting every per-request bound per second
     request_throughput: float | None = None
-    seconds: float = 0.0
+    seconds: float | None = 0.0  # the probe's wall time (None: rebuilt from stored records, which keep only passes)
     error: str | None = None
 
 
@@ -131,8 +131,8 @@ class Capacity:
     slo: dict
     lower: float
     upper: float
-    tolerance: float
-    strategy: str
+    tolerance: float | None  # None: not recorded (capacity-probe records from before it was)
+    strategy: str | None
     capacity: float | None = None  # None: even `lower` missed the SLO
     first_miss: float | None = None  # None: everything up to `upper` met it
     probes: list[ProbeResult] = field(default_factory=list)
@@ -179,8 +179,9 @@ def capacity_markdown(c: Capacity, label: str) -> str:
         lines.append(f"**capacity: none**: even {c.axis} = {c.lower:g} misses the SLO")
     else:
         above = f"{c.first_miss:g} misses it" if c.first_miss is not None else f"the upper bound {c.upper:g} meets it too"
-        lines.append(f"**capacity: {c.axis} = {c.capacity:g} {unit}** (bracket: {c.capacity:g} meets the SLO, {above}; "
-                     f"resolution {c.tolerance:g}, {c.strategy})")
+        how = "; ".join(x for x in (None if c.tolerance is None else f"resolution {c.tolerance:g}", c.strategy) if x)
+        lines.append(f"**capacity: {c.axis} = {c.capacity:g} {unit}** (bracket: {c.capacity:g} meets the SLO, {above}"
+                     + (f"; {how})" if how else ")"))
         at = c.at_capacity
         if at is not None and at.request_goodput is not None:
             lines.append(f"goodput at capacity: {at.request_goodput:.3f} req/s of {at.request_throughput or 0:.3f} req/s "
@@ -193,8 +194,90 @@ def capacity_markdown(c: Capacity, label: str) -> str:
                  for k in c.slo]
         lines.append(f"| {i + 1} | {p.value:g} | {'yes' if p.meets else 'no'} | " + " | ".join(worst)
                      + f" | {p.passes} / {p.failed} | " + ("—" if p.request_throughput is None else f"{p.request_throughput:.3f}")
-                     + " | " + ("—" if p.request_goodput is None else f"{p.request_goodput:.3f}") + f" | {p.seconds:.1f} |")
+                     + " | " + ("—" if p.request_goodput is None else f"{p.request_goodput:.3f}")
+                     + " | " + ("—" if p.seconds is None else f"{p.seconds:.1f}") + " |")
     errors = [p for p in c.probes if p.error]
     for p in errors[:3]:
         lines.append(f"\nprobe at {p.value:g} failed: {p.error[:300]}")
     return "\n".join(lines) + "\n"
+
+
+def search_label(backend: str, model: str, precision: str, workload: str, max_batch_size, axis: str) -> str:
+    """Return the heading of one configuration's search (the live report's and the stored one's)."""
+    return f"{backend}/{model}/{precision} on {workload}" + (
+        f", max_batch_size {max_batch_size}" if axis != "max_batch_size" else "")
+
+
+def stored_capacities(records) -> list[tuple[str, str, Capacity]]:
+    """Rebuild each search's answer from its capacity-probe records (`bench report` of a capacity store).
+
+    One search per run context and configuration (the cell with the searched axis set aside), in the
+    order stored; each probe judged again from its stored passes as `judge` judged it live, and the
+    capacity the largest load that met the SLO below the smallest that missed it (the search's answer
+    whenever latency rose with load). Probe seconds are not stored: the table shows "—" there.
+    """
+    import json
+    from dataclasses import replace
+
+    groups: dict[tuple, list] = {}
+    for r in records:
+        target = r.target
+        if not target.get("axis"):
+            continue
+        cell = dict(r.cell)
+        options = dict(cell.get("options") or {})
+        if target["axis"] == "max_batch_size":
+            cell.pop("max_batch_size", None)
+        else:
+            options.pop(target["axis"], None)
+        cell["options"] = options
+        groups.setdefault((r.context.run_id, json.dumps(cell, sort_keys=True, default=str)), []).append(r)
+    out = []
+    for (run_id, _), recs in groups.items():
+        target = recs[0].target
+        axis, slo, search = target["axis"], dict(target.get("slo") or {}), target.get("search") or {}
+        by_value: dict = {}
+        for r in recs:
+            by_value.setdefault(r.target["value"], []).append(r)
+        probes = []
+        for value, passes in by_value.items():
+            oks = [r.metrics or {} for r in passes if r.status == "ok"]
+            failures = [f"{r.status}: {((r.error or '').strip().splitlines() or [''])[-1]}" for r in passes if r.status != "ok"]
+            probes.append(replace(judge(value, oks, failures, slo), seconds=None))
+        missed = [p.value for p in probes if not p.meets]
+        met = [p.value for p in probes if p.meets and all(p.value < m for m in missed)]
+        capacity = max(met) if met else None
+        above = [m for m in missed if capacity is None or m > capacity]
+        values = list(by_value)
+        c = Capacity(axis, slo, search.get("lower", min(values)), search.get("upper", max(values)),
+                     search.get("tolerance"), search.get("strategy"), capacity, min(above) if above else None, probes)
+        cell = recs[0].cell
+        label = search_label(cell["backend"], cell["model"], cell["precision"], (cell.get("workload") or {}).get("name"),
+                             cell.get("max_batch_size"), axis)
+        out.append((label, run_id, c))
+    return out
+
+
+def capacity_section(records) -> str:
+    """Return the report's capacity section: every stored search, and whether repeated searches agree.
+
+    Searches of one configuration (same label and SLO) in separate invocations are its repeats: a
+    capacity counts once two agree; where they differ, a ⚠ line names each answer and its run.
+    """
+    searches = stored_capacities(records)
+    parts, repeats = [], {}
+    for label, run_id, c in searches:
+        parts.append(capacity_markdown(c, f"{label} (run {run_id})"))
+        repeats.setdefault((label, c.axis, slo_text(c.slo)), []).append((run_id, c.capacity))
+    notes = []
+    for (label, axis, slo), answers in repeats.items():
+        if len(answers) < 2:
+            continue
+        said = ", ".join(f"{'none' if v is None else f'{v:g}'} (run {run})" for run, v in answers)
+        if len({v for _, v in answers}) > 1:
+            notes.append(f"⚠ {label}: the {len(answers)} searches under {slo} disagree on {axis}: {said}; the "
+                         "capacity did not reproduce (a server still warming up, or a load near the SLO's edge: "
+                         "docs/guide/capacity.md)")
+        else:
+            notes.append(f"{label}: {len(answers)} searches under {slo} agree on {axis}: {said}")
+    return "\n".join(notes + ([""] if notes else []) + parts)

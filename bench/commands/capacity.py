@@ -73,7 +73,7 @@ def capacity_matrix(matrix, slo: dict, axis: str, lower: float, upper: float, to
     Return (how many configurations had no load meeting the SLO, the report's Markdown).
     """
     from bench.capacity.probes import CapacityRunner
-    from bench.capacity.search import capacity_markdown, search_capacity, slo_text
+    from bench.capacity.search import capacity_markdown, check_grid, search_capacity, search_label, slo_text
     from bench.results import query
     from bench.results.records import new_context
     from bench.results.store import ResultStore
@@ -86,14 +86,14 @@ def capacity_matrix(matrix, slo: dict, axis: str, lower: float, upper: float, to
     console.print(f"capacity search: {len(cells)} configuration(s), {axis} {lower:g}..{upper:g} ({strategy}), "
                   f"SLO {slo_text(slo)}, {st.runs} run(s) x {st.trials} trial(s) per probe -> {store}")
     parts, missed = [f"## Capacity under an SLO ({matrix.name}, run {context.run_id})", ""], 0
+    search = {"lower": lower, "upper": upper, "tolerance": check_grid(axis, lower, upper, tolerance)[0], "strategy": strategy}
     with ResultStore(store).writer():
         for cell in cells:
             runner = CapacityRunner(cell, axis, slo, store, runs=st.runs, trials=st.trials, warmup=st.warmup,
                                     timeout_s=st.timeout_s, build_timeout_s=st.build_timeout_s,
-                                    gpu_memory_gb=st.gpu_memory_gb, context=context)
+                                    gpu_memory_gb=st.gpu_memory_gb, context=context, search=search)
             result = search_capacity(runner, axis, lower, upper, tolerance, strategy, slo)
-            label = f"{cell.backend}/{cell.model}/{cell.precision} on {cell.workload.name}" + (
-                f", max_batch_size {cell.max_batch_size}" if axis != "max_batch_size" else "")
+            label = search_label(cell.backend, cell.model, cell.precision, cell.workload.name, cell.max_batch_size, axis)
             missed += result.capacity is None
             console.print(f"{label}: capacity {result.capacity} (first miss {result.first_miss}) after "
                           f"{len(result.probes)} probes")

@@ -6,7 +6,7 @@ import contextlib
 import gc
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -102,6 +102,7 @@ class _Inputs:
     select: Callable               # () -> (ReportData of the rows, stored baselines, history per run or None)
     comparison: Callable           # () -> {source label: record frame} for the comparison view
     accuracy: dict                 # {cell_id: latest Accuracy record} (`bench accuracy`), shown beside the speedups
+    capacity: list = field(default_factory=list)  # CapacityProbe records (`bench capacity`): the capacity section
 
 
 def _record_inputs(stores, profiles, pool) -> _Inputs:
@@ -126,7 +127,8 @@ def _record_inputs(stores, profiles, pool) -> _Inputs:
         return data, query.stored_baselines(selection.rows), hist
 
     return _Inputs(labels, query.probes(records), query.profiles(records + query.load(profiles)), bool(runs), select,
-                   lambda: _comparison_frames([query.measurements(recs) for recs in per_store], labels), latest_accuracy)
+                   lambda: _comparison_frames([query.measurements(recs) for recs in per_store], labels), latest_accuracy,
+                   query.capacity_probes(records))
 
 
 def _table_inputs(table, profiles, pool) -> _Inputs:
@@ -164,7 +166,7 @@ def _table_inputs(table, profiles, pool) -> _Inputs:
                             for g, idx in named.items()})
 
     return _Inputs(labels, query.probes(others), query.profiles(others + query.load(profiles)), bool(runs), select,
-                   comparison, query.latest_accuracy(others))
+                   comparison, query.latest_accuracy(others), query.capacity_probes(others))
 
 
 # Earlier runs are aggregated this many records at a time (whole run contexts), so a year of nightly
@@ -243,6 +245,13 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool, columnar) 
         frontier = {"frontier": out / "oom-frontier.md"}
         sections["OOM frontier (bench oom)"] = frontier_markdown(frontier_rows(probes))
         _write(frontier["frontier"], sections["OOM frontier (bench oom)"])
+    if inputs.capacity:  # `bench capacity`'s answers, rebuilt from its stored probes
+        from bench.capacity.search import capacity_section
+
+        sections["Capacity under an SLO (bench capacity)"] = capacity_section(inputs.capacity)
+        out.mkdir(parents=True, exist_ok=True)
+        extra_paths["capacity"] = out / "capacity.md"
+        _write(extra_paths["capacity"], sections["Capacity under an SLO (bench capacity)"])
     if inputs.accuracy:
         from bench.report.accuracy import accuracy_markdown
 
@@ -251,11 +260,11 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool, columnar) 
         extra_paths["accuracy"] = out / "accuracy.md"
         _write(extra_paths["accuracy"], sections["Accuracy (bench accuracy)"])
     title = _title(labels)
-    if not inputs.has_runs and (probes or profiled or inputs.accuracy):
+    if not inputs.has_runs and (probes or profiled or inputs.accuracy or inputs.capacity):
         out.mkdir(parents=True, exist_ok=True)
         extra_paths["report"] = out / "report.md"
         _write(extra_paths["report"], report_markdown(title, "", sections))
-        if profiled or probes or inputs.accuracy:
+        if profiled or probes or inputs.accuracy or inputs.capacity:
             extra_paths["dashboard"] = out / "dashboard.html"
             _write(extra_paths["dashboard"], _kernel_page(kernels, title, kernel_warnings, sections, timelines))
         for w in kernel_warnings:
@@ -434,12 +443,13 @@ def _kernel_figures(kernels: pd.DataFrame | None) -> list[tuple]:
 
 
 def _global_sections(kernels: pd.DataFrame | None, tables_md: dict[str, str], timelines: list = ()) -> list[dict]:
-    """Return the sections shown under every workload: the OOM frontier table, then the kernels (table and panel)."""
+    """Return the sections shown under every workload: the OOM frontier, capacity and accuracy tables, then the
+    kernels (table and panel)."""
     from bench.report.dashboard import markdown_table_html
 
     out = []
     for heading, text in tables_md.items():
-        if heading.startswith(("OOM frontier", "Accuracy")):
+        if heading.startswith(("OOM frontier", "Capacity", "Accuracy")):
             out.append({"heading": heading, "figures": [], "html": markdown_table_html(text)})
     kernel_md = next((t for h, t in tables_md.items() if h.startswith("Kernels")), None)
     out.append({"heading": "Kernels", "figures": _kernel_figures(kernels) + list(timelines),
@@ -449,11 +459,11 @@ def _global_sections(kernels: pd.DataFrame | None, tables_md: dict[str, str], ti
 
 def _kernel_page(kernels: pd.DataFrame | None, title: str, warns: list[str], tables_md: dict[str, str],
                  timelines: list = ()) -> str:
-    """Return a dashboard with the kernel panel and OOM frontier alone (stores holding no measurements)."""
+    """Return a dashboard with the kernel panel, OOM frontier, capacity and accuracy alone (stores holding no measurements)."""
     from bench.report.dashboard import dashboard_html
 
     precisions = sorted(str(p) for p in kernels.precision.dropna().unique()) if kernels is not None else []
     return dashboard_html([], _global_sections(kernels, tables_md, timelines), title, precisions, warns,
-                          "<p class='note'>no workload results in these stores: kernel profiles, OOM probes and "
-                          "accuracy records only</p>")
+                          "<p class='note'>no workload results in these stores: kernel profiles, OOM probes, capacity "
+                          "probes and accuracy records only</p>")
 

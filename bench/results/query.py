@@ -29,6 +29,7 @@ from typing import Any
 from bench.errors import BenchInputError
 from bench.results.records import (
     Accuracy,
+    CapacityProbe,
     Measurement,
     OomProbe,
     Profile,
@@ -149,6 +150,10 @@ def measurements(records: Iterable[Record]) -> list[Measurement]:
 
 def probes(records: Iterable[Record]) -> list[OomProbe]:
     return [r for r in records if isinstance(r, OomProbe)]
+
+
+def capacity_probes(records: Iterable[Record]) -> list[CapacityProbe]:
+    return [r for r in records if isinstance(r, CapacityProbe)]
 
 
 def profiles(records: Iterable[Record]) -> list[Profile]:
