@@ -307,3 +307,45 @@ def test_bench_kernels_bad_input(tmp_path, capsys):
     assert "is not an nsys report" in capsys.readouterr().err
     assert main(["kernels", str(REAL / "saxpy-mpi-cuda_nsys2022.2.sqlite"), str(REAL / "saxpy-mpi-cuda_nsys2022.2.sqlite"),
                  "--out", str(tmp_path)]) == 2
+
+
+# The two spellings of the same kernels that the H200's eager comparison printed (2026-12-01): torch.profiler's
+# first, nsys's second. The GPU test diffs the two collectors' tables by this key.
+SAME_KERNELS = [
+    ("void at::native::elementwise_kernel<(int)128, (int)4, void at::native::gpu_kernel_impl_nocast<at::native::"
+     "BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float>>>"
+     "(at::TensorIteratorBase &, const T1 &)::[lambda(int) (instance 1)]>(int, T3)",
+     "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor<"
+     "c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float> > >(at::"
+     "TensorIteratorBase&, at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::"
+     "binary_internal::MulFunctor<float> > const&)::{lambda(int)#1}>(int, at::native::gpu_kernel_impl_nocast<at::"
+     "native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<"
+     "float> > >(at::TensorIteratorBase&, at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, "
+     "at::native::binary_internal::MulFunctor<float> > const&)::{lambda(int)#1})",
+     "at::native::elementwise_kernel"),
+    ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase &)::"
+     "[lambda() (instance 3)]::operator ()() const::[lambda() (instance 7)]::operator ()() const::[lambda(float) "
+     "(instance 1)], std::array<char *, (unsigned long)2>, (int)4, TrivialOffsetCalculator<(int)1, unsigned int>, "
+     "TrivialOffsetCalculator<(int)1, unsigned int>, at::native::memory::LoadWithCast<(int)1>, at::native::memory::"
+     "StoreWithCast<(int)1>>(int, T1, T2, T4, T5, T6, T7)",
+     "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::"
+     "{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul>, "
+     "4, TrivialOffsetCalculator<1, unsigned int>, TrivialOffsetCalculator<1, unsigned int>, at::native::memory::"
+     "LoadWithCast<1>, at::native::memory::StoreWithCast<1> >(int, at::native::direct_copy_kernel_cuda(at::"
+     "TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, "
+     "std::array<char*, 2ul>, TrivialOffsetCalculator<1, unsigned int>, TrivialOffsetCalculator<1, unsigned int>, "
+     "at::native::memory::LoadWithCast<1>, at::native::memory::StoreWithCast<1>)",
+     "at::native::unrolled_elementwise_kernel"),
+]
+
+
+@pytest.mark.parametrize("torch_name,nsys_name,key", SAME_KERNELS, ids=["elementwise", "unrolled-copy"])
+def test_one_key_for_a_kernel_as_both_collectors_spell_it(torch_name, nsys_name, key):
+    from tests.support.kernel_names import base_name
+
+    assert base_name(torch_name) == base_name(nsys_name) == key
+    assert base_name("triton_red_fused_mean_pow_13") == "triton_red_fused_mean_pow_13"  # plain names stay
+    assert base_name("std::enable_if<!(false), void>::type internal::gemvx::kernel<int, int, __nv_bfloat16, "
+                     "float, false, true>(internal::GemvParams<int, int>)") == "internal::gemvx::kernel"
+    assert base_name("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 64> >(Flash_fwd_params)") \
+        == "flash::flash_fwd_kernel"

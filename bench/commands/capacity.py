@@ -73,7 +73,13 @@ def capacity_matrix(matrix, slo: dict, axis: str, lower: float, upper: float, to
     Return (how many configurations had no load meeting the SLO, the report's Markdown).
     """
     from bench.capacity.probes import CapacityRunner
-    from bench.capacity.search import capacity_markdown, check_grid, search_capacity, search_label, slo_text
+    from bench.capacity.search import (
+        capacity_markdown,
+        check_grid,
+        search_capacity,
+        search_label,
+        slo_text,
+    )
     from bench.results import query
     from bench.results.records import new_context
     from bench.results.store import ResultStore

@@ -1,0 +1,44 @@
+"""One key for a kernel's name as torch.profiler and as nsys spell it, so two collectors' tables can be diffed.
+
+The two tools demangle the same symbol differently: torch.profiler (CUPTI's demangler) writes
+`elementwise_kernel<(int)128, (int)4, ...>(int, T3)` and `[lambda(int) (instance 1)]`, nsys
+(GNU-style) writes `elementwise_kernel<128, 4, ...>(int, <the full types>)` and the lambda in
+braces with a hash-numbered index (seen on the H200, 2026-12-01). The key is the qualified function
+name alone, without its return type, template arguments or parameters: coarse (one key per kernel
+family, not per instantiation) but the same in both spellings.
+"""
+
+from __future__ import annotations
+
+
+def base_name(name: str) -> str:
+    """Return the qualified function name of a demangled kernel name (`at::native::elementwise_kernel`)."""
+    depth, cut = 0, len(name)
+    for i, ch in enumerate(name):  # the parameter list: the first '(' outside every template argument list
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0:
+            cut = i
+            break
+    head = name[:cut].rstrip()
+    while head.endswith(">"):  # the function's own template arguments
+        depth = 0
+        for i in range(len(head) - 1, -1, -1):
+            depth += {">": 1, "<": -1}.get(head[i], 0)
+            if depth == 0:
+                head = head[:i].rstrip()
+                break
+        else:
+            break
+    # the return type, if any, is everything before the last space outside template arguments
+    depth, last_space = 0, -1
+    for i, ch in enumerate(head):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == " " and depth == 0:
+            last_space = i
+    return head[last_space + 1:]
