@@ -11,34 +11,27 @@ family, not per instantiation) but the same in both spellings.
 from __future__ import annotations
 
 
+def _outside_templates(text: str):
+    """Yield (index, character) of the characters outside every template argument list (`<...>`)."""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += {"<": 1, ">": -1}.get(ch, 0)
+        if depth == 0 and ch not in "<>":
+            yield i, ch
+
+
 def base_name(name: str) -> str:
     """Return the qualified function name of a demangled kernel name (`at::native::elementwise_kernel`)."""
-    depth, cut = 0, len(name)
-    for i, ch in enumerate(name):  # the parameter list: the first '(' outside every template argument list
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif ch == "(" and depth == 0:
-            cut = i
-            break
+    # the parameter list starts at the first '(' outside every template argument list
+    cut = next((i for i, ch in _outside_templates(name) if ch == "("), len(name))
     head = name[:cut].rstrip()
-    while head.endswith(">"):  # the function's own template arguments
+    if head.endswith(">"):  # the function's own template arguments
         depth = 0
         for i in range(len(head) - 1, -1, -1):
             depth += {">": 1, "<": -1}.get(head[i], 0)
             if depth == 0:
                 head = head[:i].rstrip()
                 break
-        else:
-            break
     # the return type, if any, is everything before the last space outside template arguments
-    depth, last_space = 0, -1
-    for i, ch in enumerate(head):
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif ch == " " and depth == 0:
-            last_space = i
+    last_space = max((i for i, ch in _outside_templates(head) if ch == " "), default=-1)
     return head[last_space + 1:]
