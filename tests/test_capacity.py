@@ -175,3 +175,13 @@ def test_the_report_says_whether_repeated_searches_agree(tmp_path):
     assert "the upper bound 4 meets it too" in differ  # the third search's bracket, rebuilt from its stored settings
     page = (tmp_path / "differ" / "dashboard.html").read_text()  # a store of probes alone still gets its dashboard
     assert "Capacity under an SLO" in page and "the capacity did not reproduce" in page
+
+    # another configuration (a faster decode step: another cell, the same heading) is not a repeat
+    faster = parse_matrix({"name": "rep", "backends": ["fake"], "model": "qwen-tiny", "precisions": ["bf16"],
+                           "max_batch_sizes": [1], "workloads": ["w"], "device": "cpu", "trials": 1, "warmup": 0,
+                           "runs": 1, "options": {"fake": {"step_ms": 5.0}},
+                           "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 8, "num_requests": 16}}})
+    capacity_matrix(faster, slo, "max_batch_size", 4, 16, None, "grow", tmp_path / "s3.jsonl", quiet, tmp_path / "r3")
+    build_report([tmp_path / "s0.jsonl", tmp_path / "s3.jsonl"], tmp_path / "two-cells")
+    two = (tmp_path / "two-cells" / "capacity.md").read_text()
+    assert "max_batch_size = 16 batch size" in two and "agree" not in two and "⚠" not in two, two

@@ -208,13 +208,14 @@ def search_label(backend: str, model: str, precision: str, workload: str, max_ba
         f", max_batch_size {max_batch_size}" if axis != "max_batch_size" else "")
 
 
-def stored_capacities(records) -> list[tuple[str, str, Capacity]]:
+def stored_capacities(records) -> list[tuple[str, str, str, Capacity]]:
     """Rebuild each search's answer from its capacity-probe records (`bench report` of a capacity store).
 
     One search per run context and configuration (the cell with the searched axis set aside), in the
     order stored; each probe judged again from its stored passes as `judge` judged it live, and the
     capacity the largest load that met the SLO below the smallest that missed it (the search's answer
     whenever latency rose with load). Probe seconds are not stored: the table shows "—" there.
+    Returns (label, run id, configuration key, answer) per search, the key equal for the same cell.
     """
     import json
     from dataclasses import replace
@@ -233,7 +234,7 @@ def stored_capacities(records) -> list[tuple[str, str, Capacity]]:
         cell["options"] = options
         groups.setdefault((r.context.run_id, json.dumps(cell, sort_keys=True, default=str)), []).append(r)
     out = []
-    for (run_id, _), recs in groups.items():
+    for (run_id, config), recs in groups.items():
         target = recs[0].target
         axis, slo, search = target["axis"], dict(target.get("slo") or {}), target.get("search") or {}
         by_value: dict = {}
@@ -254,23 +255,24 @@ def stored_capacities(records) -> list[tuple[str, str, Capacity]]:
         cell = recs[0].cell
         label = search_label(cell["backend"], cell["model"], cell["precision"], (cell.get("workload") or {}).get("name"),
                              cell.get("max_batch_size"), axis)
-        out.append((label, run_id, c))
+        out.append((label, run_id, config, c))
     return out
 
 
 def capacity_section(records) -> str:
     """Return the report's capacity section: every stored search, and whether repeated searches agree.
 
-    Searches of one configuration (same label and SLO) in separate invocations are its repeats: a
-    capacity counts once two agree; where they differ, a ⚠ line names each answer and its run.
+    Searches of one configuration (the same cell but for the searched axis: the same server, options and
+    workload) under one SLO in separate invocations are its repeats: a capacity counts once two agree;
+    where they differ, a ⚠ line names each answer and its run.
     """
     searches = stored_capacities(records)
     parts, repeats = [], {}
-    for label, run_id, c in searches:
+    for label, run_id, config, c in searches:
         parts.append(capacity_markdown(c, f"{label} (run {run_id})"))
-        repeats.setdefault((label, c.axis, slo_text(c.slo)), []).append((run_id, c.capacity))
+        repeats.setdefault((config, label, c.axis, slo_text(c.slo)), []).append((run_id, c.capacity))
     notes = []
-    for (label, axis, slo), answers in repeats.items():
+    for (_, label, axis, slo), answers in repeats.items():
         if len(answers) < 2:
             continue
         said = ", ".join(f"{'none' if v is None else f'{v:g}'} (run {run})" for run, v in answers)
