@@ -105,7 +105,7 @@ def test_find_ncu(tmp_path, monkeypatch):
     assert find_ncu(globs=(str(tmp_path / "ncu"),))[0] == str(exe)  # an install folder
 
 
-def test_profile_reads_an_ncu_report_into_its_tables(tmp_path):
+def test_profile_reads_an_ncu_report_into_its_tables(tmp_path, monkeypatch):
     """bench profile's ncu step after the session: `ncu --import` (a stand-in printing the fixture) -> the raw
     CSV, roofline.json/.md and a kernel table, with the session's measured copy bandwidth as the roofline."""
     from types import SimpleNamespace
@@ -114,7 +114,9 @@ def test_profile_reads_an_ncu_report_into_its_tables(tmp_path):
     from bench.profiling.kernels import KernelTable
 
     fake = tmp_path / "ncu"
-    fake.write_text(f"#!/bin/sh\n[ \"$1\" = --import ] && [ -f \"$2\" ] && cat {FIXTURE} && exit 0\nexit 3\n")
+    # it prints only in the C locale (numbers as 1234.5): the export must not inherit a decimal-comma locale
+    fake.write_text(f"#!/bin/sh\n[ \"$LC_ALL\" = C ] || exit 4\n"
+                    f"[ \"$1\" = --import ] && [ -f \"$2\" ] && cat {FIXTURE} && exit 0\nexit 3\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     out = tmp_path / "cell-ncu"
     out.mkdir()
@@ -122,6 +124,7 @@ def test_profile_reads_an_ncu_report_into_its_tables(tmp_path):
     with pytest.raises(RuntimeError, match="ncu wrote no report"):
         _read_ncu(str(fake), out, cell, {})
     (out / "report.ncu-rep").write_bytes(b"rep")
+    monkeypatch.setenv("LC_ALL", "de_DE.UTF-8")  # a user's decimal-comma locale
     got = _read_ncu(str(fake), out, cell, {"copy_bandwidth": {"bandwidth_bytes_s": 4.0e12}, "ncu_version": "2025.3.1.0"})
     assert got["roofline_total"]["kernels"] == 5 and got["roofline_total"]["duration_us"] == 47.0
     assert got["roofline_total"]["pct_of_copy_bandwidth"] is not None

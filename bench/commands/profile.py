@@ -272,7 +272,8 @@ def _read_ncu(ncu: str, out_dir: Path, cell, session: dict) -> dict:
     if not reports:
         raise RuntimeError(f"ncu wrote no report in {out_dir}: the NVTX filter matched no kernel or ncu failed "
                            f"(see {out_dir / 'session.log'})")
-    done = subprocess.run(ncu_collector.export_command(ncu, reports[-1]), capture_output=True, text=True, timeout=900)
+    done = subprocess.run(ncu_collector.export_command(ncu, reports[-1]), capture_output=True, text=True, timeout=900,
+                          env=ncu_collector.export_env())
     if done.returncode != 0:
         raise RuntimeError(f"ncu --import failed ({done.returncode}): {done.stderr[-2000:]}")
     (out_dir / "ncu_raw.csv").write_text(done.stdout)

@@ -113,8 +113,20 @@ def profile_command(ncu: str, report_base: str | Path, argv: list[str], include:
 
 
 def export_command(ncu: str, report: str | Path) -> list[str]:
-    """Return the command line that prints a report's raw page as CSV, in base units."""
+    """Return the command line that prints a report's raw page as CSV, in base units (run it with export_env())."""
     return [ncu, "--import", str(report), "--csv", "--page", "raw", "--print-units", "base"]
+
+
+def export_env() -> dict[str, str]:
+    """Return the environment for export_command: the C locale, so numbers print as `1234.5`.
+
+    ncu formats numbers for the user's locale, and parse_csv reads "," as a thousands separator:
+    under a decimal-comma locale a value printed "9,00" (as in a public test of ncu CSV parsing)
+    would read as 900.
+    """
+    import os
+
+    return {**os.environ, "LC_ALL": "C"}
 
 
 @dataclass(frozen=True)
