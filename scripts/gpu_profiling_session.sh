@@ -23,7 +23,9 @@
 #   the command that runs it (a device call is limited to 10 minutes; this keeps the script near
 #   8); each cell's session is killed after CELL_TIMEOUT s (default 240; --timeout), recorded as a
 #   timeout. ncu on the eager qwen-7b-shape step (about 1,460 kernels, each replayed) ran past 240 s on
-#   the H200 (2026-12-01): give ncu CELL_TIMEOUT=540 and TOOLS=ncu in a call of its own.
+#   the H200 (2026-12-01): give ncu CELL_TIMEOUT=540 and TOOLS=ncu in a call of its own, one cell per call:
+#   REPEATS=1 SELECT_ARGS="--preset h200-study --only max_batch_size=1,workload=sharegpt-1024,precision=bf16,compile=off"
+#   (then compile=reduce-overhead in the next call).
 set -u
 OUT=${OUT:-$PWD/gpu-profiling-out}
 REPEATS=${REPEATS:-1 2}
