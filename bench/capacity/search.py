@@ -16,9 +16,10 @@ whose passes failed (error, timeout) does not meet it.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from bench.errors import BenchInputError, choices
 
@@ -217,9 +218,6 @@ def stored_capacities(records) -> list[tuple[str, str, str, Capacity]]:
     whenever latency rose with load). Probe seconds are not stored: the table shows "—" there.
     Returns (label, run id, configuration key, answer) per search, the key equal for the same cell.
     """
-    import json
-    from dataclasses import replace
-
     groups: dict[tuple, list] = {}
     for r in records:
         target = r.target
