@@ -6,8 +6,10 @@
 #   2. `bench capacity` against it, closed loop (max_concurrency 8..64, resolution 8), SLO
 #      ttft_p99_ms=300,tpot_p99_ms=150: once to warm the server (records kept apart), then twice as two
 #      separate `bench capacity` processes, two stores;
-#   3. a batch sweep of the hf backend (bf16, generate, batch 1/2/4/8/16, 2 runs) through `bench run`, and
-#      `bench report` over it: the dashboard's interactivity-vs-throughput (Pareto) figure, telemetry.
+#   3. the study's own batch sweep, `bench run --preset h200-study --only workload=sharegpt-1024,precision=bf16`
+#      (transformers generate and the compiled harness loop, batch 1/8/16, 2 runs), and `bench report` over it: the
+#      dashboard's interactivity-vs-throughput (Pareto) figure, telemetry. SWEEP=hf runs the earlier sweep instead
+#      (hf generate, synthetic 128 in / 32 out, batch 1/2/4/8/16); SWEEP=none skips it.
 #
 # Usage (repo root; OUT is where everything goes):
 #   OUT=/tmp/cap RETURN=$OUT bash scripts/gpu_capacity_session.sh # H200 (device tool: OUT=/tmp/cap RETURN=$OUT)
@@ -166,12 +168,21 @@ num_requests = 32
 EOF
 [ "$DTYPE" = float32 ] && sed -i 's/precisions = \["float32"\]/precisions = ["fp32"]/' "$OUT/batch.toml"
 [ "$DTYPE" = bfloat16 ] && sed -i 's/precisions = \["bfloat16"\]/precisions = ["bf16"]/' "$OUT/batch.toml"
-stamp "bench run (batch sweep)"
-timeout $((200 * BATCH_RUNS)) $PY -m bench run --matrix "$OUT/batch.toml" --store "$OUT/batch-sweep.jsonl" --no-progress \
-  --report-dir "$OUT/batch-report" --baseline "backend=hf,max_batch_size=1" || echo "bench run ended with status $?"
-stamp "bench report"
-timeout 60 $PY -m bench report "$OUT/batch-sweep.jsonl" --out "$OUT/batch-report" --baseline "backend=hf,max_batch_size=1" \
-  || echo "bench report ended with status $?"
+# The study's batch sweep (GPU default): its cells and baseline come from the preset; the CPU smoke keeps batch.toml.
+SWEEP=${SWEEP:-$([ "${CPU_SMOKE:-0}" = 1 ] && echo hf || echo study)}
+if [ "$SWEEP" = study ]; then
+  SWEEP_ARGS=(--preset h200-study --only workload=sharegpt-1024,precision=bf16); BASE=()
+else
+  SWEEP_ARGS=(--matrix "$OUT/batch.toml"); BASE=(--baseline "backend=hf,max_batch_size=1")
+fi
+if [ "$SWEEP" != none ]; then
+  stamp "bench run (batch sweep: $SWEEP)"
+  timeout ${SWEEP_TIMEOUT:-$((200 * BATCH_RUNS))} $PY -m bench run "${SWEEP_ARGS[@]}" --store "$OUT/batch-sweep.jsonl" \
+    --no-progress --report-dir "$OUT/batch-report" "${BASE[@]}" || echo "bench run ended with status $?"
+  stamp "bench report"
+  timeout 60 $PY -m bench report "$OUT/batch-sweep.jsonl" --out "$OUT/batch-report" "${BASE[@]}" \
+    || echo "bench report ended with status $?"
+fi
 stamp "bench report (the two measured searches: do they agree?)"
 timeout 60 $PY -m bench report "$OUT/capacity-1.jsonl" "$OUT/capacity-2.jsonl" --out "$OUT/capacity-report" \
   || echo "bench report ended with status $?"
