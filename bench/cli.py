@@ -43,19 +43,23 @@ def load_selected_matrix(args, only: bool = True):
     """Return the matrix named by --matrix / --preset, narrowed by --only (and --requests/--trials/--runs and the
     executor flags if the command has them); only=False: without --only's narrowing. A --dry-run plans without
     the optional packages the cells need."""
-    from bench.spec.matrix import load_matrix
+    from bench.spec.matrix import check_packages, load_matrix
     from bench.spec.narrow import narrow
 
     if args.matrix and args.preset:
         raise BenchInputError("give either --matrix FILE or --preset NAME, not both")
-    check = not getattr(args, "dry_run", False)
-    matrix = (load_matrix(args.matrix, check_installed=check) if args.matrix
-              else load_matrix(args.preset or "default", preset=True, check_installed=check))
-    return narrow(matrix, only=parse_pairs(args.only, "--only") if only else None, requests=getattr(args, "requests", None),
-                  trials=getattr(args, "trials", None), runs=getattr(args, "runs", None),
-                  executor=getattr(args, "executor", None), ray_address=getattr(args, "ray_address", None),
-                  devices=getattr(args, "devices", None), tuning_builds=getattr(args, "tuning_builds", None),
-                  engines=getattr(args, "engines", None), retune_on_mismatch=getattr(args, "retune_on_mismatch", False))
+    # Optional packages (torchao, gemlite, flash-attn) are checked for the cells --only keeps, not for the whole
+    # matrix: a bf16 slice of a preset that also holds int4wo rows runs without torchao.
+    matrix = (load_matrix(args.matrix, check_installed=False) if args.matrix
+              else load_matrix(args.preset or "default", preset=True, check_installed=False))
+    selected = narrow(matrix, only=parse_pairs(args.only, "--only") if only else None, requests=getattr(args, "requests", None),
+                    trials=getattr(args, "trials", None), runs=getattr(args, "runs", None),
+                    executor=getattr(args, "executor", None), ray_address=getattr(args, "ray_address", None),
+                    devices=getattr(args, "devices", None), tuning_builds=getattr(args, "tuning_builds", None),
+                    engines=getattr(args, "engines", None), retune_on_mismatch=getattr(args, "retune_on_mismatch", False))
+    if not getattr(args, "dry_run", False):
+        check_packages(selected.cells)
+    return selected
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -38,3 +38,23 @@ def test_study_plans_without_torchao_and_a_run_refuses(no_quantization_library, 
     capsys.readouterr()
     assert main(["run", "--preset", "h200-study"]) == 2  # before any work
     assert "needs torchao: `pip install torchao`" in capsys.readouterr().err
+
+
+def test_a_slice_without_the_quantized_rows_needs_no_torchao(no_quantization_library, capsys):
+    """--only decides which optional packages a command needs: the study's bf16 batch sweep runs without torchao
+    (on the H200, 2026-12-01, it stopped with "include rule #2: ... needs torchao" though --only had left int4wo out);
+    a slice that keeps an int4wo row still refuses before any work."""
+    import argparse
+
+    from bench.cli import load_selected_matrix
+    from bench.errors import BenchInputError
+
+    def args(only):
+        return argparse.Namespace(matrix=None, preset="h200-study", only=only)
+
+    cells = load_selected_matrix(args("workload=sharegpt-1024,precision=bf16")).cells
+    assert cells and {c.precision for c in cells} == {"bf16"}
+    with pytest.raises(BenchInputError, match="needs torchao: `pip install torchao`"):
+        load_selected_matrix(args("workload=sharegpt-1024"))
+    assert main(["run", "--preset", "h200-study", "--only", "precision=int4wo"]) == 2  # before any work
+    assert "needs torchao" in capsys.readouterr().err

@@ -53,6 +53,13 @@ def requirements(cells) -> list:
     return list(out.values())
 
 
+def check_packages(cells) -> None:
+    """Raise BenchInputError naming the fix for the first optional package the cells need that is not installed."""
+    for req in requirements(cells):
+        if not req.installed():
+            raise BenchInputError(req.message)
+
+
 def list_presets() -> list[str]:
     return sorted(p.stem for p in PRESETS_DIR.glob("*.toml"))
 
@@ -136,9 +143,7 @@ def parse_matrix(data: dict, default_name: str = "matrix", *, check_installed: b
     for cell in unique:
         backend_config(cell.backend).validate(cell)
     if check_installed:
-        for req in requirements(unique):
-            if not req.installed():
-                raise BenchInputError(req.message)
+        check_packages(unique)
     settings = _settings_of(data, axes.pool, unique)
     baseline = data["baseline"] if "baseline" in data else default_baseline(unique)
     if not isinstance(baseline, dict) or not baseline:
