@@ -529,7 +529,8 @@ def test_torch_profiler_and_nsys_agree_range_by_range(options):
         assert tr.instances == nr.instances, (g, seen)
         torch_k = _without_copies(t, g)
         # difference 2 only ever adds to nsys's side, and by no more than torch left unlinked
-        assert torch_k <= nr.kernels_per_instance + 1e-9, (g, torch_k, nr.kernels_per_instance, _count_diff(t, n, g))
+        assert torch_k <= nr.kernels_per_instance + 1e-9, (
+            f"{g}: torch {torch_k} vs nsys {nr.kernels_per_instance} kernels per instance\n{_count_diff(t, n, g)}")
         assert (nr.kernels_per_instance - torch_k) * nr.instances <= unlinked + 1e-9, (
             g, torch_k, nr.kernels_per_instance, unlinked)
     window_copies = _window_copies(t)
@@ -538,14 +539,15 @@ def test_torch_profiler_and_nsys_agree_range_by_range(options):
         assert info["graph_kernels"] > 0 and n.range("decode_step").kernels_per_instance > 0, info
 
 
-def _count_diff(torch_table, nsys_table, group: str, shown: int = 8) -> dict:
+def _count_diff(torch_table, nsys_table, group: str, shown: int = 40) -> str:
     """Return what a failed range comparison prints, so the H200 log says where the two collectors part.
 
     The eager batch range on 2026-12-01 held 499 kernels in torch.profiler and 498 in nsys; the
     names alone could not say which, as the two tools demangle differently, so kernels are keyed by
     their qualified function name (tests/support/kernel_names.py): per key and per category the
     counts that differ, and the "(no range)" group and the totals (a kernel one tool placed in
-    another range shows there, one it did not see at all shows in the totals).
+    another range shows there, one it did not see at all shows in the totals). A text, one line per entry:
+    pytest shortens a dict in an assertion message to a line ("..."), which hid the kernel on 2026-12-01.
     """
     from tests.support.kernel_names import base_name
 
@@ -569,11 +571,14 @@ def _count_diff(torch_table, nsys_table, group: str, shown: int = 8) -> dict:
     from bench.profiling.kernels import NO_RANGE
 
     no_range = tuple(sum(counts(t, NO_RANGE).values()) for t in (torch_table, nsys_table))
-    return {"by function": differ(counts(torch_table, group), counts(nsys_table, group)),
-            "by category, per instance": differ(categories(torch_table), categories(nsys_table)),
-            "(no range), torch vs nsys": no_range,
-            "totals less copies, torch vs nsys": (torch_table.total_kernels - _window_copies(torch_table),
-                                                  nsys_table.total_kernels)}
+    lines = [f"range {group!r}: kernels that differ, torch.profiler vs nsys"]
+    for title, diff in (("by function", differ(counts(torch_table, group), counts(nsys_table, group))),
+                        ("by category, per instance", differ(categories(torch_table), categories(nsys_table)))):
+        lines += [f"  {title}:"] + [f"    {key}: {a} vs {b}" for key, (a, b) in diff.items()]
+    lines.append(f"  (no range): {no_range[0]} vs {no_range[1]}")
+    lines.append(f"  totals less copies: {torch_table.total_kernels - _window_copies(torch_table)} vs "
+                 f"{nsys_table.total_kernels}")
+    return "\n".join(lines)
 
 
 def _window_copies(table) -> int:

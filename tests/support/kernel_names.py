@@ -5,10 +5,15 @@ The two tools demangle the same symbol differently: torch.profiler (CUPTI's dema
 (GNU-style) writes `elementwise_kernel<128, 4, ...>(int, <the full types>)` and the lambda in
 braces with a hash-numbered index (seen on the H200, 2026-12-01). The key is the qualified function
 name alone, without its return type, template arguments or parameters: coarse (one key per kernel
-family, not per instantiation) but the same in both spellings.
+family, not per instantiation) but the same in both spellings. An anonymous namespace is
+`(anonymous namespace)` in one and `<unnamed>` in the other (the H200's second run, 2026-12-01: read
+as a parameter list, the first cut `at::native::(anonymous namespace)::CatArrayBatchedCopy` to
+`at::native::`); both become `{anonymous}`.
 """
 
 from __future__ import annotations
+
+ANONYMOUS = ("(anonymous namespace)", "<unnamed>")  # one namespace, as CUPTI and as nsys spell it
 
 
 def _outside_templates(text: str):
@@ -22,6 +27,8 @@ def _outside_templates(text: str):
 
 def base_name(name: str) -> str:
     """Return the qualified function name of a demangled kernel name (`at::native::elementwise_kernel`)."""
+    for spelling in ANONYMOUS:
+        name = name.replace(spelling, "{anonymous}")
     # the parameter list starts at the first '(' outside every template argument list
     cut = next((i for i, ch in _outside_templates(name) if ch == "("), len(name))
     head = name[:cut].rstrip()
