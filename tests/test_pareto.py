@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 from bench.report.pareto import pareto_front
 
@@ -37,6 +38,22 @@ def test_a_batch_sweep_gets_the_pareto_figure(tmp_path):
     assert out
     data = json.loads(page.split("<script type='application/json' id='bench-data'>", 1)[1].split("</script>", 1)[0])
     front = next(t for f in data["figures"] for t in f["data"] if t.get("name") == "Pareto front")
-    # every point of this sweep is on the front; the rightmost (bs1, most per user) is labelled to its left,
-    # so its label stays inside the plot (it was cut off at the right edge on the H200 sweep's dashboard)
-    assert front["text"][-1].endswith("bs1") and front["textposition"] == ["top right", "top right", "top left"]
+    # every point of this sweep is on the front; a point in the right half of the plot is labelled to its left, so
+    # the long label stays inside the plot (cut off at the right edge on two H200 dashboards), the others to the right
+    assert front["text"][-1].endswith("bs1") and len(front["x"]) == 3
+    right = max(front["x"])
+    assert front["textposition"] == ["top left" if x > right / 2 else "top right" for x in front["x"]]
+
+
+def test_the_h200_study_front_keeps_its_labels_inside(tmp_path):
+    """The H200 study's bf16 batch sweep (2026-12-01, docs/data): its front is compiled bs8 at 89.7 and bs1 at 129.4
+    tok/s per user; both labels go left (bs8's ran past the plot's right edge when only the rightmost went left)."""
+    from bench.report.build import build_report
+
+    store = Path(__file__).parents[1] / "docs/data/h200-capacity-2026-12-01/third/study-sweep.jsonl"
+    build_report([store], tmp_path / "report")
+    page = (tmp_path / "report" / "dashboard.html").read_text()
+    data = json.loads(page.split("<script type='application/json' id='bench-data'>", 1)[1].split("</script>", 1)[0])
+    front = next(t for f in data["figures"] for t in f["data"] if t.get("name") == "Pareto front")
+    assert [round(x, 1) for x in front["x"]] == [89.7, 129.4] and front["textposition"] == ["top left", "top left"]
+    assert [t.split("] ")[-1] for t in front["text"]] == ["cap 24 GB bs8", "cap 24 GB bs1"], front["text"]
