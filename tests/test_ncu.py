@@ -57,8 +57,8 @@ def test_bad_csv_says_what_is_wrong():
     header, units = FIXTURE.read_text().splitlines()[2:4]
     with pytest.raises(BenchInputError, match="profiled no kernel.*nvtx"):
         parse_csv(header + "\n" + units + "\n")
-    with pytest.raises(BenchInputError, match=r"lacks column\(s\) \['sm__throughput"):
-        parse_csv(FIXTURE.read_text().replace("sm__throughput", "sm__cycles"))
+    with pytest.raises(BenchInputError, match=r"lacks column\(s\) \['dram__bytes_read.sum'\]"):
+        parse_csv(FIXTURE.read_text().replace("dram__bytes_read", "dram__bytes_copied"))
     with pytest.raises(BenchInputError, match="data row 1"):
         parse_csv(FIXTURE.read_text().replace('"4000"', '"n/a"'))
 
@@ -161,7 +161,45 @@ def test_the_details_page_layout_reads_as_the_raw_page():
     for long, raw in zip(parse_csv(out.getvalue()), parse_csv(FIXTURE.read_text()), strict=True):
         for field in ("duration_ns", "dram_read_bytes", "dram_write_bytes", "dram_pct_of_peak", "sm_pct_of_peak"):
             assert getattr(long, field) == pytest.approx(getattr(raw, field), rel=1e-9), (long.name, field)
+    # a launch without a metric the others have is an error; without it in every launch, it was not collected
+    first_sm = next(i for i, ln in enumerate(out.getvalue().splitlines()) if "sm__throughput" in ln)
     with pytest.raises(BenchInputError, match=r"lacks metric\(s\) \['sm__throughput"):
-        parse_csv("\n".join(ln for ln in out.getvalue().splitlines() if "sm__throughput" not in ln))
+        parse_csv("\n".join(ln for i, ln in enumerate(out.getvalue().splitlines()) if i != first_sm))
+    assert {k.sm_pct_of_peak for k in parse_csv("\n".join(ln for ln in out.getvalue().splitlines()
+                                                          if "sm__throughput" not in ln))} == {None}
     with pytest.raises(BenchInputError, match="unit 'furlong'"):
         parse_csv(out.getvalue().replace('"nsecond"', '"furlong"'))
+
+
+def test_the_traffic_set_reads_time_and_bytes_and_prints_no_ncu_percentages():
+    """`--ncu-metrics traffic`: ncu collects time and DRAM bytes only (the five metrics took 9 replay passes a kernel
+    on the H200; the two % of peak ones are breakdowns over many counters); the roofline columns come out the same,
+    ncu's own print "-"."""
+    import csv
+    import io
+
+    from bench.profiling.ncu_collector import METRIC_SETS, REQUIRED
+
+    cmd = profile_command("ncu", "/o/report", ["python3"], nvtx_include("bench"), METRIC_SETS["traffic"])
+    assert cmd[cmd.index("--metrics") + 1].split(",") == list(REQUIRED) == list(METRICS[:3])
+    lines = [ln for ln in FIXTURE.read_text().splitlines() if not ln.startswith("==")]
+    rows = list(csv.reader(io.StringIO("\n".join(lines))))
+    keep = [i for i, name in enumerate(rows[0]) if name not in METRICS[3:]]
+    out = io.StringIO()
+    csv.writer(out, quoting=csv.QUOTE_ALL).writerows([[row[i] for i in keep] for row in rows])
+    traffic, full = parse_csv(out.getvalue()), parse_csv(FIXTURE.read_text())
+    assert [(k.duration_ns, k.dram_read_bytes, k.dram_write_bytes) for k in traffic] == \
+        [(k.duration_ns, k.dram_read_bytes, k.dram_write_bytes) for k in full]
+    assert {k.dram_pct_of_peak for k in traffic} == {k.sm_pct_of_peak for k in traffic} == {None}
+    t, f = roofline_table(traffic, 4.0e12), roofline_table(full, 4.0e12)
+    assert t.total.time_at_copy_bandwidth_us == f.total.time_at_copy_bandwidth_us
+    assert t.total.sm_pct_of_peak is None and f.total.sm_pct_of_peak is not None
+    last = t.to_markdown().splitlines()[-1]
+    assert last.endswith("| - | - |") and not f.to_markdown().splitlines()[-1].endswith("| - | - |")
+
+
+def test_ncu_profiles_the_root_process_only():
+    """The decode step runs in the session process itself; under `--target-processes all` the compiled cell's
+    session crashed (segmentation fault) right after ncu attached to a second process on the H200 (2026-12-01)."""
+    cmd = profile_command("ncu", "/o/report", ["python3"], nvtx_include("bench"))
+    assert cmd[cmd.index("--target-processes") + 1] == "application-only"

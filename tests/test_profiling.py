@@ -399,3 +399,40 @@ max_total_len = 520
     assert table.range("decode_step").instances == 3 and "prefill" not in groups
     assert table.range("Qwen2RMSNorm").instances == 3 * 5  # decode steps only: 3 forwards x 5 norms
     assert rec["extra"]["profile"]["step_ms"] > 0
+
+
+def test_ncu_metrics_flag_reaches_ncus_command_line(tmp_path):
+    """`--ncu-metrics traffic` runs ncu with time and DRAM bytes only, in the root process only; an ncu that writes
+    no report is a failed cell naming the log, not a crash (a stand-in ncu: records its arguments, exits 1)."""
+    fake, args_file = tmp_path / "ncu", tmp_path / "ncu-args.txt"
+    fake.write_text("#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'Version 2025.3.1.0'; exit 0; fi\n"
+                    f"printf '%s\\n' \"$@\" > {args_file}\nexit 1\n")
+    fake.chmod(0o755)
+    proc = _bench("profile", "--matrix", str(_matrix(tmp_path)), "--only", "precision=fp32", "--tool", "ncu",
+                  "--ncu", str(fake), "--ncu-metrics", "traffic", "--no-progress", "--out", str(tmp_path / "p"))
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    argv = args_file.read_text().splitlines()
+    assert argv[argv.index("--metrics") + 1] == "gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum"
+    assert argv[argv.index("--target-processes") + 1] == "application-only"
+    proc = _bench("profile", "--matrix", str(_matrix(tmp_path)), "--tool", "ncu", "--ncu-metrics", "some")
+    assert proc.returncode == 2 and "invalid choice: 'some'" in proc.stderr
+
+
+def test_a_timed_out_profile_leaves_no_process_behind(tmp_path):
+    """--timeout kills the profiler and the session it runs, not the profiler alone: on the H200 a timed-out ncu
+    left its session replaying kernels (2026-12-01). A stand-in ncu starts a child and waits; after the timeout
+    neither may be running."""
+    import time
+
+    fake, pid_file = tmp_path / "ncu", tmp_path / "child.pid"
+    fake.write_text("#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'Version 2025.3.1.0'; exit 0; fi\n"
+                    f"sleep 300 & echo $! > {pid_file}\nwait\n")
+    fake.chmod(0o755)
+    t0 = time.monotonic()
+    proc = _bench("profile", "--matrix", str(_matrix(tmp_path)), "--only", "precision=fp32", "--tool", "ncu",
+                  "--ncu", str(fake), "--timeout", "3", "--no-progress", "--out", str(tmp_path / "p"))
+    assert proc.returncode == 1 and time.monotonic() - t0 < 120, proc.stderr[-2000:]
+    child = int(pid_file.read_text())
+    status = Path(f"/proc/{child}/status")
+    state = status.read_text().split("State:")[1].split()[0] if status.exists() else "gone"
+    assert state in ("gone", "Z", "X"), f"the profiler's child {child} is still running (state {state})"

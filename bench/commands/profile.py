@@ -50,6 +50,9 @@ def register(sub) -> None:
                    help="nsys executable (default: $BENCH_NSYS, else nsys on PATH, else NVIDIA's install folders)")
     p.add_argument("--ncu", default=None,
                    help="ncu executable (default: $BENCH_NCU, else ncu on PATH, else NVIDIA's install folders)")
+    p.add_argument("--ncu-metrics", choices=("full", "traffic"), default="full",
+                   help="ncu's metrics per kernel: full (time, DRAM bytes, ncu's DRAM and SM %% of peak; 9 replay passes "
+                        "a kernel on an H200) or traffic (time and DRAM bytes: the roofline columns alone)")
     p.add_argument("--no-progress", action="store_true", help="no per-cell progress lines on stderr")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per cell before the session is killed")
     p.set_defaults(func=cmd_profile, requests=None, trials=None)
@@ -68,6 +71,7 @@ class ProfileSettings:
     nsys: str | None = None  # the nsys executable (tool nsys), already checked
     ncu: str | None = None  # the ncu executable (tool ncu), already checked
     tool_version: str | None = None  # what `nsys --version` / `ncu --version` said
+    ncu_metrics: str = "full"  # --ncu-metrics: a key of bench.profiling.ncu_collector.METRIC_SETS
     progress: bool = True  # a line on stderr as each cell starts
 
     def check(self) -> None:
@@ -111,7 +115,7 @@ def cmd_profile(args) -> int:
         from bench.profiling.ncu_collector import find_ncu
 
         ncu, version = find_ncu(args.ncu)
-        settings = replace(settings, ncu=ncu, tool_version=version)
+        settings = replace(settings, ncu=ncu, tool_version=version, ncu_metrics=args.ncu_metrics)
     store_path = Path(args.store) if args.store else Path(args.out) / f"{matrix.name}.jsonl"
     _, failed = profile_matrix(matrix, settings, Path(args.out), store_path)
     return 1 if failed else 0
@@ -200,7 +204,8 @@ def profile_cell(cell, matrix, settings, patterns: list[str], out_root: Path, ns
         from bench.profiling import ncu_collector
 
         argv = ncu_collector.profile_command(settings.ncu or "ncu", out_dir / "report", argv,
-                                             ncu_collector.nvtx_include(_nvtx_domain()))
+                                             ncu_collector.nvtx_include(_nvtx_domain()),
+                                             ncu_collector.METRIC_SETS[settings.ncu_metrics])
     outcome = {"trial": 0, "status": "ok", "metrics": None, "extra": {"tool": settings.tool}, "error": None,
                "started_at": time.time()}
     environment = {}
@@ -211,10 +216,10 @@ def profile_cell(cell, matrix, settings, patterns: list[str], out_root: Path, ns
     try:
         t0 = time.perf_counter()
         with open(log_path, "wb") as log:
-            proc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=settings.timeout)
+            returncode = _run_session(argv, log, env, settings.timeout)
         session_wall_s = time.perf_counter() - t0  # the whole process, the profiler's own work included
-        if proc.returncode != 0 or not result_file.is_file():
-            raise RuntimeError(f"profiling session exited with status {proc.returncode}; log {log_path}:\n"
+        if returncode != 0 or not result_file.is_file():
+            raise RuntimeError(f"profiling session exited with status {returncode}; log {log_path}:\n"
                                + _tail(log_path))
         session = json.loads(result_file.read_text())
         session["session_wall_s"] = session_wall_s
@@ -223,7 +228,7 @@ def profile_cell(cell, matrix, settings, patterns: list[str], out_root: Path, ns
         if nsys:
             session.update(_read_nsys(nsys, out_dir, cell))
         elif settings.tool == "ncu":
-            session.update(_read_ncu(settings.ncu or "ncu", out_dir, cell, session))
+            session.update(_read_ncu(settings.ncu or "ncu", out_dir, cell, session), ncu_metrics=settings.ncu_metrics)
         outcome["extra"] = {"tool": settings.tool, "kernel_table": session.pop("kernel_table"),
                             "trace": session.pop("trace", None),
                             "profile": {k: v for k, v in session.items() if k != "environment"}}
@@ -235,6 +240,23 @@ def profile_cell(cell, matrix, settings, patterns: list[str], out_root: Path, ns
         outcome.update(status="error", error=f"{type(exc).__name__}: {exc}")
     outcome["ended_at"] = time.time()
     return new_record("profile", cell, outcome, context=context, workload=wl.summary(), environment=environment)
+
+
+def _run_session(argv: list[str], log, env: dict, timeout: float) -> int:
+    """Run the session (under ncu or nsys, if argv says so) in its own process group; return its exit status.
+
+    On a timeout the whole group is killed, not only argv[0]: killing ncu alone left the session it was
+    replaying running on the H200 (2026-12-01: its log went on from kernel 1,174 to 1,182 after the timeout),
+    holding the GPU while the next cell ran. subprocess.TimeoutExpired is raised again for the caller.
+    """
+    from bench.execution.supervisor import kill_group
+
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        return proc.wait(timeout=timeout)
+    except BaseException:  # the timeout, or Ctrl-C: nothing of the session outlives this call
+        kill_group(proc)
+        raise
 
 
 def _nvtx_domain() -> str | None:

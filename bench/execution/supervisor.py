@@ -176,7 +176,7 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event, s
             except queue.Empty:
                 if time.monotonic() < deadline:
                     continue
-                _kill(proc)
+                kill_group(proc)
                 if not built:
                     message = f"timeout: the build/load exceeded {job.build_timeout_s:g} s; worker killed; log {log_path}"
                     for cell_id, trial in sorted(pending):
@@ -231,7 +231,7 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event, s
             deadline = time.monotonic() + job.cell_timeout_s
             on_event(event)
     except BaseException:  # Ctrl-C, a stop, or a failing callback: stop the worker now
-        _kill(proc)
+        kill_group(proc)
         raise
     finally:
         if proc.poll() is None:
@@ -273,7 +273,8 @@ def _synth(on_event, pending: set, cell_id: str, trial: int, status: str, messag
               "synthesized": True, "ended_at": time.time()})
 
 
-def _kill(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen) -> None:
+    """Kill a process started with start_new_session=True and every process of its group; wait for it."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -285,7 +286,7 @@ def _wait_or_kill(proc: subprocess.Popen) -> None:
     try:
         proc.wait(timeout=EXIT_GRACE_S)
     except subprocess.TimeoutExpired:
-        _kill(proc)
+        kill_group(proc)
 
 
 def oom_kill_counter() -> tuple[str, int] | None:

@@ -3,12 +3,22 @@
 `bench profile --tool ncu` runs the session process under `ncu`, NVTX-filtered so that only
 the kernels inside the first decode step's range (`decode_step:1`, domain `bench`) are
 replayed, with the GPU clocks left as they are (`--clock-control none`, as in the measured
-runs; ncu locks them to base by default). Five metrics per kernel:
+runs; ncu locks them to base by default), only in the root process (`--target-processes
+application-only`: the decode step runs there; on the H200 a compiled cell's session crashed with a
+segmentation fault right after ncu attached to a second process, an Inductor compile worker, under
+`all`). Five metrics per kernel (`--ncu-metrics full`, the default):
 
     gpu__time_duration.sum                                kernel duration
     dram__bytes_read.sum, dram__bytes_write.sum           DRAM traffic
     dram__throughput.avg.pct_of_peak_sustained_elapsed    DRAM bandwidth, % of ncu's peak
     sm__throughput.avg.pct_of_peak_sustained_elapsed      compute throughput (SM), % of peak
+
+`--ncu-metrics traffic` keeps the first three: ncu's two "% of peak" figures are breakdowns over
+many counters, and the five took 9 replay passes per kernel on the H200 (2026-12-01), about 0.45 s
+a kernel: the eager qwen-7b-shape step (about 1,460
+kernels) did not finish in 530 s. The roofline columns (achieved bandwidth against the measured
+copy bandwidth) need only time and bytes; the two ncu columns then print "-". How many passes the
+three take there is not yet measured.
 
 The roofline's bandwidth is the harness's own measured copy bandwidth
 (bench/backends/speed_of_light.py: read + written bytes per second of a device copy), the
@@ -25,7 +35,10 @@ per profiled kernel, a header row of column names, then a row of units. ncu repl
 durations are of a kernel run alone, cold, not of the back-to-back stream nsys records.
 
 Status: the command lines and the parser are tested on CPU (tests/test_ncu.py, on a CSV
-hand-made from the documented format); not yet run on the H200 (docs/guide/profiling.md).
+hand-made from the documented format). On the H200 (2026-12-01) ncu ran, but no table came out yet:
+the eager step ran past its timeout, the compiled one crashed under `--target-processes all`
+(docs/measurements/2026-12-01-h200-ncu-first-runs.md); application-only and the traffic set are
+the changes made since, not yet run there.
 """
 
 from __future__ import annotations
@@ -61,6 +74,8 @@ METRICS = (
     "dram__throughput.avg.pct_of_peak_sustained_elapsed",
     "sm__throughput.avg.pct_of_peak_sustained_elapsed",
 )
+REQUIRED = METRICS[:3]  # time and DRAM bytes: what the roofline columns need
+METRIC_SETS = {"full": METRICS, "traffic": REQUIRED}  # --ncu-metrics
 NCU_GLOBS = (
     "/opt/nvidia/nsight-compute/*/ncu",
     "/usr/local/cuda*/bin/ncu",
@@ -106,10 +121,12 @@ def find_ncu(exe: str | None = None, globs: tuple[str, ...] = NCU_GLOBS) -> tupl
     return path, m.group(1)
 
 
-def profile_command(ncu: str, report_base: str | Path, argv: list[str], include: str) -> list[str]:
-    """Return the `ncu` command line that replays the kernels of the NVTX range `include` of `argv`, clocks untouched."""
-    return [ncu, "--nvtx", "--nvtx-include", include, "--clock-control", "none", "--metrics", ",".join(METRICS),
-            "--target-processes", "all", "-f", "-o", str(report_base), *argv]
+def profile_command(ncu: str, report_base: str | Path, argv: list[str], include: str,
+                    metrics: tuple[str, ...] = METRICS) -> list[str]:
+    """Return the `ncu` command line that replays the kernels of the NVTX range `include` of `argv`, clocks untouched,
+    in the root process only."""
+    return [ncu, "--nvtx", "--nvtx-include", include, "--clock-control", "none", "--metrics", ",".join(metrics),
+            "--target-processes", "application-only", "-f", "-o", str(report_base), *argv]
 
 
 def export_command(ncu: str, report: str | Path) -> list[str]:
@@ -131,14 +148,14 @@ def export_env() -> dict[str, str]:
 
 @dataclass(frozen=True)
 class NcuKernel:
-    """One profiled kernel launch: ncu's five metrics, in ns, bytes and percent."""
+    """One profiled kernel launch: ncu's metrics, in ns, bytes and percent (None: not collected, `--ncu-metrics traffic`)."""
 
     name: str
     duration_ns: float
     dram_read_bytes: float
     dram_write_bytes: float
-    dram_pct_of_peak: float
-    sm_pct_of_peak: float
+    dram_pct_of_peak: float | None
+    sm_pct_of_peak: float | None
 
 
 def _number(text: str) -> float:
@@ -162,18 +179,21 @@ def parse_csv(text: str) -> list[NcuKernel]:
     if "Metric Name" in rows[0] and "Metric Value" in rows[0]:
         rows = _long_to_raw(rows)
     header = rows[0]
-    missing = [m for m in METRICS + ("Kernel Name",) if m not in header]
+    missing = [m for m in REQUIRED + ("Kernel Name",) if m not in header]
     if missing:
-        raise BenchInputError(f"ncu CSV lacks column(s) {missing}: profile with --metrics {','.join(METRICS)} "
-                              f"(columns present: {header[:12]}...)")
-    col = {name: header.index(name) for name in METRICS + ("Kernel Name", "ID")}
-    units = {m: "" for m in METRICS}
+        raise BenchInputError(f"ncu CSV lacks column(s) {missing}: profile with --metrics {','.join(REQUIRED)} at "
+                              f"least (columns present: {header[:12]}...)")
+    present = tuple(m for m in METRICS if m in header)  # the required three, and the % of peak ones if collected
+    col = {name: header.index(name) for name in present + ("Kernel Name", "ID")}
+    units = {m: "" for m in present}
     body = rows[1:]
     if body and not body[0][col["ID"]].strip():
-        units = {m: body[0][col[m]].strip().lower() for m in METRICS}
+        units = {m: body[0][col[m]].strip().lower() for m in present}
         body = body[1:]
 
-    def scaled(row: list[str], metric: str, table: dict | None) -> float:
+    def scaled(row: list[str], metric: str, table: dict | None) -> float | None:
+        if metric not in col:
+            return None
         value = _number(row[col[metric]])
         if table is None:
             return value
@@ -228,13 +248,15 @@ def _long_to_raw(rows: list[list[str]]) -> list[list[str]]:
             except ValueError:
                 pass  # left as printed: the data row's reader names it
         found.setdefault(metric, text)
-    out = [["ID", "Kernel Name", *METRICS], ["", "", *(base[m][0] if m in base else "" for m in METRICS)]]
+    # the required metrics, and ncu's % of peak ones where any launch has them (`--ncu-metrics full`)
+    present = [m for m in METRICS if m in REQUIRED or any(m in found for _, found in launches.values())]
+    out = [["ID", "Kernel Name", *present], ["", "", *(base[m][0] if m in base else "" for m in present)]]
     for launch, (kernel_name, found) in launches.items():
-        if not all(m in found for m in METRICS):
-            missing = [m for m in METRICS if m not in found]
+        if not all(m in found for m in present):
+            missing = [m for m in present if m not in found]
             raise BenchInputError(f"ncu CSV lacks metric(s) {missing} for launch {launch}: profile with --metrics "
-                                  f"{','.join(METRICS)}")
-        out.append([launch, kernel_name, *(found[m] for m in METRICS)])
+                                  f"{','.join(present)}")
+        out.append([launch, kernel_name, *(found[m] for m in present)])
     return out
 
 
@@ -251,8 +273,8 @@ class RooflineRow:
     achieved_gb_s: float  # (read + written bytes) / duration
     pct_of_copy_bandwidth: float | None  # achieved over the measured copy bandwidth, %
     time_at_copy_bandwidth_us: float | None  # the bytes at the measured copy bandwidth: the kernel's roofline time
-    dram_pct_of_peak: float  # ncu's own % of peak DRAM throughput (time-weighted mean for a group)
-    sm_pct_of_peak: float  # ncu's compute (SM) throughput % of peak (time-weighted mean for a group)
+    dram_pct_of_peak: float | None  # ncu's own % of peak DRAM throughput (time-weighted mean for a group; None: not collected)
+    sm_pct_of_peak: float | None  # ncu's compute (SM) throughput % of peak (time-weighted mean for a group; None: not collected)
 
 
 @dataclass
@@ -292,9 +314,9 @@ class RooflineTable:
         def line(r: RooflineRow, name: str) -> str:
             pct = "-" if r.pct_of_copy_bandwidth is None else f"{r.pct_of_copy_bandwidth:.0f}"
             sol = "-" if r.time_at_copy_bandwidth_us is None else f"{r.time_at_copy_bandwidth_us:.1f}"
+            dram, sm = ("-" if v is None else f"{v:.0f}" for v in (r.dram_pct_of_peak, r.sm_pct_of_peak))
             return (f"| {name} | {r.category} | {r.kernels} | {r.duration_us:.1f} | {r.dram_read_mb:.2f} | "
-                    f"{r.dram_write_mb:.2f} | {r.achieved_gb_s:.0f} | {pct} | {sol} | {r.dram_pct_of_peak:.0f} | "
-                    f"{r.sm_pct_of_peak:.0f} |")
+                    f"{r.dram_write_mb:.2f} | {r.achieved_gb_s:.0f} | {pct} | {sol} | {dram} | {sm} |")
 
         out = [head, "", cols.format("categories"), sep]
         out += [line(c, c.category) for c in self.categories] + [line(t, "**decode step**")]
@@ -309,7 +331,9 @@ def _row(name: str, category: str, ks: list[NcuKernel], bw: float | None) -> Roo
     ns = sum(k.duration_ns for k in ks)
     nbytes = sum(k.dram_read_bytes + k.dram_write_bytes for k in ks)
 
-    def weighted(attr: str) -> float:
+    def weighted(attr: str) -> float | None:
+        if any(getattr(k, attr) is None for k in ks):
+            return None  # not collected (--ncu-metrics traffic)
         return sum(getattr(k, attr) * k.duration_ns for k in ks) / ns if ns else 0.0
 
     achieved = nbytes / (ns * 1e-9) if ns else 0.0
