@@ -21,11 +21,11 @@
 # Why this SLO binds (docs/measurements/2026-12-01-h200-capacity.md): against a warmed server TTFT p99 rose from
 # 110-150 ms at 8-16 in flight to 295 ms at 32 and 362-691 ms at 40-64, while TPOT p99 stayed under 120 ms.
 #
-# Time on the H200 (2026-12-01, docs/measurements/2026-12-01-h200-capacity.md): model directory and server ready in
-# ~25 s; with the settings below each capacity search took 50-65 s (4-6 probes, each a warm-up and a measured pass
-# of 128 requests), the batch sweep with 2 runs 140 s, the report 5 s: 284 s in all. The server warm-up added since
-# (one more search, step 2a) adds about a minute. Each step runs under `timeout`; a step that overruns is cut and
-# says so in $OUT/session.log.
+# Time on the H200 (2026-12-01, docs/measurements/2026-12-01-h200-capacity-warmed.md): model directory and server
+# ready in 35 s, the server warm-up search 56 s, the two measured searches 46 and 48 s (6 probes each, a warm-up and a
+# measured pass of 128 requests), reports 2 s: 187 s before the batch sweep; the study's sweep (6 cells, 2 runs) took
+# 251 s in a call of its own. Each step runs under `timeout`; a step that overruns is cut and says so in
+# $OUT/session.log.
 set -uo pipefail
 : "${OUT:?set OUT to the output folder}"
 cd "$(dirname "$0")/.."
