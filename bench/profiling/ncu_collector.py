@@ -5,7 +5,7 @@ the kernels inside the first decode step's range (`decode_step:1`, domain `bench
 replayed, with the GPU clocks left as they are (`--clock-control none`, as in the measured
 runs; ncu locks them to base by default), only in the root process (`--target-processes
 application-only`: the decode step runs there; on the H200 a compiled cell's session crashed with a
-segmentation fault right after ncu attached to a second process, an Inductor compile worker, under
+segmentation fault right after ncu attached to a second process started during torch.compile, under
 `all`). Five metrics per kernel (`--ncu-metrics full`, the default):
 
     gpu__time_duration.sum                                kernel duration
@@ -15,10 +15,9 @@ segmentation fault right after ncu attached to a second process, an Inductor com
 
 `--ncu-metrics traffic` keeps the first three: ncu's two "% of peak" figures are breakdowns over
 many counters, and the five took 9 replay passes per kernel on the H200 (2026-12-01), about 0.45 s
-a kernel: the eager qwen-7b-shape step (about 1,460
-kernels) did not finish in 530 s. The roofline columns (achieved bandwidth against the measured
-copy bandwidth) need only time and bytes; the two ncu columns then print "-". How many passes the
-three take there is not yet measured.
+a kernel: the eager qwen-7b-shape step (about 1,460 kernels) did not finish in 530 s. The roofline
+columns (achieved bandwidth against the measured copy bandwidth) need only time and bytes; the two
+ncu columns then print "-". How many passes the three take there is not yet measured.
 
 The roofline's bandwidth is the harness's own measured copy bandwidth
 (bench/backends/speed_of_light.py: read + written bytes per second of a device copy), the
