@@ -148,12 +148,18 @@ kill $SERVER_PID 2>/dev/null; wait $SERVER_PID 2>/dev/null
 stamp "server stopped"
 
 # 3. the batch sweep and its report (the Pareto figure)
-cat > "$OUT/batch.toml" <<EOF
+# The study's batch sweep (GPU default): its cells and baseline come from the preset; the CPU smoke keeps batch.toml.
+SWEEP=${SWEEP:-$([ "${CPU_SMOKE:-0}" = 1 ] && echo hf || echo study)}
+if [ "$SWEEP" = study ]; then
+  SWEEP_ARGS=(--preset h200-study --only workload=sharegpt-1024,precision=bf16); BASE=()
+else  # SWEEP=hf: a synthetic hf batch sweep of its own (SWEEP=none: the arguments are not used)
+  PRECISION=$([ "$DTYPE" = float32 ] && echo fp32 || echo bf16)  # the matrix's name for the server's dtype
+  cat > "$OUT/batch.toml" <<EOF
 name = "batch-sweep"
 description = "hf generate, $MODEL $DTYPE: a batch sweep for the interactivity-vs-throughput front"
 backends = ["hf"]
 model = "$MODEL"
-precisions = ["$DTYPE"]
+precisions = ["$PRECISION"]
 max_batch_sizes = $BATCHES
 workloads = ["syn"]
 device = "$DEVICE"
@@ -169,13 +175,6 @@ input_len = 128
 output_len = 32
 num_requests = 32
 EOF
-[ "$DTYPE" = float32 ] && sed -i 's/precisions = \["float32"\]/precisions = ["fp32"]/' "$OUT/batch.toml"
-[ "$DTYPE" = bfloat16 ] && sed -i 's/precisions = \["bfloat16"\]/precisions = ["bf16"]/' "$OUT/batch.toml"
-# The study's batch sweep (GPU default): its cells and baseline come from the preset; the CPU smoke keeps batch.toml.
-SWEEP=${SWEEP:-$([ "${CPU_SMOKE:-0}" = 1 ] && echo hf || echo study)}
-if [ "$SWEEP" = study ]; then
-  SWEEP_ARGS=(--preset h200-study --only workload=sharegpt-1024,precision=bf16); BASE=()
-else
   SWEEP_ARGS=(--matrix "$OUT/batch.toml"); BASE=(--baseline "backend=hf,max_batch_size=1")
 fi
 if [ "$SWEEP" != none ]; then
