@@ -18,26 +18,28 @@
 #              /tmp/site; without plotly `bench report` stops and summary.md has no kernel tables
 # On the device: R=$OUT; OUT=/tmp/prof RETURN=$R bash scripts/gpu_profiling_session.sh (RETURN: see the end; on
 #   one line `OUT=/tmp/prof RETURN=$OUT` would give RETURN the new OUT).
-# Settings (environment): REPEATS="1 2", TOOLS="torch nsys ncu", DECODE_STEPS=4, NCU_METRICS=full (or traffic), SELECT_ARGS,
-#   BUDGET_S=450: an invocation whose expected time (the same tool's last one, else a first
-#   guess) would end past this many seconds from the start is skipped and named in summary.md with
-#   the command that runs it (a device call is limited to 10 minutes; this keeps the script near
-#   8); each cell's session is killed after CELL_TIMEOUT s (default 240; --timeout), recorded as a
-#   timeout. ncu on the eager qwen-7b-shape step (about 1,460 kernels, each replayed) ran past 240 s on
+# Settings (environment): REPEATS="1 2", TOOLS="torch nsys ncu", DECODE_STEPS=4, NCU_METRICS=traffic (or full),
+#   SELECT_ARGS, BUDGET_S=520: an invocation whose expected time (the same tool's last one, else the
+#   H200's measured one) would end past this many seconds from the start is skipped and named in summary.md
+#   with the command that runs it (a device call is limited to 10 minutes); each cell's session is killed
+#   after CELL_TIMEOUT s (default 240; --timeout), recorded as a timeout. Both cells take, per tool, about
+#   70 s (torch), 60 s (nsys) and 120 s (ncu traffic) on the H200: one repeat of the three about 4 minutes,
+#   the default two about 8.5. ncu on the eager qwen-7b-shape step (about 1,460 kernels, each replayed) ran past 240 s on
 #   the H200, and with CELL_TIMEOUT=530 it replayed 1,174 of them, 9 passes each, before the timeout
 #   (2026-12-01, docs/measurements/2026-12-01-h200-ncu-first-runs.md): the full metric set cannot profile that
-#   step within one 10-minute device call. NCU_METRICS=traffic (`--ncu-metrics traffic`: time and DRAM bytes,
-#   the roofline columns) collects fewer metrics; its pass count there is not yet measured. One cell per call:
-#   TOOLS=ncu REPEATS=1 CELL_TIMEOUT=540 BUDGET_S=560 NCU_METRICS=traffic
+#   step within one 10-minute device call; the compiled step (655 kernels) took 324 s with it. NCU_METRICS=traffic
+#   (`--ncu-metrics traffic`: time and DRAM bytes, the roofline columns) is 1 pass a kernel: 49 s compiled, 57-60 s
+#   eager (2026-12-02, docs/measurements/2026-12-02-h200-profilers-side-by-side.md). Timings of that run (s, one
+#   cell): torch 25-41, nsys 19-37, ncu traffic 49-60, ncu full 324 (compiled). The full set, one cell per call:
+#   TOOLS=ncu REPEATS=1 CELL_TIMEOUT=480 BUDGET_S=560
 #   SELECT_ARGS="--preset h200-study --only max_batch_size=1,workload=sharegpt-1024,precision=bf16,compile=reduce-overhead"
-#   (then compile=off in the next call).
 set -u
 OUT=${OUT:-$PWD/gpu-profiling-out}
 REPEATS=${REPEATS:-1 2}
 TOOLS=${TOOLS:-torch nsys ncu}
 DECODE_STEPS=${DECODE_STEPS:-4}
-NCU_METRICS=${NCU_METRICS:-full}
-BUDGET_S=${BUDGET_S:-450}
+NCU_METRICS=${NCU_METRICS:-traffic}
+BUDGET_S=${BUDGET_S:-520}
 # SELECT_ARGS replaces the cell selection (a CPU smoke test of this script uses a tiny matrix)
 read -r -a SELECT <<<"${SELECT_ARGS:---preset h200-study --only max_batch_size=1,workload=sharegpt-1024,precision=bf16}"
 mkdir -p "$OUT/profiles"
@@ -71,13 +73,13 @@ python3 -c "import nvtx" 2>/dev/null && say "nvtx package: ranges in the bench d
   echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown). Each command below ran as written, in this order."
 } >>"$SUMMARY"  # appended: a resumed call (skipped invocations) adds to the same file
 
-declare -A last_s=([torch]=130 [nsys]=100 [ncu]=160)  # first guesses (s) for 2 cells, replaced by measured ones
+declare -A last_s=([torch]=70 [nsys]=60 [ncu]=120)  # both cells, as measured on the H200 (2026-12-02); then this run's
 skipped=()
 for rep in $REPEATS; do
   printf '\n## Repeat %s\n\n| tool | command | exit | wall s |\n|---|---|---|---|\n' "$rep" >>"$SUMMARY"
   for tool in $TOOLS; do
     cmd=(python3 -m bench profile "${SELECT[@]}" --tool "$tool" --decode-steps "$DECODE_STEPS" --no-progress --timeout "${CELL_TIMEOUT:-240}"
-         --out "$OUT/profiles" --store "$OUT/profiles/repeat-$rep.jsonl")
+         --out "$OUT/profiles/repeat-$rep" --store "$OUT/profiles/repeat-$rep.jsonl")
     [ "$tool" = ncu ] && cmd+=(--ncu-metrics "$NCU_METRICS")
     if (( $(elapsed) + ${last_s[$tool]} > BUDGET_S )); then
       skipped+=("REPEATS=$rep TOOLS=$tool bash scripts/gpu_profiling_session.sh")
@@ -105,11 +107,13 @@ for rep in $REPEATS; do
 done
 {
   echo
-  echo "## ncu: each kernel of decode_step:1 against the measured copy bandwidth (latest repeat)"
-  for f in "$OUT"/profiles/*/*-ncu/roofline.md; do
+  echo "## ncu: each kernel of decode_step:1 against the measured copy bandwidth"
+  # each repeat profiles into its own folder (profiles/repeat-N/<matrix>/<cell>-<tool>/): a second repeat into the
+  # same folder overwrote the first one's kernel tables (2026-12-02), leaving its store pointing at the second's
+  for f in "$OUT"/profiles/repeat-*/*/*-ncu/roofline.md; do
     [ -f "$f" ] || continue
     echo
-    echo "### $(basename "$(dirname "$f")")"
+    echo "### $(basename "$(dirname "$(dirname "$(dirname "$f")")")"), $(basename "$(dirname "$f")")"
     echo
     head -n 14 "$f"
   done
@@ -129,5 +133,12 @@ cat "$SUMMARY"
 # profiles folder alone holds more: the capacity session's first H200 run lost its reports that way).
 if [ -n "${RETURN:-}" ]; then
   mkdir -p "$RETURN" && cp "$SUMMARY" "$LOG" "$RETURN"/
-  tar czf "$RETURN/profiling-session.tgz" --exclude='*.nsys-rep' --exclude='*.qdstrm' -C "$OUT" .
+  # ncu's report.ncu-rep (about 0.1 MB a kernel: 120 MB for the eager step) stays behind: ncu_raw.csv holds its
+  # figures. A device call returns files of 16 MiB at most: past that, the nsys SQLite exports stay behind too.
+  tar czf "$RETURN/profiling-session.tgz" --exclude='*.nsys-rep' --exclude='*.qdstrm' --exclude='*.ncu-rep' -C "$OUT" .
+  if [ "$(stat -c %s "$RETURN/profiling-session.tgz")" -gt $((15 * 1024 * 1024)) ]; then
+    say "profiling-session.tgz over 15 MiB: written again without the nsys SQLite exports"
+    tar czf "$RETURN/profiling-session.tgz" --exclude='*.nsys-rep' --exclude='*.qdstrm' --exclude='*.ncu-rep' \
+      --exclude='*.sqlite' -C "$OUT" .
+  fi
 fi

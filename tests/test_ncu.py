@@ -203,3 +203,88 @@ def test_ncu_profiles_the_root_process_only():
     session crashed (segmentation fault) right after ncu attached to a second process on the H200 (2026-12-01)."""
     cmd = profile_command("ncu", "/o/report", ["python3"], nvtx_include("bench"))
     assert cmd[cmd.index("--target-processes") + 1] == "application-only"
+
+
+def test_the_step_table_says_why_an_ncu_row_has_no_per_call_figures():
+    """ncu replays one decode-step range and pushes no module ranges, also for an eager step: its row
+    says so, instead of the compiled step's "fused" (the H200's eager ncu row said "fused", 2026-12-02)."""
+    from bench.report.kernel_panel import kernel_summary_markdown
+
+    row = {"configuration": "hf compile=off", "precision": "bf16", "batch": 1, "per": "decode step", "steps": 1,
+           "kernels": 1463, "kernel_us": 8424.0, "norm_kernels": 0.0, "norm_us": 0.0, "attention_kernels": 32.0,
+           "attention_us": 273.7, "RMSNorm_per_call": None, "attention_per_call": None, "unit": "gpu_kernel"}
+    text = kernel_summary_markdown([{**row, "tool": "ncu"}, {**row, "tool": "torch", "kernels": 657,
+                                                             "configuration": "hf compile=reduce-overhead"},
+                                    {**row, "tool": "torch", "RMSNorm_per_call": (8.0, 11.9)}])
+    ncu_line, compiled_line, eager_line = text.splitlines()[2:]
+    assert ncu_line.count("- (ncu: step range only)") == 2 and "fused" not in ncu_line
+    assert compiled_line.count("- (fused: no module ranges)") == 2
+    assert "8.0, 11.9" in eager_line
+
+
+CAPTURE = FIXTURE.with_name("h200-compiled-bs1-decode-step_raw.csv.gz")  # a real H200 export (README.md)
+
+
+def test_groups_say_where_the_time_above_the_roofline_goes_by_hand():
+    """Kernels of one name reading the same bytes are one group; groups are ordered by the time they
+    lose against the roofline (us less us at copy bandwidth), and their losses add up to the step's."""
+    bw = 4.0e12  # bytes/s, a test input
+    t = roofline_table(parse_csv(FIXTURE.read_text()), bw)
+    assert len(t.groups) == 5  # the two nvjet rows read 100.7 MB and 33.6 MB: two groups, not one
+    lost = [g.duration_us - g.time_at_copy_bandwidth_us for g in t.groups]
+    assert lost == sorted(lost, reverse=True)
+    assert sum(lost) == pytest.approx(t.total.duration_us - t.total.time_at_copy_bandwidth_us)
+    big = next(g for g in t.groups if g.dram_read_mb > 100)
+    assert big.duration_us - big.time_at_copy_bandwidth_us == pytest.approx(25.0 - GEMM_BYTES[0] / bw * 1e6)
+    md = t.to_markdown()
+    assert "Where the" in md and "us lost" in md
+    assert roofline_table(parse_csv(FIXTURE.read_text()), None).groups == []  # no bandwidth, no losses
+
+
+def test_the_h200_capture_reads_into_its_roofline():
+    """The captured compiled step: 655 kernels, nine replay passes' worth of metrics each; the lm_head
+    is one kernel reading the vocabulary's 151936 x 4096 bf16 weights, and the 32 layers' 96 MLP
+    projections read 4096 x 11008 bf16 each. The totals are the ones the H200 profile printed."""
+    import gzip
+
+    kernels = parse_csv(gzip.open(CAPTURE, "rt").read())
+    assert len(kernels) == 655 and all(k.sm_pct_of_peak is not None for k in kernels)
+    t = roofline_table(kernels, 4_257_704_021_260.25)  # the profile's measured copy bandwidth (its session.json)
+    assert round(t.total.duration_us, 1) == 5893.0 and round(t.total.dram_read_mb, 2) == 14623.98
+    reads = sorted(round(g.dram_read_mb / g.kernels) for g in t.groups if g.category == "gemm")
+    assert reads.count(90) == 2 and 1245 in reads  # MLP: two nvjet variants; the lm_head
+    head = next(g for g in t.groups if round(g.dram_read_mb) == 1245)
+    assert head.kernels == 1 and head.dram_read_mb == pytest.approx(151936 * 4096 * 2 / 1e6, rel=1e-3)
+    mlp = [g for g in t.groups if round(g.dram_read_mb / g.kernels) == 90]
+    assert sum(g.kernels for g in mlp) == 96
+    assert all(g.dram_read_mb / g.kernels == pytest.approx(4096 * 11008 * 2 / 1e6, rel=1e-3) for g in mlp)
+
+
+def test_bench_kernels_reads_an_ncu_csv_into_the_roofline_files(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    def bench(*args):
+        return subprocess.run([sys.executable, "-m", "bench", "kernels", *args], capture_output=True, text=True,
+                              timeout=300)
+
+    out = tmp_path / "r"
+    proc = bench(str(CAPTURE), "--copy-bandwidth", "4257.7", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "Copy bandwidth: --copy-bandwidth." in proc.stdout and "Where the" in proc.stdout
+    assert {p.name for p in out.iterdir()} >= {"roofline.json", "roofline.md", "kernel_table.json", "kernel_table.md",
+                                               "categories.csv"}
+    stored = json.loads((out / "roofline.json").read_text())
+    assert stored["total"]["kernels"] == 655 and len(stored["groups"]) > 10
+    # beside a profile's session.json, its measured copy bandwidth is the default
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "ncu_raw.csv.gz").write_bytes(CAPTURE.read_bytes())
+    (tmp_path / "p" / "session.json").write_text(json.dumps({"copy_bandwidth": {"bandwidth_bytes_s": 4.0e12}}))
+    proc = bench(str(tmp_path / "p" / "ncu_raw.csv.gz"), "--out", str(tmp_path / "q"))
+    assert proc.returncode == 0 and "measured by the profile" in proc.stdout and "4000 GB/s" in proc.stdout
+    for bad, said in ((["--copy-bandwidth", "0"], "positive GB/s"), ([], "not an nsys report or an ncu CSV")):
+        target = str(CAPTURE) if bad else str(FIXTURE.with_name("README.md"))
+        proc = bench(target, *bad, "--out", str(tmp_path / "x"))
+        assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+    assert not (tmp_path / "x").exists()  # refused before any file was written

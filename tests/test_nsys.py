@@ -18,6 +18,7 @@ from bench.profiling.nsys_collector import (
     read_sqlite,
     report_file,
     table_from_sqlite,
+    timeline_spans,
 )
 
 # Real exports from two nsys versions, vendored with their license and source (tests/data/nsys/README.md).
@@ -146,6 +147,33 @@ def test_built_schema_nvtx_kern_sum_semantics(tmp_path):
     inner = table_from_sqlite(tmp_path / "r.sqlite", innermost_only=True)
     assert inner.range("Qwen2DecoderLayer").kernels_per_instance == 1  # the gemm at 400
     assert inner.range("decode_step").kernels_per_instance == 1  # flash at 900
+
+
+def test_a_librarys_own_nvtx_domain_is_left_out_when_the_harness_domain_is_there(tmp_path):
+    """nsys records every library's NVTX ranges; torch.profiler sees only record_function's. The H200's
+    eager window (2026-12-02) had CUB's `cub::DeviceScan::InclusiveScan` in the CCCL domain around 2
+    kernels, a range group torch's table could not have. With the harness's domain in the export,
+    only its ranges are read and the rest are counted in the info; without it, every domain's."""
+    path = _build(tmp_path / "r.sqlite")
+    con = sqlite3.connect(path)
+    con.execute("UPDATE NVTX_EVENTS SET domainId = 2")  # the harness's ranges, in its domain
+    con.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (?,?,?,?,?,?)",
+                    [(0, 0, 75, "CCCL", MAIN, 1), (0, 0, 75, "bench", MAIN, 2),
+                     (390, 420, 59, "cub::DeviceScan::InclusiveScan", MAIN, 1)])  # around the gemm's launch at 400
+    con.commit()
+    con.close()
+    kernels, instances, info = read_sqlite(path)
+    assert "cub::DeviceScan::InclusiveScan" not in instances and "decode_step:1" in instances
+    assert info["nvtx_domain"] == "bench" and info["nvtx_ranges_left_out"] == {"CCCL": 1}
+    t = table_from_sqlite(path)
+    assert t.range("decode_step").kernels_per_instance == 4 and t.range("Qwen2DecoderLayer").kernels_per_instance == 3
+    assert [s["label"] for s in timeline_spans(path, "decode_step")["ranges"]] == ["decode_step:1"]
+    con = sqlite3.connect(path)
+    con.execute("UPDATE NVTX_EVENTS SET text = 'someone-else' WHERE eventType = 75 AND domainId = 2")
+    con.commit()
+    con.close()
+    _, instances, info = read_sqlite(path)  # an export made outside the harness: every domain's ranges
+    assert "cub::DeviceScan::InclusiveScan" in instances and info["nvtx_domain"] is None
 
 
 def test_built_schema_without_nvtx_table(tmp_path):

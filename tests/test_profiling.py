@@ -353,6 +353,37 @@ def test_kernels_launched_directly_inside_a_range_belong_to_it():
     assert table.range("decode_step").kernels_per_instance == 2
 
 
+@pytest.mark.parametrize("activity_type", ["cuda_runtime", None])  # torch that names the kind, and torch that does not
+def test_a_kernel_torch_also_hands_to_an_api_call_counts_once(activity_type):
+    """torch.profiler links a kernel to every host event whose id equals the kernel's linked
+    correlation id; a cudaDeviceSynchronize made outside every operator has its CUPTI correlation
+    id as its id, and when that equals a kernel-launching operator's External id it gets the
+    operator's kernel too (pytorch/pytorch#124388). The H200's eager window (2026-12-02): aten::bmm,
+    External id 132, launched the rotary embedding's sgemm inside `prefill`; a cudaDeviceSynchronize
+    with correlation 132, inside `batch` but before `prefill`, was handed the same kernel, so the
+    table said 2 sgemms in `batch` where torch's own trace and nsys had 1."""
+    from types import SimpleNamespace
+
+    from bench.profiling.torch_collector import attribute_events
+
+    cuda, cpu = SimpleNamespace(name="CUDA"), SimpleNamespace(name="CPU")
+    span = SimpleNamespace(elapsed_us=lambda: 2.8)
+    batch = SimpleNamespace(name="batch", id=1, device_type=cpu, cpu_parent=None, kernels=[], activity_type=None)
+    prefill = SimpleNamespace(name="prefill", id=2, device_type=cpu, cpu_parent=batch, kernels=[], activity_type=None)
+    sgemm = SimpleNamespace(name="void cutlass::Kernel2<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>", duration=2.8)
+    sync = SimpleNamespace(name="cudaDeviceSynchronize", id=132, device_type=cpu, cpu_parent=batch, kernels=[sgemm],
+                           activity_type=activity_type)
+    bmm = SimpleNamespace(name="aten::bmm", id=132, device_type=cpu, cpu_parent=prefill, kernels=[sgemm],
+                          activity_type=None if activity_type is None else "cpu_op")
+    device = SimpleNamespace(name=sgemm.name, device_type=cuda, time_range=span)
+    kernels, instances, unlinked = attribute_events([batch, sync, prefill, bmm, device], {"batch", "prefill"},
+                                                    "gpu_kernel")
+    assert [(k.name, [r for r, _ in k.ranges]) for k in kernels] == [(sgemm.name, ["batch", "prefill"])]
+    assert unlinked == 0
+    table = build_kernel_table(kernels, instances, source="t", unit="gpu_kernel")
+    assert table.range("batch").kernels_per_instance == 1 and table.total_kernels == 1
+
+
 @pytest.mark.slow
 def test_profile_warms_up_with_the_measured_shapes_and_times_decode_steps(tmp_path):
     """A harness-loop cell: the static cache has the workload's length (as a measured pass), not the

@@ -52,7 +52,8 @@ def register(sub) -> None:
                    help="ncu executable (default: $BENCH_NCU, else ncu on PATH, else NVIDIA's install folders)")
     p.add_argument("--ncu-metrics", choices=("full", "traffic"), default="full",
                    help="ncu's metrics per kernel: full (time, DRAM bytes, ncu's DRAM and SM %% of peak; 9 replay passes "
-                        "a kernel on an H200) or traffic (time and DRAM bytes: the roofline columns alone)")
+                        "a kernel on an H200) or traffic (time and DRAM bytes, the roofline columns alone; 1 pass: the "
+                        "eager qwen-7b-shape step in about a minute)")
     p.add_argument("--no-progress", action="store_true", help="no per-cell progress lines on stderr")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per cell before the session is killed")
     p.set_defaults(func=cmd_profile, requests=None, trials=None)
@@ -303,14 +304,7 @@ def _read_ncu(ncu: str, out_dir: Path, cell, session: dict) -> dict:
     bw = (session.get("copy_bandwidth") or {}).get("bandwidth_bytes_s")
     meta = {"cell_id": cell.cell_id, "label": cell.label, "ncu_version": session.get("ncu_version"),
             "range": ncu_collector.NCU_STEP}
-    roofline = ncu_collector.roofline_table(kernels, bw, meta)
-    roofline.save(out_dir / "roofline.json")
-    (out_dir / "roofline.md").write_text(roofline.to_markdown())
-    path = ncu_collector.kernel_table(kernels, meta=meta).save(out_dir / "kernel_table.json")
-    return {"kernel_table": str(path), "trace": str(reports[-1]), "roofline": str(out_dir / "roofline.json"),
-            "roofline_md": str(out_dir / "roofline.md"),
-            "roofline_total": {k: getattr(roofline.total, k) for k in ("kernels", "duration_us", "time_at_copy_bandwidth_us",
-                                                                     "pct_of_copy_bandwidth")}}
+    return {**ncu_collector.write_roofline(kernels, bw, meta, out_dir), "trace": str(reports[-1])}
 
 
 def write_side_tables(table_path: Path) -> None:

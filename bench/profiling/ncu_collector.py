@@ -14,10 +14,11 @@ segmentation fault right after ncu attached to a second process started during t
     sm__throughput.avg.pct_of_peak_sustained_elapsed      compute throughput (SM), % of peak
 
 `--ncu-metrics traffic` keeps the first three: ncu's two "% of peak" figures are breakdowns over
-many counters, and the five took 9 replay passes per kernel on the H200 (2026-12-01), about 0.45 s
-a kernel: the eager qwen-7b-shape step (about 1,460 kernels) did not finish in 530 s. The roofline
-columns (achieved bandwidth against the measured copy bandwidth) need only time and bytes; the two
-ncu columns then print "-". How many passes the three take there is not yet measured.
+many counters, and the five take 9 replay passes per kernel on the H200, about 0.45 s a kernel (the
+compiled qwen-7b-shape step's 655 kernels: a 324 s session; the eager step's ~1,460 did not finish
+in 530 s). The three take 1 pass: 49 s for the compiled step, 57-60 s for the eager one (2026-12-02).
+The roofline columns (achieved bandwidth against the measured copy bandwidth) need only time and
+bytes; the two ncu columns then print "-".
 
 The roofline's bandwidth is the harness's own measured copy bandwidth
 (bench/backends/speed_of_light.py: read + written bytes per second of a device copy), the
@@ -33,11 +34,10 @@ per profiled kernel, a header row of column names, then a row of units. ncu repl
 (kernel replay, caches flushed between passes: `--cache-control all`, the default), so its
 durations are of a kernel run alone, cold, not of the back-to-back stream nsys records.
 
-Status: the command lines and the parser are tested on CPU (tests/test_ncu.py, on a CSV
-hand-made from the documented format). On the H200 (2026-12-01) ncu ran, but no table came out yet:
-the eager step ran past its timeout, the compiled one crashed under `--target-processes all`
-(docs/measurements/2026-12-01-h200-ncu-first-runs.md); application-only and the traffic set are
-the changes made since, not yet run there.
+Status: ran on an H200 (2026-12-02, docs/measurements/2026-12-02-h200-profilers-side-by-side.md):
+the compiled and eager qwen-7b-shape steps, each in two processes, 655 and 1463 kernels as nsys
+counts them. The parser is tested on a CSV hand-made from the documented format and on that run's
+captured CSV (tests/data/ncu/); `bench kernels ncu_raw.csv` re-reads a stored one (write_roofline).
 """
 
 from __future__ import annotations
@@ -278,13 +278,20 @@ class RooflineRow:
 
 @dataclass
 class RooflineTable:
-    """Every kernel of one decode step under ncu, per category, and the step against its roofline."""
+    """Every kernel of one decode step under ncu, per category, and the step against its roofline.
+
+    `groups`: the kernels of one name that read the same DRAM bytes (to the MB), one row each (the
+    96 MLP projections of a qwen-7b-shape step are one or two groups, the lm_head one), ordered by
+    the time they lose against the roofline (duration less time at copy bandwidth): where a step's
+    distance from its speed of light goes, kernel by kernel. Empty without a copy bandwidth.
+    """
 
     kernels: list[RooflineRow]
     categories: list[RooflineRow]
     total: RooflineRow
     copy_bandwidth_bytes_s: float | None
     meta: dict = field(default_factory=dict)
+    groups: list[RooflineRow] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -319,6 +326,19 @@ class RooflineTable:
 
         out = [head, "", cols.format("categories"), sep]
         out += [line(c, c.category) for c in self.categories] + [line(t, "**decode step**")]
+        if self.groups and t.time_at_copy_bandwidth_us is not None:
+            lost = t.duration_us - t.time_at_copy_bandwidth_us
+            shown = self.groups[:top]
+            out += ["", f"Where the {lost:.0f} us above the roofline go: kernels of one name reading the same DRAM bytes, "
+                    f"most time lost first ({len(shown)} of {len(self.groups)} groups; us lost = us - us at copy bw):", "",
+                    "| kernel | category | kernels | us | DRAM read MB each | % of copy bw | us at copy bw | us lost "
+                    "| % of the step's lost us |", "|---|---|---|---|---|---|---|---|---|"]
+            for g in shown:
+                g_lost = g.duration_us - g.time_at_copy_bandwidth_us
+                name = g.name if len(g.name) <= 80 else g.name[:77] + "..."
+                out.append(f"| `{name.replace('|', '/')}` | {g.category} | {g.kernels} | {g.duration_us:.1f} | "
+                           f"{g.dram_read_mb / g.kernels:.2f} | {g.pct_of_copy_bandwidth:.0f} | "
+                           f"{g.time_at_copy_bandwidth_us:.1f} | {g_lost:.1f} | {100 * g_lost / lost if lost else 0:.0f} |")
         out += ["", f"Longest {min(top, len(self.kernels))} kernels:", "", cols.format("kernel"), sep]
         for r in sorted(self.kernels, key=lambda r: -r.duration_us)[:top]:
             name = r.name if len(r.name) <= 80 else r.name[:77] + "..."
@@ -352,8 +372,30 @@ def roofline_table(kernels: list[NcuKernel], copy_bandwidth_bytes_s: float | Non
     for k in kernels:
         by_cat[categorize(k.name)].append(k)
     cats = [_row(c, c, by_cat[c], copy_bandwidth_bytes_s) for c in CATEGORIES if c in by_cat]
+    groups: list[RooflineRow] = []
+    if copy_bandwidth_bytes_s:
+        by_group: dict[tuple[str, int], list[NcuKernel]] = defaultdict(list)
+        for k in kernels:
+            by_group[(k.name, round(k.dram_read_bytes / 1e6))].append(k)
+        groups = sorted((_row(name, categorize(name), ks, copy_bandwidth_bytes_s) for (name, _), ks in by_group.items()),
+                        key=lambda g: -(g.duration_us - g.time_at_copy_bandwidth_us))
     return RooflineTable(rows, cats, _row("decode step", "all", kernels, copy_bandwidth_bytes_s), copy_bandwidth_bytes_s,
-                         dict(meta or {}))
+                         dict(meta or {}), groups)
+
+
+def write_roofline(kernels: list[NcuKernel], copy_bandwidth_bytes_s: float | None, meta: dict, out_dir: Path) -> dict:
+    """Write roofline.json, roofline.md and kernel_table.json of parsed ncu kernels into out_dir; return their paths.
+
+    The one writer of an ncu profile's files: `bench profile --tool ncu` after its session, and
+    `bench kernels ncu_raw.csv` re-reading a stored export.
+    """
+    roofline = roofline_table(kernels, copy_bandwidth_bytes_s, meta)
+    roofline.save(out_dir / "roofline.json")
+    (out_dir / "roofline.md").write_text(roofline.to_markdown())
+    path = kernel_table(kernels, meta=meta).save(out_dir / "kernel_table.json")
+    return {"kernel_table": str(path), "roofline": str(out_dir / "roofline.json"), "roofline_md": str(out_dir / "roofline.md"),
+            "roofline_total": {k: getattr(roofline.total, k) for k in ("kernels", "duration_us", "time_at_copy_bandwidth_us",
+                                                                     "pct_of_copy_bandwidth")}}
 
 
 def kernel_table(kernels: list[NcuKernel], step: str = NCU_STEP, meta: dict | None = None) -> KernelTable:

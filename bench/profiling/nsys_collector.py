@@ -43,6 +43,7 @@ from bench.profiling.kernels import AttributedKernel, KernelTable, build_kernel_
 MIN_NSYS_VERSION = (2022, 2)
 NVTX_PUSHPOP = 59  # NVTX_EVENTS.eventType of nvtxRangePush/Pop ranges
 NVTX_STARTEND = 60  # ... of nvtxRangeStart/End ranges
+NVTX_DOMAIN_CREATE = 75  # ... of nvtxDomainCreate: its text is the domain's name, its domainId the domain's id
 REQUIRED_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "StringIds")
 
 
@@ -247,18 +248,15 @@ def _read(con, tables: set[str]) -> tuple[list[AttributedKernel], dict[str, set]
     ranges_by_tid: dict[int, list[tuple[int, int, str, int]]] = defaultdict(list)
     instances: dict[str, set] = defaultdict(set)
     if "NVTX_EVENTS" in tables:
-        ncols = _columns(con, "NVTX_EVENTS")
-        text = "COALESCE(n.text, (SELECT value FROM StringIds WHERE id = n.textId))" if "textId" in ncols else "n.text"
-        for rowid, start, end, tid, label in con.execute(
-            f"SELECT n.rowid, n.start, n.end, n.globalTid, {text} FROM NVTX_EVENTS n"
-            f" WHERE n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND n.end IS NOT NULL"
-        ):
+        rows, domains = nvtx_ranges(con)
+        for rowid, start, end, tid, label in rows:
             label = label if label is not None else "(unnamed)"
             ranges_by_tid[tid].append((start, end, label, rowid))
             instances[label].add(rowid)
         for lst in ranges_by_tid.values():
             lst.sort()
     else:
+        domains = {"nvtx_domain": None, "nvtx_ranges_left_out": {}}
         notes.append("no NVTX_EVENTS table: the report holds no NVTX ranges (was nvtx traced?)")
 
     starts = {tid: [r[0] for r in lst] for tid, lst in ranges_by_tid.items()}
@@ -298,9 +296,44 @@ def _read(con, tables: set[str]) -> tuple[list[AttributedKernel], dict[str, set]
         "graph_kernels": graph_kernels,
         "graph_kernels_by_time": by_time,
         "nvtx_ranges": sum(len(v) for v in ranges_by_tid.values()),
+        **domains,
         "notes": notes,
     }
     return kernels, dict(instances), info
+
+
+def nvtx_ranges(con) -> tuple[list[tuple], dict]:
+    """Return the NVTX ranges the reader uses, (rowid, start, end, globalTid, label) in start order, and their domain.
+
+    When the export holds the harness's own domain (bench.profiling.nvtx.NVTX_DOMAIN), only that
+    domain's ranges: libraries push ranges of their own, which torch.profiler never sees (the
+    H200's eager qwen-7b-shape window, 2026-12-02: CUB's `cub::DeviceScan::InclusiveScan` in the
+    CCCL domain, around 2 of generate's kernels). Else (an export made outside the harness, or a
+    session without the `nvtx` package, whose ranges are in NVTX's default domain) every
+    domain's. The dict: {"nvtx_domain": the domain read or None for all, "nvtx_ranges_left_out":
+    {domain name: ranges}}.
+    """
+    from bench.profiling.nvtx import NVTX_DOMAIN
+
+    ncols = _columns(con, "NVTX_EVENTS")
+    text = "COALESCE(n.text, (SELECT value FROM StringIds WHERE id = n.textId))" if "textId" in ncols else "n.text"
+    domain_col = "n.domainId" if "domainId" in ncols else "0"
+    rows = con.execute(
+        f"SELECT n.rowid, n.start, n.end, n.globalTid, {text}, {domain_col} FROM NVTX_EVENTS n"
+        f" WHERE n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND n.end IS NOT NULL ORDER BY n.start"
+    ).fetchall()
+    names = {}
+    if "domainId" in ncols:
+        names = {dom: name for dom, name in con.execute(
+            f"SELECT n.domainId, {text} FROM NVTX_EVENTS n WHERE n.eventType = {NVTX_DOMAIN_CREATE}")}
+    ours = next((dom for dom, name in names.items() if name == NVTX_DOMAIN), None)
+    if ours is None:
+        return [r[:5] for r in rows], {"nvtx_domain": None, "nvtx_ranges_left_out": {}}
+    left_out: dict[str, int] = defaultdict(int)
+    for r in rows:
+        if r[5] != ours:
+            left_out[names.get(r[5], "(default)" if not r[5] else f"domain {r[5]}")] += 1
+    return [r[:5] for r in rows if r[5] == ours], {"nvtx_domain": NVTX_DOMAIN, "nvtx_ranges_left_out": dict(left_out)}
 
 
 def table_from_sqlite(path: str | Path, *, innermost_only: bool = False, meta: dict | None = None) -> KernelTable:
@@ -334,16 +367,11 @@ def timeline_spans(path: str | Path, group: str | None = "decode_step", limit: i
         tables = _tables(con)
         if "NVTX_EVENTS" not in tables:
             return {"group": group, "ranges": [], "kernels": []}
-        ncols = _columns(con, "NVTX_EVENTS")
-        text = "COALESCE(n.text, (SELECT value FROM StringIds WHERE id = n.textId))" if "textId" in ncols else "n.text"
-        rows = con.execute(
-            f"SELECT n.rowid, n.start, n.end, {text} FROM NVTX_EVENTS n"
-            f" WHERE n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND n.end IS NOT NULL ORDER BY n.start"
-        ).fetchall()
+        rows, _ = nvtx_ranges(con)
     finally:
         con.close()
-    chosen = [r for r in rows if r[3] is not None and range_group(r[3]) == group][:limit]
-    origin = {rowid: (start, label) for rowid, start, _, label in chosen}
+    chosen = [r for r in rows if r[4] is not None and range_group(r[4]) == group][:limit]
+    origin = {rowid: (start, label) for rowid, start, _, _, label in chosen}
     out_kernels = []
     for k in kernels:
         key = next((key for label, key in reversed(k.ranges) if key in origin and origin[key][1] == label), None)
@@ -354,5 +382,6 @@ def timeline_spans(path: str | Path, group: str | None = "decode_step", limit: i
         out_kernels.append({"range": label, "name": k.name, "category": categorize(k.name),
                             "start_us": t0, "end_us": t0 + k.duration_us})
     return {"group": group,
-            "ranges": [{"label": label, "start_us": 0.0, "end_us": (end - start) / 1000.0} for _, start, end, label in chosen],
+            "ranges": [{"label": label, "start_us": 0.0, "end_us": (end - start) / 1000.0}
+                       for _, start, end, _, label in chosen],
             "kernels": out_kernels}

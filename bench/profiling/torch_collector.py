@@ -14,6 +14,7 @@ calls directly (no aten op above them, view-only ops left out) and their CPU tim
 from __future__ import annotations
 
 import gzip
+import re
 import shutil
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -61,6 +62,29 @@ def export_trace(prof, path: Path) -> Path:
 
 def _is_device(fe) -> bool:
     return getattr(fe.device_type, "name", str(fe.device_type)).upper() in ("CUDA", "PRIVATEUSE1", "XPU", "MTIA")
+
+
+API_ACTIVITIES = frozenset({"cuda_runtime", "cuda_driver", "xpu_runtime", "mtia_runtime", "privateuse1_runtime",
+                            "privateuse1_driver"})
+_API_NAME = re.compile(r"^(cuda|cu|hip)[A-Z]")  # cudaDeviceSynchronize, cuLaunchKernel, hipMemcpy
+
+
+def _is_api_call(fe) -> bool:
+    """Return True for a host event that is a runtime or driver API call, not an operator or a range.
+
+    torch.profiler gives a kernel to the host event whose id is the kernel's linked correlation
+    id: an operator's id is its External id, but an API call's id is its own CUPTI correlation id,
+    a separate counter. An API call made outside every operator (a cudaDeviceSynchronize from
+    Python) whose correlation id equals a kernel-launching operator's External id gets that
+    operator's kernels too (pytorch/pytorch#124388, still so in torch 2.11): the H200's eager
+    decode window (2026-12-02) counted 2 kernels twice that way, nsys and torch's own trace had
+    each once. An API call never launches a kernel through this link, so its kernels are left
+    out. `activity_type` names the kind where torch gives it; else the API's name says it.
+    """
+    kind = getattr(fe, "activity_type", None)
+    if isinstance(kind, str) and kind:
+        return kind in API_ACTIVITIES
+    return bool(_API_NAME.match(fe.name))
 
 
 # Operators that only change a tensor's metadata (no kernel on a GPU) or allocate: on CPU they
@@ -124,7 +148,8 @@ def attribute_events(events, labels: set[str], unit: str) -> tuple[list[Attribut
         if unit == "gpu_kernel":
             # A launch with no operator between it and a range (a CUDA graph replay inside a
             # decode-step range) is linked to the range event itself: it belongs to that range.
-            units = [(k.name, float(k.duration)) for k in fe.kernels if k.name not in host_names]
+            units = [] if _is_api_call(fe) else [(k.name, float(k.duration)) for k in fe.kernels
+                                                 if k.name not in host_names]
         elif _is_cpu_unit(fe) and not is_range:  # CPU-only: operators stand in for kernels
             units = [(fe.name, float(fe.cpu_time_total))]
         else:

@@ -178,14 +178,17 @@ def kernel_summary_markdown(summary: list[dict]) -> str:
                "step ms (unprofiled)", "window ms: profiled / unprofiled", "session s (profiler included)"]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
 
-    def call(v):
-        return "- (fused: no module ranges)" if v is None else f"{v[0]:.1f}, {v[1]:.1f}"
+    def call(v, tool):
+        if v is not None:
+            return f"{v[0]:.1f}, {v[1]:.1f}"
+        # ncu replays one decode-step range and no module ranges inside it, also for an eager step
+        return "- (ncu: step range only)" if tool == "ncu" else "- (fused: no module ranges)"
 
     for s in summary:
         cells = [s["configuration"], str(s["precision"]), str(s["batch"]), str(s.get("tool") or "-"), f"{s['per']} (x{s['steps']})",
                  f"{s['kernels']:.0f}", f"{s['kernel_us']:.0f}", f"{s['norm_kernels']:.1f}", f"{s['norm_us']:.1f}",
-                 f"{s['attention_kernels']:.1f}", f"{s['attention_us']:.1f}", call(s["RMSNorm_per_call"]),
-                 call(s["attention_per_call"]), "-" if s.get("step_ms") is None else f"{s['step_ms']:.2f}",
+                 f"{s['attention_kernels']:.1f}", f"{s['attention_us']:.1f}", call(s["RMSNorm_per_call"], s.get("tool")),
+                 call(s["attention_per_call"], s.get("tool")), "-" if s.get("step_ms") is None else f"{s['step_ms']:.2f}",
                  _pair(s.get("window_ms")), "-" if s.get("session_s") is None else f"{s['session_s']:.0f}"]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"
