@@ -223,6 +223,7 @@ def test_the_step_table_says_why_an_ncu_row_has_no_per_call_figures():
 
 
 CAPTURE = FIXTURE.with_name("h200-compiled-bs1-decode-step_raw.csv.gz")  # a real H200 export (README.md)
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_groups_say_where_the_time_above_the_roofline_goes_by_hand():
@@ -262,12 +263,13 @@ def test_the_h200_capture_reads_into_its_roofline():
 
 def test_bench_kernels_reads_an_ncu_csv_into_the_roofline_files(tmp_path):
     import json
+    import os
     import subprocess
     import sys
 
     def bench(*args):
         return subprocess.run([sys.executable, "-m", "bench", "kernels", *args], capture_output=True, text=True,
-                              timeout=300)
+                              timeout=300, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
     out = tmp_path / "r"
     proc = bench(str(CAPTURE), "--copy-bandwidth", "4257.7", "--out", str(out))
@@ -277,12 +279,14 @@ def test_bench_kernels_reads_an_ncu_csv_into_the_roofline_files(tmp_path):
                                                "categories.csv"}
     stored = json.loads((out / "roofline.json").read_text())
     assert stored["total"]["kernels"] == 655 and len(stored["groups"]) > 10
-    # beside a profile's session.json, its measured copy bandwidth is the default
+    # beside a profile's session.json, its measured copy bandwidth is the default; without --out the folder is
+    # named after the profile's (every profile's CSV is ncu_raw.csv)
     (tmp_path / "p").mkdir()
     (tmp_path / "p" / "ncu_raw.csv.gz").write_bytes(CAPTURE.read_bytes())
     (tmp_path / "p" / "session.json").write_text(json.dumps({"copy_bandwidth": {"bandwidth_bytes_s": 4.0e12}}))
-    proc = bench(str(tmp_path / "p" / "ncu_raw.csv.gz"), "--out", str(tmp_path / "q"))
+    proc = bench(str(tmp_path / "p" / "ncu_raw.csv.gz"))
     assert proc.returncode == 0 and "measured by the profile" in proc.stdout and "4000 GB/s" in proc.stdout
+    assert (tmp_path / "profiles" / "imported" / "p-ncu_raw" / "roofline.md").is_file()
     for bad, said in ((["--copy-bandwidth", "0"], "positive GB/s"), ([], "not an nsys report or an ncu CSV")):
         target = str(CAPTURE) if bad else str(FIXTURE.with_name("README.md"))
         proc = bench(target, *bad, "--out", str(tmp_path / "x"))

@@ -27,7 +27,8 @@ def register(sub) -> None:
     p.add_argument("--copy-bandwidth", type=float, default=None, metavar="GB/s",
                    help="ncu CSV: the roofline's bandwidth (default: the profile's measured copy bandwidth, read from "
                         "session.json beside the CSV)")
-    p.add_argument("--out", help="output folder (default profiles/imported/<report name>/; one report only)")
+    p.add_argument("--out", help="output folder (default profiles/imported/<report name>/, for a profile's report.sqlite "
+                                  "or ncu_raw.csv <its folder>-<name>/; one report only)")
     p.add_argument("--innermost", action="store_true",
                    help="count each kernel in its innermost range only (default: in every enclosing range, as nsys's "
                         "nvtx_kern_sum)")
@@ -54,7 +55,7 @@ def cmd_kernels(args) -> int:
     if args.copy_bandwidth is not None and args.copy_bandwidth <= 0:
         raise BenchInputError(f"--copy-bandwidth must be a positive GB/s figure, not {args.copy_bandwidth}")
     for report in reports:
-        out = Path(args.out) if args.out else Path("profiles") / "imported" / report.name.split(".")[0]
+        out = Path(args.out) if args.out else Path("profiles") / "imported" / _import_name(report)
         out.mkdir(parents=True, exist_ok=True)
         if _is_ncu_csv(report):
             print(_ncu(report, out, args.copy_bandwidth))
@@ -80,6 +81,17 @@ def _exported(report: Path, out: Path, nsys: str | None) -> Path:
     if done.returncode != 0:
         raise BenchInputError(f"nsys export of {report} failed ({done.returncode}): {done.stderr[-2000:]}")
     return sqlite_path
+
+
+def _import_name(report: Path) -> str:
+    """Return the folder name under profiles/imported/ for a report: its name, less every suffix.
+
+    The names `bench profile` gives its files (report.sqlite, ncu_raw.csv) are the same in every
+    profile folder, so those are prefixed with the folder's name (`<cell_id>-<tool>`): two
+    profiles' reports re-read without --out do not overwrite each other.
+    """
+    name = report.name.split(".")[0]
+    return f"{report.resolve().parent.name}-{name}" if name in ("report", "ncu_raw") else name
 
 
 def _is_ncu_csv(path: Path) -> bool:
