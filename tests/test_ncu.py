@@ -292,3 +292,31 @@ def test_bench_kernels_reads_an_ncu_csv_into_the_roofline_files(tmp_path):
         proc = bench(target, *bad, "--out", str(tmp_path / "x"))
         assert proc.returncode == 2 and said in proc.stderr, proc.stderr
     assert not (tmp_path / "x").exists()  # refused before any file was written
+
+
+def test_bench_report_shows_each_cells_ncu_roofline(tmp_path):
+    """The H200's stored ncu profile (docs/data, process 2 of the compiled cell) in `bench report`: report.md and the
+    dashboard carry the step against its roofline, per category; a missing roofline.md is a warning naming the fix."""
+    import shutil
+    import warnings
+
+    from bench.report.build import build_report
+
+    src = ROOT / "docs" / "data" / "h200-profilers-2026-12-02" / "call4-ncu-compiled-traffic" / "profiles"
+    shutil.copytree(src, tmp_path / "profiles")
+    store = tmp_path / "profiles" / "repeat-2.jsonl"
+    paths = build_report([store], tmp_path / "r")
+    report = paths["report"].read_text()
+    section = report.split("## One decode step against its roofline (bench profile --tool ncu)")[1]
+    assert "compile=reduce-overhead" in section and "(--ncu-metrics traffic)" in section
+    assert "One decode step under ncu (655 kernels" in section and "| **decode step** | all | 655 | 5958.9 |" in section
+    assert "Longest" not in section  # the longest kernels stay in roofline.md
+    dashboard = paths["dashboard"].read_text()
+    assert "<h4>hf attn_implementation=sdpa cache=static compile=reduce-overhead" in dashboard
+    assert "<td><b>decode step</b></td>" in dashboard and "**" not in dashboard.split("roofline (bench profile")[-1]
+    next((tmp_path / "profiles").rglob("roofline.md")).unlink()
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        paths = build_report([store], tmp_path / "r2")
+    assert "One decode step against its roofline" not in paths["report"].read_text()
+    assert any("ncu roofline" in w and "bench kernels" in w for w in paths["warnings"]), paths["warnings"]

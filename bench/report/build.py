@@ -215,7 +215,11 @@ def _table_history(table, selection) -> pd.DataFrame:
 
 def _build_report(stores, out_dir, baseline, kernels, profiles, pool, columnar) -> dict[str, Path]:
     from bench.oom.search import frontier_markdown, frontier_rows
-    from bench.report.kernel_panel import kernel_frame, kernel_summary_markdown
+    from bench.report.kernel_panel import (
+        kernel_frame,
+        kernel_summary_markdown,
+        roofline_markdown,
+    )
 
     stores = query.expand_stores(stores)
     table = query.table(stores) if query.prefer_table(stores, columnar) else None
@@ -240,6 +244,10 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool, columnar) 
             extra_paths["kernels"] = out / "kernels.csv"
             _write(extra_paths["kernels"], kf.frame.to_csv(index=False))
             sections["Kernels of one decode step (bench profile)"] = kernel_summary_markdown(kf.summary)
+        roofline, roofline_warnings = roofline_markdown(profiled, bases)
+        kernel_warnings += roofline_warnings
+        if roofline:
+            sections["One decode step against its roofline (bench profile --tool ncu)"] = roofline
     if probes:
         out.mkdir(parents=True, exist_ok=True)
         frontier = {"frontier": out / "oom-frontier.md"}
@@ -444,7 +452,7 @@ def _kernel_figures(kernels: pd.DataFrame | None) -> list[tuple]:
 
 def _global_sections(kernels: pd.DataFrame | None, tables_md: dict[str, str], timelines: list = ()) -> list[dict]:
     """Return the sections shown under every workload: the OOM frontier, capacity and accuracy tables, then the
-    kernels (table and panel)."""
+    kernels (table and panel), then ncu's rooflines."""
     from bench.report.dashboard import markdown_table_html
 
     out = []
@@ -454,6 +462,8 @@ def _global_sections(kernels: pd.DataFrame | None, tables_md: dict[str, str], ti
     kernel_md = next((t for h, t in tables_md.items() if h.startswith("Kernels")), None)
     out.append({"heading": "Kernels", "figures": _kernel_figures(kernels) + list(timelines),
                 "html": markdown_table_html(kernel_md) if kernel_md else ""})
+    out += [{"heading": heading, "figures": [], "html": markdown_table_html(text)}  # ncu, after the kernel panel
+            for heading, text in tables_md.items() if heading.startswith("One decode step against its roofline")]
     return out
 
 

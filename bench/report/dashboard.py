@@ -124,15 +124,22 @@ refresh();
 """
 
 
+def _cell(text: str) -> str:
+    """Return a Markdown table cell as HTML, escaped; a cell that is bold as a whole (`**total**`) in bold."""
+    if len(text) > 4 and text.startswith("**") and text.endswith("**"):
+        return f"<b>{html.escape(text[2:-2])}</b>"
+    return html.escape(text)
+
+
 def markdown_table_html(text: str) -> str:
-    """Return the pipe tables of a Markdown text as HTML tables (cells escaped); other lines as notes."""
+    """Return the pipe tables of a Markdown text as HTML tables (cells escaped), headings as headings, other lines as notes."""
     out, rows = [], []
 
     def flush():
         if rows:
             head, *body = rows
-            out.append("<table class='speedup'><thead><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in head)
-                       + "</tr></thead><tbody>" + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
+            out.append("<table class='speedup'><thead><tr>" + "".join(f"<th>{_cell(c)}</th>" for c in head)
+                       + "</tr></thead><tbody>" + "".join("<tr>" + "".join(f"<td>{_cell(c)}</td>" for c in r) + "</tr>"
                                                           for r in body) + "</tbody></table>")
             rows.clear()
 
@@ -143,7 +150,9 @@ def markdown_table_html(text: str) -> str:
                 rows.append(cells)
         else:
             flush()
-            if line.strip():
+            if line.startswith("#"):
+                out.append(f"<h4>{html.escape(line.lstrip('#').strip())}</h4>")
+            elif line.strip():
                 out.append(f"<p class='note'>{html.escape(line.strip())}</p>")
     flush()
     return "\n".join(out)

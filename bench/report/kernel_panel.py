@@ -238,6 +238,37 @@ def kernel_frame(records: list, base_dirs: list[str | Path] = (),
 
 
 
+def roofline_markdown(records: list, base_dirs: list[str | Path] = ()) -> tuple[str, list[str]]:
+    """Return the report's ncu section and warnings: per cell, its latest ncu profile's roofline.md.
+
+    The file `bench profile --tool ncu` (or `bench kernels ncu_raw.csv`) wrote: the step against
+    the copy bandwidth, per category, and where the time above the roofline goes; its list of the
+    longest kernels is left to the file. "" when no ncu profile is in the records.
+    """
+    from bench.results.records import Profile
+
+    bases = [Path(b) for b in base_dirs]
+    latest: dict[str, Profile] = {}
+    for rec in sorted((r for r in records if isinstance(r, Profile) and r.ok and r.tool == "ncu"),
+                      key=lambda r: r.context.started_at or 0.0):
+        latest[rec.cell_id] = rec
+    parts, warns = [], []
+    for rec in latest.values():
+        cell, name = rec.cell, rec.profile.get("roofline_md")
+        title = f"{_label(cell, False)} {cell.get('precision')} bs={cell.get('max_batch_size')}"
+        path = resolve_table(name, bases) if name else None
+        if path is None:
+            warns.append(f"ncu roofline {name!r} of profile record {rec.cell_id} ({title}) is missing: left out of the "
+                         "report; copy its profiles/ folder next to the store, or re-read its ncu_raw.csv with "
+                         "`bench kernels`")
+            continue
+        text = path.read_text().split("\nLongest ")[0].rstrip()
+        metrics = rec.profile.get("ncu_metrics")
+        parts.append(f"### {title}" + (f" (--ncu-metrics {metrics})" if metrics else "") + f"\n\n{text}\n\n"
+                     f"(from {path}; its longest kernels are listed there)\n")
+    return "\n".join(parts), warns
+
+
 # The range group a timeline shows: decode steps where there are some, else batches, else (None) the
 # group of the first range that launched a kernel (an export of another program).
 TIMELINE_GROUPS = ("decode_step", "batch", None)
