@@ -7,6 +7,9 @@ modules import heavy libraries inside their functions: `bench --help` stays fast
 Exit status: 0 success, 1 a run finished with failed cells (error/timeout), 2 bad input
 (nothing was run; a path that cannot be written is bad input too), 3 a record could not be stored
 (disk full, I/O error: the run stopped, what was stored stays), 130 interrupted.
+
+A bench process that seems stuck prints every thread's Python stack to stderr on SIGUSR1
+(`kill -USR1 PID`; faulthandler), and keeps running.
 """
 
 from __future__ import annotations
@@ -80,8 +83,15 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import faulthandler
+    import signal
     import warnings
 
+    if hasattr(signal, "SIGUSR1"):  # `kill -USR1 PID`: every thread's stack on stderr, the process goes on
+        try:
+            faulthandler.register(signal.SIGUSR1, all_threads=True)
+        except (AttributeError, OSError, RuntimeError, ValueError):  # stderr is no file (main() called in-process)
+            pass
     warnings.formatwarning = _format_warning
     args = build_parser().parse_args(argv)
     try:

@@ -89,6 +89,33 @@ def test_help_is_fast_and_lists_commands():
     assert probe.stdout.strip() == "False"
 
 
+WAITING_COMMAND = """
+import argparse, sys, time
+import bench.cli
+
+def build_parser():  # one command that says it is ready, then waits
+    parser = argparse.ArgumentParser()
+    parser.set_defaults(func=lambda args: (print("ready", flush=True), time.sleep(3), 0)[2])
+    return parser
+
+bench.cli.build_parser = build_parser
+sys.exit(bench.cli.main([]))
+"""
+
+
+def test_sigusr1_prints_every_threads_stack_and_the_process_goes_on():
+    """A bench process that seems stuck: SIGUSR1 prints its threads' Python stacks (faulthandler), and it goes on."""
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-c", WAITING_COMMAND], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err  # the signal did not end it
+    assert "most recent call first" in err and "<lambda>" in err, err
+
+
 def test_ctrl_c_keeps_finished_records_and_resumes(tmp_path, tiny_sharegpt):
     """SIGINT mid-matrix: exit 130 promptly, every finished record intact, the worker gone, and
     the next run skips what was stored."""
@@ -111,7 +138,13 @@ fail = ["none", "hang"]
 path = "{tiny_sharegpt}"
 num_requests = 4
 ''')
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--matrix", str(path), "--no-progress"],
+    # A test run started in the background by a non-interactive shell inherits SIGINT ignored, Python keeps it
+    # ignored, and so would bench: then Ctrl-C never arrives (a clean-clone CI run here, 2026-12-02, hung so; the
+    # stacks SIGUSR1 printed showed bench still waiting). A user's Ctrl-C reaches a bench with the default handler,
+    # so this bench gets Python's own (set in the child itself: a preexec_fn is unsafe with threads in pytest).
+    with_ctrl_c = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                   "from bench.cli import main; sys.exit(main(sys.argv[1:]))")
+    proc = subprocess.Popen([sys.executable, "-c", with_ctrl_c, "run", "--matrix", str(path), "--no-progress"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     store = tmp_path / "results" / "intr.jsonl"
     deadline = time.monotonic() + 120
@@ -120,7 +153,14 @@ num_requests = 4
     time.sleep(1.0)  # the hanging cell's worker is now sleeping
     proc.send_signal(signal.SIGINT)
     t0 = time.monotonic()
-    _, err = proc.communicate(timeout=60)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # say where it hangs
+        proc.send_signal(signal.SIGUSR1)  # bench's faulthandler prints every thread's stack
+        time.sleep(2)
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"bench run did not exit within 60 s of SIGINT; its threads then:\n{err[-8000:]}")
     assert proc.returncode == 130 and "interrupted" in err
     assert time.monotonic() - t0 < 15  # the hanging worker was killed, not waited for
     recs = list(ResultStore(store).records())
