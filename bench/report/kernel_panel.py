@@ -238,6 +238,17 @@ def kernel_frame(records: list, base_dirs: list[str | Path] = (),
 
 
 
+def latest_per_cell(records: list, tool: str) -> list:
+    """Return the latest ok Profile record of each cell made with `tool`, in the order the cells were first profiled."""
+    from bench.results.records import Profile
+
+    latest: dict[str, Profile] = {}
+    for rec in sorted((r for r in records if isinstance(r, Profile) and r.ok and r.tool == tool),
+                      key=lambda r: r.context.started_at or 0.0):
+        latest[rec.cell_id] = rec
+    return list(latest.values())
+
+
 def roofline_markdown(records: list, base_dirs: list[str | Path] = ()) -> tuple[str, list[str]]:
     """Return the report's ncu section and warnings: per cell, its latest ncu profile's roofline.md.
 
@@ -245,15 +256,9 @@ def roofline_markdown(records: list, base_dirs: list[str | Path] = ()) -> tuple[
     the copy bandwidth, per category, and where the time above the roofline goes; its list of the
     longest kernels is left to the file. "" when no ncu profile is in the records.
     """
-    from bench.results.records import Profile
-
     bases = [Path(b) for b in base_dirs]
-    latest: dict[str, Profile] = {}
-    for rec in sorted((r for r in records if isinstance(r, Profile) and r.ok and r.tool == "ncu"),
-                      key=lambda r: r.context.started_at or 0.0):
-        latest[rec.cell_id] = rec
     parts, warns = [], []
-    for rec in latest.values():
+    for rec in latest_per_cell(records, "ncu"):
         cell, name = rec.cell, rec.profile.get("roofline_md")
         title = f"{_label(cell, False)} {cell.get('precision')} bs={cell.get('max_batch_size')}"
         path = resolve_table(name, bases) if name else None
@@ -286,15 +291,9 @@ def kernel_timelines(records: list, base_dirs: list[str | Path] = (), ranges: in
     from bench.errors import BenchInputError
     from bench.profiling.nsys_collector import timeline_spans
     from bench.report.figures import kernel_timeline
-    from bench.results.records import Profile
-
     bases = [Path(b) for b in base_dirs]
-    latest: dict[str, Profile] = {}
-    for rec in sorted((r for r in records if isinstance(r, Profile) and r.ok and r.tool == "nsys"),
-                      key=lambda r: r.context.started_at or 0.0):
-        latest[rec.cell_id] = rec
     figs, warns = [], []
-    for rec in list(latest.values())[:cells]:
+    for rec in latest_per_cell(records, "nsys")[:cells]:
         name = (rec.profile).get("sqlite")
         path = resolve_table(name, bases) if name else None
         label = f"{_label(rec.cell, False)} {rec.cell.get('precision')} bs={rec.cell.get('max_batch_size')}"
