@@ -194,6 +194,25 @@ def kernel_summary_markdown(summary: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def latest_per_cell(records: list, tool: str | None = None) -> list:
+    """Return the latest ok Profile record of each cell and tool (of `tool` alone if given), in the order first profiled.
+
+    The latest run wins; within one run, the later line.
+    """
+    from bench.results.records import Profile
+
+    latest: dict[tuple, Profile] = {}
+    for rec in sorted((r for r in records if isinstance(r, Profile) and r.ok and (tool is None or r.tool == tool)),
+                      key=lambda r: r.context.started_at or 0.0):
+        latest[(rec.cell_id, rec.tool)] = rec
+    return list(latest.values())
+
+
+def _title(cell: dict) -> str:
+    """Return a profiled cell's heading: its series name, precision and batch size."""
+    return f"{_label(cell, False)} {cell.get('precision')} bs={cell.get('max_batch_size')}"
+
+
 def kernel_frame(records: list, base_dirs: list[str | Path] = (),
                  panels: dict[str, tuple[str, ...]] = RANGE_PANELS) -> KernelFrame:
     """Return the kernel frame of the ok Profile records (the latest run per cell and tool) and warnings.
@@ -203,17 +222,12 @@ def kernel_frame(records: list, base_dirs: list[str | Path] = (),
     """
     from bench.errors import BenchInputError
     from bench.profiling.kernels import KernelTable
-    from bench.results.records import Profile
 
     bases = [Path(b) for b in base_dirs]
-    latest: dict[tuple, Profile] = {}
-    ok = [r for r in records if isinstance(r, Profile) and r.ok]
-    # the latest run wins; within one run, the later line
-    for rec in sorted(ok, key=lambda r: r.context.started_at or 0.0):
-        latest[(rec.cell_id, rec.tool)] = rec
-    batch_sizes = {rec.cell.get("max_batch_size") for rec in latest.values()}
+    latest = latest_per_cell(records)
+    batch_sizes = {rec.cell.get("max_batch_size") for rec in latest}
     rows, warns, summary = [], [], []
-    for rec in latest.values():
+    for rec in latest:
         cell = rec.cell
         name = rec.kernel_table
         path = resolve_table(name, bases) if name else None
@@ -237,18 +251,6 @@ def kernel_frame(records: list, base_dirs: list[str | Path] = (),
     return KernelFrame(pd.DataFrame(rows, columns=list(COLUMNS)), warns, summary)
 
 
-
-def latest_per_cell(records: list, tool: str) -> list:
-    """Return the latest ok Profile record of each cell made with `tool`, in the order the cells were first profiled."""
-    from bench.results.records import Profile
-
-    latest: dict[str, Profile] = {}
-    for rec in sorted((r for r in records if isinstance(r, Profile) and r.ok and r.tool == tool),
-                      key=lambda r: r.context.started_at or 0.0):
-        latest[rec.cell_id] = rec
-    return list(latest.values())
-
-
 def roofline_markdown(records: list, base_dirs: list[str | Path] = ()) -> tuple[str, list[str]]:
     """Return the report's ncu section and warnings: per cell, its latest ncu profile's roofline.md.
 
@@ -260,7 +262,7 @@ def roofline_markdown(records: list, base_dirs: list[str | Path] = ()) -> tuple[
     parts, warns = [], []
     for rec in latest_per_cell(records, "ncu"):
         cell, name = rec.cell, rec.profile.get("roofline_md")
-        title = f"{_label(cell, False)} {cell.get('precision')} bs={cell.get('max_batch_size')}"
+        title = _title(cell)
         path = resolve_table(name, bases) if name else None
         if path is None:
             warns.append(f"ncu roofline {name!r} of profile record {rec.cell_id} ({title}) is missing: left out of the "
@@ -291,12 +293,13 @@ def kernel_timelines(records: list, base_dirs: list[str | Path] = (), ranges: in
     from bench.errors import BenchInputError
     from bench.profiling.nsys_collector import timeline_spans
     from bench.report.figures import kernel_timeline
+
     bases = [Path(b) for b in base_dirs]
     figs, warns = [], []
     for rec in latest_per_cell(records, "nsys")[:cells]:
         name = (rec.profile).get("sqlite")
         path = resolve_table(name, bases) if name else None
-        label = f"{_label(rec.cell, False)} {rec.cell.get('precision')} bs={rec.cell.get('max_batch_size')}"
+        label = _title(rec.cell)
         if path is None:
             warns.append(f"nsys export {name!r} of profile record {rec.cell_id} ({label}) is missing: no timeline; "
                          "copy its profiles/ folder next to the store")
