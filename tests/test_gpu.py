@@ -516,7 +516,8 @@ def test_torch_profiler_and_nsys_agree_range_by_range(options):
     operator's External id (the eager `batch` range's 499 vs 498 here until 2026-12-02, one
     rotary-embedding sgemm counted twice; bench.profiling.torch_collector._is_api_call), and
     nsys records CUB's own NVTX range (CCCL domain), which the nsys reader now leaves out when
-    the harness's domain is there (bench.profiling.nsys_collector.nvtx_ranges).
+    the harness's domain is there (bench.profiling.nsys_collector.nvtx_ranges). With both mended,
+    both cases passed on the H200 (2026-12-02, docs/measurements/2026-12-02-h200-agree-test-and-ncu-full-set.md).
     """
     from bench.errors import BenchInputError
     from bench.profiling.nsys_collector import find_nsys
