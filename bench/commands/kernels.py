@@ -106,7 +106,11 @@ def _ncu(report: Path, out: Path, copy_bandwidth_gbs: float | None) -> str:
     from bench.commands.profile import write_side_tables
     from bench.profiling import ncu_collector
 
-    text = gzip.open(report, "rt").read() if report.suffix == ".gz" else report.read_text()
+    if report.suffix == ".gz":
+        with gzip.open(report, "rt") as f:
+            text = f.read()
+    else:
+        text = report.read_text()
     kernels = ncu_collector.parse_csv(text)
     bw, source = None, "none given or stored: no roofline columns"
     if copy_bandwidth_gbs is not None:

@@ -276,6 +276,9 @@ class RooflineRow:
     sm_pct_of_peak: float | None  # ncu's compute (SM) throughput % of peak (time-weighted mean for a group; None: not collected)
 
 
+LONGEST = "Longest "  # starts the line of roofline.md above its longest kernels (the report leaves that list out)
+
+
 @dataclass
 class RooflineTable:
     """Every kernel of one decode step under ncu, per category, and the step against its roofline.
@@ -317,6 +320,9 @@ class RooflineTable:
                 "| DRAM % of peak (ncu) | SM % of peak (ncu) |")
         sep = "|---|---|---|---|---|---|---|---|---|---|---|"
 
+        def short(name: str) -> str:  # a kernel name as a table cell: at most 80 characters, no pipe
+            return "`" + (name if len(name) <= 80 else name[:77] + "...").replace("|", "/") + "`"
+
         def line(r: RooflineRow, name: str) -> str:
             pct = "-" if r.pct_of_copy_bandwidth is None else f"{r.pct_of_copy_bandwidth:.0f}"
             sol = "-" if r.time_at_copy_bandwidth_us is None else f"{r.time_at_copy_bandwidth_us:.1f}"
@@ -335,14 +341,11 @@ class RooflineTable:
                     "| % of the step's lost us |", "|---|---|---|---|---|---|---|---|---|"]
             for g in shown:
                 g_lost = g.duration_us - g.time_at_copy_bandwidth_us
-                name = g.name if len(g.name) <= 80 else g.name[:77] + "..."
-                out.append(f"| `{name.replace('|', '/')}` | {g.category} | {g.kernels} | {g.duration_us:.1f} | "
+                out.append(f"| {short(g.name)} | {g.category} | {g.kernels} | {g.duration_us:.1f} | "
                            f"{g.dram_read_mb / g.kernels:.2f} | {g.pct_of_copy_bandwidth:.0f} | "
                            f"{g.time_at_copy_bandwidth_us:.1f} | {g_lost:.1f} | {100 * g_lost / lost if lost else 0:.0f} |")
-        out += ["", f"Longest {min(top, len(self.kernels))} kernels:", "", cols.format("kernel"), sep]
-        for r in sorted(self.kernels, key=lambda r: -r.duration_us)[:top]:
-            name = r.name if len(r.name) <= 80 else r.name[:77] + "..."
-            out.append(line(r, f"`{name.replace('|', '/')}`"))
+        out += ["", f"{LONGEST}{min(top, len(self.kernels))} kernels:", "", cols.format("kernel"), sep]
+        out += [line(r, short(r.name)) for r in sorted(self.kernels, key=lambda r: -r.duration_us)[:top]]
         return "\n".join(out) + "\n"
 
 

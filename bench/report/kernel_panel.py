@@ -258,6 +258,8 @@ def roofline_markdown(records: list, base_dirs: list[str | Path] = ()) -> tuple[
     the copy bandwidth, per category, and where the time above the roofline goes; its list of the
     longest kernels is left to the file. "" when no ncu profile is in the records.
     """
+    from bench.profiling.ncu_collector import LONGEST
+
     bases = [Path(b) for b in base_dirs]
     parts, warns = [], []
     for rec in latest_per_cell(records, "ncu"):
@@ -269,7 +271,7 @@ def roofline_markdown(records: list, base_dirs: list[str | Path] = ()) -> tuple[
                          "report; copy its profiles/ folder next to the store, or re-read its ncu_raw.csv with "
                          "`bench kernels`")
             continue
-        text = path.read_text().split("\nLongest ")[0].rstrip()
+        text = path.read_text().split("\n" + LONGEST)[0].rstrip()
         metrics = rec.profile.get("ncu_metrics")
         parts.append(f"### {title}" + (f" (--ncu-metrics {metrics})" if metrics else "") + f"\n\n{text}\n\n"
                      f"(from {path}; its longest kernels are listed there)\n")
