@@ -11,6 +11,7 @@ import pytest
 
 from bench.report.build import build_report
 from tests.support import browser
+from tests.support.dashboard import dashboard_figures
 from tests.support.synthetic import synthetic_records, write_store
 
 HOSTILE = "</script><script>window.__pwned=1</script><img src=x onerror=\"window.__pwned=2\">"
@@ -73,18 +74,13 @@ def test_empty_sections_show_notes(tmp_path):
 
 
 
-def _figures(page: str) -> list[dict]:
-    data = page[page.index("id='bench-data'>") + len("id='bench-data'>"):]
-    return json.loads(data[: data.index("</script>")])["figures"]
-
-
 def _figure(figs: list[dict], title_start: str) -> dict:
     return next(f for f in figs if f["layout"]["title"]["text"].startswith(title_start))
 
 
 def test_series_keep_their_colour_and_failure_markers_never_hide_a_point(built):
     _, paths = built
-    figs = _figures(paths["dashboard"].read_text())
+    figs = dashboard_figures(paths["dashboard"].read_text())
     lines = _figure(figs, "Output throughput vs max_batch_size")
     boxes = _figure(figs, "Latency per request")
     line_color = {t["name"]: t["line"]["color"] for t in lines["data"] if t["mode"] == "lines+markers"}
@@ -105,7 +101,7 @@ def test_speedup_heatmap_diverges_around_one(built):
     import math
 
     _, paths = built
-    heat = _figure(_figures(paths["dashboard"].read_text()), "Generation speedup")
+    heat = _figure(dashboard_figures(paths["dashboard"].read_text()), "Generation speedup")
     axis = heat["layout"]["coloraxis"]
     assert axis["cmid"] == 0 and axis["cmin"] == -axis["cmax"]  # log2 of the speedup: 1.0x in the middle
     assert axis["colorscale"][2] == [0.5, "#f7f7f7"]  # white at 1.0x
@@ -132,7 +128,7 @@ def test_stores_of_the_same_name_from_two_machines_stay_apart(tmp_path):
     write_store(tmp_path / "b" / "default.jsonl", _moved(recs, "box-b", "NVIDIA A10"))
     paths = build_report([tmp_path / "a" / "default.jsonl", tmp_path / "b" / "default.jsonl"], tmp_path / "out")
     page = paths["dashboard"].read_text()
-    comparisons = [f for f in _figures(page) if f["layout"]["title"]["text"].startswith("Output tok/s ratio")]
+    comparisons = [f for f in dashboard_figures(page) if f["layout"]["title"]["text"].startswith("Output tok/s ratio")]
     assert comparisons, "two stores of one name must still be compared, not merged"
     title = comparisons[0]["layout"]["title"]["text"]
     assert "box-a (NVIDIA H200)" in title and "box-b (NVIDIA A10)" in title and "default" not in title
@@ -149,7 +145,7 @@ def test_a_rate_sweep_gets_latency_and_requests_against_the_offered_rate(tmp_pat
     """
     paths = build_report([SERVING / "serving-sweep.jsonl", SERVING / "serving-sweep-2.jsonl"], tmp_path,
                          {"backend": "openai", "request_rate": 1.0})
-    figs = _figures(paths["dashboard"].read_text())
+    figs = dashboard_figures(paths["dashboard"].read_text())
     latency = _figure(figs, "Latency vs offered request rate")
     requests = _figure(figs, "Requests/s vs offered request rate")
     ttft = {t["name"]: t for t in latency["data"] if t["name"].endswith("TTFT p50")}
@@ -166,5 +162,5 @@ def test_a_rate_sweep_gets_latency_and_requests_against_the_offered_rate(tmp_pat
 
 def test_no_rate_figures_without_a_sweep(built):
     _, paths = built
-    titles = [f["layout"]["title"]["text"] for f in _figures(paths["dashboard"].read_text())]
+    titles = [f["layout"]["title"]["text"] for f in dashboard_figures(paths["dashboard"].read_text())]
     assert not any("offered request rate" in t for t in titles)

@@ -10,7 +10,8 @@ import pytest
 
 from bench.report import figures as F
 from bench.report.build import build_report
-from tests.test_dashboard import SERVING, _figure, _figures
+from tests.support.dashboard import dashboard_figures
+from tests.test_dashboard import SERVING, _figure
 
 
 def test_log_ticks_are_written_in_full():
@@ -32,7 +33,7 @@ def test_server_sweep_dashboard(tmp_path):
     paths = build_report([SERVING / "serving-sweep.jsonl", SERVING / "serving-sweep-2.jsonl"], tmp_path,
                          {"backend": "openai", "request_rate": 1.0})
     page = paths["dashboard"].read_text()
-    figs = _figures(page)
+    figs = dashboard_figures(page)
     titles = [f["layout"]["title"]["text"] for f in figs]
     # batch size and memory are the server's: no throughput-vs-batch or OOM figure
     assert not any(t.startswith("Output throughput vs max_batch_size") or t.startswith("OOM frontier") for t in titles)

@@ -5,6 +5,7 @@ import math
 from pathlib import Path
 
 from bench.report.pareto import pareto_front
+from tests.support.dashboard import dashboard_figures
 
 
 def test_front_on_hand_computed_points():
@@ -36,8 +37,7 @@ def test_a_batch_sweep_gets_the_pareto_figure(tmp_path):
     page = (tmp_path / "report" / "dashboard.html").read_text()
     assert "Interactivity vs throughput (Pareto front)" in page and "Pareto front" in page
     assert out
-    data = json.loads(page.split("<script type='application/json' id='bench-data'>", 1)[1].split("</script>", 1)[0])
-    front = next(t for f in data["figures"] for t in f["data"] if t.get("name") == "Pareto front")
+    front = next(t for f in dashboard_figures(page) for t in f["data"] if t.get("name") == "Pareto front")
     # every point of this sweep is on the front; a point in the right half of the plot is labelled to its left, so
     # the long label stays inside the plot (cut off at the right edge on two H200 dashboards), the others to the right
     assert front["text"][-1].endswith("bs1") and len(front["x"]) == 3
@@ -53,7 +53,6 @@ def test_the_h200_study_front_keeps_its_labels_inside(tmp_path):
     store = Path(__file__).parents[1] / "docs/data/h200-capacity-2026-12-01/third/study-sweep.jsonl"
     build_report([store], tmp_path / "report")
     page = (tmp_path / "report" / "dashboard.html").read_text()
-    data = json.loads(page.split("<script type='application/json' id='bench-data'>", 1)[1].split("</script>", 1)[0])
-    front = next(t for f in data["figures"] for t in f["data"] if t.get("name") == "Pareto front")
+    front = next(t for f in dashboard_figures(page) for t in f["data"] if t.get("name") == "Pareto front")
     assert [round(x, 1) for x in front["x"]] == [89.7, 129.4] and front["textposition"] == ["top left", "top left"]
     assert [t.split("] ")[-1] for t in front["text"]] == ["cap 24 GB bs8", "cap 24 GB bs1"], front["text"]

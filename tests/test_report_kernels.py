@@ -14,6 +14,7 @@ from bench.profiling.kernels import AttributedKernel, KernelTable, build_kernel_
 from bench.report.build import build_report
 from bench.report.kernel_panel import kernel_frame
 from bench.results.records import Profile, parse
+from tests.support.dashboard import dashboard_figures
 from tests.support.matrices import tiny_hf_matrix
 from tests.support.synthetic import synthetic_records, write_store
 
@@ -122,9 +123,7 @@ def _bench(*args, cwd):
 
 
 def _kernel_figure(page: str) -> dict:
-    data = page[page.index("id='bench-data'>") + len("id='bench-data'>"):]
-    blob = json.loads(data[: data.index("</script>")])
-    (fig,) = [f for f in blob["figures"] if f["layout"]["title"]["text"].startswith("Kernels per instance")]
+    (fig,) = [f for f in dashboard_figures(page) if f["layout"]["title"]["text"].startswith("Kernels per instance")]
     return fig
 
 

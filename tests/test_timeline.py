@@ -1,7 +1,6 @@
 """The kernel timeline from an nsys SQLite export: spans from the real exports (tests/data/nsys), the plotly
 figure, and the dashboard that draws it (headless Chromium where installed, as tests/test_dashboard.py)."""
 
-import json
 import sqlite3
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from bench.report.build import build_report
 from bench.report.figures import CATEGORY_COLORS, kernel_timeline
 from bench.results.records import parse
 from tests.support import browser
+from tests.support.dashboard import dashboard_figures
 from tests.support.synthetic import write_store
 
 REAL = Path(__file__).resolve().parent / "data" / "nsys"
@@ -67,8 +67,7 @@ def page(tmp_path_factory):
 
 def test_dashboard_carries_the_timeline(page):
     text = page.read_text()
-    data = text[text.index("id='bench-data'>") + len("id='bench-data'>"):]
-    figs = json.loads(data[: data.index("</script>")])["figures"]
+    figs = dashboard_figures(text)
     (tl,) = [f for f in figs if f["layout"]["title"]["text"].startswith("Kernel timeline (nsys)")]
     assert len(tl["data"][1]["x"]) == 3  # the first three saxpy ranges' kernels
     report = (page.parent / "report.md").read_text()  # the per-step table names the tool of each row
