@@ -248,7 +248,8 @@ def test_the_h200_capture_reads_into_its_roofline():
     projections read 4096 x 11008 bf16 each. The totals are the ones the H200 profile printed."""
     import gzip
 
-    kernels = parse_csv(gzip.open(CAPTURE, "rt").read())
+    with gzip.open(CAPTURE, "rt") as f:
+        kernels = parse_csv(f.read())
     assert len(kernels) == 655 and all(k.sm_pct_of_peak is not None for k in kernels)
     t = roofline_table(kernels, 4_257_704_021_260.25)  # the profile's measured copy bandwidth (its session.json)
     assert round(t.total.duration_us, 1) == 5893.0 and round(t.total.dram_read_mb, 2) == 14623.98
