@@ -195,7 +195,8 @@ print(json.dumps(out))
 
 
 def test_a_warm_process_runs_the_cached_tuned_kernels_instead_of_tuning_again(tmp_path):
-    """inductor_recheck.apply on the installed torch: three processes share one Inductor cache (a build key's folder).
+    """torch_workarounds' recheck backport on the installed torch: three processes share one Inductor cache (a build
+    key's folder).
 
     The first tunes its kernel by coordinate descent; a warm one with the backport must tune
     nothing and compute the right values from the cached winner. This kernel does not show
@@ -206,10 +207,9 @@ def test_a_warm_process_runs_the_cached_tuned_kernels_instead_of_tuning_again(tm
 import json, sys, torch
 import torch._inductor.config as inductor
 from torch._inductor.runtime.triton_heuristics import CachingAutotuner
-from bench.backends.hf import compile as hf_compile, inductor_recheck
+from bench.backends.hf import compile as hf_compile, torch_workarounds as tw
 inductor.coordinate_descent_tuning = True
-if sys.argv[1] == "1":
-    inductor_recheck.apply()
+workarounds = tw.Workarounds(patches=(tw.RECHECK_BACKPORT,) if sys.argv[1] == "1" else ()).install()
 tuned, rechecks = [], []
 recheck = CachingAutotuner.recheck_autotune_cache
 def counting_recheck(self, *args, **kwargs):
@@ -225,8 +225,9 @@ def f(x):
     return torch.sin(x) * 2 + torch.cos(x)
 x = torch.randn(1 << 22, device="cuda")
 torch.testing.assert_close(torch.compile(f)(x), f(x))
-print(json.dumps({"tuned": len(tuned), "rechecks": len(rechecks), "buggy": inductor_recheck.recheck_skips_single_config_hits(),
-                  "static": bool(getattr(inductor, "use_static_cuda_launcher", False)), "settings": hf_compile.inductor_settings()}))
+print(json.dumps({"tuned": len(tuned), "rechecks": len(rechecks), "buggy": tw.recheck_skips_single_config_hits(),
+                  "static": bool(getattr(inductor, "use_static_cuda_launcher", False)),
+                  "settings": hf_compile.inductor_settings(workarounds)}))
 """
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
            "TRITON_CACHE_DIR": str(tmp_path / "triton")}
@@ -250,24 +251,22 @@ print(json.dumps({"tuned": len(tuned), "rechecks": len(rechecks), "buggy": induc
 
 
 def test_a_warm_process_compiling_from_source_runs_the_stored_winners(tmp_path):
-    """kept_winners on the installed torch and Triton: a warm process without the FX graph cache compiles the kernel
-    from its source again (Inductor's compile workers where the pool is up) and hits the stored winner. Without the
-    rule such a process may tune again (the mark lost in a pickle, or a reduction re-benchmarked); with it, it must
+    """torch_workarounds' kept-winner rule on the installed torch and Triton: a warm process without the FX graph
+    cache compiles the kernel from its source again (Inductor's compile workers where the pool is up) and hits the
+    stored winner. Without the rule such a process may tune again (the mark lost in a pickle, or a reduction re-benchmarked); with it, it must
     tune nothing, and where the unpatched process tuned, the patched one says it kept the winner instead."""
     code = """
 import json, os, sys, torch
 import torch._inductor.config as inductor
-from bench.backends.hf import compile as hf_compile, kept_winners
+from bench.backends.hf import compile as hf_compile, torch_workarounds as tw
 inductor.coordinate_descent_tuning = True
-hf_compile._count_tunings()
-if sys.argv[1] == "1":
-    kept_winners.snapshot()
-    kept_winners.apply()
+rule = (tw.KEPT_WINNERS,) if sys.argv[1] == "1" else ()
+workarounds = tw.Workarounds(patches=(tw.TUNING_COUNT, *rule)).install()  # the folder's winners are read here
 def f(x, w):
     return (torch.nn.functional.silu(x @ w) * 2).sum(-1)  # a reduction and a pointwise kernel
 x, w = torch.randn(8, 4096, device="cuda", dtype=torch.bfloat16), torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
 torch.testing.assert_close(torch.compile(f)(x, w), f(x, w), rtol=2e-2, atol=2e-1)
-print(json.dumps(hf_compile.inductor_settings()))
+print(json.dumps(hf_compile.inductor_settings(workarounds)))
 """
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
            "TRITON_CACHE_DIR": str(tmp_path / "triton")}
@@ -643,6 +642,11 @@ def test_an_engine_artifact_carries_the_tuned_kernels_to_a_fresh_folder(tmp_path
     assert {r.kernels["artifact"] for r in records} == {manifest["digest"]}
     assert {r.tuned_digest for r in records} == {manifest["tuned"]["digest"]}
     assert len({r.environment["pid"] for r in records}) == 2
+    # Each compiling worker installed the patches its torch needs (bench/backends/hf/torch_workarounds.py).
+    installed = {tuple(r.extra["inductor"]["torch_workarounds"]) for r in records}
+    assert len(installed) == 1 and "kept_winners" in next(iter(installed))
+    if records[0].environment["torch"].startswith("2.11."):
+        assert installed == {("recheck_backport", "tuning_count", "kept_winners")}
 
 
 # --- a busy GPU -------------------------------------------------------------------------------

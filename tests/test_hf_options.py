@@ -6,7 +6,6 @@ import bench.machine.environment
 from bench.backends.hf import backend as hf
 from bench.backends.hf import compile as hf_compile
 from bench.backends.hf import config as hf_config
-from bench.backends.hf import inductor_recheck
 from bench.backends.hf import quantize as hf_quantize
 from bench.errors import BenchInputError
 from bench.spec.matrix import parse_matrix
@@ -196,106 +195,6 @@ def test_configure_process_sets_inductor_once_per_build_key(monkeypatch):
     assert inductor.freezing is False
 
 
-# CachingAutotuner.recheck_autotune_cache's hit test, before and after pytorch/pytorch#173391.
-RECHECK_2_11 = """
-        # I.e. there was an autotune cache hit
-        if len(cached_configs) == 1 and len(configs) > 1:
-            best_config = cached_configs[0]
-"""
-RECHECK_FIXED = """
-        # I.e. there was an autotune cache hit
-        if len(cached_configs) == 1:
-            best_config = cached_configs[0]
-            found_by_coordesc = getattr(best_config, "found_by_coordesc", False)
-"""
-
-
-def test_recheck_bug_is_read_from_the_installed_source():
-    assert inductor_recheck.recheck_skips_single_config_hits(RECHECK_2_11) is True
-    assert inductor_recheck.recheck_skips_single_config_hits(RECHECK_FIXED) is False
-    import torch
-
-    installed = inductor_recheck.recheck_skips_single_config_hits()  # this machine's torch
-    if torch.__version__.startswith("2.11."):
-        assert installed is True
-    elif tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13):
-        assert installed is False
-
-
-@pytest.mark.parametrize("buggy, tuning, static, retunes", [
-    (True, True, True, True),      # torch 2.11, coordinate descent: each process tunes its own kernels
-    (True, False, True, False),    # nothing tuned at run time
-    (True, True, False, False),    # without the static launcher the autotune cache is read
-    (False, True, True, False),    # a fixed torch
-])
-def test_inductor_settings_say_whether_each_process_retunes(monkeypatch, buggy, tuning, static, retunes):
-    import torch._inductor.config as inductor
-
-    monkeypatch.setattr(inductor_recheck, "recheck_skips_single_config_hits", lambda source=None: buggy)
-    with inductor.patch(coordinate_descent_tuning=tuning, use_static_cuda_launcher=static):
-        settings = hf_compile.inductor_settings()
-    assert settings["retunes_each_process"] is retunes and settings["static_cuda_launcher"] is static
-
-
-@pytest.mark.parametrize("buggy", [True, False])
-def test_keep_tuned_winners_backports_the_fix_only_where_torch_lacks_it(monkeypatch, buggy):
-    import torch._inductor.config as inductor
-    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
-
-    installed = CachingAutotuner.recheck_autotune_cache
-    monkeypatch.setattr(CachingAutotuner, "recheck_autotune_cache", installed)  # restored after the test
-    monkeypatch.setattr(inductor_recheck, "_APPLIED", False)
-    monkeypatch.setattr(inductor_recheck, "recheck_skips_single_config_hits", lambda source=None: buggy)
-    assert inductor_recheck.apply() is buggy
-    assert (CachingAutotuner.recheck_autotune_cache is inductor_recheck._recheck_autotune_cache) is buggy
-    with inductor.patch(coordinate_descent_tuning=True, use_static_cuda_launcher=True):
-        settings = hf_compile.inductor_settings()
-    # Patched, the process keeps the cache's winners: the record must not say it re-tunes.
-    assert settings["recheck_backported"] is buggy and settings["retunes_each_process"] is False
-
-
-class _Config:  # the fields triton_config_to_hashable reads from a triton.Config
-    def __init__(self, block, coordesc=False):
-        self.kwargs, self.num_warps, self.num_stages = {"XBLOCK": block}, 4, 1
-        if coordesc:
-            self.found_by_coordesc = True
-
-
-class _Autotuner:  # a statically launchable CachingAutotuner as the FX graph cache loads it
-    def __init__(self, *blocks):
-        self.compile_results = [type("CompileResult", (), {"config": _Config(b)})() for b in blocks]
-        self.filename, self.inductor_meta, self.fn = "k.py", {"coordinate_descent_tuning": True}, type("F", (), {"fn": None})()
-        self.compiled = []
-
-    def is_statically_launchable(self):
-        return True
-
-    def _precompile_config(self, cfg):
-        self.compiled.append(cfg)
-        return type("CompileResult", (), {"config": cfg})()
-
-
-@pytest.mark.parametrize("blocks, cached, kept_block, compiled", [
-    ((128,), 128, 128, False),       # torch 2.11's bug: one config, its cached winner skipped -> tuned again
-    ((64, 128), 128, 128, False),    # several configs: the cached one is chosen
-    ((128,), 512, 512, True),        # coordinate descent found a config the bundle never compiled
-    ((128,), None, 128, False),      # no cache hit: left to run's tuning
-])
-def test_backported_recheck_runs_the_cached_winner(monkeypatch, blocks, cached, kept_block, compiled):
-    from torch._inductor.runtime import triton_heuristics as th
-
-    hits = [] if cached is None else [_Config(cached, coordesc=True)]
-    monkeypatch.setattr(th, "check_autotune_cache", lambda configs, filename, meta: (hits, None, {"hit": bool(hits)}))
-    tuner = _Autotuner(*blocks)
-    reloaded = type("Reloaded", (), {"fn": "kernel"})()
-    inductor_recheck._recheck_autotune_cache(tuner, lambda: reloaded)
-    assert [r.config.kwargs["XBLOCK"] for r in tuner.compile_results] == ([kept_block] if cached else list(blocks))
-    assert bool(tuner.compiled) is compiled and tuner.autotune_cache_info == {"hit": bool(hits)}
-    if cached:  # marked: CachingAutotuner.run does not tune a found_by_coordesc config again
-        assert tuner.compile_results[0].config.found_by_coordesc is True
-        assert tuner.fn == ("kernel" if compiled else tuner.fn)
-
-
 def test_tuned_kernel_configs_digest_the_winners_not_their_timing(tmp_path):
     import json
 
@@ -311,41 +210,3 @@ def test_tuned_kernel_configs_digest_the_winners_not_their_timing(tmp_path):
     assert hf_compile.tuned_kernel_configs(tmp_path / "inductor") == first
     (cache / "k1.best_config").write_text(json.dumps({**cfg, "R0_BLOCK": 4096, "time_taken_ms": 2500}))
     assert hf_compile.tuned_kernel_configs(tmp_path / "inductor")["digest"] != first["digest"]
-
-
-def test_each_coordinate_descent_tuning_in_a_process_is_counted_with_why_the_cache_was_not_used(monkeypatch, tmp_path):
-    """A process that loaded an engine artifact should tune nothing; when it does, its records say which kernels and
-    what the kernel's cache held (a stored winner for other candidate configs is a miss, not a hit)."""
-    import json
-
-    from torch._inductor.runtime import triton_heuristics as th
-
-    calls = []
-    monkeypatch.setattr(th.CachingAutotuner, "coordinate_descent_tuning",
-                        lambda self, launcher, *a, **k: calls.append(launcher) or "tuned-launcher")
-    monkeypatch.setattr(hf_compile, "_TUNED_HERE", [])
-    hf_compile._count_tunings()
-    hf_compile._count_tunings()  # a second configure_process does not wrap twice
-    (tmp_path / "k.best_config").write_text(json.dumps({"configs_hash": "stored-for-other-configs", "XBLOCK": 8}))
-
-    class Kernel:
-        inductor_meta = {"kernel_name": "triton_red_fused_mm_0"}
-        autotune_cache_info = {"autotune_cache_state": "miss"}
-        filename = str(tmp_path / "k.py")
-        configs = []
-        _should_coordesc_tune = True
-
-    assert th.CachingAutotuner.coordinate_descent_tuning(Kernel(), "launcher") == "tuned-launcher"
-    assert calls == ["launcher"]
-    (entry,) = hf_compile._TUNED_HERE
-    assert entry == {"kernel": "triton_red_fused_mm_0", "cache": "miss", "best_configs_beside": 1,
-                     "configs_hash_stored": False}
-    settings = hf_compile.inductor_settings()
-    assert settings["tuned_in_process"] == 1 and settings["tuned_in_process_kernels"] == [entry]
-    Kernel.configs = None  # a kernel loaded for the static launcher keeps no candidate configs: no error entry
-    th.CachingAutotuner.coordinate_descent_tuning(Kernel(), "launcher")
-    assert "error" not in hf_compile._TUNED_HERE[-1] and "configs_hash_stored" not in hf_compile._TUNED_HERE[-1]
-    del hf_compile._TUNED_HERE[-1]
-    Kernel._should_coordesc_tune = False  # torch decides not to tune this one: nothing counted
-    th.CachingAutotuner.coordinate_descent_tuning(Kernel(), "launcher")
-    assert len(hf_compile._TUNED_HERE) == 1

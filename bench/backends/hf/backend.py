@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bench.backends.base import Backend, Loaded, RunOutput
 from bench.backends.declaration import tensor_parallel_size
+from bench.backends.hf import torch_workarounds
 from bench.backends.hf.compile import (
     configure_compile,
     configure_process,
@@ -140,6 +141,8 @@ class HFLoaded(Loaded):
         gc.pad_token_id = self.pad_id
         configure_process(self.engine_dir.name, self.compile, opts.get("compile_tuning", "default"),
                           opts.get("freeze_weights", "off") == "on")
+        # Patches of torch's Inductor, only in a process that compiles (bench/backends/hf/torch_workarounds.py).
+        self.workarounds = torch_workarounds.install() if self.compile != "off" else None
         self.loop = None
         if opts.get("decode_loop", "generate") == "harness":
             from bench.backends.hf.loop import DecodeLoop
@@ -205,10 +208,8 @@ class HFLoaded(Loaded):
                 t0 = time.perf_counter()
                 self.run(b, max_batch_size, options)
                 times.append(time.perf_counter() - t0)
-        if self.compile != "off":
-            from bench.backends.hf import kept_winners
-
-            kept_winners.restore_overwritten()  # the folder keeps the winners its kernels ran (see there)
+        if self.workarounds is not None:
+            self.workarounds.restore_overwritten()  # the folder keeps the winners its kernels ran (see there)
         return {
             "warmup_pass_s": times,
             "first_pass_s": times[0] if times else None,  # cold: includes compilation when compile != off
@@ -245,7 +246,7 @@ class HFLoaded(Loaded):
             "tensor_parallel_size": self.tensor_parallel,
         }
         if self.compile != "off":
-            extra["inductor"] = {**inductor_settings(), "tuned": tuned_kernel_configs(self.engine_dir)}
+            extra["inductor"] = {**inductor_settings(self.workarounds), "tuned": tuned_kernel_configs(self.engine_dir)}
         if self.device.type == "cuda":
             extra["peak_memory_bytes"] = torch.cuda.max_memory_allocated(self.device)
             extra["peak_reserved_bytes"] = torch.cuda.max_memory_reserved(self.device)
