@@ -11,11 +11,9 @@ the records read (`extra.inductor`: `torch_workarounds`, `recheck_backported`, `
 
 Why they matter: a coordinate-descent winner is saved per kernel in Inductor's cache (the build key's
 engine folder, which an engine artifact carries), so every process of a build key should run the first
-one's kernels. Without these patches, processes of one key tuned again and ran different kernels (int8wo
-on the H200: 174.9, 166.8 and 248.8 tok/s in three processes, docs/measurements/2026-12-01-h200-int8wo-runs.md;
-3 of 17 kernels tuned again right after installing an artifact on the machine that built it,
-docs/measurements/2026-12-01-h200-artifact-same-machine.md). docs/guide/hf-backend.md ("Tuned kernels and
-runs") tells what each patch changed there.
+one's kernels. Without these patches, processes of one key tuned again and ran different kernels
+(docs/measurements/2026-12-01-h200-int8wo-runs.md, 2026-12-01-h200-artifact-same-machine.md);
+docs/guide/hf-backend.md ("Tuned kernels and runs") tells what each patch changed there.
 """
 
 from __future__ import annotations
