@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import BenchInputError
+from bench.results.jsonl import is_compressed, read_lines, refuse_compressed, store_name
 from bench.results.records import (
     Accuracy,
     CapacityProbe,
@@ -50,6 +51,7 @@ def check_store_path(path: str | Path, *, must_exist: bool = True) -> Path:
         hint = f"; stores in it: {', '.join(stores)}" if stores else ""
         raise BenchInputError(f"result store {str(p)!r} is a folder, not a store: give a .jsonl file{hint}")
     if not must_exist:  # a store to write: its folder must take files, with space to spare
+        refuse_compressed(p)
         check_output_file(p, "--store")
     if not p.exists():
         if must_exist:
@@ -61,18 +63,18 @@ def check_store_path(path: str | Path, *, must_exist: bool = True) -> Path:
 
 
 def load(paths: Iterable[str | Path]) -> list[Record]:
-    """Return the typed records of the given stores, in store order; BenchInputError on a bad path."""
-    from bench.results.store import ResultStore
-
+    """Return the typed records of the given stores (.jsonl, or .jsonl.gz read as it is), in store order;
+    BenchInputError on a bad path."""
     out: list[Record] = []
     for path in paths:
         p = check_store_path(path)
         try:
-            raws = list(ResultStore(p).records())
+            raws = [line.record for line in read_lines(p)]
         except OSError as exc:
             raise BenchInputError(f"result store {str(p)!r} cannot be read: {exc}") from exc
-        legacy = _legacy_runs(raws, p.name)
-        records = [parse(raw, store=p.stem, legacy_run=legacy.get(i)) for i, raw in enumerate(raws)]
+        name = store_name(p)
+        legacy = _legacy_runs(raws, p.name.removesuffix(".gz"))  # a .gz store: the runs of its plain twin
+        records = [parse(raw, store=name, legacy_run=legacy.get(i)) for i, raw in enumerate(raws)]
         odd = sum(1 for r in records if r.extra.get("non_finite_metrics"))
         if odd:
             import warnings
@@ -90,12 +92,11 @@ def load_cells(path: str | Path, cell_ids: set[str]) -> list[Record]:
 
     Every line is still parsed once. A store holding schema-1 lines, whose runs are reconstructed across cells
     (_legacy_runs), is read whole and then filtered."""
-    from bench.results.store import ResultStore
-
     p = check_store_path(path)
     raws: list[dict] = []
     try:
-        for raw in ResultStore(p).records():
+        for line in read_lines(p):
+            raw = line.record
             if raw.get("schema_version") == 1:
                 return [r for r in load([p]) if r.cell_id in cell_ids]
             if raw["cell_id"] not in cell_ids:
@@ -106,7 +107,7 @@ def load_cells(path: str | Path, cell_ids: set[str]) -> list[Record]:
             raws.append(raw)
     except OSError as exc:
         raise BenchInputError(f"result store {str(p)!r} cannot be read: {exc}") from exc
-    return [parse(raw, store=p.stem) for raw in raws]
+    return [parse(raw, store=store_name(p)) for raw in raws]
 
 
 def _legacy_runs(raws: list[dict], store_name: str) -> dict[int, tuple[str, float | None]]:
@@ -519,9 +520,12 @@ def expand_stores(paths: Iterable[str | Path], pattern: str = "*.jsonl") -> list
 
 
 def prefer_table(paths: Sequence[str | Path], columnar: bool | None = None) -> bool:
-    """Return whether to read these stores as columns: `columnar` if given, else when they add up to TABLE_MIN_BYTES."""
+    """Return whether to read these stores as columns: `columnar` if given, else when they add up to TABLE_MIN_BYTES
+    and none is compressed (a .jsonl.gz store has no companion: `table` would read them all as typed records)."""
     if columnar is not None:
         return columnar
+    if any(is_compressed(p) for p in paths):
+        return False
     total = 0
     for p in paths:
         with contextlib_suppress():
@@ -627,14 +631,14 @@ class Table:
         k = self.keys
         out: dict[tuple[int, int], Record] = {}
         if full:
-            from bench.results.store import _loads
+            from bench.results.jsonl import LineCounts
 
             for s, positions in self._by_store(indices).items():
                 t = self.columns[s].read("records", columns=["pos", "offset", "nbytes"], positions=positions)
                 with open(self.paths[s], "rb") as fh:
                     for pos, offset, nbytes in zip(*(t.column(c).to_pylist() for c in ("pos", "offset", "nbytes")), strict=True):
-                        fh.seek(offset)
-                        out[(s, pos)] = parse(_loads(fh.read(nbytes)), store=self.names[s])
+                        (line,) = read_lines(self.paths[s], offset, offset + nbytes, fh=fh, counts=LineCounts())
+                        out[(s, pos)] = parse(line.record, store=self.names[s])
         else:
             from bench.results.records import TYPES
 
@@ -705,7 +709,7 @@ def _float(v):
 
 def table(paths: Sequence[str | Path]) -> Table | None:
     """Return the stores as columns (each companion extended or rebuilt first); None when a store holds
-    schema-1 lines (read those through `load`). BenchInputError on a bad path."""
+    schema-1 lines or is compressed (read those through `load`). BenchInputError on a bad path."""
     import pandas as pd
 
     from bench.results.columnar import KEY_COLUMNS, open_store
@@ -732,7 +736,7 @@ def table(paths: Sequence[str | Path]) -> Table | None:
             f.insert(0, "store", i)
             keys.append(f)
     frame = pd.concat(keys, ignore_index=True) if keys else pd.DataFrame(columns=["store", *KEY_COLUMNS])
-    return Table(checked, [p.stem for p in checked], columns, frame)
+    return Table(checked, [store_name(p) for p in checked], columns, frame)
 
 
 @dataclass
