@@ -89,7 +89,7 @@ def test_busy_passes_warn_in_the_tables():
             else r for r in recs]
     data = report_data(recs)
     (table,) = speedup_table(data.frame).values()
-    warnings = table.attrs["warnings"]
+    warnings = table.warnings
     assert len(warnings) == 1 and "hf/bf16/bs2" in warnings[0]
     assert "1 of 2 pass(es) measured on a busy machine (load average 5.8 on 2 core(s))" in warnings[0]
     headers, rows = render_rows(table)
@@ -108,8 +108,8 @@ def test_large_trial_spread_warns_with_one_run():
     tok = [100.0, 130.0, 80.0]
     recs = [dataclasses.replace(r, metrics={**r.metrics, "output_throughput": tok[r.trial]}) for r in recs]
     (table,) = speedup_table(report_data(recs).frame).values()
-    assert any("trials inside a run differ by 24" in w for w in table.attrs["warnings"])
-    assert not any("1 run" in w for w in table.attrs["warnings"])  # the one-run note is not a concern
+    assert any("trials inside a run differ by 24" in w for w in table.warnings)
+    assert not any("1 run" in w for w in table.warnings)  # the one-run note is not a concern
 
 
 def test_throughput_figure_has_error_bars():

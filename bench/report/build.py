@@ -17,6 +17,7 @@ from bench.report import figures as F
 from bench.report.data import report_data
 from bench.report.tables import (
     DEFAULT_BASELINE,
+    SpeedupTable,
     aggregate,
     compared_cells,
     comparisons,
@@ -291,7 +292,7 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool, columnar) 
     if hist_cells is not None:
         history = history_table(hist_cells, tables)
     for t in tables.values():
-        data.warnings.extend(t.attrs.get("warnings", []))
+        data.warnings.extend(t.warnings)
     env_note = environment_note(frame, data.environments)
     markdown = to_markdown(tables, env_note, history)
     comparison = inputs.comparison()
@@ -376,7 +377,7 @@ def _comparison_frames(runs_per_store: list[list], labels: list[str]) -> dict[st
     return {g: report_data(query.select(recs).records).frame for g, recs in groups.items()}
 
 
-def _dashboard(data, cells: pd.DataFrame, tables: dict, kernels: pd.DataFrame | None, title: str, env_note: str,
+def _dashboard(data, cells: pd.DataFrame, tables: dict[str, SpeedupTable], kernels: pd.DataFrame | None, title: str, env_note: str,
                comparison_frames: dict, history: dict, tables_md: dict[str, str], timelines: list = ()) -> str:
     from bench.report.dashboard import dashboard_html
 
@@ -404,7 +405,7 @@ def _dashboard(data, cells: pd.DataFrame, tables: dict, kernels: pd.DataFrame | 
         figs.append(("Speedup heatmap", F.speedup_heatmap(table, key), ""))
         if not server:
             figs.append(("OOM frontier", F.oom_frontier(c, key), ""))
-        if table.attrs.get("accuracy"):
+        if table.accuracy:
             figs.append(("Accuracy vs speedup", F.accuracy_vs_speedup(table, key), ""))
         if latency_rate is not None:  # a request-rate sweep (openai backend): the serving view
             figs.append(("Latency vs offered request rate", latency_rate, ""))

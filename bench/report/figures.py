@@ -347,14 +347,15 @@ def throughput_vs_rate(cells: pd.DataFrame, title: str) -> dict | None:
             legend=_BELOW, height=520)}
 
 
-def speedup_heatmap(table: pd.DataFrame, title: str) -> dict:
-    """Return a heatmap of generation speedup (rows series, columns max_batch_size); failures labelled.
+def speedup_heatmap(table, title: str) -> dict:
+    """Return a heatmap of generation speedup (rows series, columns max_batch_size) of a
+    bench.report.tables.SpeedupTable; failures labelled.
 
     Colours: diverging, centred at 1.0x on a log2 scale. Tables whose records have no
     generation speed (stored before it existed) show the end-to-end output tok/s ratio, and
     the title says so.
     """
-    t = table.copy()
+    t = table.frame.copy()
     if "gpu_memory_gb" not in t:
         t["gpu_memory_gb"] = None
     t["_label"] = series_labels(t)
@@ -384,7 +385,7 @@ def speedup_heatmap(table: pd.DataFrame, title: str) -> dict:
         text.append(["" if g is None else ((f"{g[1]:.2f}x" + (" (paced)" if g[2] else "")
                                             if g[1] is not None and not pd.isna(g[1]) else "n/a")
                                            if g[0] == "ok" else esc(str(g[0]).upper())) for g in got])
-    return _ratio_heatmap(cols, labels, ratios, text, f"{what} vs {table.attrs.get('baseline')} — {title}")
+    return _ratio_heatmap(cols, labels, ratios, text, f"{what} vs {table.baseline} — {title}")
 
 
 def _ratio_heatmap(cols: list, labels: list, ratios: list, text: list, title: str) -> dict:
@@ -691,13 +692,14 @@ def _timeline_trace(category: str, ks: list[dict], color: str) -> dict:
 VERDICT_COLORS = {"aligned": "#00cc96", "degraded": "#ffa15a", "broken": OOM_COLOR}
 
 
-def accuracy_vs_speedup(table: pd.DataFrame, title: str) -> dict:
-    """Return a scatter of each measured cell's mean KL against the baseline (log y) vs its speedup, coloured by verdict.
+def accuracy_vs_speedup(table, title: str) -> dict:
+    """Return a scatter of each measured cell's mean KL against the baseline (log y) vs its speedup, coloured by verdict,
+    from a bench.report.tables.SpeedupTable with accuracy columns.
 
     The speedup is the generation speedup where the table has one, else the throughput speedup.
     The baseline itself (KL 0 by definition) is not drawn on the log axis: the title names it.
     """
-    t = table[table.status == "ok"].copy()
+    t = table.frame[table.frame.status == "ok"].copy()
     if "gpu_memory_gb" not in t:
         t["gpu_memory_gb"] = None
     metric, what = "generation_speedup", "generation speedup"
@@ -717,6 +719,6 @@ def accuracy_vs_speedup(table: pd.DataFrame, title: str) -> dict:
                      "textposition": "top center", "marker": {"color": color, "size": 11},
                      "hovertemplate": "%{text}<br>" + what + " %{x:.2f}x<br>KL mean %{y:.3g}<extra>" + verdict + "</extra>"})
     return {"data": data, "layout": _layout(
-        f"Accuracy vs {what} (vs {table.attrs.get('baseline')}, drawn at KL 0 off the log axis) — {title}",
+        f"Accuracy vs {what} (vs {table.baseline}, drawn at KL 0 off the log axis) — {title}",
         xaxis={"title": {"text": f"{what} (x)"}}, yaxis={"title": {"text": "mean KL(baseline || cell), nats/token"},
                                                       "type": "log"})}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import html
 import json
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -66,6 +67,25 @@ OPTIONAL = [
 ]
 # Shown only in tables with a serving row: every backend records them, offline ones always 0 / per step.
 SERVING_ONLY = {"failed", "itl_median_ms"}
+
+
+@dataclass(frozen=True)
+class SpeedupTable:
+    """One speedup table (a workload at one length setting): its rows and what is said about them.
+
+    Made by `speedup_table`; what the renderers (Markdown, HTML, CSV), the figures and the report
+    builder take.
+    """
+
+    frame: pd.DataFrame                    # one row per cell, as shown; numeric columns (None for OOM / failed cells)
+    baseline: str                          # the baseline cell's label (hf/bf16/bs1), or why the table has none
+    length: str = ""                       # the workload's length setting (part of the table's name when ambiguous)
+    warnings: tuple[str, ...] = ()         # about its rows (no baseline, unstable runs, load, busy machine): shown below it
+    notes: tuple[str, ...] = ()            # the cells' own notes, each line once
+    varying_options: tuple[str, ...] = ()  # option keys whose value differs between rows: the options column shows them
+    show_run: bool = False                 # rows come from different runs, or a row is pooled: the run column shows
+    accuracy: bool = False                 # rows carry the accuracy columns (ACCURACY_COLUMNS, accuracy_verdict)
+    random_weights: bool = False           # an accuracy record among them measured random weights
 
 
 def _fill(frame: pd.DataFrame) -> pd.DataFrame:
@@ -397,8 +417,8 @@ def _numbers_as_numbers(column: pd.Series) -> pd.Series:
 
 
 def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.DataFrame | None = None,
-                  accuracy: dict | None = None) -> dict[str, pd.DataFrame]:
-    """Return {workload (and length setting): speedup table} with numeric columns (None for OOM / failed cells).
+                  accuracy: dict | None = None) -> dict[str, SpeedupTable]:
+    """Return {workload (and length setting): SpeedupTable} with numeric columns (None for OOM / failed cells).
 
     accuracy: {cell_id: Accuracy record} (bench.results.query.latest_accuracy): when given, each row
     gains the accuracy columns of its cell (ACCURACY_COLUMNS) and render_rows flags its speedups.
@@ -445,7 +465,6 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
         base_decode = base.get("decode_throughput") if base is not None else None
         table["generation_speedup"] = (pd.to_numeric(table.decode_throughput, errors="coerce") / base_decode
                                        if base_decode is not None and not pd.isna(base_decode) else None)
-        table.attrs["varying_options"] = varying
         table["output_throughput__run_cv"] = g.get("output_throughput__run_cv")
         table["output_throughput__trial_cv"] = g.get("output_throughput__trial_cv")
         if "tuning_builds" in g and g.tuning_builds.notna().any():
@@ -457,7 +476,7 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
         # Which run each row is: shown when the rows come from different runs, or a row is pooled.
         table["run"] = [f"pooled from {int(n)} runs" if n and n > 1 else lbl
                         for n, lbl in zip(g.contexts, g.run_label, strict=True)]
-        table.attrs["show_run"] = bool(g.run_id.nunique() > 1 or (g.contexts > 1).any())
+        show_run = bool(g.run_id.nunique() > 1 or (g.contexts > 1).any())
         if g.gpu_memory_gb.notna().any():
             table.insert(3, "gpu_memory_gb", g.gpu_memory_gb)
         serving = bool((g.backend == "openai").any())
@@ -466,11 +485,11 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
                 table[metric] = g[metric]
         if (g.environment != "").any() and g.environment.nunique() > 1:
             table["environment"] = g.environment
-        table.attrs["baseline"] = (cell_label(base.backend, base.precision, base.max_batch_size) if base is not None
-                                   else baseline_failed_text(g, baseline))
+        base_label = (cell_label(base.backend, base.precision, base.max_batch_size) if base is not None
+                      else baseline_failed_text(g, baseline))
         # Named as the row is: its varying options and its table (two bs1 rows of one table differ there).
         shown = dict(zip(g.index, _options_shown(g.all_options, varying), strict=True))
-        table.attrs["warnings"] = ([] if base is not None else [
+        warnings = ([] if base is not None else [
             f"{table_key(workload, length, ambiguous[workload] > 1)}: {baseline_failed_text(g, baseline)}, so the "
             "table has no speedups" + ("; choose an ok cell with --baseline for them" if (g.status == "ok").any() else "")
         ]) + [
@@ -486,12 +505,12 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
             + f" on {table_key(workload, length, ambiguous[workload] > 1)}: {r.busy}"
             for r in g.itertuples() if isinstance(getattr(r, "busy", None), str) and r.busy
         ]
-        table.attrs["notes"] = list(dict.fromkeys(line for n in g.get("notes", pd.Series(dtype=object))
-                                                  if isinstance(n, str) for line in n.splitlines()))
-        table.attrs["length"] = length
-        if accuracy:
-            _add_accuracy(table, g.cell_id, accuracy)
-        out[table_key(workload, length, ambiguous[workload] > 1)] = table.reset_index(drop=True)
+        notes = dict.fromkeys(line for n in g.get("notes", pd.Series(dtype=object))
+                              if isinstance(n, str) for line in n.splitlines())
+        random_weights = _add_accuracy(table, g.cell_id, accuracy) if accuracy else False
+        out[table_key(workload, length, ambiguous[workload] > 1)] = SpeedupTable(
+            table.reset_index(drop=True), base_label, length, tuple(warnings), tuple(notes), tuple(varying), show_run,
+            accuracy=bool(accuracy), random_weights=random_weights)
     return out
 
 
@@ -529,16 +548,16 @@ ACCURACY_COLUMNS = [("accuracy_kl_mean", "KL mean", "{:.3g}"), ("accuracy_top1",
 VERDICT_FLAGS = {"broken": "✗ broken", "degraded": "! degraded"}
 
 
-def _add_accuracy(table: pd.DataFrame, cell_ids: pd.Series, accuracy: dict) -> None:
-    """Add the accuracy columns (and the verdict) of each row's cell, from its latest Accuracy record."""
+def _add_accuracy(table: pd.DataFrame, cell_ids: pd.Series, accuracy: dict) -> bool:
+    """Add the accuracy columns (and the verdict) of each row's cell, from its latest Accuracy record; return
+    whether any of those records measured random weights."""
     recs = [accuracy.get(c) for c in cell_ids]
     for col, key in (("accuracy_kl_mean", "kl_mean"), ("accuracy_top1", "top1"), ("accuracy_delta_ppl", "delta_ppl")):
         table[col] = [r.metrics.get(key) if r is not None else None for r in recs]
     # The baseline's own record has no verdict: it is what the others are judged against.
     table["accuracy_verdict"] = [("baseline" if r.verdict is None else r.verdict) if r is not None else None
                                  for r in recs]
-    table.attrs["accuracy"] = True
-    table.attrs["random_weights"] = any(r is not None and r.accuracy.get("random_weights") for r in recs)
+    return any(r is not None and bool(r.accuracy.get("random_weights")) for r in recs)
 
 
 def _num(value, std=None, fmt="{:.2f}") -> str:
@@ -550,13 +569,14 @@ def _num(value, std=None, fmt="{:.2f}") -> str:
     return text
 
 
-def render_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+def render_rows(speedups: SpeedupTable) -> tuple[list[str], list[list[str]]]:
     """Return (headers, rows of strings) of a speedup table; OOM and failures spelled out."""
-    show_options = "options_varying" in table and bool(table.attrs.get("varying_options"))
+    table = speedups.frame
+    show_options = "options_varying" in table and bool(speedups.varying_options)
     show_model = "model" in table
     show_cap = "gpu_memory_gb" in table
     show_env = "environment" in table
-    show_run = table.attrs.get("show_run", False) and "run" in table
+    show_run = speedups.show_run and "run" in table
     show_lengths = any(c in table and pd.to_numeric(table[c], errors="coerce").notna().any()
                        for c in ("input_len_limit", "output_len_limit", "mean_input_len", "mean_output_len"))
     show_decode = "decode_throughput" in table and pd.to_numeric(table.decode_throughput, errors="coerce").notna().any()
@@ -569,7 +589,7 @@ def render_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     show_tuning = "tuning_builds" in table
     headers += ["tuning spread: builds (digests)"] if show_tuning else []
     extra = [(m, h, f) for m, h, f in OPTIONAL if m in table]
-    show_acc = bool(table.attrs.get("accuracy"))
+    show_acc = speedups.accuracy
     acc_headers = [h for _, h, _ in ACCURACY_COLUMNS] + ["accuracy"] if show_acc else []
     headers += acc_headers + [h for _, h, _ in extra] + (["environment"] if show_env else []) + (
         ["run"] if show_run else [])
@@ -607,16 +627,16 @@ def render_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
-def _accuracy_notes(table: pd.DataFrame) -> list[str]:
+def _accuracy_notes(table: SpeedupTable) -> list[str]:
     """Return the lines under a table with accuracy columns: what they are, and what random weights mean."""
-    if not table.attrs.get("accuracy"):
+    if not table.accuracy:
         return []
     from bench.accuracy.verdict import RANDOM_WEIGHTS_NOTE
 
     lines = ["Accuracy (`bench accuracy`, docs/guide/accuracy.md): KL(baseline || cell) per answer token, top-1 agreement and "
              "delta-perplexity against the baseline cell on the same prompts; a speedup marked ✗ or ! belongs to a cell "
              "judged broken or degraded.\n"]
-    if table.attrs.get("random_weights"):
+    if table.random_weights:
         lines.append(f"Accuracy verdicts here are {RANDOM_WEIGHTS_NOTE}.\n")
     return lines
 
@@ -686,10 +706,10 @@ def tuning_text(r: dict) -> str:
     return text + (" ⚠" if r.get("stability") else "")
 
 
-def _title(workload: str, table: pd.DataFrame) -> str:
-    length = table.attrs.get("length")
+def _title(workload: str, table: SpeedupTable) -> str:
+    length = table.length
     shown = f" — {length}" if length and length not in workload else ""
-    return f"{workload}{shown} (baseline: {table.attrs.get('baseline')})"
+    return f"{workload}{shown} (baseline: {table.baseline})"
 
 
 def _markdown_table(headers: list[str], rows: list[list[str]]) -> list[str]:
@@ -698,7 +718,7 @@ def _markdown_table(headers: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
-def to_markdown(tables: dict[str, pd.DataFrame], environment: str = "",
+def to_markdown(tables: dict[str, SpeedupTable], environment: str = "",
                 history: dict[str, pd.DataFrame] | None = None) -> str:
     """Return all speedup tables as Markdown, one section per workload, history and environment below."""
     parts = []
@@ -707,9 +727,9 @@ def to_markdown(tables: dict[str, pd.DataFrame], environment: str = "",
         parts.append(f"### {_title(workload, table)}\n")
         parts.extend(_markdown_table(headers, rows))
         parts.append("")
-        for w in table.attrs.get("warnings", []):
+        for w in table.warnings:
             parts.append(f"⚠ {w}\n")
-        for n in table.attrs.get("notes", []):
+        for n in table.notes:
             parts.append(f"Note: {n}\n")
         parts.extend(_accuracy_notes(table))
         h = (history or {}).get(workload)
@@ -732,7 +752,7 @@ def _html_table(headers: list[str], rows: list[list[str]], css: str) -> list[str
     return out
 
 
-def to_html(tables: dict[str, pd.DataFrame], environment: str = "",
+def to_html(tables: dict[str, SpeedupTable], environment: str = "",
             history: dict[str, pd.DataFrame] | None = None) -> str:
     """Return all speedup tables as an HTML fragment (every text escaped), history and environment below."""
     e = html.escape
@@ -741,9 +761,9 @@ def to_html(tables: dict[str, pd.DataFrame], environment: str = "",
         headers, rows = render_rows(table)
         parts.append(f"<h3>{e(_title(workload, table))}</h3>")
         parts.extend(_html_table(headers, rows, "speedup"))
-        for w in table.attrs.get("warnings", []):
+        for w in table.warnings:
             parts.append(f"<p class='warn'>⚠ {e(w)}</p>")
-        for n in table.attrs.get("notes", []):
+        for n in table.notes:
             parts.append(f"<p class='note'>Note: {e(n)}</p>")
         h = (history or {}).get(workload)
         if h is not None and len(h):
@@ -757,7 +777,7 @@ def to_html(tables: dict[str, pd.DataFrame], environment: str = "",
     return "\n".join(parts) + "\n"
 
 
-def history_table(history_cells: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+def history_table(history_cells: pd.DataFrame, tables: dict[str, SpeedupTable]) -> dict[str, pd.DataFrame]:
     """Return {table key: history rows} from `aggregate(frame_of_history, by_run=True)`, keyed as the speedup tables."""
     if history_cells is None or not len(history_cells):
         return {}
@@ -796,9 +816,9 @@ def history_rows(h: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
-def to_csv(tables: dict[str, pd.DataFrame]) -> str:
+def to_csv(tables: dict[str, SpeedupTable]) -> str:
     """Return all speedup tables as one CSV with a workload column and numeric values."""
-    frames = [t.assign(workload=w, length=t.attrs.get("length", ""), baseline=t.attrs.get("baseline")) for w, t in tables.items()]
+    frames = [t.frame.assign(workload=w, length=t.length, baseline=t.baseline) for w, t in tables.items()]
     return pd.concat(frames, ignore_index=True).to_csv(index=False, float_format="%.6g", lineterminator="\n")
 
 
