@@ -13,9 +13,11 @@ from rich.console import Console
 from bench.execution.progress import MatrixProgress
 from bench.machine import host_load
 from bench.machine.host_load import LoadSampler, busy_reasons, cpu_times, own_cpu_ticks
+from bench.report.cells import aggregate
 from bench.report.data import report_data
 from bench.report.figures import throughput_vs_batch
-from bench.report.tables import aggregate, render_rows, speedup_table, to_markdown
+from bench.report.render import render_rows, to_markdown
+from bench.report.tables import speedup_table
 from bench.results.stats import MAX_CV, run_spread
 from tests.support.synthetic import synthetic_records
 

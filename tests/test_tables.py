@@ -2,7 +2,8 @@ import pandas as pd
 import pytest
 
 from bench.errors import BenchInputError
-from bench.report.tables import render_rows, speedup_table, to_markdown
+from bench.report.render import render_rows, to_markdown
+from bench.report.tables import speedup_table
 
 
 def frame(rows):
@@ -73,7 +74,7 @@ import os  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from bench.report.data import report_data  # noqa: E402
-from bench.report.tables import environment_note, to_csv, to_html  # noqa: E402
+from bench.report.render import environment_note, to_csv, to_html  # noqa: E402
 from tests.support.synthetic import synthetic_records  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "golden"
