@@ -93,7 +93,8 @@ class Store:
         _load_frame(self.base)
 
     def time_speedup_table(self):
-        from bench.report.tables import speedup_table, to_markdown
+        from bench.report.render import to_markdown
+        from bench.report.tables import speedup_table
 
         to_markdown(speedup_table(self.frame))
 

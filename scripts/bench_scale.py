@@ -41,12 +41,19 @@ CELLS = (10, 2, 125)  # workloads x precisions x batch sizes = 2,500 cells
 RUNS, TRIALS = 2, 20
 
 
+def first_record(store: Path) -> dict:
+    """Return the first record of a store, read as bench reads every stored line."""
+    from bench.results.jsonl import read_lines
+
+    return next(read_lines(store)).record
+
+
 def seed_record(work: Path) -> dict:
     """Return the first record of a real fake-backend run (one cell, one trial)."""
 
     store = work / "seed.jsonl"
     if store.exists():  # an earlier run's seed: the stores written from it stay valid
-        return json.loads(store.read_text().splitlines()[0])
+        return first_record(store)
     data = work / "sharegpt.json"
     data.write_text(json.dumps([{"id": f"r{i}", "conversations": [
         {"from": "human", "value": f"Question number {i}: " + "tell me about the weather " * (1 + i % 7)},
@@ -67,7 +74,7 @@ num_requests = 20
     subprocess.run([sys.executable, "-m", "bench", "run", "--matrix", str(matrix), "--store", str(store), "--no-progress",
                     "--report-dir", str(work / "seed-report")], check=True, cwd=work, capture_output=True,
                    env={**os.environ, "PYTHONPATH": str(ROOT)})
-    return json.loads(store.read_text().splitlines()[0])
+    return first_record(store)
 
 
 def write_stores(seed: dict, paths: list[Path], contexts: int, tag: str, slowdown: float = 1.0, first: int = 0,

@@ -351,3 +351,29 @@ def test_cli_report_dir_and_folder(stores, tmp_path):
     out = bench("report", str(nightly), "--report-dir", str(tmp_path / "r1"), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "r1" / "speedup.md").exists()
+
+
+def test_report_and_compare_read_a_gz_store_as_its_plain_twin(stores, tmp_path):
+    import gzip
+
+    base = copy(stores / "base.jsonl", tmp_path / "plain" / "base.jsonl")
+    gz = tmp_path / "gz" / "base.jsonl.gz"
+    gz.parent.mkdir()
+    gz.write_bytes(gzip.compress(base.read_bytes()))
+    plain, packed = reports([base], tmp_path / "plain"), reports([gz], tmp_path / "gz")
+    assert packed[True] == packed[False] == plain[False]  # columnar=True: no companion, read as typed records
+    assert not (gz.parent / ".bench-cache").exists()
+    head = copy(stores / "head.jsonl", tmp_path / "head.jsonl")
+    expected = to_markdown(compare_stores(base, head, ignore_options=["slowdown"], columnar=False))
+    for col in (None, True, False):
+        both = [to_markdown(compare_stores(a, b, ignore_options=["slowdown"], columnar=col))
+                for a, b in ((gz, head), (head, gz))]
+        assert both[0] == expected.replace(str(base), str(gz))
+        assert "regression" in both[0] and str(gz) in both[1]
+    out = bench("report", str(gz), "--report-dir", str(tmp_path / "cli"), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "cli" / "speedup.md").read_text() == plain[False]["markdown"]
+    out = bench("compare", str(gz), str(head), "--ignore-option", "slowdown", cwd=tmp_path)
+    assert out.returncode == 1 and "regression" in out.stdout, out.stderr  # head is 20% slower: exit 1
+    out = bench("run", "--matrix", str(stores / "base.toml"), "--store", str(gz), cwd=tmp_path)
+    assert out.returncode == 2 and "is gzip-compressed" in out.stderr and "Traceback" not in out.stderr

@@ -9,24 +9,25 @@ import pandas as pd
 import pytest
 
 from bench.report import figures as F
+from bench.report import plotting
 from bench.report.build import build_report
 from tests.support.dashboard import dashboard_figures
 from tests.test_dashboard import SERVING, _figure
 
 
 def test_log_ticks_are_written_in_full():
-    t = F.log_ticks([3.0, 8000.0])
+    t = plotting.log_ticks([3.0, 8000.0])
     assert t["tickvals"][0] <= 3 and t["tickvals"][-1] >= 8000
     assert "5 000" in t["ticktext"] and "5" in t["ticktext"] and "0.5" not in t["ticktext"]
     assert all(len(x) > 1 or x in "125" for x in t["ticktext"])
-    narrow = F.log_ticks([12.0, 19.0])  # within a decade: finer steps, still labelled in full
+    narrow = plotting.log_ticks([12.0, 19.0])  # within a decade: finer steps, still labelled in full
     assert narrow["ticktext"][:3] == ["10", "15", "20"]
 
 
 def test_nice_ticks_are_round():
-    t = F.nice_ticks(89.0)
+    t = plotting.nice_ticks(89.0)
     assert t["tickvals"] == [0, 20, 40, 60, 80, 100]
-    assert F.nice_ticks(0.37)["tickvals"] == [0, 0.1, 0.2, 0.3, 0.4]
+    assert plotting.nice_ticks(0.37)["tickvals"] == [0, 0.1, 0.2, 0.3, 0.4]
 
 
 def test_server_sweep_dashboard(tmp_path):
@@ -77,6 +78,6 @@ def test_two_servers_with_different_labels_need_no_server_name(root):
     a, b = (json.dumps({"base_url": u, "request_rate": 1}) for u in ("http://127.0.0.1:1", "http://127.0.0.1:2"))
     cells = pd.DataFrame({"backend": ["openai"] * 2, "precision": ["bf16", "fp8"], "options": [a, b],
                           "all_options": [a, b], "gpu_memory_gb": [None, None]})
-    assert list(F.series_labels(cells)) == ["openai bf16", "openai fp8"]
+    assert list(plotting.series_labels(cells)) == ["openai bf16", "openai fp8"]
     same = cells.assign(precision="bf16")
-    assert list(F.series_labels(same)) == ["openai bf16 [server 1]", "openai bf16 [server 2]"]
+    assert list(plotting.series_labels(same)) == ["openai bf16 [server 1]", "openai bf16 [server 2]"]

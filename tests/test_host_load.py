@@ -13,9 +13,11 @@ from rich.console import Console
 from bench.execution.progress import MatrixProgress
 from bench.machine import host_load
 from bench.machine.host_load import LoadSampler, busy_reasons, cpu_times, own_cpu_ticks
+from bench.report.cells import aggregate
 from bench.report.data import report_data
 from bench.report.figures import throughput_vs_batch
-from bench.report.tables import aggregate, render_rows, speedup_table, to_markdown
+from bench.report.render import render_rows, to_markdown
+from bench.report.tables import speedup_table
 from bench.results.stats import MAX_CV, run_spread
 from tests.support.synthetic import synthetic_records
 
@@ -89,7 +91,7 @@ def test_busy_passes_warn_in_the_tables():
             else r for r in recs]
     data = report_data(recs)
     (table,) = speedup_table(data.frame).values()
-    warnings = table.attrs["warnings"]
+    warnings = table.warnings
     assert len(warnings) == 1 and "hf/bf16/bs2" in warnings[0]
     assert "1 of 2 pass(es) measured on a busy machine (load average 5.8 on 2 core(s))" in warnings[0]
     headers, rows = render_rows(table)
@@ -108,8 +110,8 @@ def test_large_trial_spread_warns_with_one_run():
     tok = [100.0, 130.0, 80.0]
     recs = [dataclasses.replace(r, metrics={**r.metrics, "output_throughput": tok[r.trial]}) for r in recs]
     (table,) = speedup_table(report_data(recs).frame).values()
-    assert any("trials inside a run differ by 24" in w for w in table.attrs["warnings"])
-    assert not any("1 run" in w for w in table.attrs["warnings"])  # the one-run note is not a concern
+    assert any("trials inside a run differ by 24" in w for w in table.warnings)
+    assert not any("1 run" in w for w in table.warnings)  # the one-run note is not a concern
 
 
 def test_throughput_figure_has_error_bars():

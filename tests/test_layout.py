@@ -1,7 +1,8 @@
 """The package's layout: imports flow one way down the pipeline (docs/architecture.md).
 
 A module may import its own stage and the stages before it, never one after it. Every import
-counts, including those inside functions (a lazy import is still a dependency).
+counts, including those inside functions (a lazy import is still a dependency). Inside a stage,
+modules import each other in no circle of any length; and no module grows past MAX_MODULE_LINES.
 """
 
 from __future__ import annotations
@@ -126,6 +127,101 @@ def test_imports_flow_one_way():
     assert not found, "\n".join(found)
 
 
+def import_graph(package_root: Path) -> dict[str, dict[str, tuple[int, str]]]:
+    """Return {module: {imported module of the package: (line, source text) of its first import}}.
+
+    Every import counts, lazy ones included; a package is a module of its own (its __init__.py, named
+    as the package). A submodule's implicit import of its parent package is not an edge: Python runs
+    the package's __init__ first, so an __init__ that imports its own submodules (to choose one) is
+    no circle.
+    """
+    graph: dict[str, dict[str, tuple[int, str]]] = {}
+    for path in sorted(package_root.rglob("*.py")):
+        module = module_name(path, package_root)
+        edges = graph.setdefault(module, {})
+        for imported, line, text in imports_of(path, package_root):
+            if imported != module:
+                edges.setdefault(imported, (line, text))
+    return graph
+
+
+def import_cycles(package_root: Path) -> list[str]:
+    """Return one message per import cycle: the members of each strongly connected component of the import
+    graph that holds more than one module (Tarjan's algorithm), with the imports that close it."""
+    graph = import_graph(package_root)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]  # iterative: no recursion limit on a long chain
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, successors = work[-1]
+            for nxt in successors:
+                if nxt not in graph:
+                    continue
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    members = []
+                    while True:
+                        m = stack.pop()
+                        on_stack.discard(m)
+                        members.append(m)
+                        if m == node:
+                            break
+                    if len(members) > 1:
+                        components.append(sorted(members))
+    out = []
+    for members in sorted(components):
+        inside = set(members)
+        edges = [f"  {m} -> {t}: line {line} `{text}`" for m in members for t, (line, text) in sorted(graph[m].items())
+                 if t in inside]
+        out.append(f"import cycle among {', '.join(members)} (lazy imports count; make the imports flow one way, "
+                   "e.g. move what both need below both, or pass a function in):\n" + "\n".join(edges))
+    return out
+
+
+def test_no_import_cycle_of_any_length():
+    found = import_cycles(PACKAGE)
+    assert not found, "\n".join(found)
+
+
+MAX_MODULE_LINES = 600
+
+
+def oversized_modules(package_root: Path, limit: int = MAX_MODULE_LINES) -> list[str]:
+    """Return one message per module of more than `limit` lines: the module and its count."""
+    out = []
+    for path in sorted(package_root.rglob("*.py")):
+        n = len(path.read_text().splitlines())
+        if n > limit:
+            out.append(f"{path.relative_to(package_root.parent)} has {n} lines, over {limit}: split it by what each "
+                       "part makes (one idea a module, small enough to read in one sitting)")
+    return out
+
+
+def test_no_module_over_the_line_limit():
+    found = oversized_modules(PACKAGE)
+    assert not found, "\n".join(found)
+
+
 def test_every_exception_is_still_needed():
     """A listed exception nobody needs any more is a hole in the rule: drop it."""
     for (importer, imported), _why in EXCEPTIONS.items():
@@ -180,6 +276,44 @@ def test_relative_imports_resolve_and_listed_exceptions_pass(tmp_path):
     })
     assert len(violations(root, exceptions={})) == 1
     assert violations(root, exceptions={("bench.spec", "bench.backends"): "registry"}) == []
+
+
+def test_a_cycle_through_a_lazy_import_and_a_package_init_is_reported_with_its_members(tmp_path):
+    root = _tree(tmp_path, {
+        "__init__.py": "",
+        "results/__init__.py": "from bench.results.query import load\n",
+        "results/store.py": "def writer():\n    from bench.results import columnar\n",
+        "results/columnar.py": "from bench.results.store import append\n",
+        "results/query.py": "import bench.results.columnar\ndef load():\n    from bench import results\n",
+        "results/records.py": "from . import store\n",  # into the cycle, not part of it
+    })
+    (cycle, other) = import_cycles(root)
+    assert cycle.startswith("import cycle among bench.results, bench.results.query (")
+    assert "bench.results.query -> bench.results: line 3 `from bench import results`" in cycle
+    assert other.startswith("import cycle among bench.results.columnar, bench.results.store (")
+    assert "bench.results.store -> bench.results.columnar: line 2 `from bench.results import columnar`" in other
+    assert "records" not in cycle + other
+
+
+def test_imports_flowing_one_way_make_no_cycle_and_a_package_init_may_import_its_submodules(tmp_path):
+    root = _tree(tmp_path, {
+        "__init__.py": "",
+        "results/__init__.py": "",
+        "results/jsonl.py": "",
+        "results/columnar.py": "from bench.results.jsonl import read_lines\n",
+        "results/query.py": "from bench.results import columnar, jsonl\n",
+        "results/store.py": "def writer():\n    from bench.results import query\n",
+        "executors/__init__.py": "def make():\n    from bench.executors.local import Local\n",
+        "executors/local.py": "import bench.results.store\n",
+    })
+    assert import_cycles(root) == []
+
+
+def test_a_module_over_the_limit_is_named_with_its_count(tmp_path):
+    root = _tree(tmp_path, {"__init__.py": "", "report/__init__.py": "", "report/tables.py": "x = 1\n" * 601,
+                            "report/render.py": "x = 1\n" * 600})
+    assert oversized_modules(root) == ["bench/report/tables.py has 601 lines, over 600: split it by what each part "
+                                       "makes (one idea a module, small enough to read in one sitting)"]
 
 
 @pytest.mark.parametrize("module, stage", [

@@ -130,8 +130,8 @@ def test_the_table_warns_about_an_oversaturated_pass_and_a_lagging_client(tmp_pa
         run_matrix(m, tmp_path / "s.jsonl", show_progress=False)
     data = report_data(query.select(query.load([tmp_path / "s.jsonl"])).records)
     (table,) = speedup_table(data.frame, {"backend": "openai"}).values()
-    assert any("over-saturated" in w for w in table.attrs["warnings"]), table.attrs["warnings"]
-    assert "send_lag_p99_ms" in table and "output_throughput_per_user" in table
+    assert any("over-saturated" in w for w in table.warnings), table.warnings
+    assert "send_lag_p99_ms" in table.frame and "output_throughput_per_user" in table.frame
     behind = load_warnings({"client_behind": 1.0, "send_lag_p99_ms": 25.0, "offered_request_rate": 8.0,
                             "achieved_request_rate": 7.0})
     assert behind and "fell behind" in behind[0] and "25.0 ms" in behind[0]

@@ -1,3 +1,4 @@
+import gzip
 import json
 import os
 
@@ -108,3 +109,47 @@ def test_schema_1_lines_load_with_reconstructed_runs(tmp_path):
     (row,) = sel.rows
     assert row.context.run_id == ids[4] and len(sel.history) == 2
     assert query.load([path])[0].context.run_id == ids[0]  # stable across reads
+    gz = path.with_name("old.jsonl.gz")  # compressed, its runs are reconstructed as its plain twin's
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    assert [r.context.run_id for r in query.load([gz])] == ids
+
+
+def test_a_gz_store_reads_as_its_plain_twin_and_is_never_appended_to(tmp_path):
+    plain = tmp_path / "r.jsonl"
+    s = ResultStore(plain)
+    for trial in range(3):
+        s.append(make_record("a", trial, output_throughput=1.5 + trial))
+    s.append(make_record("b", 0, "oom"))
+    with open(plain, "ab") as fh:  # a torn last line, in both twins
+        fh.write(b'{"schema_version": 2, "cell_id": "c", "tri')
+    gz = tmp_path / "r.jsonl.gz"
+    gz.write_bytes(gzip.compress(plain.read_bytes()))
+    unnamed = tmp_path / "unnamed.jsonl"  # compressed without saying so: gzip's magic bytes tell
+    unnamed.write_bytes(gz.read_bytes())
+    with pytest.warns(UserWarning, match="skipped 1 torn"):
+        assert list(ResultStore(gz).records()) == list(ResultStore(plain).records())
+    with pytest.warns(UserWarning, match="skipped 1 torn"):
+        twins = [query.load([p]) for p in (plain, gz, unnamed)]
+    assert [r.to_json() for r in twins[0]] == [r.to_json() for r in twins[1]] == [r.to_json() for r in twins[2]]
+    assert {r.store for r in twins[0] + twins[1]} == {"r"} and len(twins[0]) == 4
+    assert query.select(twins[1]).by_key().keys() == query.select(twins[0]).by_key().keys()
+    # No companion for a compressed store: it is read as typed records, whatever its size.
+    assert not query.prefer_table([gz]) and query.table([gz]) is None
+    assert not (tmp_path / ".bench-cache").exists()
+    # Never written: appending, holding it for a run, or naming it as a run's --store is refused, naming the fix.
+    before = gz.read_bytes()
+    for attempt in (lambda: ResultStore(gz).append(make_record("d")), lambda: ResultStore(unnamed).writer().__enter__(),
+                    lambda: query.check_store_path(gz, must_exist=False)):
+        with pytest.raises(BenchInputError, match=r"r\.jsonl\.gz'? is gzip-compressed|unnamed\.jsonl'? is gzip-compressed") as e:
+            attempt()
+        assert "--store" in str(e.value) and "gunzip -k" in str(e.value)
+    assert gz.read_bytes() == before and not (tmp_path / "unnamed.jsonl.lock").exists()
+
+
+def test_a_truncated_gz_store_is_refused_with_the_check_to_run(tmp_path):
+    plain = tmp_path / "r.jsonl"
+    ResultStore(plain).append(make_record("a"))
+    gz = tmp_path / "r.jsonl.gz"
+    gz.write_bytes(gzip.compress(plain.read_bytes())[:-12])  # cut short: no gzip trailer
+    with pytest.raises(BenchInputError, match="cannot be decompressed.*gzip -t"):
+        query.load([gz])

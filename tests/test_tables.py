@@ -2,7 +2,8 @@ import pandas as pd
 import pytest
 
 from bench.errors import BenchInputError
-from bench.report.tables import render_rows, speedup_table, to_markdown
+from bench.report.render import render_rows, to_markdown
+from bench.report.tables import speedup_table
 
 
 def frame(rows):
@@ -25,10 +26,10 @@ ROWS = [
 
 def test_speedups_spread_and_oom_rows():
     t = speedup_table(frame(ROWS))["w"]
-    assert list(t.backend) == ["hf", "trtllm", "trtllm"]
-    assert t.loc[1, "throughput_speedup"] == pytest.approx(0.5 / 0.12)
+    assert list(t.frame.backend) == ["hf", "trtllm", "trtllm"] and t.baseline == "hf/bf16/bs1"
+    assert t.frame.loc[1, "throughput_speedup"] == pytest.approx(0.5 / 0.12)
     # generation speedup: the decode phase's rate, not end-to-end tok/s
-    assert t.loc[1, "generation_speedup"] == pytest.approx(520.0 / 65.0)
+    assert t.frame.loc[1, "generation_speedup"] == pytest.approx(520.0 / 65.0)
     headers, rows = render_rows(t)
     col = {h: i for i, h in enumerate(headers)}
     assert headers[:4] == ["backend", "model", "precision", "max_batch_size"]  # no option varies: no options column
@@ -47,12 +48,12 @@ def test_runs_give_the_spread_between_processes():
              "max_batch_size": 1, "request_throughput": 1.0, "output_throughput": v}
             for run, vals in ((0, (100.0, 101.0)), (1, (110.0, 111.0))) for t, v in enumerate(vals)]
     t = speedup_table(frame(rows))["w"]
-    assert t.loc[0, "output_throughput"] == pytest.approx(105.5)
-    assert t.loc[0, "output_throughput__std"] == pytest.approx(7.0710678)  # std of (100.5, 110.5)
+    assert t.frame.loc[0, "output_throughput"] == pytest.approx(105.5)
+    assert t.frame.loc[0, "output_throughput__std"] == pytest.approx(7.0710678)  # std of (100.5, 110.5)
     headers, (row,) = render_rows(t)
     col = {h: i for i, h in enumerate(headers)}
     assert row[col["runs × trials"]] == "2 × 2" and row[col["tok/s spread: runs / trials"]] == "6.7% / 0.7% ⚠"
-    assert t.attrs["warnings"] and "differ by 6.7% (standard deviation of the run means 100.5, 110.5 over their mean; limit 3%)" in t.attrs["warnings"][0]
+    assert t.warnings and "differ by 6.7% (standard deviation of the run means 100.5, 110.5 over their mean; limit 3%)" in t.warnings[0]
 
 
 def test_missing_baseline_lists_cells():
@@ -73,7 +74,7 @@ import os  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from bench.report.data import report_data  # noqa: E402
-from bench.report.tables import environment_note, to_csv, to_html  # noqa: E402
+from bench.report.render import environment_note, to_csv, to_html  # noqa: E402
 from tests.support.synthetic import synthetic_records  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -152,7 +153,7 @@ def test_rows_show_model_lengths_and_only_the_options_that_vary():
     assert rows[0][col["tokens in / out: mean (limit)"]] == "412 (≤1024) / 32 (≤32)"
     assert rows[2][col["tokens in / out: mean (limit)"]] == "– (≤1024) / – (≤32)"
     # throughput speedup is end to end (5x); generation speedup the decode rate's (190 / 28)
-    assert rows[1][col["generation speedup"]] == f"{190 / 28:.2f}x" and table.loc[1, "generation_speedup"] != 5.0
+    assert rows[1][col["generation speedup"]] == f"{190 / 28:.2f}x" and table.frame.loc[1, "generation_speedup"] != 5.0
 
 
 def test_a_stability_warning_names_its_row_options_and_table():
@@ -167,7 +168,7 @@ def test_a_stability_warning_names_its_row_options_and_table():
             for cid, cache, vals in (("d", "dynamic", (20.0, 20.1)), ("s", "static", (100.0, 120.0)))
             for run, v in enumerate(vals)]
     (table,) = speedup_table(report_data(recs).frame, {"backend": "fake", "max_batch_size": 1, "cache": "dynamic"}).values()
-    (warning,) = table.attrs["warnings"]
+    (warning,) = table.warnings
     assert warning.startswith("fake/bf16/bs1 [cache=static] on sg: output_throughput: the runs (fresh processes) differ")
 
 
@@ -184,7 +185,7 @@ def test_a_stability_warning_says_when_the_runs_ran_different_tuned_kernels():
 
     def warning(records):
         (table,) = speedup_table(report_data(records).frame, {"backend": "fake"}).values()
-        return " ".join(table.attrs["warnings"])
+        return " ".join(table.warnings)
 
     differ = warning(recs(["2ca593a1", "ee1b23a3", "40526472"], [175.0, 166.8, 248.8]))
     assert "differ by" in differ and "different tuned kernels" in differ
@@ -199,4 +200,4 @@ def test_rows_order_numeric_options_as_numbers():
              "max_batch_size": 8, "options": f'{{"request_rate": {rate}}}', "request_throughput": rate / 2,
              "output_throughput": 10.0 * rate} for rate in (16.0, 2.0, 1.0, 4.0)]
     t = speedup_table(frame(rows), baseline={"backend": "openai", "request_rate": 1.0})["w"]
-    assert list(t.output_throughput) == [10.0, 20.0, 40.0, 160.0]
+    assert list(t.frame.output_throughput) == [10.0, 20.0, 40.0, 160.0]

@@ -97,6 +97,6 @@ def test_the_stability_warning_quotes_the_cause(tmp_path):
                          "request_throughput": tps / 100, "output_throughput": tps + trial * 0.1,
                          "gpu_busy_pct": busy, "sm_clock_mhz_median": 1980.0})
     (table,) = speedup_table(pd.DataFrame(rows), {"backend": "hf"}).values()
-    assert any("telemetry: host-bound: the GPU was busy only 40-95 %" in w for w in table.attrs["warnings"]), \
-        table.attrs["warnings"]
-    assert any("host-bound: the GPU was busy 68 %" in w for w in table.attrs["warnings"])  # the cell's mean, 67.5
+    assert any("telemetry: host-bound: the GPU was busy only 40-95 %" in w for w in table.warnings), \
+        table.warnings
+    assert any("host-bound: the GPU was busy 68 %" in w for w in table.warnings)  # the cell's mean, 67.5

@@ -8,7 +8,7 @@ import pytest
 
 from bench.profiling.nsys_collector import table_from_sqlite, timeline_spans
 from bench.report.build import build_report
-from bench.report.figures import CATEGORY_COLORS, kernel_timeline
+from bench.report.kernel_figures import CATEGORY_COLORS, kernel_timeline
 from bench.results.records import parse
 from tests.support import browser
 from tests.support.dashboard import dashboard_figures

@@ -1,7 +1,8 @@
 """Reports: pure functions from selected records to frames, tables and figures; writers at the edge.
 
-Owns the results frames (`data`), the speedup and history tables (`tables`), the plotly figures
-(`figures`), the kernel panel (`kernel_panel`), the self-contained dashboard (`dashboard`) and
-the one function that writes them (`build`). May import: every earlier stage (spec, workloads,
-execution, results, oom, profiling); never commands.
+Owns the results frames (`data`), the cells they aggregate to (`cells`), the speedup and history
+tables (`tables`: SpeedupTable) and their text (`render`), the plotly figures (`plotting`'s shared
+rules; `figures`, `ratio_figures`, `kernel_figures`), the kernel panel (`kernel_panel`), the
+self-contained dashboard (`dashboard`) and the one function that writes them (`build`).
+May import: every earlier stage (spec, workloads, execution, results, oom, profiling); never commands.
 """

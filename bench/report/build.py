@@ -14,19 +14,21 @@ import pandas as pd
 from bench.errors import BenchInputError
 from bench.files import write_atomic as _write
 from bench.report import figures as F
+from bench.report.cells import aggregate, compared_cells, comparisons
 from bench.report.data import report_data
+from bench.report.kernel_figures import kernel_bars
+from bench.report.ratio_figures import (
+    accuracy_vs_speedup,
+    comparison_heatmap,
+    speedup_heatmap,
+)
+from bench.report.render import environment_note, to_csv, to_html, to_markdown
 from bench.report.tables import (
     DEFAULT_BASELINE,
-    aggregate,
-    compared_cells,
-    comparisons,
-    environment_note,
+    SpeedupTable,
     history_table,
     speedup_table,
     table_key,
-    to_csv,
-    to_html,
-    to_markdown,
 )
 from bench.results import query
 
@@ -88,7 +90,7 @@ def _gc_paused():
 
 
 class _Aggregated(dict):
-    """{group label: aggregated cells}: comparison groups already aggregated (tables.compared_cells)."""
+    """{group label: aggregated cells}: comparison groups already aggregated (cells.compared_cells)."""
 
 
 @dataclass
@@ -291,7 +293,7 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool, columnar) 
     if hist_cells is not None:
         history = history_table(hist_cells, tables)
     for t in tables.values():
-        data.warnings.extend(t.attrs.get("warnings", []))
+        data.warnings.extend(t.warnings)
     env_note = environment_note(frame, data.environments)
     markdown = to_markdown(tables, env_note, history)
     comparison = inputs.comparison()
@@ -376,7 +378,7 @@ def _comparison_frames(runs_per_store: list[list], labels: list[str]) -> dict[st
     return {g: report_data(query.select(recs).records).frame for g, recs in groups.items()}
 
 
-def _dashboard(data, cells: pd.DataFrame, tables: dict, kernels: pd.DataFrame | None, title: str, env_note: str,
+def _dashboard(data, cells: pd.DataFrame, tables: dict[str, SpeedupTable], kernels: pd.DataFrame | None, title: str, env_note: str,
                comparison_frames: dict, history: dict, tables_md: dict[str, str], timelines: list = ()) -> str:
     from bench.report.dashboard import dashboard_html
 
@@ -401,11 +403,11 @@ def _dashboard(data, cells: pd.DataFrame, tables: dict, kernels: pd.DataFrame | 
         # A server's batch size and memory are the server's own: batch-size and OOM figures mean nothing there.
         server = bool((c.backend == "openai").all())
         figs = [("Throughput vs max_batch_size", F.throughput_vs_batch(c, key), "")] if not server else []
-        figs.append(("Speedup heatmap", F.speedup_heatmap(table, key), ""))
+        figs.append(("Speedup heatmap", speedup_heatmap(table, key), ""))
         if not server:
             figs.append(("OOM frontier", F.oom_frontier(c, key), ""))
-        if table.attrs.get("accuracy"):
-            figs.append(("Accuracy vs speedup", F.accuracy_vs_speedup(table, key), ""))
+        if table.accuracy:
+            figs.append(("Accuracy vs speedup", accuracy_vs_speedup(table, key), ""))
         if latency_rate is not None:  # a request-rate sweep (openai backend): the serving view
             figs.append(("Latency vs offered request rate", latency_rate, ""))
             figs.append(("Requests/s and goodput vs offered request rate", requests_rate, ""))
@@ -426,7 +428,7 @@ def _dashboard(data, cells: pd.DataFrame, tables: dict, kernels: pd.DataFrame | 
         for a, b, ratios in comps:
             r = ratios[ratios.cell_id.isin(c.cell_id)]
             if len(r):
-                figs.append((f"Comparison {a} → {b}", F.comparison_heatmap(r, key, a, b), ""))
+                figs.append((f"Comparison {a} → {b}", comparison_heatmap(r, key, a, b), ""))
         h = history.get(key)
         if h is not None and len(h):
             figs.append(("History: earlier runs of these cells", F.history_points(c, h, key), ""))
@@ -447,7 +449,7 @@ def _kernel_figures(kernels: pd.DataFrame | None) -> list[tuple]:
                 + ", from kernel names (these remain when compilation fuses the module ranges away)")
     if "unit" in kernels and (kernels.unit == "cpu_op").any():
         note += "; CPU runs count aten operators and CPU time, not GPU kernels"
-    return [("RMSNorm, attention and other kernels", F.kernel_bars(kernels), note)]
+    return [("RMSNorm, attention and other kernels", kernel_bars(kernels), note)]
 
 
 def _global_sections(kernels: pd.DataFrame | None, tables_md: dict[str, str], timelines: list = ()) -> list[dict]:

@@ -2,7 +2,7 @@
 
 `bench profile` appends Profile records (bench.results.records) whose extra["kernel_table"] names a
 KernelTable JSON file (bench.profiling.kernels). `kernel_frame` reads those files and returns
-the frame `bench.report.figures.kernel_bars` draws, one row per (profiled cell, panel row):
+the frame `bench.report.kernel_figures.kernel_bars` draws, one row per (profiled cell, panel row):
 
 - range rows ("RMSNorm", "attention"): module range groups matched by class-name globs, per
   call (instance) of the module: mean kernels per call, median kernel time per call;
@@ -288,13 +288,13 @@ def kernel_timelines(records: list, base_dirs: list[str | Path] = (), ranges: in
                      cells: int = 4) -> tuple[list[tuple[str, dict | None, str]], list[str]]:
     """Return ([(heading, timeline figure, note)], warnings) for the latest ok nsys Profile record of each cell.
 
-    The figure (bench.report.figures.kernel_timeline) draws the first `ranges` decode steps
+    The figure (bench.report.kernel_figures.kernel_timeline) draws the first `ranges` decode steps
     (else batches) of the record's SQLite export; at most `cells` cells. A record whose export is
     missing gets a warning naming the file, not a figure.
     """
     from bench.errors import BenchInputError
     from bench.profiling.nsys_collector import timeline_spans
-    from bench.report.figures import kernel_timeline
+    from bench.report.kernel_figures import kernel_timeline
 
     bases = [Path(b) for b in base_dirs]
     figs, warns = [], []

@@ -11,18 +11,19 @@ line. `<dir>/<store>.jsonl` has its companion in `<dir>/.bench-cache/<store>.jso
     <start>-<end>.telemetry.parquet  telemetry samples of ok records
 
 Staleness: the manifest holds the byte count it covered, a BLAKE2 digest of the first and the
-last MiB of those bytes, and a key of the code that made the rows (the source of this module,
-rows.py and records.py). A store that grew (the append-only case) has only its new complete
-lines parsed, into a new part; one that shrank, whose covered bytes changed, or a key that
-differs, is rebuilt. Bytes after the last newline (a torn or in-flight line) are never cached:
-they are parsed at each read, as ResultStore.records does. Parts are merged into one past
-`MAX_PARTS`. A folder that cannot be written gets no cache (the rows are built in memory).
+last MiB of those bytes, and a key of the code that made the rows (the source of this module's
+row writers, jsonl.py, rows.py and records.py). A store that grew (the append-only case) has only
+its new complete lines parsed, into a new part; one that shrank, whose covered bytes changed, or a
+key that differs, is rebuilt. Lines are read by bench.results.jsonl.read_lines, the one reader of
+stored lines. Bytes after the last newline (a torn or in-flight line) are never cached: they are
+parsed at each read. Parts are merged into one past `MAX_PARTS`. A folder that cannot be written gets no cache (the rows are built in memory).
 Stores holding schema-1 lines have no companion (their run contexts are reconstructed over the
-whole store): bench.results.query reads them through typed records.
+whole store), nor have compressed stores (.jsonl.gz): bench.results.query reads them through typed records.
 
 Readers never call this module: bench.results.query.table is the one way in. The store's writer
-(bench.results.store.ResultStore.writer) calls open_store when an invocation ends, so a store the
-harness writes has its new lines in the companion before anyone reads it.
+(bench.results.store.ResultStore.writer, which sits above this module and imports it; this module
+imports neither the store nor the query API) calls open_store when an invocation ends, so a store
+the harness writes has its new lines in the companion before anyone reads it.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import SCHEMA_VERSION
-from bench.errors import BenchInputError
 
 VERSION = 1
 CACHE_DIR = ".bench-cache"
@@ -190,11 +190,11 @@ def code_key() -> str:
     (a change to how they are read does not)."""
     import inspect
 
-    from bench.results import records, rows
+    from bench.results import jsonl, records, rows
 
     h = hashlib.blake2b(digest_size=8)
     h.update(f"{VERSION}:{SCHEMA_VERSION}".encode())
-    for mod in (records, rows):
+    for mod in (jsonl, records, rows):  # jsonl: which lines are records
         h.update(Path(mod.__file__).read_bytes())
     for writer in (_parse, _sample_values, _column_type, _columns_table, _table):
         h.update(inspect.getsource(writer).encode())
@@ -214,7 +214,12 @@ def _check(fh, covered: int) -> str:
 
 def open_store(path: Path) -> StoreColumns | None:
     """Return the store's companion brought up to date (extended with new lines, or rebuilt); None for a
-    store holding schema-1 lines. Warns once about torn or invalid lines, as ResultStore.records does."""
+    store holding schema-1 lines, or a compressed one (read as typed records). Warns once about torn or
+    invalid lines, as bench.results.jsonl.read_lines does."""
+    from bench.results.jsonl import is_compressed
+
+    if is_compressed(path):
+        return None
     folder = companion_dir(path)
     manifest_path = folder / "manifest.json"
     key = code_key()
@@ -294,40 +299,18 @@ def _last_newline(fh, start: int, size: int) -> int:
 def _parse(fh, path: Path, start: int, end: int, line0: int, pos0: int):
     """Return ({kind: pa.Table}, lines, records, bad lines) of the lines in [start, end), or None at a schema-1 line."""
     from bench.machine.environment import COMPARABILITY_KEYS
+    from bench.results.jsonl import LineCounts, read_lines
     from bench.results.records import parse
     from bench.results.rows import TELEMETRY_COLUMNS, number, record_row
-    from bench.results.store import _loads
 
     rows, samples, telemetry = [], {"pos": [], "in": [], "out": [], "ttft_ms": [], "e2el_ms": []}, \
         {"pos": [], "t_s": [], **{k: [] for k in TELEMETRY_COLUMNS}}
     cells: dict[str, str] = {}
     contexts: dict[tuple, str] = {}
-    bad = lines = 0
+    counts = LineCounts()
     pos = pos0
-    fh.seek(start)
-    offset = start
-    while offset < end:
-        raw_line = fh.readline(end - offset)
-        line_offset = offset
-        offset += len(raw_line)
-        lines += 1
-        if not raw_line.strip():
-            continue
-        try:
-            raw = _loads(raw_line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            bad += 1
-            continue
-        if not isinstance(raw, dict) or "cell_id" not in raw:
-            bad += 1
-            continue
-        version = raw.get("schema_version")
-        if not isinstance(version, int) or version > SCHEMA_VERSION:
-            raise BenchInputError(
-                f"{path}:{line0 + lines} has result schema version {version!r}, newer than this harness's "
-                f"{SCHEMA_VERSION}: upgrade bench to read it"
-            )
-        if version == 1:
+    for line_offset, nbytes, _, raw in read_lines(path, start, end, fh=fh, first_line=line0 + 1, counts=counts):
+        if raw["schema_version"] == 1:
             return None
         rec = parse(raw)
         row = record_row(rec)
@@ -341,7 +324,7 @@ def _parse(fh, path: Path, start: int, end: int, line0: int, pos0: int):
         if context_json is None:
             context_json = contexts[ctx_key] = json.dumps(rec.context.to_json(), sort_keys=True)
         row.update(
-            pos=pos, kind=rec.kind, offset=line_offset, nbytes=len(raw_line),
+            pos=pos, kind=rec.kind, offset=line_offset, nbytes=nbytes,
             context_json=context_json, cell_json=cell_json,
             environment_json=json.dumps(env, sort_keys=True),
             described=rec.context.env_digest is not None and any(env.get(k) is not None for k in COMPARABILITY_KEYS),
@@ -361,7 +344,7 @@ def _parse(fh, path: Path, start: int, end: int, line0: int, pos0: int):
                         telemetry[k].append(number(t.get(k)))
         pos += 1
     tables = {"records": _table(rows), "samples": _columns_table(samples), "telemetry": _columns_table(telemetry)}
-    return tables, lines, pos - pos0, bad
+    return tables, counts.lines, pos - pos0, counts.bad
 
 
 _SAMPLE_FIELDS = ("error", "in", "out", "ttft_ms", "e2el_ms")

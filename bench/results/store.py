@@ -8,8 +8,13 @@ last line (power loss, SIGKILL mid-write) is skipped when loading and fenced off
 before the next append. One invocation writes a store
 at a time (`ResultStore.writer`): a second `bench run` on the same store is refused. When it
 ends, a store large enough to be read as columns has its columnar companion brought up to date
-(bench.results.columnar: this invocation's new lines parsed), so its next report starts warm.
-Readers go through bench.results.query, which types what `records()` yields.
+(this invocation's new lines parsed), so its next report starts warm. A gzip-compressed store
+(`.jsonl.gz`) is read as it is and never written (bench.results.jsonl.refuse_compressed).
+
+The writer sits above the read model: its lines are read by bench.results.jsonl.read_lines (the
+one reader; `records()` yields what it reads), and the companion it keeps current is reached
+through bench.results.query and bench.results.columnar, neither of which imports this module.
+Readers go through bench.results.query, which types what `read_lines` yields.
 """
 
 from __future__ import annotations
@@ -22,13 +27,8 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench import SCHEMA_VERSION
 from bench.errors import BenchInputError, StoreWriteError
-
-try:  # optional: parses a large store 2-3x faster than json; json decides whenever orjson refuses a line
-    from orjson import loads as _orjson_loads
-except ImportError:  # pragma: no cover - depends on the environment
-    _orjson_loads = None
+from bench.results.jsonl import read_lines, refuse_compressed
 
 
 class ResultStore:
@@ -41,6 +41,7 @@ class ResultStore:
 
         if not isinstance(record, Record):
             raise TypeError(f"append takes a bench.results.records.Record (made by new_record), got {type(record).__name__}")
+        refuse_compressed(self.path)
         line = (json.dumps(record.to_json(), sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n").encode()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -76,37 +77,11 @@ class ResultStore:
                 "and re-running the same command resumes after them")
 
     def records(self) -> Iterator[dict]:
-        """Yield every complete record; torn or invalid lines are skipped with one warning."""
+        """Yield every complete record (bench.results.jsonl.read_lines: torn or invalid lines skipped with one warning)."""
         if not self.path.exists():
             return
-        bad = good = 0
-        with open(self.path, "rb") as fh:
-            for lineno, raw in enumerate(fh, 1):
-                if not raw.strip():
-                    continue
-                try:
-                    rec = _loads(raw)
-                except (json.JSONDecodeError, UnicodeDecodeError):
-                    bad += 1
-                    continue
-                if not isinstance(rec, dict) or "cell_id" not in rec:
-                    bad += 1
-                    continue
-                version = rec.get("schema_version")
-                if not isinstance(version, int) or version > SCHEMA_VERSION:
-                    raise BenchInputError(
-                        f"{self.path}:{lineno} has result schema version {version!r}, newer than this harness's "
-                        f"{SCHEMA_VERSION}: upgrade bench to read it"
-                    )
-                good += 1
-                yield rec
-        if bad and not good:
-            raise BenchInputError(
-                f"{self.path} is not a bench result store: none of its {bad} line(s) is a result record (binary data, "
-                "another program's JSON, or lines without a cell_id); give the .jsonl file `bench run --store` wrote"
-            )
-        if bad:
-            warnings.warn(f"{self.path}: skipped {bad} torn or invalid line(s)", stacklevel=2)
+        for line in read_lines(self.path):
+            yield line.record
 
     @contextlib.contextmanager
     def writer(self):
@@ -115,10 +90,9 @@ class ResultStore:
         The lock is a `<store>.lock` file beside it (flock: released when the holder dies, so a
         killed run never leaves the store locked).
         """
-        from bench.errors import BenchInputError
-
         if self.path.is_dir():
             raise BenchInputError(f"result store {str(self.path)!r} is a folder: give a .jsonl file with --store")
+        refuse_compressed(self.path)
         lock_path = self.path.with_name(self.path.name + ".lock")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -174,15 +148,4 @@ def _write_all(fd: int, data: bytes) -> None:
         if n <= 0:
             raise OSError(errno.ENOSPC, "no space left on device (a write stored 0 bytes)")
         view = view[n:]
-
-
-def _loads(raw: bytes):
-    """Return the JSON value of one line, exactly as json.loads would (raises what json.loads raises)."""
-    if _orjson_loads is not None:
-        try:
-            return _orjson_loads(raw)
-        except ValueError:
-            pass  # orjson is stricter (NaN, integers beyond 64 bits, lone surrogates): json.loads decides
-    return json.loads(raw)
-
 

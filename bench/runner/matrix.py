@@ -49,7 +49,7 @@ def plan(matrix: Matrix, records, context: RunContext, redo: bool = False,
     A context counts only for the same kernels' source: as many tuning builds, and the same engine
     artifact (artifacts: {build key hash: digest}, or none: built here).
     """
-    from bench.results.query import _contexts
+    from bench.results.selection import _contexts
 
     want_runs, trials = matrix.settings.runs * matrix.settings.tuning_builds, matrix.settings.trials
     by_cell: dict[str, list] = {}

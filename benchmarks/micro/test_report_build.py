@@ -4,7 +4,8 @@ import warnings
 
 from bench.report.build import build_report
 from bench.report.data import report_data
-from bench.report.tables import speedup_table, to_markdown
+from bench.report.render import to_markdown
+from bench.report.tables import speedup_table
 from bench.results import query
 
 
