@@ -22,19 +22,6 @@ import sys
 from bench.errors import BenchInputError, StoreWriteError
 
 
-def parse_pairs(text: str | None, flag: str = "--baseline") -> dict | None:
-    """Return {key: value} from 'k=v,k2=v2'; BenchInputError naming the flag otherwise."""
-    if not text:
-        return None
-    out = {}
-    for part in text.split(","):
-        if "=" not in part:
-            raise BenchInputError(f"{flag} wants key=value pairs, e.g. backend=hf,precision=bf16,max_batch_size=1; got {part!r}")
-        k, v = part.split("=", 1)
-        out[k.strip()] = v.strip()
-    return out
-
-
 def add_matrix_arguments(parser: argparse.ArgumentParser, only_help: str) -> None:
     """Add --preset, --matrix and --only, the flags that choose a command's cells (load_selected_matrix)."""
     parser.add_argument("--preset", help="built-in matrix (see `bench presets`)")
@@ -47,7 +34,7 @@ def load_selected_matrix(args, only: bool = True):
     executor flags if the command has them); only=False: without --only's narrowing. A --dry-run plans without
     the optional packages the cells need."""
     from bench.spec.matrix import check_packages, load_matrix
-    from bench.spec.narrow import narrow
+    from bench.spec.narrow import narrow, parse_pairs
 
     if args.matrix and args.preset:
         raise BenchInputError("give either --matrix FILE or --preset NAME, not both")

@@ -6,8 +6,8 @@ import sys
 import warnings
 from pathlib import Path
 
-from bench.cli import parse_pairs
 from bench.errors import BenchInputError
+from bench.spec.narrow import parse_pairs
 
 
 def register(sub) -> None:

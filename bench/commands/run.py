@@ -5,8 +5,9 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-from bench.cli import add_matrix_arguments, load_selected_matrix, parse_pairs
+from bench.cli import add_matrix_arguments, load_selected_matrix
 from bench.errors import BenchInputError
+from bench.spec.narrow import parse_pairs
 
 
 def register(sub) -> None:

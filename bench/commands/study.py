@@ -104,11 +104,10 @@ def _typed(table: dict, key: str, default, kind: type, where: str):
 
 def study_plan(path: Path, matrix, check_devices: bool = True) -> StudyPlan:
     """Return the checked plan of the study the matrix file's [study] table describes; BenchInputError if bad."""
-    from bench.cli import parse_pairs
     from bench.commands.oom import OomSettings, parse_lengths, plan_searches
     from bench.commands.profile import ProfileSettings, check_profilable
     from bench.spec.matrix import tomllib
-    from bench.spec.narrow import narrow
+    from bench.spec.narrow import narrow, parse_pairs
 
     data = tomllib.loads(path.read_text())
     study = data.get("study")
@@ -157,7 +156,7 @@ def study_plan(path: Path, matrix, check_devices: bool = True) -> StudyPlan:
                                   "--tool nsys` on its own for nsys")
     accuracy_matrix = None
     if "accuracy" in study:
-        from bench.commands.accuracy import plan_accuracy
+        from bench.accuracy.driver import plan_accuracy
 
         accuracy_matrix = narrow(matrix, only=parse_pairs(_typed(acc, "only", None, str, "[study.accuracy]"),
                                                           "[study.accuracy] only"))
@@ -261,7 +260,7 @@ def cmd_study(args) -> int:
             _, failed["profile"] = profile_matrix(plan.profile_matrix, plan.profile, Path("profiles"), stores["profile"],
                                                   printer=lambda text: print(text, file=sys.stderr))
         elif step == "accuracy" and plan.accuracy_matrix is not None:
-            from bench.commands.accuracy import accuracy_matrix
+            from bench.accuracy.driver import accuracy_matrix
 
             console.print(f"[bold]study: accuracy[/] ({commands['accuracy']})")
             _, failed["accuracy"] = accuracy_matrix(plan.accuracy_matrix, plan.matrix.cells, plan.matrix.accuracy,
@@ -363,7 +362,7 @@ def dry_run_text(plan: StudyPlan, steps: list[str], stores: dict, history: list,
         known += total or 0.0
         lines += ["", f"profile: {commands['profile']}"] + [f"  {c.label}" for c in plan.profile_matrix.cells] + ["  " + text]
     if "accuracy" in steps and plan.accuracy_matrix is not None:
-        from bench.commands.accuracy import plan_accuracy
+        from bench.accuracy.driver import plan_accuracy
 
         pairs = plan_accuracy(plan.accuracy_matrix, plan.matrix.cells, plan.matrix.accuracy)
         a = plan.matrix.accuracy
