@@ -105,7 +105,7 @@ def _typed(table: dict, key: str, default, kind: type, where: str):
 def study_plan(path: Path, matrix, check_devices: bool = True) -> StudyPlan:
     """Return the checked plan of the study the matrix file's [study] table describes; BenchInputError if bad."""
     from bench.commands.oom import OomSettings, parse_lengths, plan_searches
-    from bench.commands.profile import ProfileSettings, check_profilable
+    from bench.profiling.driver import ProfileSettings, check_profilable
     from bench.spec.matrix import tomllib
     from bench.spec.narrow import narrow, parse_pairs
 
@@ -254,7 +254,7 @@ def cmd_study(args) -> int:
         elif step == "oom":
             failed["oom"] = _oom(plan, stores["oom"], args, console, commands, report_dir)
         elif step == "profile" and plan.profile is not None:
-            from bench.commands.profile import profile_matrix
+            from bench.profiling.driver import profile_matrix
 
             console.print(f"[bold]study: profile[/] ({commands['profile']})")
             _, failed["profile"] = profile_matrix(plan.profile_matrix, plan.profile, Path("profiles"), stores["profile"],
