@@ -104,7 +104,7 @@ def _typed(table: dict, key: str, default, kind: type, where: str):
 
 def study_plan(path: Path, matrix, check_devices: bool = True) -> StudyPlan:
     """Return the checked plan of the study the matrix file's [study] table describes; BenchInputError if bad."""
-    from bench.commands.oom import OomSettings, parse_lengths, plan_searches
+    from bench.oom.driver import OomSettings, parse_lengths, plan_searches
     from bench.profiling.driver import ProfileSettings, check_profilable
     from bench.spec.matrix import tomllib
     from bench.spec.narrow import narrow, parse_pairs
@@ -298,7 +298,7 @@ def _run(matrix, store: Path, args, console, command: str) -> int:
 def _oom(plan: StudyPlan, store: Path, args, console, commands: dict, report_dir: Path) -> int:
     from dataclasses import replace
 
-    from bench.commands.oom import search_matrix
+    from bench.oom.driver import search_matrix
 
     failed = 0
     for i, settings in enumerate(plan.oom):
@@ -329,7 +329,7 @@ def _report(stores: dict, report_dir: Path, matrix, console, command: str) -> in
 
 def dry_run_text(plan: StudyPlan, steps: list[str], stores: dict, history: list, commands: dict, redo: bool) -> str:
     """Return the study's plan: each step's command line, cells, searches and sessions, and the estimate."""
-    from bench.commands.oom import plan_searches
+    from bench.oom.driver import plan_searches
     from bench.commands.run import run_estimate
     from bench.oom.search import probe_budget
     from bench.results import query
