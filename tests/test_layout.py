@@ -32,6 +32,8 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("runner", ("bench.runner",)),
     ("analysis", ("bench.oom", "bench.profiling", "bench.capacity", "bench.accuracy")),
     ("report", ("bench.report",)),
+    # A study chains the drivers of runner and the analysis stages and ends in the report: after report.
+    ("study", ("bench.study",)),
     ("commands", ("bench.commands", "bench.cli", "bench.__main__")),
 ]
 
@@ -187,7 +189,8 @@ def test_relative_imports_resolve_and_listed_exceptions_pass(tmp_path):
     ("bench.backends.speed_of_light", "backends"), ("bench.results.records", "results"),
     ("bench.runner.matrix", "runner"), ("bench.metrics", "base"), ("bench.machine.environment", "machine"),
     ("bench.workloads.request", "workloads"), ("bench.execution.worker", "execution"),
-    ("bench.report.kernel_panel", "report"), ("bench.cli", "commands"),
+    ("bench.report.kernel_panel", "report"), ("bench.study.driver", "study"), ("bench.execution.launcher", "execution"),
+    ("bench.cli", "commands"),
 ])
 def test_where_modules_sit(module, stage):
     assert stage_of(module) == stage

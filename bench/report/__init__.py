@@ -3,5 +3,5 @@
 Owns the results frames (`data`), the speedup and history tables (`tables`), the plotly figures
 (`figures`), the kernel panel (`kernel_panel`), the self-contained dashboard (`dashboard`) and
 the one function that writes them (`build`). May import: every earlier stage (spec, workloads,
-execution, results, oom, profiling); never commands.
+execution, results, oom, profiling); never study or commands.
 """
