@@ -1,7 +1,8 @@
 """Reports: pure functions from selected records to frames, tables and figures; writers at the edge.
 
 Owns the results frames (`data`), the speedup and history tables (`tables`), the plotly figures
-(`figures`), the kernel panel (`kernel_panel`), the self-contained dashboard (`dashboard`) and
-the one function that writes them (`build`). May import: every earlier stage (spec, workloads,
-execution, results, oom, profiling); never study or commands.
+(`figures`), the kernel panel (`kernel_panel`), the self-contained dashboard (`dashboard`), the
+one function that writes them (`build`) and the driver of `bench report` (`driver`: default
+stores and folder). May import: every earlier stage (spec, workloads, execution, results, oom,
+profiling); never study or commands.
 """
