@@ -1,8 +1,9 @@
-"""Command line: argument parsing only; each command calls one library function.
+"""Command line: argument parsing only; each command calls its verb's one driver and prints what it returns.
 
 Every module in `bench/commands/` defines `register(subparsers)`, adding its subcommand with a
 `func` default; this file discovers them, so adding a command touches no shared file. Command
-modules import heavy libraries inside their functions: `bench --help` stays fast.
+modules import their driver (and heavy libraries) inside their functions: `bench --help` stays
+fast. The helpers here choose a command's matrix (`add_matrix_arguments`, `load_selected_matrix`).
 
 Exit status: 0 success, 1 a run finished with failed cells (error/timeout), 2 bad input
 (nothing was run; a path that cannot be written is bad input too), 3 a record could not be stored
