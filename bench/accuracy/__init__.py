@@ -8,5 +8,5 @@ matrix's [accuracy] thresholds and the model's noise floor), a record's printed 
 the capture of logits and greedy outputs from a loaded hf model (`capture`), the worker process
 that runs one cell against its baseline (`session`), the layer-by-layer comparison of two
 configurations (`layers`) and the TensorRT-LLM 1.2.1 logits path (`trtllm`). May import: the
-spec stage, workloads, backends, execution, results and runner; never reports or commands.
+spec stage, workloads, backends, execution, results and runner; never report, study or commands.
 """

@@ -5,5 +5,5 @@ the search (`search`: pure: SLO parsing, the load grid, bench.oom.search's brack
 bisection, the report) and the probes (`probes`: full measured passes through the worker
 machinery, stored as `capacity-probe` records). May import: the spec stage, workloads,
 execution (the supervisor), backends (the registry), results, runner (the matrix's group
-context) and bench.oom.search (the same analysis stage); never reports or commands.
+context) and bench.oom.search (the same analysis stage); never report, study or commands.
 """
