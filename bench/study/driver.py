@@ -85,7 +85,6 @@ def run_study(console, *, preset: str | None = None, matrix_file: str | None = N
     timings: dict[str, float] = {}
     failed: dict[str, int] = {}
     report = None
-    to_stderr = lambda text: print(text, file=sys.stderr)  # noqa: E731 (the steps' cell texts: stdout is the report's)
     for step in steps:
         if step == "accuracy" and plan.accuracy_matrix is None:
             continue  # no [study.accuracy] table: the step is not part of this study
@@ -99,25 +98,31 @@ def run_study(console, *, preset: str | None = None, matrix_file: str | None = N
 
             console.print(f"[bold]study: profile[/] ({commands['profile']})")
             _, failed["profile"] = profile_matrix(plan.profile_matrix, plan.profile, Path("profiles"), stores["profile"],
-                                                  printer=to_stderr)
+                                                  printer=_to_stderr)
         elif step == "accuracy":
             from bench.accuracy.driver import accuracy_matrix
 
             console.print(f"[bold]study: accuracy[/] ({commands['accuracy']})")
             _, failed["accuracy"] = accuracy_matrix(plan.accuracy_matrix, plan.matrix.cells, plan.matrix.accuracy,
-                                                    stores["accuracy"], redo=redo, printer=to_stderr)
+                                                    stores["accuracy"], redo=redo, printer=_to_stderr)
         elif step == "report":
             failed["report"], report = _report(stores, report_dir, plan.matrix, console, commands["report"])
         timings[step] = time.monotonic() - t0
-    path = _summarize(report_dir, name, timings, failed, commands, stores)
-    total = sum(json.loads(path.read_text())["steps_s"].values())
+    path, summary = _summarize(report_dir, name, timings, failed, commands, stores)
     console.print("study: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
-                  + f"; this invocation {sum(timings.values()):.0f} s; all steps so far {total:.0f} s; {path}")
+                  + f"; this invocation {sum(timings.values()):.0f} s; all steps so far "
+                  f"{sum(summary['steps_s'].values()):.0f} s; {path}")
     return StudyOutcome(steps_s=timings, failed=failed, report=report, summary=path)
 
 
-def _summarize(report_dir: Path, name: str, timings: dict, failed: dict, commands: dict, stores: dict) -> Path:
-    """Write report_dir/study.json: every step's time and failures so far (earlier invocations' kept), the commands, the stores."""
+def _to_stderr(text: str) -> None:
+    """Print a step's per-cell text on stderr: the study's stdout is its report's."""
+    print(text, file=sys.stderr)
+
+
+def _summarize(report_dir: Path, name: str, timings: dict, failed: dict, commands: dict, stores: dict) -> tuple[Path, dict]:
+    """Write report_dir/study.json and return (its path, what it holds): every step's time and failures so far
+    (earlier invocations' kept), the commands, the stores."""
     report_dir.mkdir(parents=True, exist_ok=True)
     path = report_dir / "study.json"
     # A study run in parts (--steps run, then --steps oom,profile,report) keeps every part's figures.
@@ -128,7 +133,7 @@ def _summarize(report_dir: Path, name: str, timings: dict, failed: dict, command
                "failed": {**summary.get("failed", {}), **failed}, "commands": commands,
                "stores": {k: str(v) for k, v in stores.items()}}
     path.write_text(json.dumps(summary, indent=1))
-    return path
+    return path, summary
 
 
 def _run(matrix, store: Path, redo: bool, show_progress: bool, console, command: str) -> int:
