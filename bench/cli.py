@@ -1,8 +1,9 @@
-"""Command line: argument parsing only; each command calls one library function.
+"""Command line: argument parsing only; each command calls its verb's one driver and prints what it returns.
 
 Every module in `bench/commands/` defines `register(subparsers)`, adding its subcommand with a
 `func` default; this file discovers them, so adding a command touches no shared file. Command
-modules import heavy libraries inside their functions: `bench --help` stays fast.
+modules import their driver (and heavy libraries) inside their functions: `bench --help` stays
+fast. The helpers here choose a command's matrix (`add_matrix_arguments`, `load_selected_matrix`).
 
 Exit status: 0 success, 1 a run finished with failed cells (error/timeout), 2 bad input
 (nothing was run; a path that cannot be written is bad input too), 3 a record could not be stored
@@ -22,19 +23,6 @@ import sys
 from bench.errors import BenchInputError, StoreWriteError
 
 
-def parse_pairs(text: str | None, flag: str = "--baseline") -> dict | None:
-    """Return {key: value} from 'k=v,k2=v2'; BenchInputError naming the flag otherwise."""
-    if not text:
-        return None
-    out = {}
-    for part in text.split(","):
-        if "=" not in part:
-            raise BenchInputError(f"{flag} wants key=value pairs, e.g. backend=hf,precision=bf16,max_batch_size=1; got {part!r}")
-        k, v = part.split("=", 1)
-        out[k.strip()] = v.strip()
-    return out
-
-
 def add_matrix_arguments(parser: argparse.ArgumentParser, only_help: str) -> None:
     """Add --preset, --matrix and --only, the flags that choose a command's cells (load_selected_matrix)."""
     parser.add_argument("--preset", help="built-in matrix (see `bench presets`)")
@@ -47,7 +35,7 @@ def load_selected_matrix(args, only: bool = True):
     executor flags if the command has them); only=False: without --only's narrowing. A --dry-run plans without
     the optional packages the cells need."""
     from bench.spec.matrix import check_packages, load_matrix
-    from bench.spec.narrow import narrow
+    from bench.spec.narrow import narrow, parse_pairs
 
     if args.matrix and args.preset:
         raise BenchInputError("give either --matrix FILE or --preset NAME, not both")

@@ -218,8 +218,10 @@ def test_reference_answers_are_stored_beside_the_workload_and_change_no_hash(tin
 
 def test_a_session_that_dies_out_of_memory_is_each_cells_stored_reason(monkeypatch, tmp_path):
     import subprocess
+    import sys
 
-    from bench.commands import accuracy as A
+    from bench.accuracy import driver as A
+    from bench.execution import launcher
     from bench.results.records import new_context
     from bench.spec.cells import AccuracySpec
     from bench.spec.matrix import parse_matrix
@@ -229,19 +231,21 @@ def test_a_session_that_dies_out_of_memory_is_each_cells_stored_reason(monkeypat
                       "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 8, "num_requests": 2}}})
     base, cell = sorted(m.cells, key=lambda c: c.precision != "fp32")
 
-    real = subprocess.run
+    real = subprocess.Popen
+    died = ("import sys; sys.stdout.write('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB'); "
+            "sys.exit(1)")
 
-    def died(argv, *args, **kw):  # the session dies without a result file; its log says why
-        if argv[1:3] != ["-m", "bench.accuracy.session"]:
-            return real(argv, *args, **kw)
-        kw["stdout"].write(b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
-        return subprocess.CompletedProcess(argv, 1)
+    def session_dies(argv, *args, **kw):  # the session dies without a result file; its log says why
+        if argv[1:3] == ["-m", "bench.accuracy.session"]:
+            argv = [sys.executable, "-c", died]
+        return real(argv, *args, **kw)
 
-    monkeypatch.setattr(A.subprocess, "run", died)
+    monkeypatch.setattr(launcher.subprocess, "Popen", session_dies)
     settings = AccuracySpec(prompts=2)
-    todo = [(base, None, A._measure_key(settings, None), []), (cell, base, A._measure_key(settings, base), [])]
+    todo = [(base, None, A.measure_key(settings, None), []), (cell, base, A.measure_key(settings, base), [])]
     recs = A.accuracy_group(base, todo, m, settings, new_context("accuracy"), None, 60)
     assert [r.status for r in recs] == ["oom", "oom"] and all("CUDA out of memory" in r.error for r in recs)
+    assert all("accuracy session exited with status 1; log " in r.error for r in recs)
     assert recs[1].accuracy["baseline_cell_id"] == base.cell_id and recs[1].metrics is None
 
 
@@ -509,7 +513,7 @@ output_len = 16
 
 
 def test_parity_layers_input_is_checked_before_any_session():
-    from bench.commands.parity import parity_cells
+    from bench.accuracy.parity import parity_cells
     from bench.spec.matrix import parse_matrix
     from bench.spec.narrow import narrow
 

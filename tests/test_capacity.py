@@ -94,7 +94,7 @@ def test_the_search_finds_a_paced_servers_knee_through_the_workers(tmp_path):
     """A server whose ITL doubles past 4 streams in flight: capacity under TPOT p50 <= 15 ms is concurrency 4."""
     from rich.console import Console
 
-    from bench.commands.capacity import capacity_matrix
+    from bench.capacity.driver import capacity_matrix
     from bench.results import query
     from bench.results.records import CapacityProbe
     from bench.serving.paced_server import TestServer
@@ -137,7 +137,7 @@ def test_an_in_process_backend_is_searched_along_max_batch_size(tmp_path):
     """The fake backend's decode step costs 10 + 0.5 x batch ms: TPOT <= 14.25 ms holds up to batch 8."""
     from rich.console import Console
 
-    from bench.commands.capacity import capacity_matrix
+    from bench.capacity.driver import capacity_matrix
     from bench.spec.matrix import parse_matrix
 
     m = parse_matrix({"name": "capfake", "backends": ["fake"], "model": "qwen-tiny", "precisions": ["bf16"],
@@ -153,7 +153,7 @@ def test_the_report_says_whether_repeated_searches_agree(tmp_path):
     """Two searches of one configuration under one SLO are repeats: the report says they agree, or flags it."""
     from rich.console import Console
 
-    from bench.commands.capacity import capacity_matrix
+    from bench.capacity.driver import capacity_matrix
     from bench.report.build import build_report
     from bench.spec.matrix import parse_matrix
 

@@ -212,10 +212,10 @@ def test_partial_runs_are_marked_or_left_out_and_said_so(tmp_path, capsys, runs,
 def test_the_ambiguous_baseline_fix_works_when_a_cell_lacks_the_key(tmp_path):
     import re
 
-    from bench.cli import parse_pairs
     from bench.errors import BenchInputError
     from bench.spec.baseline import _baseline_matches, check_baseline
     from bench.spec.matrix import load_matrix
+    from bench.spec.narrow import parse_pairs
 
     path = tmp_path / "m.toml"
     path.write_text('backends = ["hf", "fake"]\nmodel = "qwen-tiny"\ndevice = "cpu"\nprecisions = ["bf16"]\n'

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from bench.cli import build_parser
-from bench.commands.run import statuses_text, written_text
+from bench.runner.matrix import statuses_text
+from bench.study.run import written_text
 
 
 @pytest.mark.parametrize("command", ["run", "study", "profile", "presets", "oom", "compare"])

@@ -465,7 +465,7 @@ COPY_ACTIVITY = ("Memcpy", "Memset")  # device activities torch.profiler lists a
 
 def _profile_tool(tool: str, options: dict, **settings):
     """Return (record, KernelTable) of `bench profile`'s library path for qwen-tiny on cuda, one cell, under `tool`."""
-    from bench.commands.profile import ProfileSettings, profile_matrix
+    from bench.profiling.driver import ProfileSettings, profile_matrix
     from bench.profiling.kernels import KernelTable
     from bench.spec.matrix import parse_matrix
 

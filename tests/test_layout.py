@@ -33,6 +33,8 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("runner", ("bench.runner",)),
     ("analysis", ("bench.oom", "bench.profiling", "bench.capacity", "bench.accuracy")),
     ("report", ("bench.report",)),
+    # A study chains the drivers of runner and the analysis stages and ends in the report: after report.
+    ("study", ("bench.study",)),
     ("commands", ("bench.commands", "bench.cli", "bench.__main__")),
 ]
 
@@ -242,6 +244,131 @@ def test_every_module_has_a_stage_and_every_subpackage_says_what_it_may_import()
         assert "May import" in doc, f"{init.relative_to(ROOT)}: its docstring must say what the package owns and what it may import"
 
 
+# One shape per verb (asv's commands): bench/commands/<verb>.py parses its arguments, calls the one driver
+# of its verb, in the driver's stage, and prints what it returns. Each verb of `bench --help` and its driver
+# module, one-to-one; a command imports nothing of the package but bench.cli's helpers, bench.errors and it.
+DRIVERS: dict[str, str] = {
+    "presets": "bench.spec.presets",
+    "run": "bench.study.run",
+    "report": "bench.report.driver",
+    "compare": "bench.results.compare",
+    "study": "bench.study.driver",
+    "oom": "bench.oom.driver",
+    "profile": "bench.profiling.driver",
+    "accuracy": "bench.accuracy.driver",
+    "parity": "bench.accuracy.parity",
+    "capacity": "bench.capacity.driver",
+    "kernels": "bench.profiling.readback",
+    "build": "bench.runner.build",
+    "workload": "bench.workloads.driver",
+}
+COMMANDS_MAY_IMPORT = ("bench.cli", "bench.errors")
+COMMAND_MAX_LINES = 200  # a command that grows past this is doing its driver's work
+
+
+def _called_names(path: Path) -> set[str]:
+    """Return the names a module calls (`f(...)`, `f(...).g`): the plain names of its call expressions."""
+    return {node.func.id for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)}
+
+
+def _names_from(path: Path, module: str) -> set[str]:
+    """Return the names a file imports from `module` (`from module import a, b as c`: c and a's own name)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == module:
+            out.update(a.asname or a.name for a in node.names)
+    return out
+
+
+def command_violations(package_root: Path, drivers: dict[str, str]) -> list[str]:
+    """Return one message per command module that breaks the verb's shape: a module without a driver (or a driver
+    without its module), a driver serving two verbs, an import other than bench.cli, bench.errors and its driver,
+    its driver not imported or never called, a module over COMMAND_MAX_LINES lines."""
+    found = []
+    folder = package_root / "commands"
+    modules = {p.stem for p in folder.glob("*.py") if p.name != "__init__.py"}
+    for verb in sorted(modules - set(drivers)):
+        found.append(f"bench/commands/{verb}.py has no driver: list it in DRIVERS with the one module it calls")
+    for verb in sorted(set(drivers) - modules):
+        found.append(f"DRIVERS names verb {verb!r}, which has no module bench/commands/{verb}.py")
+    for driver in sorted({d for d in drivers.values() if list(drivers.values()).count(d) > 1}):
+        found.append(f"{driver} is the driver of {sorted(v for v, d in drivers.items() if d == driver)}: one driver a verb")
+    for path in sorted(folder.glob("*.py")):
+        rel = path.relative_to(package_root.parent)
+        lines = len(path.read_text().splitlines())
+        if lines > COMMAND_MAX_LINES:
+            found.append(f"{rel} has {lines} lines (at most {COMMAND_MAX_LINES}): move its work to its driver")
+        driver = drivers.get(path.stem)
+        allowed = {*COMMANDS_MAY_IMPORT, *([driver] if driver else [])}
+        imported = imports_of(path, package_root)
+        for module, line, text in imported:
+            if module not in allowed:
+                found.append(f"{rel}:{line}: `{text}`: a command imports only {sorted(allowed)}; {module}'s use "
+                             "belongs in the driver")
+        if driver is None:
+            continue
+        if driver not in {m for m, _, _ in imported}:
+            found.append(f"{rel} does not import its driver {driver}")
+        elif not _names_from(path, driver) & _called_names(path):
+            found.append(f"{rel} imports its driver {driver} but calls nothing of it")
+        if stage_of(driver) == "commands":
+            found.append(f"{rel}: its driver {driver} is in stage 'commands': a driver lives in its pipeline stage")
+    return found
+
+
+def test_each_command_calls_its_one_driver_and_stays_small():
+    found = command_violations(PACKAGE, DRIVERS)
+    assert not found, "\n".join(found)
+    for driver in DRIVERS.values():  # every driver is a module of the package
+        assert (PACKAGE.parent / (driver.replace(".", "/") + ".py")).is_file(), f"{driver} is not a module"
+
+
+def test_the_verbs_of_bench_help_are_the_verbs_with_a_driver():
+    from bench.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert set(sub.choices) == set(DRIVERS)
+    for verb, parser in sub.choices.items():
+        func = parser.get_default("func") or next(
+            (a.choices for a in parser._actions if a.dest.endswith("_command")), None)
+        funcs = [func] if callable(func) else [p.get_default("func") for p in func.values()]
+        assert all(f.__module__ == f"bench.commands.{verb}" for f in funcs), (verb, funcs)
+
+
+def test_a_command_that_does_its_drivers_work_is_reported(tmp_path):
+    root = _tree(tmp_path, {
+        "__init__.py": "",
+        "cli.py": "",
+        "errors.py": "",
+        "commands/__init__.py": "",
+        "commands/oom.py": "from bench.cli import load\ndef cmd(a):\n    from bench.oom.driver import search\n    search(a)\n",
+        "commands/run.py": ("def cmd(a):\n    from bench.study.run import go\n    from bench.files import write_atomic\n"
+                            "    write_atomic(go(a))\n" + "# more\n" * COMMAND_MAX_LINES),
+        "commands/extra.py": "",
+        "commands/build.py": "from bench.runner.build import build\ndef cmd(a):\n    return 0\n",
+        "commands/kernels.py": "def cmd(a):\n    return 0\n",
+        "runner/__init__.py": "",
+        "runner/build.py": "def build(a): pass\n",
+        "oom/__init__.py": "",
+        "oom/driver.py": "def search(a): pass\n",
+        "study/__init__.py": "",
+        "study/run.py": "def go(a): pass\n",
+        "files.py": "",
+    })
+    found = command_violations(root, {"oom": "bench.oom.driver", "run": "bench.study.run", "report": "bench.oom.driver",
+                                      "build": "bench.runner.build", "kernels": "bench.profiling.readback"})
+    text = "\n".join(found)
+    assert len(found) == 7, text
+    assert "bench/commands/extra.py has no driver" in text and "verb 'report', which has no module" in text
+    assert "bench.oom.driver is the driver of ['oom', 'report']" in text
+    assert "bench/commands/run.py has 204 lines" in text
+    assert "bench/commands/run.py:3: `from bench.files import write_atomic`: a command imports only" in text
+    assert "bench/commands/build.py imports its driver bench.runner.build but calls nothing of it" in text
+    assert "bench/commands/kernels.py does not import its driver bench.profiling.readback" in text
+    assert not any("oom.py" in f or "extra.py does not" in f for f in found)
+
+
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
     root = tmp_path / "bench"
     for rel, text in files.items():
@@ -321,7 +448,8 @@ def test_a_module_over_the_limit_is_named_with_its_count(tmp_path):
     ("bench.backends.speed_of_light", "backends"), ("bench.results.records", "results"),
     ("bench.runner.matrix", "runner"), ("bench.metrics", "base"), ("bench.machine.environment", "machine"),
     ("bench.workloads.request", "workloads"), ("bench.execution.worker", "execution"),
-    ("bench.report.kernel_panel", "report"), ("bench.cli", "commands"),
+    ("bench.report.kernel_panel", "report"), ("bench.study.driver", "study"), ("bench.execution.launcher", "execution"),
+    ("bench.cli", "commands"),
 ])
 def test_where_modules_sit(module, stage):
     assert stage_of(module) == stage

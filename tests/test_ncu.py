@@ -110,8 +110,8 @@ def test_profile_reads_an_ncu_report_into_its_tables(tmp_path, monkeypatch):
     CSV, roofline.json/.md and a kernel table, with the session's measured copy bandwidth as the roofline."""
     from types import SimpleNamespace
 
-    from bench.commands.profile import _read_ncu
     from bench.profiling.kernels import KernelTable
+    from bench.profiling.readback import read_ncu
 
     fake = tmp_path / "ncu"
     # it prints only in the C locale (numbers as 1234.5): the export must not inherit a decimal-comma locale
@@ -122,10 +122,10 @@ def test_profile_reads_an_ncu_report_into_its_tables(tmp_path, monkeypatch):
     out.mkdir()
     cell = SimpleNamespace(cell_id="c1", label="hf bf16 bs1")
     with pytest.raises(RuntimeError, match="ncu wrote no report"):
-        _read_ncu(str(fake), out, cell, {})
+        read_ncu(str(fake), out, cell, {})
     (out / "report.ncu-rep").write_bytes(b"rep")
     monkeypatch.setenv("LC_ALL", "de_DE.UTF-8")  # a user's decimal-comma locale
-    got = _read_ncu(str(fake), out, cell, {"copy_bandwidth": {"bandwidth_bytes_s": 4.0e12}, "ncu_version": "2025.3.1.0"})
+    got = read_ncu(str(fake), out, cell, {"copy_bandwidth": {"bandwidth_bytes_s": 4.0e12}, "ncu_version": "2025.3.1.0"})
     assert got["roofline_total"]["kernels"] == 5 and got["roofline_total"]["duration_us"] == 47.0
     assert got["roofline_total"]["pct_of_copy_bandwidth"] is not None
     assert (out / "ncu_raw.csv").read_text() == FIXTURE.read_text()

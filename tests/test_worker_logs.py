@@ -5,13 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.execution import supervisor as runner
-from bench.execution.supervisor import (
-    GroupItem,
-    GroupJob,
-    oom_kill_evidence,
-    supervise_group,
-)
+from bench.execution import launcher
+from bench.execution.launcher import oom_kill_evidence
+from bench.execution.supervisor import GroupItem, GroupJob, supervise_group
 from bench.spec.matrix import parse_matrix
 from bench.workloads.workload import cached_workload
 
@@ -64,12 +60,12 @@ def test_a_crash_after_another_worker_printed_an_oom_is_an_error(tiny_sharegpt, 
 
 
 def test_a_sigkill_without_evidence_is_an_error(tiny_sharegpt, tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "oom_kill_counter", lambda: ("/cg/memory.events", 4))  # never rises
+    monkeypatch.setattr(launcher, "oom_kill_counter", lambda: ("/cg/memory.events", 4))  # never rises
     m, job, results = group(tiny_sharegpt, tmp_path, "sigkill", sizes=(1,))
     rec = results[m.cells[0].cell_id]
     assert rec["status"] == "error" and "killed by SIGKILL" in rec["error"]
     assert "oom_kill in /cg/memory.events did not rise" in rec["error"] and str(job.logs[0]) in rec["error"]
-    monkeypatch.setattr(runner, "oom_kill_counter", lambda: None)  # nothing readable
+    monkeypatch.setattr(launcher, "oom_kill_counter", lambda: None)  # nothing readable
     _, _, results = group(tiny_sharegpt, tmp_path, "sigkill", sizes=(1,))
     rec = next(iter(results.values()))
     assert rec["status"] == "error" and "no cgroup OOM-kill counter readable" in rec["error"]
@@ -77,7 +73,7 @@ def test_a_sigkill_without_evidence_is_an_error(tiny_sharegpt, tmp_path, monkeyp
 
 def test_a_sigkill_while_the_oom_killer_acted_is_an_oom(tiny_sharegpt, tmp_path, monkeypatch):
     counts = iter([3, 5])  # at the worker's start, after its death
-    monkeypatch.setattr(runner, "oom_kill_counter", lambda: ("/cg/memory.events", next(counts)))
+    monkeypatch.setattr(launcher, "oom_kill_counter", lambda: ("/cg/memory.events", next(counts)))
     m, _, results = group(tiny_sharegpt, tmp_path, "sigkill", sizes=(1,))
     rec = results[m.cells[0].cell_id]
     assert rec["status"] == "oom"
@@ -92,7 +88,7 @@ def test_oom_kill_evidence_needs_the_same_counter_to_rise():
 
 
 def test_the_oom_kill_counter_reads_this_machines_cgroup():
-    found = runner.oom_kill_counter()
+    found = launcher.oom_kill_counter()
     if found is None:
         pytest.skip("no cgroup memory counters visible here")
     path, count = found

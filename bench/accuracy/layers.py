@@ -139,8 +139,10 @@ def run_layers(job: dict) -> dict:
 
 
 def main(argv: list[str]) -> int:
+    from bench.execution.launcher import die_with_parent
     from bench.machine.failures import classify_exception
 
+    die_with_parent()  # started by bench.execution.launcher: no session outlives its parent
     job = json.loads(Path(argv[0]).read_text())
     try:
         result = run_layers(job)

@@ -270,6 +270,9 @@ GEN_CONCURRENCY = 16  # greedy requests in flight to a server (as the in-process
 
 
 def main(argv: list[str]) -> int:
+    from bench.execution.launcher import die_with_parent
+
+    die_with_parent()  # started by bench.execution.launcher: no session outlives its parent
     job = json.loads(Path(argv[0]).read_text())
     result = _guarded(lambda: run_session(job))  # a failure before any cell (the baseline's load) fails them all
     Path(argv[1]).write_text(json.dumps(result, default=str))

@@ -1,8 +1,10 @@
-"""Subcommands: one module per `bench` subcommand, each with `register(subparsers)`; discovered by bench.cli.
+"""Subcommands: one module per `bench` verb, each with `register(subparsers)`; discovered by bench.cli.
 
-A command parses its arguments and calls one library function. The last stage. May import:
-every other stage (and bench.cli's argument helpers); nothing imports a command but the CLI
-and other commands.
+One shape per verb (asv's commands): a command parses its arguments, calls the one driver of its
+verb in that driver's pipeline stage (tests/test_layout.py lists them: bench.runner.build,
+bench.oom.driver, bench.study.driver, ...) and prints what it returns. The last stage. May import:
+bench.cli's argument helpers, bench.errors and its verb's driver, nothing else of the package;
+nothing imports a command but the CLI.
 """
 
 # The order `bench --help` lists commands in: the order a user works (asv keeps such a list), not

@@ -1,4 +1,8 @@
-"""`bench build`: write each build key's compiled and tuned engine as a portable artifact, measuring nothing."""
+"""`bench build`: write each build key's compiled and tuned engine as a portable artifact, measuring nothing.
+
+Parses the flags and calls bench.runner.build.build_artifacts; prints each build's artifact or
+why it has none.
+"""
 
 from __future__ import annotations
 
@@ -19,18 +23,6 @@ def cmd_build(args) -> int:
 
     from bench.runner.build import build_artifacts
 
-    matrix = load_selected_matrix(args)
-    console = Console(stderr=True)
-    keys = {c.build_key().key_hash for c in matrix.cells}
-    console.print(f"matrix [bold]{matrix.name}[/]: {len(keys)} build key(s), each built cold -> {args.artifacts}")
-
-    def show(o):
-        if o.artifact:
-            tuned = o.tuned or {}
-            print(f"{o.label}  build key {o.key_hash}: {o.artifact} ({o.bytes / 1e6:.1f} MB, digest {o.digest[:12]}, "
-                  f"tuned digest {tuned.get('digest')}, {o.seconds:.0f} s)")
-        else:
-            print(f"{o.label}  build key {o.key_hash}: no artifact ({o.seconds:.0f} s): {o.error}")
-
-    outcomes = build_artifacts(matrix, args.artifacts, on_outcome=show)
+    outcomes = build_artifacts(load_selected_matrix(args), args.artifacts, console=Console(stderr=True),
+                               on_outcome=lambda o: print(o.text()))
     return 1 if any(o.artifact is None for o in outcomes) else 0

@@ -1,9 +1,11 @@
-"""`bench compare BASE HEAD`: regression verdicts between two stores or two commits' results."""
+"""`bench compare BASE HEAD`: regression verdicts between two stores or two commits' results.
+
+Parses the flags and calls bench.results.compare.compare_report; prints its Markdown, its warnings and the count.
+"""
 
 from __future__ import annotations
 
 import sys
-import warnings
 
 
 def register(sub) -> None:
@@ -35,26 +37,15 @@ def register(sub) -> None:
 
 
 def cmd_compare(args) -> int:
-    from bench.files import check_output_file, write_atomic
-    from bench.results.compare import compare_stores, to_markdown
+    from bench.results.compare import compare_report
 
-    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None
-    if args.markdown:
-        check_output_file(args.markdown, "--markdown")
-    with warnings.catch_warnings(record=True) as caught:  # the stores' own warnings (torn lines, NaN figures)
-        warnings.simplefilter("always")
-        comparison = compare_stores(
-            args.base, args.head, base_commit=args.base_commit, head_commit=args.head_commit, metrics=metrics,
-            factor=args.factor, confidence=args.confidence, test=args.test,
-            ignore_options=[o for opt in args.ignore_option for o in opt.split(",") if o],
-            allow_env_mismatch=args.allow_env_mismatch, pool=args.pool,
-        )
-    for w in caught:
-        print(f"bench compare: warning: {w.message}", file=sys.stderr)
-    markdown = to_markdown(comparison)
+    comparison, markdown, store_warnings = compare_report(
+        args.base, args.head, markdown_file=args.markdown, metrics=args.metrics, ignore_options=args.ignore_option,
+        base_commit=args.base_commit, head_commit=args.head_commit, factor=args.factor, confidence=args.confidence,
+        test=args.test, allow_env_mismatch=args.allow_env_mismatch, pool=args.pool)
+    for w in store_warnings:
+        print(f"bench compare: warning: {w}", file=sys.stderr)
     print(markdown)
-    if args.markdown:
-        write_atomic(args.markdown, markdown)
     for w in comparison.warnings:
         print(f"bench compare: warning: {w}", file=sys.stderr)
     n = len(comparison.regressions)

@@ -1,13 +1,11 @@
-"""`bench report`: rebuild tables and the dashboard from result stores (runs nothing)."""
+"""`bench report`: rebuild tables and the dashboard from result stores (runs nothing).
+
+Parses the flags and calls bench.report.driver.report_stores; prints report.md and names the files.
+"""
 
 from __future__ import annotations
 
 import sys
-import warnings
-from pathlib import Path
-
-from bench.cli import parse_pairs
-from bench.errors import BenchInputError
 
 
 def register(sub) -> None:
@@ -32,35 +30,13 @@ def register(sub) -> None:
 
 
 def cmd_report(args) -> int:
-    from bench.report.build import build_report, load_kernels
+    from bench.report.driver import report_stores
 
-    stores = args.stores or sorted(str(p) for p in Path("results").glob("*.jsonl"))
-    profiles = args.profiles or ([] if args.stores else sorted(str(p) for p in Path("profiles").glob("*.jsonl")))
-    if not stores and profiles:
-        stores, profiles = profiles, []  # kernel profiles only: a dashboard with the kernel panel
-    if not stores:
-        raise BenchInputError("no result stores given and none found in results/: run `bench run` first")
-    out = Path(args.out or ("dashboards/" + (_name(stores[0]) if len(stores) == 1 else "combined")))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        paths = build_report(stores, out, parse_pairs(args.baseline), kernels=load_kernels(args.kernels),
-                             profiles=profiles, pool=args.pool)
-    printed = paths["report"].read_text() if "report" in paths else ""
-    if printed:
-        print(printed)
-    for w in dict.fromkeys(str(w.message) for w in caught):
-        if w not in printed:  # the tables' own warnings are printed with them: once is enough
-            print(f"warning: {w}", file=sys.stderr)
-    written = ", ".join(str(paths[k]) for k in ("report", "markdown", "csv", "html", "kernels", "frontier") if k in paths)
-    print(f"tables: {written}; dashboard: {paths.get('dashboard', '(none: no workload results)')}", file=sys.stderr)
+    built = report_stores(args.stores, args.out, baseline=args.baseline, kernels=args.kernels, profiles=args.profiles,
+                          pool=args.pool)
+    if built.printed:
+        print(built.printed)
+    for w in built.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    print(built.files_text(), file=sys.stderr)
     return 0
-
-
-def _name(store: str) -> str:
-    """Return the default report folder's name for a store, a folder of stores or a glob."""
-    import glob
-
-    p = Path(store)
-    if glob.has_magic(store):
-        return p.parent.name or "combined"
-    return p.name if p.is_dir() else p.stem

@@ -1,12 +1,12 @@
-"""`bench run`: run a matrix (default: the CPU preset), store results, print the speedup table."""
+"""`bench run`: run a matrix (default: the CPU preset), store results, print the speedup table.
+
+Parses the flags and calls bench.study.run.run_and_report (the run driver, then the report);
+prints the tables it wrote and names its files.
+"""
 
 from __future__ import annotations
 
-import warnings
-from pathlib import Path
-
-from bench.cli import add_matrix_arguments, load_selected_matrix, parse_pairs
-from bench.errors import BenchInputError
+from bench.cli import add_matrix_arguments, load_selected_matrix
 
 
 def register(sub) -> None:
@@ -49,89 +49,25 @@ def register(sub) -> None:
     r.set_defaults(func=cmd_run)
 
 
-def run_estimate(matrix, store: Path, history: list, redo: bool = False):
-    """Return the bench.results.estimate.Estimate of running the matrix into `store`, from the stored records."""
-    from bench.results import query
-    from bench.results.estimate import estimate_run
-    from bench.results.records import new_context
-    from bench.runner.matrix import plan
-    from bench.workloads.workload import cached_workload
-
-    target = [query.load([store])] if store.exists() else []
-    extra = [query.load([h]) for h in history]
-    records = [r for recs in target + extra for r in recs]
-    st = matrix.settings
-    context = new_context("run", matrix=matrix.name, baseline=matrix.baseline, gpu_memory_gb=st.gpu_memory_gb,
-                          runs=st.runs, trials=st.trials, warmup=st.warmup)
-    planned = plan(matrix, [r for recs in target for r in recs], context, redo)
-    tokens: dict = {}
-
-    def output_tokens(spec):
-        if spec not in tokens:
-            tokens[spec] = sum(r.output_len for r in cached_workload(spec, Path("workloads/cache"))[0].requests)
-        return tokens[spec]
-
-    return estimate_run(matrix, planned, records, output_tokens)
-
-
-def statuses_text(statuses: dict) -> str:
-    """Return '24 ok, 2 oom' (records written, by status), or 'nothing new'."""
-    return ", ".join(f"{n} {status}" for status, n in statuses.items()) or "nothing new"
-
-
-def written_text(paths: dict) -> str:
-    """Return every file a report build wrote, named, e.g. 'tables: a.md, a.csv, a.html; report: r.md; dashboard: d.html'."""
-    groups = (("tables", ("markdown", "csv", "html")), ("report", ("report",)), ("OOM frontier", ("frontier",)),
-              ("kernels", ("kernels",)), ("dashboard", ("dashboard",)))
-    parts = [f"{name}: " + ", ".join(str(paths[k]) for k in keys if k in paths)
-             for name, keys in groups if any(k in paths for k in keys)]
-    return "; ".join(parts)
-
-
 def cmd_run(args) -> int:
     from rich.console import Console
 
-    from bench.files import check_output_dir
-    from bench.report.build import build_report
-    from bench.report.dashboard import require_plotly
-    from bench.runner.matrix import run_matrix
-    from bench.spec.baseline import check_baseline
+    from bench.study.run import run_and_report, written_text
 
     matrix = load_selected_matrix(args)
-    baseline = parse_pairs(args.baseline) or matrix.baseline
-    check_baseline(baseline, matrix.cells)  # an ambiguous baseline fails now, not after the run
-    if args.baseline:  # a named baseline must name a cell of the matrix (before --only: a slice may leave it out)
-        check_baseline(baseline, load_selected_matrix(args, only=False).cells, must_match=True)
-    store = Path(args.store or f"results/{matrix.name}.jsonl")
-    report_dir = check_output_dir(args.report_dir or f"dashboards/{matrix.name}", "--report-dir")  # before the run
     console = Console(stderr=True, soft_wrap=True)
-    st = matrix.settings
-    where = f"executor {st.executor}" + (f" on {','.join(st.devices)}" if st.devices else "") + (
-        f" at {st.ray_address}" if st.ray_address else "")
-    console.print(f"matrix [bold]{matrix.name}[/]: {len(matrix.cells)} cells x {st.runs} run(s) x {st.trials} trials -> "
-                  f"{store} ({where})")
-    try:
-        require_plotly()  # said before the run, which stores its records whatever the report needs
-    except BenchInputError as exc:
-        console.print(f"[yellow]warning: {exc}; the run stores its records, its report will not be built")
-    if args.dry_run:
-        for c in matrix.cells:
-            print(f"{c.cell_id}  {c.label}")
-        print(run_estimate(matrix, store, args.history, redo=args.redo).text())
+    done = run_and_report(matrix, console, store=args.store, report_dir=args.report_dir, baseline=args.baseline,
+                          all_cells=load_selected_matrix(args, only=False).cells if args.baseline else None,
+                          redo=args.redo, dry_run=args.dry_run, history=args.history,
+                          show_progress=not args.no_progress)
+    if done.plan_text is not None:
+        print(done.plan_text)
         return 0
-    summary = run_matrix(matrix, store, redo=args.redo, show_progress=not args.no_progress, console=console)
-    console.print(f"done in {summary.elapsed_s:.1f} s: {statuses_text(summary.statuses)}; {summary.skipped} trial(s) "
-                  f"already stored; run id {summary.run_id}", highlight=False)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            paths = build_report([store], report_dir, baseline)
-        markdown = paths["markdown"].read_text()
-        print(markdown)
-        for w in dict.fromkeys(str(w.message) for w in caught):
-            if w not in markdown:  # the tables' own warnings are printed with them: once is enough
-                console.print(f"warning: {w}", style="yellow", highlight=False, markup=False)
-        console.print("wrote " + written_text(paths), highlight=False)
-    except BenchInputError as exc:
-        console.print(f"[yellow]report not built: {exc}")
-    return 1 if summary.statuses.get("error") or summary.statuses.get("timeout") else 0
+    if done.report_error is not None:
+        console.print(f"[yellow]report not built: {done.report_error}")
+        return done.exit_status
+    print(done.markdown)
+    for w in done.warnings:
+        console.print(f"warning: {w}", style="yellow", highlight=False, markup=False)
+    console.print("wrote " + written_text(done.paths), highlight=False)
+    return done.exit_status

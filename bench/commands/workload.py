@@ -1,11 +1,9 @@
-"""`bench workload build|show|export`: freeze a workload to a file, inspect it, export it."""
+"""`bench workload build|show|export`: freeze a workload to a file, inspect it, export it.
+
+Parses the flags and calls bench.workloads.driver (build_file, show, export); prints what each returns.
+"""
 
 from __future__ import annotations
-
-from pathlib import Path
-
-from bench.errors import BenchInputError
-from bench.files import check_output_file, write_atomic
 
 
 def register(sub) -> None:
@@ -35,97 +33,28 @@ def register(sub) -> None:
     e.set_defaults(func=cmd_export)
 
 
-
-
-def spec_from_args(args, file: str | None = None):
-    """Return the WorkloadSpec named by --preset/--matrix/--name/--set (or a file source)."""
-    from bench.spec.cells import WorkloadSpec
-    from bench.spec.matrix import load_matrix
-    from bench.spec.narrow import coerce_cli_value
-
-    overrides = {}
-    for item in args.set:
-        if "=" not in item:
-            raise BenchInputError(f"--set wants KEY=VALUE, got {item!r}")
-        key, value = item.split("=", 1)
-        overrides[key.strip()] = coerce_cli_value(value.strip())
-    if file:
-        name = args.name or Path(file).stem
-        data = {"source": "file", "path": file, **overrides}
-        data.setdefault("num_requests", _count_requests(file))
-        return WorkloadSpec.from_dict(name, data)
-    if args.matrix and args.preset:
-        raise BenchInputError("give either --matrix FILE or --preset NAME, not both")
-    if not (args.matrix or args.preset):
-        return WorkloadSpec.from_dict(args.name or "sharegpt", overrides)
-    matrix = load_matrix(args.matrix) if args.matrix else load_matrix(args.preset, preset=True)
-    specs = {c.workload.name: c.workload for c in matrix.cells}
-    name = args.name or next(iter(specs))
-    if name not in specs:
-        raise BenchInputError(f"--name {name!r} is not a workload of matrix {matrix.name!r}; its workloads are {sorted(specs)}")
-    base = {k: v for k, v in specs[name].to_dict().items() if k != "name"}
-    return WorkloadSpec.from_dict(name, {**base, **overrides})
-
-
-def _count_requests(file: str) -> int:
-    """Return how many requests a workload JSON or JSONL file holds (to replay all of them)."""
-    import json
-
-    path = Path(file).expanduser()
-    if not path.is_file():
-        raise BenchInputError(f"workload file {file!r} does not exist")
-    text = path.read_text(errors="replace")
-    try:
-        doc = json.loads(text)
-        if isinstance(doc, dict) and isinstance(doc.get("requests"), list):
-            return max(1, len(doc["requests"]))
-    except ValueError:
-        pass
-    return max(1, sum(1 for line in text.splitlines() if line.strip()))
+def _spec_flags(args) -> dict:
+    return {"preset": args.preset, "matrix": args.matrix, "name": args.name, "sets": args.set}
 
 
 def cmd_build(args) -> int:
-    from bench.workloads.lengths import format_stats
-    from bench.workloads.workload import build_workload
+    from bench.workloads.driver import build_file, workload_spec
 
-    spec = spec_from_args(args)
-    check_output_file(args.out or f"workloads/{spec.name}.json", "--out")
-    wl = build_workload(spec)
-    out = write_atomic(args.out or f"workloads/{spec.name}.json", wl.to_json())
-    print(format_stats(wl))
-    print(f"wrote {out}")
+    stats, path = build_file(workload_spec(**_spec_flags(args)), args.out)
+    print(stats)
+    print(f"wrote {path}")
     return 0
 
 
 def cmd_show(args) -> int:
-    from bench.workloads.lengths import format_stats
-    from bench.workloads.workload import build_workload
+    from bench.workloads.driver import show
 
-    if args.file and not args.set and Path(args.file).suffix == ".json":
-        wl = _read_frozen(args.file)  # as built: with its own drop counts and parse report
-    else:
-        wl = build_workload(spec_from_args(args, file=args.file))
-    print(format_stats(wl))
+    print(show(args.file, **_spec_flags(args)))
     return 0
 
 
-def _read_frozen(file: str):
-    from bench.workloads.workload import Workload
-
-    path = Path(file).expanduser()
-    if not path.is_file():
-        raise BenchInputError(f"workload file {file!r} does not exist; make one with `bench workload build`")
-    try:
-        return Workload.from_json(path.read_text())
-    except (ValueError, KeyError, TypeError) as exc:
-        raise BenchInputError(f"{file!r} is not a workload file from `bench workload build`: {exc}") from exc
-
-
 def cmd_export(args) -> int:
-    from bench.workloads.trtllm_dataset import to_trtllm_jsonl
+    from bench.workloads.driver import export
 
-    check_output_file(args.out, "--out")
-    wl = _read_frozen(args.file)
-    out = write_atomic(args.out, to_trtllm_jsonl(wl))
-    print(f"wrote {len(wl.requests)} requests to {out} (trtllm-bench --dataset format)")
+    print(export(args.file, args.out))
     return 0

@@ -7,9 +7,11 @@ worker is killed), `oom`/`error` for a worker that died (classified by failures.
 a death ends its cell (one record; the cell's other trials are skipped, as the worker skips
 them after a failure), and a fresh worker takes the group's next cells.
 
-Each worker process writes its stderr to a file of its own (`<log_dir>/<prefix>-<time>-<n>.log`,
-created new, never appended to by another process), so a death is classified from that
-process's exit status and output only, never from what an earlier worker printed.
+Workers start, die and are judged through bench.execution.launcher, as every cell's process:
+each writes its stderr to a file of its own (`<log_dir>/<prefix>-<time>-<n>.log`, created new,
+never appended to by another process), so a death is classified from that process's exit status
+and output only, never from what an earlier worker printed. What is the supervisor's own: the
+event stream, the progress timeouts, and turning a hang or a death into its cell's outcome.
 
 A tensor-parallel group of a backend that launches ranks (hf) runs its worker as one process
 per GPU under torchrun; the job then travels in a file beside the log, and rank 0 reports.
@@ -19,12 +21,8 @@ at once (Ctrl-C, or another group's failure) and supervise_group raises GroupSto
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
 import queue
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -32,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.machine.failures import classify_exit, killed_by_sigkill
+from bench.execution import launcher
 
 # How long a worker may take to exit after its last event before it is killed.
 EXIT_GRACE_S = 30.0
@@ -63,17 +61,9 @@ class GroupJob:
 
     def new_log(self):
         """Return (path, open binary file) of a log file no other process has written: created here, exclusively."""
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        for n in itertools.count(len(self.logs) + 1):
-            path = self.log_dir / f"{self.log_prefix}-{stamp}-{n}.log"
-            try:
-                fh = open(path, "xb")
-            except FileExistsError:
-                continue
-            self.logs.append(path)
-            return path, fh
-        raise AssertionError("unreachable")  # pragma: no cover
+        path, fh = launcher.new_log(self.log_dir, self.log_prefix, first=len(self.logs) + 1)
+        self.logs.append(path)
+        return path, fh
 
     def payload(self, items: list[GroupItem]) -> dict:
         return {
@@ -123,11 +113,6 @@ def worker_ranks(build_key) -> int:
 def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event, stop=None) -> bool:
     """Run one worker over items. Return True if the group cannot go on (failure in the build)."""
     log_path, log = job.new_log()
-    # The worker imports the same `bench` as this process, installed or not.
-    root = str(Path(__file__).resolve().parents[2])
-    pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": pythonpath, **job.env,
-           "BENCH_PARENT_PID": str(os.getpid())}  # the worker dies with this process (worker._die_with_parent)
     command = [sys.executable, "-m", "bench.execution.worker"]
     payload = json.dumps(job.payload(items)).encode()
     ranks = worker_ranks(job.build_key)
@@ -135,15 +120,8 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event, s
         job_file = log_path.with_suffix(".job.json")
         job_file.write_bytes(payload)
         command += ["--ranks", str(ranks), str(job_file)]
-    proc = subprocess.Popen(
-        command,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=log,
-        env=env,
-        start_new_session=True,  # Ctrl-C reaches the parent only; the parent stops the worker
-    )
-    oom_kills = oom_kill_counter()  # the kernel OOM killer's count when the worker started
+    proc = launcher.start(command, log, launcher.child_env(job.env), events=True)
+    oom_kills = launcher.oom_kill_counter()  # the kernel OOM killer's count when the worker started
     events: queue.Queue = queue.Queue()
 
     def reader():
@@ -176,7 +154,7 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event, s
             except queue.Empty:
                 if time.monotonic() < deadline:
                     continue
-                kill_group(proc)
+                launcher.kill_group(proc)
                 if not built:
                     message = f"timeout: the build/load exceeded {job.build_timeout_s:g} s; worker killed; log {log_path}"
                     for cell_id, trial in sorted(pending):
@@ -187,23 +165,16 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event, s
                 end_cell(on_event, pending, items, current, "timeout", message)
                 return False
             if event is None:  # the worker exited
-                _wait_or_kill(proc)
+                launcher.wait_or_kill(proc, EXIT_GRACE_S)
                 if not pending:
                     return False
                 log.flush()
-                tail = _tail(log_path)  # this process's own output, nobody else's
-                evidence = None
-                if killed_by_sigkill(proc.returncode):
-                    evidence = oom_kill_evidence(oom_kills, oom_kill_counter())
-                    message = "worker killed by SIGKILL (" + (evidence or _no_oom_evidence(oom_kills)) + ")"
-                else:
-                    message = f"worker exited with status {proc.returncode}"
-                status = classify_exit(proc.returncode, tail, evidence)
-                message += f"; log {log_path}"
+                died = launcher.death(proc.returncode, log_path, oom_kills)
+                status, message = died.status, f"worker {died.text}; log {log_path}"
                 if fatal:  # the worker classified its own failure: keep its status and traceback
                     status, message = fatal["status"], f"{message}: {fatal['error']}"
                 else:
-                    message += f"\n{tail}"
+                    message += f"\n{died.tail}"
                 if not built:
                     for cell_id, trial in sorted(pending):
                         _synth(on_event, pending, cell_id, trial, status, "build/load: " + message)
@@ -231,11 +202,11 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event, s
             deadline = time.monotonic() + job.cell_timeout_s
             on_event(event)
     except BaseException:  # Ctrl-C, a stop, or a failing callback: stop the worker now
-        kill_group(proc)
+        launcher.kill_group(proc)
         raise
     finally:
         if proc.poll() is None:
-            _wait_or_kill(proc)
+            launcher.wait_or_kill(proc, EXIT_GRACE_S)
         log.close()
 
 
@@ -271,75 +242,3 @@ def _synth(on_event, pending: set, cell_id: str, trial: int, status: str, messag
     pending.discard((cell_id, trial))
     on_event({"event": "result", "cell_id": cell_id, "trial": trial, "status": status, "error": message,
               "synthesized": True, "ended_at": time.time()})
-
-
-def kill_group(proc: subprocess.Popen) -> None:
-    """Kill a process started with start_new_session=True and every process of its group; wait for it."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
-
-
-def _wait_or_kill(proc: subprocess.Popen) -> None:
-    try:
-        proc.wait(timeout=EXIT_GRACE_S)
-    except subprocess.TimeoutExpired:
-        kill_group(proc)
-
-
-def oom_kill_counter() -> tuple[str, int] | None:
-    """Return (file, count) of the kernel OOM killer's kills in this process's memory cgroup, or None if unreadable.
-
-    Workers inherit the parent's cgroup. The count is hierarchical: a kill of any process in
-    the cgroup (or below) raises it. cgroup v2: memory.events; v1: memory.oom_control.
-    """
-    root = Path("/sys/fs/cgroup")
-    v2, v1 = None, None
-    try:
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            _, controllers, rel = line.split(":", 2)
-            if controllers == "":
-                v2 = rel.lstrip("/")
-            elif "memory" in controllers.split(","):
-                v1 = rel.lstrip("/")
-    except (OSError, ValueError):
-        pass
-    candidates = [root / v2 / "memory.events"] if v2 else []
-    candidates.append(root / "memory.events")  # a container's namespace root
-    if v1:
-        candidates.append(root / "memory" / v1 / "memory.oom_control")
-    candidates.append(root / "memory" / "memory.oom_control")
-    for path in candidates:
-        try:
-            for line in path.read_text().splitlines():
-                name, _, value = line.partition(" ")
-                if name == "oom_kill":
-                    return str(path), int(value)
-        except (OSError, ValueError):
-            continue
-    return None
-
-
-def oom_kill_evidence(before: tuple[str, int] | None, after: tuple[str, int] | None) -> str | None:
-    """Return a sentence naming the evidence that the kernel's OOM killer acted between two counts, or None."""
-    if before is None or after is None or before[0] != after[0] or after[1] <= before[1]:
-        return None
-    return f"the kernel's OOM killer: oom_kill in {after[0]} rose from {before[1]} to {after[1]} while it ran"
-
-
-def _no_oom_evidence(before: tuple[str, int] | None) -> str:
-    if before is None:
-        return "no cgroup OOM-kill counter readable here, so not attributed to the kernel's OOM killer"
-    return f"not the kernel's OOM killer: oom_kill in {before[0]} did not rise"
-
-
-def _tail(path: Path, n_bytes: int = 3000) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - n_bytes))
-            return fh.read().decode(errors="replace")
-    except OSError:
-        return ""

@@ -6,8 +6,8 @@ can place it anywhere (a local subprocess per GPU, or one on a Ray node: bench.e
 its original stdout; everything libraries print goes to stderr instead.
 `python -m bench.execution.worker --ranks N JOB_FILE` runs the same job as N processes under
 torchrun (tensor parallelism, one process per GPU): every rank measures, rank 0 reports.
-A worker dies with the process that started it (Linux: PR_SET_PDEATHSIG), so a parent killed
-with SIGKILL leaves no worker behind holding a GPU.
+A worker dies with the process that started it (bench.execution.launcher.die_with_parent: Linux's
+PR_SET_PDEATHSIG), so a parent killed with SIGKILL leaves no worker behind holding a GPU.
 
 Events: {"event": "env"}, {"event": "built"}, {"event": "start", cell_id, trial},
 {"event": "result", cell_id, trial, status, ...}, {"event": "skipped", cell_id, trials}
@@ -19,13 +19,13 @@ from __future__ import annotations
 import json
 import os
 import resource
-import signal
 import sys
 import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from bench.execution.launcher import PARENT_PID_ENV, die_with_parent
 from bench.machine.failures import classify_exception
 from bench.machine.memory_cap import apply_cap, device_peak_bytes
 
@@ -302,24 +302,9 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}\n" + "".join(tb[-6:])[-4000:]
 
 
-def _die_with_parent(parent_pid: str | None) -> None:
-    """Ask Linux to SIGKILL this process when its parent dies; exit now if the parent is already gone."""
-    if not sys.platform.startswith("linux") or not parent_pid:
-        return
-    import ctypes
-
-    PR_SET_PDEATHSIG = 1
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != int(parent_pid):  # it died before prctl: nobody would ever read our events
-        os._exit(1)
-
-
 def _launch_ranks(ranks: int, job_file: str) -> None:
     """Replace this process with torchrun running `ranks` workers on the job file (never returns)."""
-    os.environ["BENCH_PARENT_PID"] = str(os.getpid())  # the ranks' parent: torchrun, which keeps this pid
+    os.environ[PARENT_PID_ENV] = str(os.getpid())  # the ranks' parent: torchrun, which keeps this pid
     args = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
             "-m", "bench.execution.worker", job_file]
     os.execv(sys.executable, args)
@@ -330,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     ranks = 1
     if argv[:1] == ["--ranks"]:
         ranks, argv = int(argv[1]), argv[2:]
-    _die_with_parent(os.environ.get("BENCH_PARENT_PID"))
+    die_with_parent()
     if ranks > 1:
         _launch_ranks(ranks, argv[0])
     proto = os.fdopen(os.dup(1), "w", buffering=1)

@@ -219,6 +219,9 @@ def run_session(job: dict) -> dict:
 
 
 def main(argv: list[str]) -> int:
+    from bench.execution.launcher import die_with_parent
+
+    die_with_parent()  # started by bench.execution.launcher: no session outlives its parent
     job = json.loads(Path(argv[0]).read_text())
     result = run_session(job)
     Path(argv[1]).write_text(json.dumps(result, indent=1, default=str))

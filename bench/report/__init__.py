@@ -3,6 +3,7 @@
 Owns the results frames (`data`), the cells they aggregate to (`cells`), the speedup and history
 tables (`tables`: SpeedupTable) and their text (`render`), the plotly figures (`plotting`'s shared
 rules; `figures`, `ratio_figures`, `kernel_figures`), the kernel panel (`kernel_panel`), the
-self-contained dashboard (`dashboard`) and the one function that writes them (`build`).
-May import: every earlier stage (spec, workloads, execution, results, oom, profiling); never commands.
+self-contained dashboard (`dashboard`), the one function that writes them (`build`) and the driver
+of `bench report` (`driver`: default stores and folder).
+May import: every earlier stage (spec, workloads, execution, results, oom, profiling); never study or commands.
 """

@@ -17,7 +17,7 @@ sides to judge the code.
 
 Bad input is refused before any statistics: unknown metrics, a commit not in the store, no
 cells in common, environments that differ on a comparability key (GPU, driver, library
-versions) unless explicitly allowed.
+versions) unless explicitly allowed. `compare_report` is the driver of `bench compare`.
 """
 
 from __future__ import annotations
@@ -479,3 +479,25 @@ def to_markdown(c: Comparison) -> str:
     if c.warnings:
         lines += ["**Warnings**", ""] + [f"- {w}" for w in c.warnings] + [""]
     return "\n".join(lines)
+
+
+def compare_report(base: str, head: str, *, markdown_file: str | None = None, metrics: str | None = None,
+                   ignore_options: Sequence[str] = (), **options) -> tuple[Comparison, str, list[str]]:
+    """Return (the Comparison, its Markdown, the stores' own warnings: torn lines, NaN figures), the Markdown also
+    written to markdown_file (checked before any work). metrics: 'a,b' (None: DEFAULT_METRICS); ignore_options:
+    option keys, each possibly 'k1,k2'; options: compare_stores'."""
+    import warnings
+
+    from bench.files import check_output_file, write_atomic
+
+    if markdown_file:
+        check_output_file(markdown_file, "--markdown")
+    chosen = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        comparison = compare_stores(base, head, metrics=chosen,
+                                    ignore_options=[o for opt in ignore_options for o in opt.split(",") if o], **options)
+    markdown = to_markdown(comparison)
+    if markdown_file:
+        write_atomic(markdown_file, markdown)
+    return comparison, markdown, [str(w.message) for w in caught]

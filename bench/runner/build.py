@@ -34,10 +34,21 @@ class BuildOutcome:
     seconds: float = 0.0
     events: list = field(default_factory=list)
 
+    def text(self) -> str:
+        """Return the line `bench build` prints: the artifact (size, digests, time) or why there is none."""
+        if self.artifact:
+            tuned = self.tuned or {}
+            return (f"{self.label}  build key {self.key_hash}: {self.artifact} ({self.bytes / 1e6:.1f} MB, digest "
+                    f"{self.digest[:12]}, tuned digest {tuned.get('digest')}, {self.seconds:.0f} s)")
+        return f"{self.label}  build key {self.key_hash}: no artifact ({self.seconds:.0f} s): {self.error}"
+
 
 def build_artifacts(matrix, out_dir: str | Path, *, engines_dir: str | Path | None = None,
-                    workload_cache: str | Path = "workloads/cache", on_outcome=None) -> list[BuildOutcome]:
-    """Return one BuildOutcome per build key of the matrix, each built cold in a fresh worker and exported to out_dir."""
+                    workload_cache: str | Path = "workloads/cache", on_outcome=None, console=None) -> list[BuildOutcome]:
+    """Return one BuildOutcome per build key of the matrix, each built cold in a fresh worker and exported to out_dir.
+
+    on_outcome gets each outcome as its build ends; console (if given) the plan's line before the first.
+    """
     from bench.execution.supervisor import GroupItem, GroupJob, supervise_group
     from bench.machine.memory_cap import check_cap, env_for
     from bench.workloads.workload import cached_workload
@@ -49,6 +60,8 @@ def build_artifacts(matrix, out_dir: str | Path, *, engines_dir: str | Path | No
     groups: OrderedDict = OrderedDict()
     for cell in matrix.cells:
         groups.setdefault(cell.build_key(), []).append(cell)
+    if console is not None:
+        console.print(f"matrix [bold]{matrix.name}[/]: {len(groups)} build key(s), each built cold -> {out_dir}")
     workloads = {}
     for cell in matrix.cells:
         if cell.workload not in workloads:

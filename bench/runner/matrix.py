@@ -1,10 +1,11 @@
-"""Runs a matrix: resumes from the store, builds workloads, runs build groups, stores results.
+"""The run driver: runs a matrix, resuming from the store, building workloads, running build groups, storing results.
 
 Cells are grouped by BuildKey (one worker builds or loads once per group). Each cell is
 measured in `runs` fresh worker processes (pyperf's runs), each with its own warm-up and
 `trials` measured passes. Each finished (cell, run, trial) becomes one stored record, carrying
 this invocation's run context, the moment its event arrives, so an interrupted run loses
-nothing it finished; the next run resumes what is missing unless asked to redo.
+nothing it finished; the next run resumes what is missing unless asked to redo. `run_estimate`
+says, from stored records alone, how long the run would take (`--dry-run`).
 """
 
 from __future__ import annotations
@@ -86,6 +87,35 @@ def plan(matrix: Matrix, records, context: RunContext, redo: bool = False,
         else:
             out.append(PlannedCell(cell, context, list(range(want_runs))))
     return out
+
+
+def run_estimate(matrix, store: Path, history: list, redo: bool = False):
+    """Return the bench.results.estimate.Estimate of running the matrix into `store`, from the stored records."""
+    from bench.results import query
+    from bench.results.estimate import estimate_run
+    from bench.workloads.workload import cached_workload
+
+    store = Path(store)
+    target = [query.load([store])] if store.exists() else []
+    extra = [query.load([h]) for h in history]
+    records = [r for recs in target + extra for r in recs]
+    st = matrix.settings
+    context = new_context("run", matrix=matrix.name, baseline=matrix.baseline, gpu_memory_gb=st.gpu_memory_gb,
+                          runs=st.runs, trials=st.trials, warmup=st.warmup)
+    planned = plan(matrix, [r for recs in target for r in recs], context, redo)
+    tokens: dict = {}
+
+    def output_tokens(spec):
+        if spec not in tokens:
+            tokens[spec] = sum(r.output_len for r in cached_workload(spec, Path("workloads/cache"))[0].requests)
+        return tokens[spec]
+
+    return estimate_run(matrix, planned, records, output_tokens)
+
+
+def statuses_text(statuses: dict) -> str:
+    """Return '24 ok, 2 oom' (records written, by status), or 'nothing new'."""
+    return ", ".join(f"{n} {status}" for status, n in statuses.items()) or "nothing new"
 
 
 def run_matrix(

@@ -37,9 +37,9 @@ AXES = ("backends", "models", "precisions", "max_batch_sizes", "workloads", "dev
 TOP_KEYS = set(AXES) | {
     "name", "description", "model", "devices", "options", "include", "exclude", "workload",
     "trials", "warmup", "runs", "timeout_s", "build_timeout_s", "baseline", "gpu_memory_gb",
-    "study",  # read by `bench study` (bench/commands/study.py): its OOM search and profile settings
+    "study",  # read by `bench study` (bench/study/plan.py): its OOM search, profile and accuracy settings
     "executor", "ray_address", "tuning_builds", "engines",
-    "accuracy",  # read by `bench accuracy` (bench/commands/accuracy.py): AccuracySpec
+    "accuracy",  # read by `bench accuracy` (bench/accuracy/driver.py): AccuracySpec
 }
 
 

@@ -1,4 +1,5 @@
-"""The command line's narrowing of a matrix: --only, --requests, --trials, --runs and the executor flags; value coercion."""
+"""The command line's narrowing of a matrix: --only, --requests, --trials, --runs and the executor flags; value coercion;
+key=value pairs (`parse_pairs`: --only, --baseline, --layers and the [study] tables' `only`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,19 @@ from bench.machine.devices import device_pool
 from bench.spec.cells import Cell, Matrix, check_num_requests
 from bench.spec.matrix import _matches, check_engine_settings, check_settings
 from bench.spec.placement import check_placement
+
+
+def parse_pairs(text: str | None, flag: str = "--baseline") -> dict | None:
+    """Return {key: value} from 'k=v,k2=v2'; BenchInputError naming the flag otherwise."""
+    if not text:
+        return None
+    out = {}
+    for part in text.split(","):
+        if "=" not in part:
+            raise BenchInputError(f"{flag} wants key=value pairs, e.g. backend=hf,precision=bf16,max_batch_size=1; got {part!r}")
+        k, v = part.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
 
 
 def with_workload(cell: Cell, **changes: Any) -> Cell:

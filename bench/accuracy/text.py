@@ -1,0 +1,61 @@
+"""The printed text of `bench accuracy`'s records: one cell's figures against its baseline, and its verdict."""
+
+from __future__ import annotations
+
+
+def accuracy_text(cell, record) -> str:
+    """Return the printed summary of one Accuracy record."""
+    acc, m = record.accuracy, record.metrics or {}
+    p = acc["parity"]
+    ref = {"dataset": "the dataset's reference answers",
+           "baseline-greedy": "the baseline's own greedy continuation (no reference answers in this workload)"}[acc["reference"]]
+    base = acc.get("baseline")
+    what = (f"{p['tokens']} teacher-forced tokens over {acc['sequences']} prompts" if p else
+            f"{acc['prompts']} prompts, {acc.get('parity_reason')}")
+    if p and acc.get("mode") == "logprobs-top-k":
+        what += f" ({acc.get('parity_reason')})"
+    if acc.get("logits_source"):
+        what += f"; logits: {acc['logits_source']}"
+    head = (f"## {cell.label}" + (f" vs baseline {_label(base)}" if base else " (baseline: noise floor)")
+            + f"\n\n{what} ({acc.get('prompts_note')}); reference: {ref}")
+    lines = [head]
+    if base is None:
+        lines.append(f"perplexity on the reference {p['ppl_base']:.3f}")
+        for f in (acc.get("floor") or {}).values():
+            lines.append(f"noise floor, {f['what']}: KL mean {f['kl_mean']:.3g} (p99 {f['kl_p99']:.3g}), top-1 "
+                         f"{100 * f['top1']:.1f} % (lower {100 * f['top1_lower']:.1f} %), top-5 {_percent(f['top5'])}")
+    else:
+        if p:
+            ratio = f"; {m['kl_floor_ratio']:.1f}x the floor" if "kl_floor_ratio" in m else "; no floor"
+            top_ratio = f", {m['top1_floor_ratio']:.2f}x the floor's" if m.get("top1_floor_ratio") else ""
+            lines.append(f"KL mean {p['kl_mean']:.3g} (p99 {p['kl_p99']:.3g}{ratio}) · top-1 {100 * p['top1']:.1f} % "
+                         f"(95 % lower bound {100 * p['top1_lower']:.1f} %{top_ratio}) · base top-1 in cell top-5 "
+                         f"{_percent(p['top5'])} · PPL {p['ppl_base']:.3f} -> {p['ppl_cell']:.3f} "
+                         f"(delta {p['delta_ppl']:+.3f})")
+        g = acc["generation"]
+        rouge = ("ROUGE-1/2/L vs baseline " + "/".join(f"{g['rouge_vs_base'][k]:.1f}" for k in ("rouge1", "rouge2", "rougeL"))
+                 + f" · ROUGE-1 vs reference {g['rouge_vs_reference']['rouge1']:.1f} (baseline "
+                 f"{g['base_rouge_vs_reference']['rouge1']:.1f}, {g['rouge1_delta_points']:+.2f} points)"
+                 if g.get("rouge_vs_base") else f"ROUGE not computed: {g.get('rouge_error')}")
+        lines.append(f"generation: identical first {g['prefix_k']} tokens {100 * g['identical_prefix_rate']:.0f} % of "
+                     f"{g['prompts']} prompts · " + rouge)
+    d = acc["determinism"]
+    lines.append(f"determinism: {d['differing_tokens']} of {d['tokens']} greedy tokens differ between two passes in "
+                 "one process" + (_across(acc["determinism_across_processes"]) if acc.get("determinism_across_processes") else ""))
+    if acc.get("verdict"):
+        from bench.accuracy.verdict import Verdict
+
+        lines.append(Verdict(**acc["verdict"]).text())
+    return "\n".join(lines) + "\n"
+
+
+def _percent(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f} %"
+
+
+def _across(d: dict) -> str:
+    return f"; {d['differing_tokens']} differ from the previous process's record ({d['previous_run_id']})"
+
+
+def _label(cell: dict) -> str:
+    return f"{cell['backend']}/{cell['precision']}/bs{cell['max_batch_size']}"

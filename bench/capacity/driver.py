@@ -1,0 +1,80 @@
+"""The driver of `bench capacity`: the largest load (request rate, concurrency or batch size) whose latency
+percentiles meet an SLO, per configuration of a matrix.
+
+`check_search` reads the SLO and the bounds before any work; `capacity_matrix` runs one search per
+configuration (a cell with the searched axis set aside: `plan_searches`), every probe's passes
+stored as capacity-probe records (bench.capacity.probes), and writes the report's capacity.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.files import write_atomic
+
+
+def check_search(slo_text: str, axis: str, lower: float | None, upper: float, tolerance: float | None) -> tuple[dict, float]:
+    """Return (the SLO, the lower bound: one tolerance step, or 1, when none is given); BenchInputError if bad."""
+    from bench.capacity.search import check_grid, parse_slo
+
+    slo = parse_slo(slo_text)
+    lower = lower if lower is not None else (tolerance or 1)
+    check_grid(axis, lower, upper, tolerance)
+    return slo, lower
+
+
+def plan_searches(matrix, axis: str) -> list:
+    """Return one cell per configuration: the matrix's cells with the searched axis set aside (first of each)."""
+    from bench.capacity.probes import check_axis
+
+    seen: dict = {}
+    for cell in matrix.cells:
+        check_axis(cell, axis)
+        options = tuple((k, v) for k, v in cell.options if k != axis)
+        size = None if axis == "max_batch_size" else cell.max_batch_size
+        seen.setdefault((cell.backend, cell.model, cell.precision, cell.device, cell.workload, size, options), cell)
+    return list(seen.values())
+
+
+def capacity_matrix(matrix, slo: dict, axis: str, lower: float, upper: float, tolerance: float | None,
+                    strategy: str, store: Path, console, report_dir: Path) -> tuple[int, str]:
+    """Run each configuration's capacity search (every probe stored); write report_dir/capacity.md.
+
+    Return (how many configurations had no load meeting the SLO, the report's Markdown).
+    """
+    from bench.capacity.probes import CapacityRunner
+    from bench.capacity.search import (
+        capacity_markdown,
+        check_grid,
+        search_capacity,
+        search_label,
+        slo_text,
+    )
+    from bench.results import query
+    from bench.results.records import new_context
+    from bench.results.store import ResultStore
+
+    cells = plan_searches(matrix, axis)
+    store = query.check_store_path(store, must_exist=False)
+    st = matrix.settings
+    context = new_context("capacity", matrix=matrix.name, gpu_memory_gb=st.gpu_memory_gb, runs=st.runs,
+                          trials=st.trials, warmup=st.warmup)
+    console.print(f"capacity search: {len(cells)} configuration(s), {axis} {lower:g}..{upper:g} ({strategy}), "
+                  f"SLO {slo_text(slo)}, {st.runs} run(s) x {st.trials} trial(s) per probe -> {store}")
+    parts, missed = [f"## Capacity under an SLO ({matrix.name}, run {context.run_id})", ""], 0
+    search = {"lower": lower, "upper": upper, "tolerance": check_grid(axis, lower, upper, tolerance)[0], "strategy": strategy}
+    with ResultStore(store).writer():
+        for cell in cells:
+            runner = CapacityRunner(cell, axis, slo, store, runs=st.runs, trials=st.trials, warmup=st.warmup,
+                                    timeout_s=st.timeout_s, build_timeout_s=st.build_timeout_s,
+                                    gpu_memory_gb=st.gpu_memory_gb, context=context, search=search)
+            result = search_capacity(runner, axis, lower, upper, tolerance, strategy, slo)
+            label = search_label(cell.backend, cell.model, cell.precision, cell.workload.name, cell.max_batch_size, axis)
+            missed += result.capacity is None
+            console.print(f"{label}: capacity {result.capacity} (first miss {result.first_miss}) after "
+                          f"{len(result.probes)} probes")
+            parts.append(capacity_markdown(result, label))
+    text = "\n".join(parts)
+    path = write_atomic(Path(report_dir) / "capacity.md", text)
+    console.print(f"report: {path}")
+    return missed, text

@@ -1,0 +1,164 @@
+"""Kernel tables read back from a profiler's report: `bench profile` after its session, and `bench kernels`.
+
+`read_nsys` exports a session's nsys report to SQLite and reads it into a KernelTable;
+`read_ncu` imports a session's ncu report as the raw CSV and writes its roofline; both beside the
+session's other files. `write_side_tables` writes kernel_table.md and categories.csv next to a
+kernel table (the one place). `read_reports` is the driver of `bench kernels REPORT`: the same
+tables (and, for an ncu raw CSV, the roofline) of reports made outside the harness or re-read
+later, written under profiles/imported/<report name>/ unless an output folder is given.
+"""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+from pathlib import Path
+
+from bench.errors import BenchInputError
+
+
+def read_nsys(nsys: str, out_dir: Path, cell) -> dict:
+    """Return the session entries of a profile's nsys report (kernel table, trace, SQLite export, export schema)."""
+    from bench.execution.launcher import log_tail
+    from bench.profiling.nsys_collector import (
+        export_command,
+        report_file,
+        table_from_sqlite,
+    )
+
+    report = report_file(out_dir, log_tail(out_dir / "session.log", 20000))  # only a .qdstrm: the libdw fix, named
+    sqlite_path = out_dir / "report.sqlite"
+    done = subprocess.run(export_command(nsys, report, sqlite_path), capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise RuntimeError(f"nsys export failed ({done.returncode}): {done.stderr[-2000:]}")
+    table = table_from_sqlite(sqlite_path, meta={"cell_id": cell.cell_id, "label": cell.label})
+    path = table.save(out_dir / "kernel_table.json")
+    schema = {k: table.meta.get(k) for k in ("nsys_version", "export_schema", "metadata_table", "tables_read",
+                                             "graph_kernels", "graph_kernels_by_time", "notes")}
+    return {"kernel_table": str(path), "trace": str(report), "sqlite": str(sqlite_path), "nsys_export": schema}
+
+
+def read_ncu(ncu: str, out_dir: Path, cell, session: dict) -> dict:
+    """Return the session entries of a profile's ncu report (roofline files, kernel table, trace); RuntimeError if none."""
+    from bench.profiling import ncu_collector
+
+    reports = sorted(out_dir.glob("report*.ncu-rep"))
+    if not reports:
+        raise RuntimeError(f"ncu wrote no report in {out_dir}: the NVTX filter matched no kernel or ncu failed "
+                           f"(see {out_dir / 'session.log'})")
+    done = subprocess.run(ncu_collector.export_command(ncu, reports[-1]), capture_output=True, text=True, timeout=900,
+                          env=ncu_collector.export_env())
+    if done.returncode != 0:
+        raise RuntimeError(f"ncu --import failed ({done.returncode}): {done.stderr[-2000:]}")
+    (out_dir / "ncu_raw.csv").write_text(done.stdout)
+    kernels = ncu_collector.parse_csv(done.stdout)
+    bw = (session.get("copy_bandwidth") or {}).get("bandwidth_bytes_s")
+    meta = {"cell_id": cell.cell_id, "label": cell.label, "ncu_version": session.get("ncu_version"),
+            "range": ncu_collector.NCU_STEP}
+    return {**ncu_collector.write_roofline(kernels, bw, meta, out_dir), "trace": str(reports[-1])}
+
+
+def write_side_tables(table_path: Path) -> None:
+    """Write kernel_table.md and categories.csv next to the kernel table (one place writes them)."""
+    from bench.profiling.kernels import KernelTable
+
+    table = KernelTable.load(table_path)
+    table_path.with_suffix(".md").write_text(table.to_markdown())
+    with open(table_path.with_name("categories.csv"), "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["category", "kernels", "total_us", "share"])
+        for c in table.categories:
+            w.writerow([c.category, c.kernels, f"{c.total_us:.3f}", f"{c.share:.6f}"])
+
+
+def read_reports(reports: list[str | Path], out: str | Path | None = None, *, copy_bandwidth_gbs: float | None = None,
+                 innermost: bool = False, nsys: str | None = None, top: int = 8, printer=print) -> list[str]:
+    """Write the kernel tables (and an ncu CSV's roofline) of each report; return each report's Markdown.
+
+    Every input is checked before any work (BenchInputError). Without `out`, each report's files go to
+    profiles/imported/<its name>/. `printer` gets each report's Markdown as soon as it is read.
+    """
+    from bench.profiling.nsys_collector import table_from_sqlite
+
+    reports = [Path(r) for r in reports]
+    if out and len(reports) > 1:
+        raise BenchInputError("--out takes one report; give one report per call, or leave --out out "
+                              "(each report gets profiles/imported/<name>/)")
+    for r in reports:  # every input checked before any work
+        if not r.is_file():
+            raise BenchInputError(f"report {str(r)!r} does not exist")
+        if r.suffix not in (".sqlite", ".nsys-rep", ".qdrep") and not _is_ncu_csv(r):
+            raise BenchInputError(f"{str(r)!r} is not an nsys report or an ncu CSV: give the .sqlite of `nsys export "
+                                  "--type sqlite` (or the .nsys-rep, which is exported first), or the CSV of `ncu --import "
+                                  "R.ncu-rep --csv --page raw --print-units base` (.csv or .csv.gz)")
+    if copy_bandwidth_gbs is not None and copy_bandwidth_gbs <= 0:
+        raise BenchInputError(f"--copy-bandwidth must be a positive GB/s figure, not {copy_bandwidth_gbs}")
+    texts = []
+    for report in reports:
+        folder = Path(out) if out else Path("profiles") / "imported" / _import_name(report)
+        folder.mkdir(parents=True, exist_ok=True)
+        if _is_ncu_csv(report):
+            text = _ncu(report, folder, copy_bandwidth_gbs)
+        else:
+            sqlite_path = _exported(report, folder, nsys) if report.suffix != ".sqlite" else report
+            table = table_from_sqlite(sqlite_path, innermost_only=innermost, meta={"imported_from": str(report.resolve())})
+            path = table.save(folder / "kernel_table.json")
+            write_side_tables(path)
+            text = f"## {report}\n\n" + table.to_markdown(top=top) + f"\nkernel table: {path}\n"
+        printer(text)
+        texts.append(text)
+    return texts
+
+
+def _exported(report: Path, out: Path, nsys: str | None) -> Path:
+    """Return the SQLite export of a .nsys-rep, written into `out` by nsys."""
+    from bench.profiling.nsys_collector import export_command, find_nsys
+
+    exe, _ = find_nsys(nsys)
+    sqlite_path = out / (report.stem + ".sqlite")
+    done = subprocess.run(export_command(exe, report, sqlite_path), capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise BenchInputError(f"nsys export of {report} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return sqlite_path
+
+
+def _import_name(report: Path) -> str:
+    """Return the folder name under profiles/imported/ for a report: its name, less every suffix.
+
+    The names `bench profile` gives its files (report.sqlite, ncu_raw.csv) are the same in every
+    profile folder, so those are prefixed with the folder's name (`<cell_id>-<tool>`): two
+    profiles' reports re-read without --out do not overwrite each other.
+    """
+    name = report.name.split(".")[0]
+    return f"{report.resolve().parent.name}-{name}" if name in ("report", "ncu_raw") else name
+
+
+def _is_ncu_csv(path: Path) -> bool:
+    return path.name.endswith((".csv", ".csv.gz"))
+
+
+def _ncu(report: Path, out: Path, copy_bandwidth_gbs: float | None) -> str:
+    """Write the roofline and kernel tables of an ncu raw CSV into `out`; return the printed Markdown."""
+    import gzip
+    import json
+
+    from bench.profiling import ncu_collector
+
+    if report.suffix == ".gz":
+        with gzip.open(report, "rt") as f:
+            text = f.read()
+    else:
+        text = report.read_text()
+    kernels = ncu_collector.parse_csv(text)
+    bw, source = None, "none given or stored: no roofline columns"
+    if copy_bandwidth_gbs is not None:
+        bw, source = copy_bandwidth_gbs * 1e9, "--copy-bandwidth"
+    elif (report.parent / "session.json").is_file():
+        stored = (json.loads((report.parent / "session.json").read_text()).get("copy_bandwidth") or {})
+        if stored.get("bandwidth_bytes_s"):
+            bw, source = stored["bandwidth_bytes_s"], f"measured by the profile ({report.parent / 'session.json'})"
+    meta = {"imported_from": str(report.resolve()), "range": ncu_collector.NCU_STEP, "copy_bandwidth_source": source}
+    files = ncu_collector.write_roofline(kernels, bw, meta, out)
+    write_side_tables(Path(files["kernel_table"]))
+    return (f"## {report}\n\nCopy bandwidth: {source}.\n\n" + Path(files["roofline_md"]).read_text()
+            + f"\nroofline: {files['roofline']}; kernel table: {files['kernel_table']}\n")

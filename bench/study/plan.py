@@ -1,0 +1,225 @@
+"""The plan of a study: what each step of `bench study` covers, all of it checked before the first step runs.
+
+The matrix file's [study] table says what the OOM search, the profile and the accuracy step
+cover (docs/guide/reports.md):
+
+    [study.oom]
+    only = "cache=dynamic,precision=bf16"     # which configurations (as --only)
+    strategy = "bisect"                        # grow | bisect
+    confirm = false                            # re-probe the largest fit
+    decode_steps = 4
+    searches = [{ lengths = "1024x1024", lower = 6, upper = 8 }, ...]
+
+    [study.profile]
+    only = "max_batch_size=1,workload=w"       # which cells (as --only)
+    decode_steps = 4
+    warmup = 1
+
+    [study.accuracy]
+    only = "max_batch_size=1"                  # which cells (as --only); their baselines come with them
+
+`study_plan` reads and checks it (`StudyPlan`), `step_commands` gives each step's equivalent
+command line, and `dry_run_text` the plan with an estimate from stored records (`--dry-run`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.errors import BenchInputError, choices
+
+STEPS = ("run", "oom", "profile", "accuracy", "report")
+OOM_KEYS = {"only", "strategy", "confirm", "decode_steps", "searches"}
+SEARCH_KEYS = {"lengths", "lower", "upper"}
+PROFILE_KEYS = {"only", "decode_steps", "warmup", "batches", "tool"}
+ACCURACY_KEYS = {"only"}
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    """What each step of the study does, all of it checked."""
+
+    matrix: object  # bench.spec.cells.Matrix
+    oom_matrix: object | None  # the matrix narrowed to [study.oom].only
+    oom: list  # bench.oom.driver.OomSettings, one per search
+    profile_matrix: object | None
+    profile: object | None  # bench.profiling.driver.ProfileSettings
+    accuracy_matrix: object | None = None  # the matrix narrowed to [study.accuracy].only (None: no accuracy step)
+    only: dict = field(default_factory=dict)  # [study.oom].only and [study.profile].only as given (for the command lines)
+
+
+def _table(data: dict, key: str, allowed: set, where: str) -> dict:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise BenchInputError(f"{where} must be a table")
+    unknown = set(value) - allowed
+    if unknown:
+        raise BenchInputError(f"{where}: unknown key {sorted(unknown)[0]!r}; valid keys are {choices(allowed)}")
+    return value
+
+
+def _typed(table: dict, key: str, default, kind: type, where: str):
+    """Return table[key] (or the default), checked to be of `kind`; BenchInputError naming the key otherwise."""
+    value = table.get(key, default)
+    if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+        raise BenchInputError(f"{where} {key} must be {'true or false' if kind is bool else kind.__name__}, got {value!r}")
+    return value
+
+
+def study_plan(path: Path, matrix, check_devices: bool = True) -> StudyPlan:
+    """Return the checked plan of the study the matrix file's [study] table describes; BenchInputError if bad."""
+    from bench.oom.driver import OomSettings, parse_lengths, plan_searches
+    from bench.profiling.driver import ProfileSettings, check_profilable
+    from bench.spec.matrix import tomllib
+    from bench.spec.narrow import narrow, parse_pairs
+
+    data = tomllib.loads(path.read_text())
+    study = data.get("study")
+    if not isinstance(study, dict) or not study:
+        raise BenchInputError(f"matrix {str(path)!r} has no [study] table: add [study.oom] and/or [study.profile] "
+                              "(see `bench study --help` and docs/guide/reports.md), or use bench run / oom / profile")
+    unknown = set(study) - {"oom", "profile", "accuracy"}
+    if unknown:
+        raise BenchInputError(f"[study]: unknown key {sorted(unknown)[0]!r}; valid keys are 'oom', 'profile', 'accuracy'")
+    oom = _table(study, "oom", OOM_KEYS, "[study.oom]")
+    prof = _table(study, "profile", PROFILE_KEYS, "[study.profile]")
+    acc = _table(study, "accuracy", ACCURACY_KEYS, "[study.accuracy]")
+    only = {"oom": oom.get("only"), "profile": prof.get("only"), "accuracy": acc.get("only")}
+    oom_matrix, oom_settings = None, []
+    if oom:
+        oom_matrix = narrow(matrix, only=parse_pairs(oom.get("only"), "[study.oom] only"))
+        searches = oom.get("searches") or [{}]
+        if not isinstance(searches, list) or not all(isinstance(x, dict) for x in searches):
+            raise BenchInputError("[study.oom] searches must be a list of tables: { lengths = \"1024x1024\", lower = 1, upper = 8 }")
+        for i, search in enumerate(searches):
+            bad = set(search) - SEARCH_KEYS
+            if bad:
+                raise BenchInputError(f"[study.oom] searches #{i + 1}: unknown key {sorted(bad)[0]!r}; valid keys are "
+                                      f"{choices(SEARCH_KEYS)}")
+            where = f"[study.oom] searches #{i + 1}:"
+            lengths = _typed(search, "lengths", None, str, where)
+            settings = OomSettings(lengths=tuple(parse_lengths(lengths)) if lengths else None,
+                                   lower=_typed(search, "lower", None, int, where), upper=_typed(search, "upper", None, int, where),
+                                   strategy=_typed(oom, "strategy", "grow", str, "[study.oom]"),
+                                   decode_steps=_typed(oom, "decode_steps", 4, int, "[study.oom]"),
+                                   confirm=_typed(oom, "confirm", True, bool, "[study.oom]"))
+            plan_searches(oom_matrix, settings, check_devices=check_devices)  # validates lengths, bounds, cap
+            oom_settings.append(settings)
+    profile_matrix, profile_settings = None, None
+    if prof:
+        profile_matrix = narrow(matrix, only=parse_pairs(prof.get("only"), "[study.profile] only"))
+        check_profilable(profile_matrix.cells)
+        where = "[study.profile]"
+        profile_settings = ProfileSettings(tool=_typed(prof, "tool", "torch", str, where),
+                                           decode_steps=_typed(prof, "decode_steps", 4, int, where),
+                                           batches=_typed(prof, "batches", 1, int, where),
+                                           warmup=_typed(prof, "warmup", 1, int, where))
+        profile_settings.check()
+        if profile_settings.tool != "torch":
+            raise BenchInputError("[study.profile] tool: the study profiles with torch.profiler; run `bench profile "
+                                  "--tool nsys` on its own for nsys")
+    accuracy_matrix = None
+    if "accuracy" in study:
+        from bench.accuracy.driver import plan_accuracy
+
+        accuracy_matrix = narrow(matrix, only=parse_pairs(_typed(acc, "only", None, str, "[study.accuracy]"),
+                                                          "[study.accuracy] only"))
+        plan_accuracy(accuracy_matrix, matrix.cells, matrix.accuracy)  # baselines, backends, references: checked now
+    return StudyPlan(matrix, oom_matrix, oom_settings, profile_matrix, profile_settings, accuracy_matrix, only)
+
+
+def study_source(preset: str | None, matrix_file: str | None) -> Path:
+    """Return the matrix file a study reads (--matrix FILE, or a preset's); BenchInputError if none or both."""
+    from bench.spec.cells import PRESETS_DIR
+    from bench.spec.matrix import list_presets
+
+    if matrix_file and preset:
+        raise BenchInputError("give either --matrix FILE or --preset NAME, not both")
+    if matrix_file:
+        path = Path(matrix_file).expanduser()
+        if not path.is_file():
+            raise BenchInputError(f"matrix file {matrix_file!r} does not exist")
+        return path
+    if not preset:
+        raise BenchInputError(f"bench study needs --preset or --matrix: a matrix with a [study] table (presets: "
+                              f"{choices(list_presets())})")
+    path = PRESETS_DIR / f"{preset}.toml"
+    if not path.is_file():
+        raise BenchInputError(f"unknown preset {preset!r}: valid presets are {choices(list_presets())}")
+    return path
+
+
+def step_commands(plan: StudyPlan, preset: str | None, matrix_file: str | None, requests: int | None = None,
+                  runs: int | None = None) -> dict[str, str]:
+    """Return each step's equivalent command line."""
+    src = f"--preset {preset}" if preset else f"--matrix {matrix_file}"
+    slice_ = (f" --requests {requests}" if requests else "") + (f" --runs {runs}" if runs else "")
+    name = plan.matrix.name
+    out = {"run": f"bench run {src}{slice_}"}
+    for i, s in enumerate(plan.oom):
+        lengths = ",".join(f"{a}x{b}" for a, b in s.lengths) if s.lengths else None
+        out[f"oom{i}"] = (f"bench oom {src}" + (f" --only {plan.only['oom']}" if plan.only.get("oom") else "")
+                          + (f" --lengths {lengths}" if lengths else "") + (f" --lower {s.lower}" if s.lower else "")
+                          + (f" --upper {s.upper}" if s.upper else "") + f" --strategy {s.strategy}"
+                          + ("" if s.confirm else " --no-confirm") + f" --decode-steps {s.decode_steps}")
+    if plan.profile:
+        p = plan.profile
+        out["profile"] = (f"bench profile {src}{slice_}" + (f" --only {plan.only['profile']}" if plan.only.get("profile") else "")
+                          + f" --decode-steps {p.decode_steps} --warmup {p.warmup} --batches {p.batches}")
+    if plan.accuracy_matrix is not None:
+        out["accuracy"] = f"bench accuracy {src}{slice_}" + (f" --only {plan.only['accuracy']}" if plan.only.get("accuracy") else "")
+    out["report"] = (f"bench report results/{name}.jsonl results/{name}-oom.jsonl"
+                     + (f" results/{name}-accuracy.jsonl" if plan.accuracy_matrix is not None else "")
+                     + f" --profiles profiles/{name}.jsonl")
+    return out
+
+
+def dry_run_text(plan: StudyPlan, steps: list[str], stores: dict, history: list, commands: dict, redo: bool) -> str:
+    """Return the study's plan: each step's command line, cells, searches and sessions, and the estimate."""
+    from bench.oom.driver import plan_searches
+    from bench.oom.search import probe_budget
+    from bench.results import query
+    from bench.results.estimate import estimate_probes, estimate_profiles
+    from bench.runner.matrix import run_estimate
+
+    extra = [r for h in history for r in query.load([h])]
+    lines = [f"study of matrix {plan.matrix.name!r}: steps {', '.join(steps)}"]
+    known = 0.0
+    if "run" in steps:
+        st = plan.matrix.settings
+        lines += ["", f"run: {commands['run']}",
+                  f"  {len(plan.matrix.cells)} cells x {st.runs} run(s) x {st.trials} trial(s), warm-up {st.warmup}, "
+                  f"memory cap {st.gpu_memory_gb or 'none'} GB"]
+        lines += [f"  {c.label}" for c in plan.matrix.cells]
+        est = run_estimate(plan.matrix, stores["run"], history, redo)
+        known += est.known_s
+        lines += ["  " + x for x in est.text().splitlines()]
+    if "oom" in steps and plan.oom:
+        oom_records = (query.load([stores["oom"]]) if stores["oom"].exists() else []) + extra
+        for i, s in enumerate(plan.oom):
+            searches, (lower, upper), cap = plan_searches(plan.oom_matrix, s, check_devices=False)
+            most = probe_budget(lower, upper, s.strategy) - (0 if s.confirm else 1)
+            _, per, text = estimate_probes(list(searches.values()), most, oom_records)
+            known += most * len(searches) * per if per else 0.0
+            lines += ["", f"oom: {commands[f'oom{i}']}", f"  {len(searches)} search(es), batch sizes {lower}..{upper}, "
+                      f"cap {cap or 'none'} GB", "  " + text]
+    if "profile" in steps and plan.profile is not None:
+        prof_records = (query.load([stores["profile"]]) if stores["profile"].exists() else []) + extra
+        total, text = estimate_profiles(plan.profile_matrix.cells, prof_records)
+        known += total or 0.0
+        lines += ["", f"profile: {commands['profile']}"] + [f"  {c.label}" for c in plan.profile_matrix.cells] + ["  " + text]
+    if "accuracy" in steps and plan.accuracy_matrix is not None:
+        from bench.accuracy.driver import plan_accuracy
+
+        pairs = plan_accuracy(plan.accuracy_matrix, plan.matrix.cells, plan.matrix.accuracy)
+        a = plan.matrix.accuracy
+        lines += ["", f"accuracy: {commands['accuracy']}",
+                  f"  {len(pairs)} session(s) ({a.prompts} prompts x up to {a.answer_tokens} answer tokens, "
+                  f"{a.generate_tokens} greedy tokens each); time not estimated"]
+        lines += [f"  {c.label}" + (f" vs {b.label}" if b is not None else " (baseline: noise floor)") for c, b in pairs]
+    if "report" in steps:
+        lines += ["", f"report: {commands['report']}"]
+    lines += ["", f"known from stored records: {known:.0f} s ({known / 60:.1f} min); parts with no stored figure are "
+              "listed above as not known"]
+    return "\n".join(lines)
