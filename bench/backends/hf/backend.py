@@ -121,6 +121,10 @@ class HFLoaded(Loaded):
             from bench.backends.hf.corrupt import corrupt_layer
 
             corrupt_layer(self.model, opts["corrupt_layer"])
+        if opts.get("fault", "none") == "kv-negate":  # tests only, like corrupt_layer
+            from bench.backends.hf.corrupt import negate_static_cache
+
+            negate_static_cache()
         self.num_parameters = sum(p.numel() for p in self.model.parameters())  # the model's, before quantization
         self.quantize_s = None
         self.quant: dict | None = None
@@ -144,7 +148,8 @@ class HFLoaded(Loaded):
         if opts.get("decode_loop", "generate") == "harness":
             from bench.backends.hf.loop import DecodeLoop
 
-            self.loop = DecodeLoop(self.model, self.compile, self.device)
+            self.loop = DecodeLoop(self.model, self.compile, self.device,
+                                   token_zero=opts.get("fault", "none") == "decode-token-zero")
             configure_compile(self.model, "off", self.cache)  # generate is not used; compile belongs to the loop
         else:
             configure_compile(self.model, self.compile, self.cache)
@@ -268,7 +273,54 @@ class HFLoaded(Loaded):
                 gen["max_cache_len"] = cache_len
         return gen
 
-    def _run_batch(self, batch, torch, cache_len: int | None = None, prefill_len: int | None = None) -> list[RequestTiming]:
+    def teacher_forced(self, sequences, max_batch_size: int, options: dict, on_logits) -> None:
+        """Feed each (prompt, answer) through the cell's own path, handing every answer position's logits to on_logits.
+
+        Sequences are batched at max_batch_size by the speed run's rule (options' batching), left-padded,
+        with the static cache length the speed run fixed (warmup) where it holds them. on_logits(indices, k,
+        logits (len(indices), vocab)) gets, for the sequences `indices` (positions in `sequences`), the
+        logits predicting answer[k], from the same prefill, cache, compiled step and decode loop the timed
+        pass runs; it is called as the batch runs, so the caller reduces each step to its figures and
+        nothing of size answer x vocab accumulates.
+        """
+        import torch
+
+        from bench.workloads.request import Request
+        from bench.workloads.workload import batches
+
+        reqs = [Request(str(i), tuple(p), len(a)) for i, (p, a) in enumerate(sequences)]
+        answers = {r.id: list(a) for r, (_, a) in zip(reqs, sequences, strict=True)}
+        plan = batches(reqs, max_batch_size, options.get("batching", "dataset"))
+        prefill_len = options.get("prefill_len") or None
+        for batch in plan:
+            width = max(r.output_len for r in batch)
+            fed = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
+            for row, r in enumerate(batch):
+                fed[row, : r.output_len] = torch.tensor(answers[r.id])
+            fed = fed.to(self.device)
+            ids, lens = [int(r.id) for r in batch], [r.output_len for r in batch]
+
+            def each(k, logits, ids=ids, lens=lens):
+                rows = [row for row, n in enumerate(lens) if k < n]  # rows whose answer still has a position k
+                if rows:
+                    on_logits([ids[row] for row in rows], k, logits if len(rows) == len(ids) else logits[rows])
+
+            cache_len = self.cache_len if self.cache_len and self.cache_len >= _batch_len(batch) else None
+            if self.cache == "static" and cache_len is None:
+                cache_len = static_cache_len([batch])
+            with torch.inference_mode():
+                self._run_batch(batch, torch, cache_len, prefill_len, feed=fed, on_logits=each)
+
+    def _run_batch(self, batch, torch, cache_len: int | None = None, prefill_len: int | None = None,
+                   feed=None, on_logits=None) -> list[RequestTiming]:
+        """Return one RequestTiming per request of a static batch, generated ids included: the speed run's batch function.
+
+        Teacher forcing (bench accuracy) goes through here too, so its logits come from the cell's own
+        path (its cache, compiled step, decode loop, prefill_len, padding): `feed` (batch, max_new) ids
+        each step reads instead of the token chosen before, and on_logits(k, logits (batch, vocab)) gets
+        the logits that predict position k. The harness loop takes `feed` in its step; generate takes
+        it through a logits processor that reads the raw logits and forces the fed token.
+        """
         from transformers import StoppingCriteria, StoppingCriteriaList
 
         from bench.backends.hf import loop as hf_loop
@@ -290,6 +342,8 @@ class HFLoaded(Loaded):
 
         gen = self.generate_kwargs(max_new, cache_len)
         gen["stopping_criteria"] = StoppingCriteriaList([StepClock()])
+        if feed is not None and self.loop is None:
+            gen["logits_processor"] = forced_tokens(feed, prompt_len, on_logits)
         self._sync()
         if cuda:
             start_ev = torch.cuda.Event(enable_timing=True)
@@ -299,7 +353,7 @@ class HFLoaded(Loaded):
         with torch.inference_mode():
             if self.loop is not None:
                 new_tokens = self.loop.generate(ids, mask, max_new, cache_len or static_cache_len([batch]), marks,
-                                                cuda, prefill_len if chunked else None)
+                                                cuda, prefill_len if chunked else None, feed=feed, on_logits=on_logits)
                 eos_ids = None
             else:
                 if chunked:  # the prompt but its last token goes in first; generate continues from that cache
@@ -317,8 +371,9 @@ class HFLoaded(Loaded):
         if cuda:
             marks = [start + start_ev.elapsed_time(ev) / 1000.0 for ev in marks]
         produced = count_produced(new_tokens, out_lens, eos_ids)
+        rows = new_tokens.tolist()  # after the clock stopped: what each request produced, stored with its times
         timings = []
-        for r, n in zip(batch, produced, strict=True):
+        for r, n, row in zip(batch, produced, rows, strict=True):
             got = min(n, len(marks))  # a token without a time mark is not counted either
             timings.append(
                 RequestTiming(
@@ -329,6 +384,7 @@ class HFLoaded(Loaded):
                     start=start,
                     token_times=marks[:got],
                     end=marks[got - 1] if got else end,
+                    output_ids=row[:min(n, r.output_len)],
                 )
             )
         return timings
@@ -351,6 +407,27 @@ class HFLoaded(Loaded):
 
             if dist.is_initialized():  # transformers started the process group from torchrun's environment
                 dist.destroy_process_group()
+
+
+def forced_tokens(feed, prompt_len: int, on_logits=None):
+    """Return generate's LogitsProcessorList that hands each step's raw logits to on_logits(k, logits) and forces feed[:, k].
+
+    Teacher forcing through model.generate itself (its cache, its compiled forward): the logits a
+    step computed are read first, then every token but the fed one is masked, so greedy picks it.
+    """
+    import torch
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class Force(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            k = input_ids.shape[1] - prompt_len
+            if on_logits is not None:
+                on_logits(k, scores.clone())
+            forced = torch.full_like(scores, float("-inf"))
+            forced.scatter_(1, feed[:, min(k, feed.shape[1] - 1)].unsqueeze(1), 0.0)
+            return forced
+
+    return LogitsProcessorList([Force()])
 
 
 def left_padded(batch, pad_id: int, device):
