@@ -199,7 +199,7 @@ class HFLoaded(Loaded):
 
         requests = list(requests)
         plan = batches(requests, max_batch_size, options.get("batching", "dataset"))
-        self.cache_len = static_cache_len(plan) if self.cache == "static" else None
+        self.fix_cache_len(requests, max_batch_size, options)
         by_size: dict[int, list] = {}
         for b in plan:  # per size, the batch with the longest prompt + output (worst shape)
             if len(b) not in by_size or _batch_len(b) > _batch_len(by_size[len(b)]):
@@ -273,7 +273,54 @@ class HFLoaded(Loaded):
                 gen["max_cache_len"] = cache_len
         return gen
 
-    def teacher_forced(self, sequences, max_batch_size: int, options: dict, on_logits) -> None:
+    def fix_cache_len(self, requests, max_batch_size: int, options: dict) -> int | None:
+        """Fix the static cache length from a workload's batches, as warmup does for the speed run; return it."""
+        from bench.workloads.workload import batches
+
+        plan = batches(list(requests), max_batch_size, options.get("batching", "dataset"))
+        self.cache_len = static_cache_len(plan) if self.cache == "static" else None
+        return self.cache_len
+
+    def _fitted(self, reqs, max_batch_size: int, options: dict) -> list[list]:
+        """Return the batches the speed run's rule makes of reqs, each request's output cut to fit the fixed static cache
+        and, for a compiled cell, a short last batch filled to max_batch_size with copies of its first request (their
+        outputs unread): the shapes the timed pass compiled, so nothing compiles anew and the numerics are the timed ones."""
+        from dataclasses import replace
+
+        from bench.workloads.workload import batches
+
+        plan = batches(list(reqs), max_batch_size, options.get("batching", "dataset"))
+        out = []
+        for batch in plan:
+            if self.cache == "static" and self.cache_len:
+                room = self.cache_len - max(r.input_len for r in batch)
+                batch = [replace(r, output_len=max(1, min(r.output_len, room))) for r in batch]
+            if self.compile != "off" and len(batch) < max_batch_size and len(plan) > 1:
+                batch = batch + [replace(batch[0], id=f"fill-{i}") for i in range(max_batch_size - len(batch))]
+            out.append(batch)
+        return out
+
+    def greedy(self, requests, max_batch_size: int, options: dict, new_tokens: int) -> dict[str, list[int]]:
+        """Return {request id: its greedy ids} from the speed run's batch function, new_tokens of them per request.
+
+        The batches are the speed run's (its rule, its max_batch_size, its fixed static cache, which
+        may cut an output where it has no room): the first ids are what the timed pass computes for the
+        same requests, since a token depends only on those before it.
+        """
+        from dataclasses import replace
+
+        import torch
+
+        reqs = [replace(r, output_len=new_tokens) for r in requests]
+        out: dict[str, list[int]] = {}
+        for batch in self._fitted(reqs, max_batch_size, options):
+            cache_len = self.cache_len or (static_cache_len([batch]) if self.cache == "static" else None)
+            for t in self._run_batch(batch, torch, cache_len, options.get("prefill_len") or None):
+                if not t.request_id.startswith("fill-"):
+                    out[t.request_id] = list(t.output_ids or [])
+        return out
+
+    def teacher_forced(self, sequences, max_batch_size: int, options: dict, on_logits) -> list[int]:
         """Feed each (prompt, answer) through the cell's own path, handing every answer position's logits to on_logits.
 
         Sequences are batched at max_batch_size by the speed run's rule (options' batching), left-padded,
@@ -282,34 +329,37 @@ class HFLoaded(Loaded):
         logits predicting answer[k], from the same prefill, cache, compiled step and decode loop the timed
         pass runs; it is called as the batch runs, so the caller reduces each step to its figures and
         nothing of size answer x vocab accumulates.
+
+        Answers longer than the fixed static cache leaves room for are cut: the timed shapes, not new
+        ones. Return the number of answer positions fed per sequence (the ones on_logits saw).
         """
         import torch
 
         from bench.workloads.request import Request
-        from bench.workloads.workload import batches
 
         reqs = [Request(str(i), tuple(p), len(a)) for i, (p, a) in enumerate(sequences)]
         answers = {r.id: list(a) for r, (_, a) in zip(reqs, sequences, strict=True)}
-        plan = batches(reqs, max_batch_size, options.get("batching", "dataset"))
-        prefill_len = options.get("prefill_len") or None
-        for batch in plan:
+        fed_len: dict[int, int] = {}
+        for batch in self._fitted(reqs, max_batch_size, options):
             width = max(r.output_len for r in batch)
             fed = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
             for row, r in enumerate(batch):
-                fed[row, : r.output_len] = torch.tensor(answers[r.id])
+                fed[row, : r.output_len] = torch.tensor(answers[r.id][: r.output_len])
             fed = fed.to(self.device)
-            ids, lens = [int(r.id) for r in batch], [r.output_len for r in batch]
+            real = [(row, int(r.id), r.output_len) for row, r in enumerate(batch) if not r.id.startswith("fill-")]
+            fed_len.update({i: n for _, i, n in real})
+            size = len(batch)
 
-            def each(k, logits, ids=ids, lens=lens):
-                rows = [row for row, n in enumerate(lens) if k < n]  # rows whose answer still has a position k
+            def each(k, logits, real=real, size=size):
+                rows = [(row, i) for row, i, n in real if k < n]  # rows whose answer still has a position k
                 if rows:
-                    on_logits([ids[row] for row in rows], k, logits if len(rows) == len(ids) else logits[rows])
+                    picked = logits if len(rows) == size else logits[[row for row, _ in rows]]
+                    on_logits([i for _, i in rows], k, picked)
 
-            cache_len = self.cache_len if self.cache_len and self.cache_len >= _batch_len(batch) else None
-            if self.cache == "static" and cache_len is None:
-                cache_len = static_cache_len([batch])
+            cache_len = self.cache_len or (static_cache_len([batch]) if self.cache == "static" else None)
             with torch.inference_mode():
-                self._run_batch(batch, torch, cache_len, prefill_len, feed=fed, on_logits=each)
+                self._run_batch(batch, torch, cache_len, options.get("prefill_len") or None, feed=fed, on_logits=each)
+        return [fed_len[i] for i in range(len(sequences))]
 
     def _run_batch(self, batch, torch, cache_len: int | None = None, prefill_len: int | None = None,
                    feed=None, on_logits=None) -> list[RequestTiming]:
