@@ -324,17 +324,37 @@ def efficiency_metrics(output_tokens: int, duration_s: float, energy_j: float | 
     }
 
 
+# How many of a request's generated ids a stored sample keeps beside the digest of all of them: enough to
+# say where two runs' outputs part (the first divergence), small enough for every pass of every matrix.
+SAMPLE_IDS = 64
+
+
+def output_digest(ids) -> str:
+    """Return the digest of a request's generated token ids (16 hex digits): equal digests, identical outputs."""
+    import hashlib
+
+    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:16]
+
+
 def request_samples(timings) -> list[dict]:
-    """Return compact per-request records (ms) stored with a result for latency distributions."""
+    """Return compact per-request records (ms) stored with a result for latency distributions.
+
+    Where the backend read the generated ids (RequestTiming.output_ids): `ids`, the first SAMPLE_IDS of
+    them, and `digest`, of all of them (the timed pass's own outputs, compared across rows by the report).
+    """
     out = []
     for t in timings:
         ttft = (t.token_times[0] - t.start) * 1000 if t.token_times else None
-        out.append({
+        sample = {
             "id": t.request_id,
             "in": t.input_len,
             "out": t.output_len,
             "ttft_ms": ttft,
             "e2el_ms": (t.end - t.start) * 1000,
             "error": t.error,
-        })
+        }
+        if t.output_ids is not None:
+            sample["ids"] = list(t.output_ids[:SAMPLE_IDS])
+            sample["digest"] = output_digest(t.output_ids)
+        out.append(sample)
     return out

@@ -106,8 +106,12 @@ def test_verdict_each_threshold_on_both_sides():
     assert judge(_parity(0.034, 0.80), FLOOR, t).verdict == "degraded"  # 8.5x the floor, above kl_aligned
     assert judge(_parity(0.145, 0.20), FLOOR, t).verdict == "broken"
     # both conditions of each KL rule are needed: large KL that the floor explains is not the cell's fault
-    assert judge(_parity(0.15, 0.84), {"x": {"kl_mean": 0.05, "top1": 0.85}}, t).verdict == "aligned"
+    assert judge(_parity(0.06, 0.84), {"x": {"kl_mean": 0.009, "top1": 0.85}}, t).verdict == "degraded"  # 6.7x, not 20x
     assert judge(_parity(0.009, 0.84), {"x": {"kl_mean": 1e-6, "top1": 0.85}}, t).verdict == "aligned"
+    # a floor above kl_aligned (or not finite) cannot tell any cell apart: not judged, never a wider window
+    for bad in (0.05, float("nan"), float("inf")):
+        v = judge(_parity(0.15, 0.84), {"x": {"kl_mean": bad, "top1": 0.85}}, t)
+        assert v.verdict == "not judged" and "noise floor too large" in v.reasons[0]
     # top-1: vLLM's rtol against the floor's agreement (0.92 x 0.85 = 78.2 %)
     assert judge(_parity(0.001, 0.79), FLOOR, t).verdict == "aligned"
     v = judge(_parity(0.001, 0.78), FLOOR, t)
@@ -660,3 +664,109 @@ def test_served_and_trtllm_cells_against_the_hf_baseline(tiny_trained, tmp_path,
 
     section = accuracy_markdown(query.latest_accuracy(recs.values()))
     assert ">= " in next(line for line in section.splitlines() if "vllm-broken" in line)
+
+
+# ---- the verdict's new rules: non-finite logits, too few tokens, generation parity, the ROUGE window -------
+
+
+def test_non_finite_logits_are_counted_and_judged_broken():
+    import torch
+
+    from bench.accuracy.figures import position_stats, token_parity
+    from bench.accuracy.verdict import judge
+    from bench.spec.cells import AccuracySpec
+
+    base = torch.randn(6, 50)
+    cell = base.clone()
+    cell[2, 7] = float("nan")
+    cell[4] = float("inf")
+    p = token_parity([position_stats(base, cell, torch.arange(6))])
+    assert p.nonfinite == 2 and p.tokens == 4 and p.kl_mean == pytest.approx(0.0, abs=1e-6) and p.top1 == 1.0
+    v = judge(p.to_dict(), FLOOR, AccuracySpec().thresholds())
+    assert v.verdict == "broken" and "2 of 6 scored positions have non-finite logits" in v.reasons[0]
+    none = token_parity([position_stats(base, torch.full_like(base, float("nan")), torch.arange(6))])
+    assert none.tokens == 0 and none.nonfinite == 6 and none.kl_mean is None  # stored as it is, never a traceback
+    assert judge(none.to_dict(), FLOOR, AccuracySpec().thresholds()).verdict == "broken"
+
+
+def test_an_identical_cell_on_too_few_tokens_is_not_judged():
+    from bench.accuracy.figures import wilson_lower
+    from bench.accuracy.verdict import judge, min_tokens
+    from bench.spec.cells import AccuracySpec
+
+    t = AccuracySpec().thresholds()
+    n = min_tokens(None, t["top1_rtol"])  # no floor: 0.92 of 1.0
+    assert wilson_lower(n, n) >= 0.92 > wilson_lower(n - 1, n - 1)
+    identical = {"tokens": 16, "kl_mean": 0.0, "top1": 1.0, "top1_lower": wilson_lower(16, 16)}
+    v = judge(identical, None, t)
+    assert v.verdict == f"not judged (n tokens < {n})" and f"16 tokens < {n}" in v.reasons[0]
+    assert judge({**identical, "tokens": n, "top1_lower": wilson_lower(n, n)}, None, t).verdict == "aligned"
+    # broken evidence stands on few tokens
+    assert judge({**identical, "kl_mean": 3.0}, None, t).verdict == "broken"
+
+
+def test_generation_parity_against_the_baselines_own_floor():
+    """A decode loop that emits token 0 reads aligned to every teacher-forced figure: the prefix rule catches it."""
+    from bench.accuracy.figures import prefix_parity
+    from bench.accuracy.verdict import judge
+    from bench.spec.cells import AccuracySpec
+
+    t = AccuracySpec().thresholds()
+    good = {"tokens": 500, "kl_mean": 1e-4, "top1": 1.0, "top1_lower": 0.99}
+    base = [[1, 2, 3, 4]] * 8
+    floor = {"compute_dtype": prefix_parity(base, base, 4)}  # the baseline reproduces itself: 100 %
+    zeros = prefix_parity([[1, 0, 0, 0]] * 8, base, 4)
+    assert zeros["identical_prefix"] == 0 and zeros["mean_common_prefix"] == 1.0
+    v = judge(good, FLOOR, t, zeros, generation_floor=floor)
+    assert v.verdict == "broken" and "identical first 4 tokens in 0 of 8 prompts" in v.reasons[0]
+    six = prefix_parity([[1, 2, 3, 4]] * 6 + [[1, 0, 0, 0]] * 2, base, 4)  # 6 of 8: upper bound 93 %, cannot tell
+    assert judge(good, FLOOR, t, six, generation_floor=floor).verdict == "aligned"
+    half = prefix_parity([[1, 2, 3, 4]] * 8 + [[1, 0, 0, 0]] * 8, base * 2, 4)  # 8 of 16: upper bound 75 %
+    assert judge(good, FLOOR, t, half, generation_floor=floor).verdict == "degraded"
+    assert judge(good, FLOOR, t, prefix_parity(base, base, 4), generation_floor=floor).verdict == "aligned"
+    # no floor for generation: said, not guessed
+    v = judge(good, FLOOR, t, zeros)
+    assert v.verdict == "aligned" and any("no floor of the baseline's own identical-prefix rate" in r for r in v.reasons)
+
+
+def test_rouge_on_text_as_summarize_computes_it_with_chinese_characters():
+    from bench.accuracy.figures import TextTokens, rouge
+
+    assert TextTokens.tokenize("The cat, the HAT!") == ["the", "cat", "the", "hat"]  # rouge-score's default, unstemmed
+    assert TextTokens.tokenize("模型很快 GPU2") == ["模", "型", "很", "快", "gpu2"]
+    r = rouge(["猫坐在垫子上"], ["猫坐在椅子上"], text=True)
+    assert r["rouge1"] == pytest.approx(100 * 5 / 6)  # 5 of 6 characters shared
+    from rouge_score import rouge_scorer
+
+    default = rouge_scorer.RougeScorer(["rouge1"]).score("猫坐在椅子上", "猫坐在垫子上")["rouge1"].fmeasure
+    assert default == 0.0  # why the tokenizer keeps CJK characters: the default sees no words at all
+
+
+def test_paired_bootstrap_decides_only_when_the_interval_does():
+    from bench.accuracy.figures import paired_bootstrap
+
+    base = [50.0] * 40
+    inside = paired_bootstrap([50.5 + (i % 3 - 1) * 0.2 for i in range(40)], base, (-1, 2))
+    assert inside["decided"] == "inside" and -1 <= inside["low"] <= inside["mean"] <= inside["high"] <= 2
+    outside = paired_bootstrap([45.0 + (i % 3 - 1) for i in range(40)], base, (-1, 2))
+    assert outside["decided"] == "outside" and outside["high"] < -1
+    noisy = paired_bootstrap([50.0 + 15 * ((-1) ** i) for i in range(10)], base[:10], (-1, 2))
+    assert noisy["decided"] is None and noisy["prompts_needed"] > 10  # 15-point answers: 10 prompts cannot decide
+    from bench.accuracy.verdict import judge
+    from bench.spec.cells import AccuracySpec
+
+    t = AccuracySpec().thresholds()
+    good = {"tokens": 500, "kl_mean": 1e-4, "top1": 1.0, "top1_lower": 0.99}
+    assert judge(good, FLOOR, t, {"prompts": 40, "rouge1_window_test": outside}).verdict == "degraded"
+    v = judge(good, FLOOR, t, {"prompts": 10, "rouge1_window_test": noisy})
+    assert v.verdict == "aligned" and any("ROUGE window not decidable" in r and "prompts would decide" in r for r in v.reasons)
+
+
+def test_infinite_thresholds_are_refused():
+    from bench.errors import BenchInputError
+    from bench.spec.cells import AccuracySpec
+
+    for bad in ({"kl_aligned": float("inf")}, {"kl_broken": float("inf")}, {"rouge_window": [-1, float("inf")]},
+                {"prefix_ratio_broken": 2.0}):
+        with pytest.raises(BenchInputError, match="finite|fraction|low <= 0"):
+            AccuracySpec.from_dict(bad)

@@ -215,3 +215,79 @@ def test_frozen_weights_concatenate_the_projections(tiny):
     torch._dynamo.reset()
     layers = tiny.model.config.num_hidden_layers
     assert extern[False] - extern[True] == 3 * layers  # per layer: 3 projections -> 1, 2 -> 1
+
+
+def _cacheless_logits(model, prompt, answer):
+    """The reference the runtime path must agree with: one forward over prompt + answer[:-1], no cache, no padding."""
+    import torch
+
+    ids = torch.tensor([list(prompt) + list(answer[:-1])])
+    with torch.inference_mode():
+        return model(input_ids=ids, use_cache=False).logits[0, -len(answer):].float()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cache,loop,prefill_len", [("dynamic", "generate", 0), ("static", "generate", 0),
+                                                   ("static", "harness", 0), ("static", "harness", 8),
+                                                   ("dynamic", "generate", 8)])
+def test_teacher_forcing_through_the_cells_own_path(tmp_path, cache, loop, prefill_len):
+    """HFLoaded.teacher_forced feeds the answer through the timed path (cache, loop, chunked prefill, padding):
+    its logits are the cacheless forward's, position by position, at batch 2 with left padding."""
+    import torch
+
+    from bench.backends.hf.backend import HFBackend
+
+    key = BuildKey("hf", "qwen-tiny", "fp32", "cpu", (("attn_implementation", "sdpa"), ("cache", cache),
+                                                      ("compile", "off"), ("decode_loop", loop)))
+    backend = HFBackend()
+    loaded = backend.load(backend.build(key, tmp_path))
+    torch.manual_seed(3)
+    seqs = [(torch.randint(1, 150000, (n,)).tolist(), torch.randint(1, 150000, (a,)).tolist())
+            for n, a in ((20, 6), (13, 4), (17, 5))]
+    got: dict = {}
+
+    def keep(indices, k, logits):
+        assert logits.shape[0] == len(indices)
+        for i, row in zip(indices, logits, strict=True):
+            got[(i, k)] = row.float().clone()
+
+    loaded.teacher_forced(seqs, 2, {"batching": "dataset", "prefill_len": prefill_len}, keep)
+    assert sorted(got) == [(i, k) for i, (_, a) in enumerate(seqs) for k in range(len(a))]
+    for i, (p, a) in enumerate(seqs):
+        want = _cacheless_logits(loaded.model, p, a)
+        for k in range(len(a)):
+            torch.testing.assert_close(got[(i, k)], want[k], atol=2e-4, rtol=2e-4)
+    loaded.close()
+
+
+@pytest.mark.slow
+def test_teacher_forcing_runs_the_compiled_step_generation_runs(tiny):
+    """One compiled step serves generation and the fed tokens: compiled once, called by both (no second compile)."""
+    import torch
+
+    from bench.backends.hf.loop import DecodeLoop
+
+    compiled = []
+
+    def counting(gm, example_inputs):
+        compiled.append(gm)
+        return gm.forward
+
+    ids, mask = left_padded(tiny, [[5, 6, 7, 8], [9, 10]])
+    loop = DecodeLoop(tiny.model, "off", tiny.device)
+    torch._dynamo.reset()
+    calls = []
+    inner = torch.compile(loop._step, backend=counting, fullgraph=True, dynamic=False)
+    loop.step = lambda *a: calls.append(1) or inner(*a)
+    loop.compiled = False  # no CUDA-graph step marks on the CPU
+    try:
+        with torch.inference_mode():
+            generated = loop.generate(ids, mask, 5, 32, [], cuda=False)
+            n_generate = len(calls)
+            fed, seen = torch.tensor([[11, 12, 13, 14, 15], [21, 22, 23, 24, 25]]), []
+            forced = loop.generate(ids, mask, 5, 32, [], cuda=False, feed=fed, on_logits=lambda k, x: seen.append(k))
+    finally:
+        torch._dynamo.reset()
+    assert n_generate == 4 and len(calls) == 8 and len(compiled) == 1  # 4 steps each, one graph
+    assert seen == [0, 1, 2, 3, 4]
+    assert torch.equal(forced[:, :1], generated[:, :1])  # the prefill's token does not depend on what is fed

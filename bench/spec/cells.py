@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -336,10 +337,18 @@ class AccuracySpec:
       40x (issue 30), so the ratio, not the absolute KL, separates them there;
     - top1_rtol = 0.08: vLLM's CI rule (a config fails below baseline x (1 - 0.08)), applied to
       the 95 % Wilson lower bound of top-1 agreement against the floor's agreement;
+    - prefix_ratio_broken = 0.5: a cell whose greedy outputs reproduce the baseline's first prefix_k
+      tokens at under half the rate the baseline reproduces its own (in the other float dtype, in
+      another process) is broken; under (1 - top1_rtol) of it, degraded (vLLM's rtol again). Anchor:
+      a decode loop that emits the wrong token from the right logits (issue 46) scores 0 here while
+      every teacher-forced figure reads aligned;
     - rouge_window = [-1, 2] ROUGE points: the reference report's rule, a cell's ROUGE-1 against
-      the reference answers within -1 / +2 points of the baseline's; judged only from
-      rouge_min_prompts = 50 prompts (below that the standard error of a mean ROUGE, ~15 points
-      per answer / sqrt(n), is wider than the window: the figure is printed, not judged).
+      the reference answers within -1 / +2 points of the baseline's, judged on decoded text with a
+      paired bootstrap interval over prompts (bench.accuracy.figures.paired_bootstrap): decided only
+      when the whole interval is inside or outside the window. rouge_min_prompts = 50 applies to the
+      token-id ROUGE used where no text could be decoded (the standard error of a mean ROUGE, ~15
+      points per answer / sqrt(n), is wider than the window below it).
+    Every threshold must be finite: an infinite one would silently judge nothing.
     """
 
     prompts: int = 16  # prompts of the workload (its first N requests, the speed run's order)
@@ -352,12 +361,13 @@ class AccuracySpec:
     floor_ratio_aligned: float = 5.0
     floor_ratio_broken: float = 20.0
     top1_rtol: float = 0.08
+    prefix_ratio_broken: float = 0.5
     rouge_window: tuple[float, float] = (-1.0, 2.0)
     rouge_min_prompts: int = 50
 
     REFERENCES = ("auto", "dataset", "baseline-greedy")
     COUNTS = ("prompts", "answer_tokens", "generate_tokens", "prefix_k", "rouge_min_prompts")
-    POSITIVE = ("kl_aligned", "kl_broken", "floor_ratio_aligned", "floor_ratio_broken")
+    POSITIVE = ("kl_aligned", "kl_broken", "floor_ratio_aligned", "floor_ratio_broken", "prefix_ratio_broken")
 
     @classmethod
     def from_dict(cls, data: Any) -> AccuracySpec:
@@ -372,7 +382,8 @@ class AccuracySpec:
         if "rouge_window" in values:
             w = values["rouge_window"]
             if (not isinstance(w, (list, tuple)) or len(w) != 2
-                    or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in w) or not w[0] <= 0 <= w[1]):
+                    or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in w)
+                    or not w[0] <= 0 <= w[1]):
                 raise BenchInputError(f"[accuracy]: rouge_window must be [low, high] ROUGE points with low <= 0 <= high, "
                                       f"e.g. [-1, 2], got {w!r}")
             values["rouge_window"] = (float(w[0]), float(w[1]))
@@ -390,8 +401,11 @@ class AccuracySpec:
                                   f"({self.generate_tokens}): lower prefix_k or raise generate_tokens")
         for key in (*self.POSITIVE, "top1_rtol"):
             v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v != v:
-                raise BenchInputError(f"[accuracy]: {key} must be a positive number, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or not math.isfinite(v):
+                raise BenchInputError(f"[accuracy]: {key} must be a positive, finite number, got {v!r}")
+        if self.prefix_ratio_broken > 1:
+            raise BenchInputError(f"[accuracy]: prefix_ratio_broken is a fraction of the baseline's own rate (at most 1; "
+                                  f"default 0.5), got {self.prefix_ratio_broken!r}")
         if self.top1_rtol >= 1:
             raise BenchInputError(f"[accuracy]: top1_rtol is a fraction below 1 (vLLM uses 0.08), got {self.top1_rtol!r}")
         if self.kl_broken < self.kl_aligned:

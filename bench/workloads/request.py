@@ -40,3 +40,7 @@ class RequestTiming:
     end: float = 0.0
     arrival: float = 0.0  # when the request became due (0 for offline: all at once)
     error: str | None = None
+    # The token ids the engine produced, where the backend can read them (None: it cannot, e.g. a
+    # server that streams text). Stored per pass as a digest and the first ids (bench.metrics.request_samples),
+    # so every timed pass says what it computed, not only how fast.
+    output_ids: list[int] | None = None

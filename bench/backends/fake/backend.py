@@ -137,8 +137,18 @@ class FakeLoaded(Loaded):
                 produced = r.output_len - 1 if len(timings) < opts["short_rows"] else r.output_len
                 times = steps[:produced]
                 timings.append(RequestTiming(r.id, r.input_len, r.output_len, produced, start, times,
-                                             times[-1] if times else start))
+                                             times[-1] if times else start,
+                                             output_ids=fake_ids(r.prompt_ids, produced, opts["diverge_at"])))
         extra = {"peak_memory_bytes": int(peak), "virtual_clock": True}
         if self.tuned:
             extra["tuned"] = dict(self.tuned)
         return RunOutput(timings, 0.0, clock, extra)
+
+
+def fake_ids(prompt: tuple, n: int, diverge_at: int = -1) -> list[int]:
+    """Return n generated ids that depend on the prompt alone (every cell agrees), shifted from diverge_at on."""
+    seed = int(hashlib.sha256(repr(tuple(prompt)).encode()).hexdigest()[:8], 16)
+    ids = [(seed + 7919 * k) % 50_000 for k in range(n)]
+    if diverge_at >= 0:
+        ids = [x if k < diverge_at else (x + 1) % 50_000 for k, x in enumerate(ids)]
+    return ids

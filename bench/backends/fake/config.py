@@ -41,6 +41,11 @@ class FakeConfig(BackendConfig):
             help="simulate a tuned build: each cold build draws a speed factor in 1 ± this and a tuned digest, "
                  "kept in its engine folder (tuned.json) and carried by its artifact (tests of tuning spread)",
         ),
+        "diverge_at": Option(
+            -1, kind=int, in_build_key=False, keeps_ids_at_default=True, minimum=-1,
+            help="the generated ids of every request differ from the common ones from this position on (-1: never): "
+                 "tests of timed-output parity",
+        ),
         "tensor_parallel_size": TENSOR_PARALLEL,
     }
 

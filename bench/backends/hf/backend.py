@@ -122,6 +122,10 @@ class HFLoaded(Loaded):
             from bench.backends.hf.corrupt import corrupt_layer
 
             corrupt_layer(self.model, opts["corrupt_layer"])
+        if opts.get("fault", "none") == "kv-negate":  # tests only, like corrupt_layer
+            from bench.backends.hf.corrupt import negate_static_cache
+
+            negate_static_cache()
         self.num_parameters = sum(p.numel() for p in self.model.parameters())  # the model's, before quantization
         self.quantize_s = None
         self.quant: dict | None = None
@@ -147,7 +151,8 @@ class HFLoaded(Loaded):
         if opts.get("decode_loop", "generate") == "harness":
             from bench.backends.hf.loop import DecodeLoop
 
-            self.loop = DecodeLoop(self.model, self.compile, self.device)
+            self.loop = DecodeLoop(self.model, self.compile, self.device,
+                                   token_zero=opts.get("fault", "none") == "decode-token-zero")
             configure_compile(self.model, "off", self.cache)  # generate is not used; compile belongs to the loop
         else:
             configure_compile(self.model, self.compile, self.cache)
@@ -197,7 +202,7 @@ class HFLoaded(Loaded):
 
         requests = list(requests)
         plan = batches(requests, max_batch_size, options.get("batching", "dataset"))
-        self.cache_len = static_cache_len(plan) if self.cache == "static" else None
+        self.fix_cache_len(requests, max_batch_size, options)
         by_size: dict[int, list] = {}
         for b in plan:  # per size, the batch with the longest prompt + output (worst shape)
             if len(b) not in by_size or _batch_len(b) > _batch_len(by_size[len(b)]):
@@ -269,7 +274,104 @@ class HFLoaded(Loaded):
                 gen["max_cache_len"] = cache_len
         return gen
 
-    def _run_batch(self, batch, torch, cache_len: int | None = None, prefill_len: int | None = None) -> list[RequestTiming]:
+    def fix_cache_len(self, requests, max_batch_size: int, options: dict) -> int | None:
+        """Fix the static cache length from a workload's batches, as warmup does for the speed run; return it."""
+        from bench.workloads.workload import batches
+
+        plan = batches(list(requests), max_batch_size, options.get("batching", "dataset"))
+        self.cache_len = static_cache_len(plan) if self.cache == "static" else None
+        return self.cache_len
+
+    def _fitted(self, reqs, max_batch_size: int, options: dict) -> list[list]:
+        """Return the batches the speed run's rule makes of reqs, each request's output cut to fit the fixed static cache
+        and, for a compiled cell, a short last batch filled to max_batch_size with copies of its first request (their
+        outputs unread): the shapes the timed pass compiled, so nothing compiles anew and the numerics are the timed ones."""
+        from dataclasses import replace
+
+        from bench.workloads.workload import batches
+
+        plan = batches(list(reqs), max_batch_size, options.get("batching", "dataset"))
+        out = []
+        for batch in plan:
+            if self.cache == "static" and self.cache_len:
+                room = self.cache_len - max(r.input_len for r in batch)
+                batch = [replace(r, output_len=max(1, min(r.output_len, room))) for r in batch]
+            if self.compile != "off" and len(batch) < max_batch_size and len(plan) > 1:
+                batch = batch + [replace(batch[0], id=f"fill-{i}") for i in range(max_batch_size - len(batch))]
+            out.append(batch)
+        return out
+
+    def greedy(self, requests, max_batch_size: int, options: dict, new_tokens: int) -> dict[str, list[int]]:
+        """Return {request id: its greedy ids} from the speed run's batch function, new_tokens of them per request.
+
+        The batches are the speed run's (its rule, its max_batch_size, its fixed static cache, which
+        may cut an output where it has no room): the first ids are what the timed pass computes for the
+        same requests, since a token depends only on those before it.
+        """
+        from dataclasses import replace
+
+        import torch
+
+        reqs = [replace(r, output_len=new_tokens) for r in requests]
+        out: dict[str, list[int]] = {}
+        for batch in self._fitted(reqs, max_batch_size, options):
+            cache_len = self.cache_len or (static_cache_len([batch]) if self.cache == "static" else None)
+            for t in self._run_batch(batch, torch, cache_len, options.get("prefill_len") or None):
+                if not t.request_id.startswith("fill-"):
+                    out[t.request_id] = list(t.output_ids or [])
+        return out
+
+    def teacher_forced(self, sequences, max_batch_size: int, options: dict, on_logits) -> list[int]:
+        """Feed each (prompt, answer) through the cell's own path, handing every answer position's logits to on_logits.
+
+        Sequences are batched at max_batch_size by the speed run's rule (options' batching), left-padded,
+        with the static cache length the speed run fixed (warmup) where it holds them. on_logits(indices, k,
+        logits (len(indices), vocab)) gets, for the sequences `indices` (positions in `sequences`), the
+        logits predicting answer[k], from the same prefill, cache, compiled step and decode loop the timed
+        pass runs; it is called as the batch runs, so the caller reduces each step to its figures and
+        nothing of size answer x vocab accumulates.
+
+        Answers longer than the fixed static cache leaves room for are cut: the timed shapes, not new
+        ones. Return the number of answer positions fed per sequence (the ones on_logits saw).
+        """
+        import torch
+
+        from bench.workloads.request import Request
+
+        reqs = [Request(str(i), tuple(p), len(a)) for i, (p, a) in enumerate(sequences)]
+        answers = {r.id: list(a) for r, (_, a) in zip(reqs, sequences, strict=True)}
+        fed_len: dict[int, int] = {}
+        for batch in self._fitted(reqs, max_batch_size, options):
+            width = max(r.output_len for r in batch)
+            fed = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
+            for row, r in enumerate(batch):
+                fed[row, : r.output_len] = torch.tensor(answers[r.id][: r.output_len])
+            fed = fed.to(self.device)
+            real = [(row, int(r.id), r.output_len) for row, r in enumerate(batch) if not r.id.startswith("fill-")]
+            fed_len.update({i: n for _, i, n in real})
+            size = len(batch)
+
+            def each(k, logits, real=real, size=size):
+                rows = [(row, i) for row, i, n in real if k < n]  # rows whose answer still has a position k
+                if rows:
+                    picked = logits if len(rows) == size else logits[[row for row, _ in rows]]
+                    on_logits([i for _, i in rows], k, picked)
+
+            cache_len = self.cache_len or (static_cache_len([batch]) if self.cache == "static" else None)
+            with torch.inference_mode():
+                self._run_batch(batch, torch, cache_len, options.get("prefill_len") or None, feed=fed, on_logits=each)
+        return [fed_len[i] for i in range(len(sequences))]
+
+    def _run_batch(self, batch, torch, cache_len: int | None = None, prefill_len: int | None = None,
+                   feed=None, on_logits=None) -> list[RequestTiming]:
+        """Return one RequestTiming per request of a static batch, generated ids included: the speed run's batch function.
+
+        Teacher forcing (bench accuracy) goes through here too, so its logits come from the cell's own
+        path (its cache, compiled step, decode loop, prefill_len, padding): `feed` (batch, max_new) ids
+        each step reads instead of the token chosen before, and on_logits(k, logits (batch, vocab)) gets
+        the logits that predict position k. The harness loop takes `feed` in its step; generate takes
+        it through a logits processor that reads the raw logits and forces the fed token.
+        """
         from transformers import StoppingCriteria, StoppingCriteriaList
 
         from bench.backends.hf import loop as hf_loop
@@ -291,6 +393,8 @@ class HFLoaded(Loaded):
 
         gen = self.generate_kwargs(max_new, cache_len)
         gen["stopping_criteria"] = StoppingCriteriaList([StepClock()])
+        if feed is not None and self.loop is None:
+            gen["logits_processor"] = forced_tokens(feed, prompt_len, on_logits)
         self._sync()
         if cuda:
             start_ev = torch.cuda.Event(enable_timing=True)
@@ -300,7 +404,7 @@ class HFLoaded(Loaded):
         with torch.inference_mode():
             if self.loop is not None:
                 new_tokens = self.loop.generate(ids, mask, max_new, cache_len or static_cache_len([batch]), marks,
-                                                cuda, prefill_len if chunked else None)
+                                                cuda, prefill_len if chunked else None, feed=feed, on_logits=on_logits)
                 eos_ids = None
             else:
                 if chunked:  # the prompt but its last token goes in first; generate continues from that cache
@@ -318,8 +422,9 @@ class HFLoaded(Loaded):
         if cuda:
             marks = [start + start_ev.elapsed_time(ev) / 1000.0 for ev in marks]
         produced = count_produced(new_tokens, out_lens, eos_ids)
+        rows = new_tokens.tolist()  # after the clock stopped: what each request produced, stored with its times
         timings = []
-        for r, n in zip(batch, produced, strict=True):
+        for r, n, row in zip(batch, produced, rows, strict=True):
             got = min(n, len(marks))  # a token without a time mark is not counted either
             timings.append(
                 RequestTiming(
@@ -330,6 +435,7 @@ class HFLoaded(Loaded):
                     start=start,
                     token_times=marks[:got],
                     end=marks[got - 1] if got else end,
+                    output_ids=row[:min(n, r.output_len)],
                 )
             )
         return timings
@@ -352,6 +458,27 @@ class HFLoaded(Loaded):
 
             if dist.is_initialized():  # transformers started the process group from torchrun's environment
                 dist.destroy_process_group()
+
+
+def forced_tokens(feed, prompt_len: int, on_logits=None):
+    """Return generate's LogitsProcessorList that hands each step's raw logits to on_logits(k, logits) and forces feed[:, k].
+
+    Teacher forcing through model.generate itself (its cache, its compiled forward): the logits a
+    step computed are read first, then every token but the fed one is masked, so greedy picks it.
+    """
+    import torch
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class Force(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            k = input_ids.shape[1] - prompt_len
+            if on_logits is not None:
+                on_logits(k, scores.clone())
+            forced = torch.full_like(scores, float("-inf"))
+            forced.scatter_(1, feed[:, min(k, feed.shape[1] - 1)].unsqueeze(1), 0.0)
+            return forced
+
+    return LogitsProcessorList([Force()])
 
 
 def left_padded(batch, pad_id: int, device):

@@ -96,6 +96,12 @@ class HFConfig(BackendConfig):
             -1, kind=int, keeps_ids_at_default=True,
             help="tests only (BENCH_ALLOW_CORRUPTION=1): dequantize this decoder layer's MLP output with a wrong scale (-1: none)",
         ),
+        # A known-broken decode path for the accuracy tests (bench/backends/hf/corrupt.py FAULTS); refused outside them.
+        "fault": Option(
+            "none", ("none", "decode-token-zero", "kv-negate"), keeps_ids_at_default=True,
+            help="tests only (BENCH_ALLOW_CORRUPTION=1): a planted decode-path fault: the harness loop emits token 0 "
+                 "(decode-token-zero), or the static KV cache returns its values negated (kv-negate)",
+        ),
     }
 
     @classmethod
@@ -140,6 +146,16 @@ class HFConfig(BackendConfig):
                                       f"accuracy tests only (they set {CORRUPTION_ENV}=1): remove it from the matrix")
             if isinstance(corrupt, bool) or not isinstance(corrupt, int) or corrupt < 0:
                 raise BenchInputError(f"option corrupt_layer must be a decoder layer index >= 0 (or -1), got {corrupt!r}")
+        fault = opts.get("fault", "none")
+        if fault != "none":
+            if os.environ.get(CORRUPTION_ENV) != "1":
+                raise BenchInputError(f"option fault={fault!r} breaks the decode path on purpose and is for the "
+                                      f"accuracy tests only (they set {CORRUPTION_ENV}=1): remove it from the matrix")
+            if fault == "decode-token-zero" and opts.get("decode_loop", "generate") != "harness":
+                raise BenchInputError("option fault='decode-token-zero' plants its fault in the harness decode loop: "
+                                      "set decode_loop = 'harness' (and cache = 'static')")
+            if fault == "kv-negate" and opts.get("cache") != "static":
+                raise BenchInputError("option fault='kv-negate' plants its fault in the static KV cache: set cache = 'static'")
         prefill_len = opts.get("prefill_len", 0)
         if isinstance(prefill_len, bool) or not isinstance(prefill_len, int) or prefill_len < 0:
             raise BenchInputError(f"option prefill_len must be a non-negative integer (0: whole prompt), got {prefill_len!r}")

@@ -1,4 +1,4 @@
-"""A known-broken configuration for the accuracy tests: one decoder layer dequantized with a wrong scale.
+"""Known-broken configurations for the accuracy tests: a layer with a wrong scale, and planted decode-path faults.
 
 `bench accuracy` and `bench parity --layers` must be shown to catch a wrong model, so the tests
 need one whose fault is known: option corrupt_layer = N multiplies layer N's MLP down_proj
@@ -7,6 +7,13 @@ would. (Permuting that weight's rows, the random-weight experiment of issue 30, 
 tiny trained model whose residual stream carries most of the signal; a scale error of this size
 doubles its perplexity.) The declaration refuses the option unless BENCH_ALLOW_CORRUPTION=1
 (the test suite sets it), so no measured matrix can carry it by mistake.
+
+Option fault plants a fault in the decode path itself, where a cacheless forward pass never looks
+(FAULTS): the harness loop's step emits token 0 whatever its logits say (its logits stay right, so
+only generation parity can see it), or the static KV cache hands attention its values negated
+(teacher-forced decode through the cache sees it; a cacheless forward does not). Both sit inside the
+compiled step when the cell compiles. The KV fault patches transformers' static cache layer class
+for the whole process: a fault cell has a build key of its own, so its process holds no other model.
 """
 
 from __future__ import annotations
@@ -23,3 +30,26 @@ def corrupt_layer(model, layer: int) -> None:
         raise ValueError(f"corrupt_layer={layer}: the model has {len(layers)} decoder layers")
     with torch.no_grad():
         layers[layer].mlp.down_proj.weight.mul_(SCALE)
+
+
+FAULTS = {
+    "decode-token-zero": "the harness decode loop's step returns token 0 for every row (its logits unchanged)",
+    "kv-negate": "the static KV cache's update returns its keys and values negated",
+}
+
+
+def negate_static_cache() -> None:
+    """Make every static KV cache layer of this process return its keys and values negated (the kv-negate fault)."""
+    from transformers import cache_utils
+
+    cls = getattr(cache_utils, "StaticLayer", None) or cache_utils.StaticCache  # transformers < 4.54: the cache itself
+    if getattr(cls.update, "planted_fault", False):
+        return
+    real = cls.update
+
+    def update(self, *args, **kwargs):
+        keys, values = real(self, *args, **kwargs)
+        return -keys, -values
+
+    update.planted_fault = True
+    cls.update = update

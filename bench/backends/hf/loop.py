@@ -6,6 +6,10 @@ loop runs the prefill, then `max_new - 1` compiled one-token steps through the s
 StaticCache without ever syncing until the batch is done: the step costs what its kernels cost.
 It is transformers' documented static-cache loop ("decode_one_tokens"); its tokens equal
 generate's greedy tokens (tested on CPU).
+
+The same step also serves teacher forcing (bench accuracy): `feed` replaces the token each step
+reads with the reference answer's, and `on_logits` receives each step's logits, so the logits an
+accuracy figure is computed from come from the very compiled step (and CUDA graphs) that was timed.
 """
 
 from __future__ import annotations
@@ -113,11 +117,14 @@ def prefilled_cache(model, ids, mask, prefill_len: int, static_len: int | None):
 class DecodeLoop:
     """Greedy generation over a StaticCache with a (optionally compiled) one-token step."""
 
-    def __init__(self, model, compile_mode: str, device):
+    def __init__(self, model, compile_mode: str, device, token_zero: bool = False):
         import torch
 
         self.model = model
         self.device = device
+        # Tests only (hf option fault = "decode-token-zero", bench/backends/hf/corrupt.py): every step emits
+        # token 0, inside the compiled step, while its logits stay right.
+        self.token_zero = token_zero
         step = self._step
         if compile_mode != "off":
             # fullgraph: a graph break inside the step would silently run part of it eagerly,
@@ -128,10 +135,15 @@ class DecodeLoop:
         self.caches: dict[tuple[int, int], object] = {}  # (batch, cache_len) -> StaticCache
 
     def _step(self, token, cache_position, pad, mask, cache):
-        """Return the next token per row (batch, 1) after feeding `token` at `cache_position`."""
+        """Return (the next token per row (batch, 1), the step's logits (batch, vocab)) after feeding `token`.
+
+        The logits are an output of the same compiled graph generation runs: the lm_head computes
+        them either way, so returning them adds no kernel; teacher forcing reads them.
+        """
         position_ids = cache_position.view(1, 1) - pad  # left padding shifts each row's positions
-        logits = forward(self.model, token, position_ids, cache_position, mask, cache)
-        return logits[:, -1].argmax(-1, keepdim=True)
+        logits = forward(self.model, token, position_ids, cache_position, mask, cache)[:, -1]
+        chosen = logits.argmax(-1, keepdim=True)
+        return (chosen * 0 if self.token_zero else chosen), logits
 
     def cache_for(self, batch: int, cache_len: int):
         """Return the StaticCache for (batch, cache_len), reset; one per shape so compiled graphs keep their addresses."""
@@ -145,12 +157,15 @@ class DecodeLoop:
             cache.reset()
         return cache
 
-    def generate(self, ids, mask, max_new: int, cache_len: int, marks: list, cuda: bool, prefill_len: int | None = None):
+    def generate(self, ids, mask, max_new: int, cache_len: int, marks: list, cuda: bool, prefill_len: int | None = None,
+                 feed=None, on_logits=None):
         """Return the generated tokens (batch, max_new); append each token's time marker to `marks`.
 
         ids/mask: (batch, prompt) left-padded, on the device. On CUDA the markers are events
         (recorded, not waited on); on CPU they are perf_counter times. prefill_len: see feed_prompt.
         A position no step wrote holds -1 (UNWRITTEN), so the caller counts what was produced.
+        feed (batch, >= max_new - 1) and on_logits(k, logits (batch, vocab)): teacher forcing, see `decode`;
+        on_logits(0, ...) gets the prefill's logits, which predict the first token.
         """
         import torch
 
@@ -165,7 +180,9 @@ class DecodeLoop:
             record_mark(marks, cuda)
 
         keep(0, state["token"])
-        self.decode(state, max_new - 1, keep)
+        if on_logits is not None:
+            on_logits(0, state["logits"])
+        self.decode(state, max_new - 1, keep, feed=feed, on_logits=on_logits)
         return out
 
     def prefill(self, ids, mask, cache_len: int, prefill_len: int | None = None) -> dict:
@@ -179,22 +196,30 @@ class DecodeLoop:
         batch, prompt = ids.shape
         cache = self.cache_for(batch, cache_len)
         full_mask = whole_cache_mask(mask, cache_len)
-        logits = feed_prompt(self.model, ids, mask, cache, prompt, prefill_len, full_mask)
-        return {"token": logits[:, -1].argmax(-1, keepdim=True),
+        logits = feed_prompt(self.model, ids, mask, cache, prompt, prefill_len, full_mask)[:, -1]
+        return {"token": logits.argmax(-1, keepdim=True), "logits": logits,
                 "position": torch.tensor([prompt], dtype=torch.long, device=ids.device),
                 "pad": (prompt - mask.sum(-1, keepdim=True)).to(torch.long), "mask": full_mask, "cache": cache}
 
-    def decode(self, state: dict, steps: int, on_token=None) -> None:
+    def decode(self, state: dict, steps: int, on_token=None, feed=None, on_logits=None) -> None:
         """Run `steps` one-token steps from `state` (updated in place), never waiting for the GPU.
 
         on_token(k, token) is called after step k (1-based), with the token still on the device.
+        Teacher forcing: with `feed` (batch, >= steps), step k reads feed[:, k - 1] instead of the
+        token the previous step chose, and on_logits(k, logits) gets the step's logits (a copy: a
+        CUDA graph's output buffer is overwritten by the next replay). Same compiled step either way.
         """
         import torch
 
         for k in range(1, steps + 1):
             if self.compiled:
                 torch.compiler.cudagraph_mark_step_begin()  # the previous step's output is consumed below
-            state["token"] = self.step(state["token"], state["position"], state["pad"], state["mask"], state["cache"]).clone()
+            # contiguous: the fed column has the layout of a generated token, so the step's guards hold (no recompile)
+            token_in = state["token"] if feed is None else feed[:, k - 1 : k].contiguous()
+            token, logits = self.step(token_in, state["position"], state["pad"], state["mask"], state["cache"])
+            state["token"] = token.clone()
             state["position"].add_(1)
             if on_token is not None:
                 on_token(k, state["token"])
+            if on_logits is not None:
+                on_logits(k, logits.clone())

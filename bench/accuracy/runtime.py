@@ -1,0 +1,148 @@
+"""Accuracy through each cell's own runtime: the teacher-forced logits and greedy tokens of the code that was timed.
+
+A loaded hf cell (bench.backends.hf.backend.HFLoaded) runs the speed run's batch function for
+both: `teacher_forced` feeds the reference answers through its prefill (chunked by prefill_len),
+its cache (static or dynamic), its compiled step and CUDA graphs, its decode loop, at its
+max_batch_size with the speed run's padding and static cache length; `greedy` generates through
+the same function. So a fault anywhere on that path (a decode loop that emits the wrong token, a
+cache that corrupts what it holds, a compiled step that differs from eager) is in the figures.
+
+`baseline_reference` measures the baseline and writes its Reference (bench.accuracy.reference):
+teacher-forced logits, greedy ids by request, determinism, and two noise floors, each of the
+numerics alone against the baseline's own runtime figures:
+- teacher-forced (KL, top-1): the baseline's weights computed in the other float dtype (bf16 <->
+  fp32), its attention in the other kernel (sdpa <-> eager), and its cacheless eager forward, each
+  against the runtime logits;
+- generation (identical first prefix_k greedy tokens): the other-dtype twin's greedy tokens, and a
+  second runtime pass, against the first runtime pass.
+`cell_figures` measures a cell against a Reference, in the cell's own process.
+"""
+
+from __future__ import annotations
+
+import time
+
+from bench.accuracy.figures import (
+    differing_tokens,
+    generation_parity,
+    position_stats,
+    prefix_parity,
+    token_parity,
+)
+
+
+def sequences_for(requests, answers: dict | None, settings: dict, max_total_len: int, base_greedy=None
+                  ) -> tuple[list[tuple[list[int], list[int]]], str]:
+    """Return the (prompt, answer) pairs scored and the reference kind ("dataset" or "baseline-greedy")."""
+    if answers is not None:
+        pairs = []
+        for r in requests:
+            room = max_total_len - r.input_len
+            answer = list(answers[r.id])[: min(settings["answer_tokens"], room)]
+            if answer:
+                pairs.append((list(r.prompt_ids), answer))
+        return pairs, "dataset"
+    greedy = base_greedy(requests)
+    return [(list(r.prompt_ids), greedy[r.id]) for r in requests if greedy[r.id]], "baseline-greedy"
+
+
+def _ordered(by_id: dict[str, list[int]], requests) -> list[list[int]]:
+    return [by_id[r.id] for r in requests]
+
+
+def _runtime(loaded) -> None:
+    if not hasattr(loaded, "teacher_forced") or not hasattr(loaded, "greedy"):
+        raise RuntimeError(f"{type(loaded).__name__} has no teacher-forced decode through its own runtime "
+                           "(teacher_forced, greedy): its accuracy cannot be measured on the path that was timed")
+
+
+def baseline_reference(loaded, cell, requests, answers: dict | None, settings: dict, speed_requests, folder) -> dict:
+    """Measure the baseline through its own runtime, write its Reference into `folder`; return its figures."""
+    import gc
+
+    from bench.accuracy.capture import attention, floor_variants, greedy, hf_logits
+    from bench.accuracy.reference import LogitsWriter, write_meta
+
+    _runtime(loaded)
+    opts, size = cell.options_dict, cell.max_batch_size
+    loaded.fix_cache_len(speed_requests, size, opts)
+    t0 = time.perf_counter()
+    n = settings["generate_tokens"]
+    seqs, kind = sequences_for(requests, answers, settings, cell.workload.max_total_len,
+                               lambda reqs: loaded.greedy(reqs, size, opts, settings["answer_tokens"]))
+    writer = LogitsWriter([len(a) for _, a in seqs])
+    loaded.teacher_forced(seqs, size, opts, writer)
+    fed = writer.fed()
+    seqs = [(p, a[:k]) for (p, a), k in zip(seqs, fed, strict=True)]
+    digest = writer.save(folder)
+    first = loaded.greedy(requests, size, opts, n)
+    second = loaded.greedy(requests, size, opts, n)
+    base_out = _ordered(first, requests)
+    prompts = [list(r.prompt_ids) for r in requests]
+
+    def against_runtime(source) -> dict:
+        import torch
+
+        chunks = [position_stats(writer.rows[i][: len(a)], source(p, a), torch.tensor(a)) for i, (p, a) in enumerate(seqs)]
+        return token_parity(chunks).to_dict()
+
+    model = loaded.model
+    floor: dict = {"cacheless": {"what": "its own cacheless eager forward (no cache, no padding, no compiled step)",
+                                 **against_runtime(hf_logits(model, loaded.device))}}
+    generation_floor: dict = {"second_pass": {"what": "a second pass through its runtime, same process",
+                                              **prefix_parity(_ordered(second, requests), base_out, settings["prefix_k"])}}
+    for name, (what, twin) in floor_variants(model, loaded.dtype).items():
+        floor[name] = {"what": what, **against_runtime(hf_logits(twin, loaded.device))}
+        twin_out = greedy(twin, prompts, n, loaded.pad_id, loaded.device)
+        generation_floor[name] = {"what": what + " (greedy, model.generate)",
+                                  **prefix_parity(twin_out, base_out, settings["prefix_k"])}
+        del twin
+        gc.collect()
+    current = model.config._attn_implementation
+    other = "eager" if current != "eager" else "sdpa"
+    with attention(model, other):
+        floor["attention"] = {"what": f"attention {current} vs {other} (cacheless)", **against_runtime(hf_logits(model, loaded.device))}
+    import torch
+
+    self_parity = token_parity([position_stats(writer.rows[i][: len(a)], writer.rows[i][: len(a)], torch.tensor(a))
+                                for i, (_, a) in enumerate(seqs)]).to_dict()
+    figures = {"parity": self_parity, "floor": floor, "generation_floor": generation_floor,
+               "determinism": differing_tokens(base_out, _ordered(second, requests)), "greedy": base_out,
+               "greedy_ids": first, "reference": kind, "sequences": len(seqs), "answer_positions": sum(fed),
+               "measure_s": time.perf_counter() - t0, "static_cache_len": getattr(loaded, "cache_len", None)}
+    write_meta(folder, {"baseline": cell.to_dict(), "settings": settings, "sequences": seqs, "reference": kind,
+                        "tensors_sha256": digest, "greedy_ids": first, "request_ids": [r.id for r in requests],
+                        "floor": floor, "generation_floor": generation_floor})
+    return figures
+
+
+def cell_figures(loaded, cell, reference, requests, settings: dict, speed_requests, references: list[list[int]],
+                 decode=None, window=None) -> dict:
+    """Return a cell's figures against a baseline Reference, through the cell's own runtime.
+
+    references: per request, the answer ids ROUGE is computed against (dataset answers, or the
+    baseline's greedy continuation); decode: token ids -> text (the workload's tokenizer), for the
+    text ROUGE the reference report computes; window: the ROUGE-1 window to test.
+    """
+    from bench.accuracy.reference import Scorer
+
+    _runtime(loaded)
+    opts, size = cell.options_dict, cell.max_batch_size
+    loaded.fix_cache_len(speed_requests, size, opts)
+    t0 = time.perf_counter()
+    scorer = Scorer(reference, hold=2 * size)
+    fed = loaded.teacher_forced(reference.sequences, size, opts, scorer)
+    parity = scorer.parity().to_dict()
+    n = settings["generate_tokens"]
+    first = loaded.greedy(requests, size, opts, n)
+    second = loaded.greedy(requests, size, opts, n)
+    cell_out = _ordered(first, requests)
+    base_ids = reference.meta["greedy_ids"]
+    base_out = [base_ids[r.id] for r in requests]
+    return {"parity": parity, "answer_positions": sum(fed),
+            "generation": generation_parity(cell_out, base_out, references, settings["prefix_k"], decode, window),
+            "determinism": differing_tokens(cell_out, _ordered(second, requests)), "greedy": cell_out,
+            "greedy_ids": first, "measure_s": time.perf_counter() - t0,
+            "static_cache_len": getattr(loaded, "cache_len", None)}
+
+
