@@ -1,15 +1,25 @@
 """The driver of `bench accuracy`: every selected cell against the matrix's baseline cell of the same model.
 
 `accuracy_matrix` plans the pairs (`plan_accuracy`: every check before any work), reuses what the
-store holds, runs one session process per baseline (bench.accuracy.session, started through
-bench.execution.launcher: the baseline loaded once, its own figures and noise floor first, then
-each cell measured against it) and builds one `accuracy` record per cell
-(bench.results.records.new_record, with the invocation's run context): the session's figures,
-the determinism across processes, and the verdict judged by bench.accuracy.verdict. Each
-record's text is bench.accuracy.text's. `bench study` calls `accuracy_matrix` too.
+store holds, and runs session processes (bench.accuracy.session, started through
+bench.execution.launcher), each measuring through the cells' own runtime (bench.accuracy.runtime):
 
-Resume: a cell whose store already holds an ok record of the same baseline and settings is not
-measured again unless redo (a second process for the reproduction check is --redo).
+1. per baseline, a baseline session: the baseline's Reference (bench.accuracy.reference: its
+   teacher-forced logits, greedy ids, noise floors) written under
+   results/accuracy/<matrix>/<baseline cell_id>/<settings>/, and the cells that share its build key
+   measured with the same loaded model;
+2. per build key of the other cells, a cell session against that Reference (a trtllm or served
+   cell: one session each).
+
+It builds one `accuracy` record per cell (bench.results.records.new_record, with the invocation's
+run context): the session's figures, the determinism across processes, and the verdict judged by
+bench.accuracy.verdict against the Reference's floors. Each record's text is bench.accuracy.text's.
+`bench study` calls `accuracy_matrix` too.
+
+Resume: a baseline whose store holds an ok record of the same settings, and whose Reference is
+on disk and intact, is not measured again; a cell whose store holds an ok record of the same
+baseline, settings and Reference (its SHA-256) neither; --redo measures them again (a second
+process, for the reproduction check).
 """
 
 from __future__ import annotations
@@ -69,13 +79,6 @@ def plan_accuracy(matrix, all_cells, settings) -> list[tuple]:
                     f"{c.label}: tensor_parallel_size={tensor_parallel_size(c.options_dict)} runs as several ranks (torchrun, MPI); an "
                     "accuracy session loads its models in one process: measure a tensor_parallel_size = 1 cell of the "
                     "same precision (the numerics it checks are the same)")
-        mine, theirs = cell.options_dict, base.options_dict
-        for key, default in (("compile_tuning", "default"), ("freeze_weights", "off")):
-            if mine.get(key, default) != theirs.get(key, default):
-                raise BenchInputError(
-                    f"{cell.label}: {key}={mine.get(key, default)!r} differs from its baseline's "
-                    f"({theirs.get(key, default)!r}); Inductor's settings are process-wide, and the session loads both "
-                    "models in one process: measure this cell against a baseline with the same setting")
         if settings.reference == "dataset" and not has_answers(cell.workload):
             raise BenchInputError(
                 f"workload {cell.workload.name!r} (source {cell.workload.source!r}) has no reference answers and "
@@ -91,8 +94,8 @@ def accuracy_matrix(matrix, all_cells, settings, store_path: Path, *, redo: bool
                     printer=print) -> tuple[list, int]:
     """Measure every selected cell against its baseline; return (the Accuracy records, how many failed).
 
-    One session process per baseline: the baseline is loaded once and the cells that need measuring
-    (not stored with the same baseline and settings, or all with redo) are measured in turn.
+    Per baseline: its session (unless its record and Reference are stored), then one session per
+    build key of the cells still to measure (the module docstring says which).
     """
     from bench.accuracy.text import accuracy_text
     from bench.results import query
@@ -103,31 +106,11 @@ def accuracy_matrix(matrix, all_cells, settings, store_path: Path, *, redo: bool
     store_path = query.check_store_path(store_path, must_exist=False)
     stored = query.accuracies(query.load([store_path])) if store_path.exists() else []
     context = new_context("accuracy", matrix=matrix.name, baseline=matrix.baseline)
-
-    def previous(cell, key):
-        return [r for r in stored if r.cell_id == cell.cell_id and r.accuracy.get("key") == key and r.ok]
-
     records, failed = [], 0
     with ResultStore(store_path).writer() as store:
         for base in [c for c, b in plan if b is None]:
             group = [(base, None)] + [(c, b) for c, b in plan if b is not None and b.cell_id == base.cell_id]
-            done: dict[str, object] = {}
-            todo = []
-            for cell, b in group:
-                key = measure_key(settings, b)
-                earlier = previous(cell, key)
-                if earlier and not redo:
-                    done[cell.cell_id] = max(earlier, key=lambda r: (r.context.started_at or 0, r.ended_at or 0))
-                    printer(f"{cell.label}: stored {done[cell.cell_id].context.label} (--redo measures it again)")
-                else:
-                    todo.append((cell, b, key, earlier))
-            floor = (done[base.cell_id].accuracy.get("floor") if base.cell_id in done else None)
-            if todo:
-                new = accuracy_group(base, todo, matrix, settings, context, floor, timeout * (1 + len(todo)))
-                for rec in new:
-                    store.append(rec)
-                    stored.append(rec)
-                    done[rec.cell_id] = rec
+            done = accuracy_group(base, group, stored, matrix, settings, context, redo, timeout, store, printer)
             for cell, _ in group:
                 record = done[cell.cell_id]
                 records.append(record)
@@ -146,98 +129,208 @@ def measure_key(settings, base) -> dict:
             **{k: getattr(settings, k) for k in MEASURE_KEYS}}
 
 
-def accuracy_group(base, todo: list, matrix, settings, context, floor: dict | None, timeout: float) -> list:
-    """Return one Accuracy record per entry of todo [(cell, its baseline or None, key, earlier records)], after one
-    session that loads `base` once (None as a cell's baseline: the baseline's own figures, its noise floor)."""
-    from bench.accuracy.figures import differing_tokens
-    from bench.accuracy.verdict import judge
+def reference_dir(matrix_name: str, base, settings) -> Path:
+    """Return the folder of a baseline's Reference for these settings (results/accuracy/<matrix>/<cell>/<settings>)."""
+    from bench.spec.cells import short_hash
+
+    return (Path("results") / "accuracy" / matrix_name / base.cell_id / short_hash(measure_key(settings, None))).resolve()
+
+
+def _latest(records):
+    return max(records, key=lambda r: (r.context.started_at or 0, r.ended_at or 0)) if records else None
+
+
+def accuracy_group(base, group: list, stored: list, matrix, settings, context, redo: bool, timeout: float, store,
+                   printer) -> dict:
+    """Return {cell_id: Accuracy record} for a baseline and the cells measured against it, every new record stored.
+
+    The baseline's session comes first (unless reused); the cells of its build key ride along in it,
+    the others get a session per build key (one each for trtllm and served cells)."""
+    from bench.accuracy.reference import Reference
+
+    folder = reference_dir(matrix.name, base, settings)
+    reference = None
+    done: dict = {}
+    earlier: dict = {}
+    for cell, b in group:
+        key = measure_key(settings, b)
+        earlier[cell.cell_id] = [r for r in stored if r.cell_id == cell.cell_id and r.accuracy.get("key") == key and r.ok]
+    if not redo and earlier[base.cell_id]:
+        try:
+            reference = Reference.open(folder)
+        except BenchInputError as exc:
+            printer(f"{base.label}: stored, but its reference cannot be used ({exc}): measured again")
+        else:
+            done[base.cell_id] = _latest(earlier[base.cell_id])
+            printer(f"{base.label}: stored {done[base.cell_id].context.label} (--redo measures it again)")
+    todo = []
+    for cell, _b in group[1:]:
+        prior = [r for r in earlier[cell.cell_id]
+                 if reference is not None and r.accuracy.get("reference_sha256") == reference.meta.get("tensors_sha256")]
+        if prior and not redo:
+            done[cell.cell_id] = _latest(prior)
+            printer(f"{cell.label}: stored {done[cell.cell_id].context.label} (--redo measures it again)")
+        else:
+            todo.append(cell)
+    key_hash = base.build_key().key_hash
+    jobs: list[tuple[str, list]] = []
+    if base.cell_id not in done:
+        jobs.append(("baseline", [c for c in todo if c.backend == "hf" and c.build_key().key_hash == key_hash]))
+    by_key: dict = {}
+    for c in todo:
+        if base.cell_id not in done and c.backend == "hf" and c.build_key().key_hash == key_hash:
+            continue
+        by_key.setdefault(c.build_key().key_hash if c.backend == "hf" else c.cell_id, []).append(c)
+    jobs += [("cells", cells) for cells in by_key.values()]
+    for mode, cells in jobs:
+        if mode == "cells" and base.cell_id in done and not done[base.cell_id].ok:
+            now = time.time()
+            session = {"status": "error", "error": f"its baseline {base.label} failed: {done[base.cell_id].error}",
+                       "_started": now, "_ended": now}
+        else:
+            session = _session(mode, base, cells, matrix, settings, folder, timeout * (1 + len(cells)))
+        started, ended = session.pop("_started"), session.pop("_ended")
+        out = [(base, None)] if mode == "baseline" else []
+        for cell, b, figures in _figures(session, out + [(c, base) for c in cells]):
+            record = _record(cell, b, figures, session, settings, folder, earlier[cell.cell_id], context, started, ended)
+            store.append(record)
+            stored.append(record)
+            done[cell.cell_id] = record
+    return done
+
+
+def _session(mode: str, base, cells: list, matrix, settings, folder: Path, timeout: float) -> dict:
+    """Return one accuracy session's result (its figures, or its failure), with when it started and ended."""
     from bench.execution.launcher import run_session
     from bench.machine.memory_cap import ENV_VAR
-    from bench.results.records import new_record
-    from bench.workloads.references import answers_path, reference_answers
+    from bench.workloads.references import answers_path
+    from bench.workloads.workload import cached_workload
+
+    wl, wl_file, answers = accuracy_workload(base, settings)
+    speed = {c.cell_id: str(Path(cached_workload(c.workload, Path("workloads/cache"))[1]).resolve())
+             for c in [base, *cells]}
+    folder.mkdir(parents=True, exist_ok=True)
+    name = "baseline" if mode == "baseline" else f"cells-{cells[0].build_key().key_hash if cells[0].backend == 'hf' else cells[0].cell_id}"
+    job = {"mode": mode, "baseline": base.to_dict(), "cells": [c.to_dict() for c in cells],
+           "engines_dir": str(Path("engines").resolve()), "workload_file": str(Path(wl_file).resolve()),
+           "answers_file": str(answers_path(wl_file).resolve()) if answers is not None else None,
+           "speed_workload_files": speed, "reference_dir": str(folder), "settings": settings.to_dict()}
+    job_file, result_file, log_path = folder / f"{name}.job.json", folder / f"{name}.json", folder / f"{name}.log"
+    job_file.write_text(json.dumps(job, indent=1))
+    started = time.time()
+    # No memory cap: the baseline's session holds its fp32 twin to measure the noise floor; the matrix's
+    # gpu_memory_gb is for the speed run, and a cell is measured at its own batch size (docs/guide/accuracy.md).
+    run = run_session([sys.executable, "-m", SESSION, str(job_file), str(result_file)], result_file, log_path,
+                      timeout=timeout, what="accuracy session", drop_env=(ENV_VAR,))
+    session = run.result if run.status == "ok" else {"status": run.status, "error": run.error}
+    return {**session, "log": str(log_path), "_started": started, "_ended": time.time(), "workload": wl.summary()}
+
+
+def accuracy_workload(base, settings):
+    """Return (the accuracy workload, its file, its answers or None): the speed run's first `prompts` requests, or its
+    requests and the next ones of the same sampling (seed, rules) where `prompts` is more."""
+    from bench.workloads.references import reference_answers
     from bench.workloads.workload import cached_workload
 
     spec = base.workload
-    # More prompts than the speed run replays: the same sampling (seed, rules) continued; its first
-    # num_requests prompts are the speed run's own, in its order (the record says so).
     if settings.prompts > spec.num_requests:
         spec = replace(spec, num_requests=settings.prompts)
     wl, wl_file = cached_workload(spec, Path("workloads/cache"))
     answers = None if settings.reference == "baseline-greedy" else reference_answers(spec, wl, wl_file)
-    speed_n = base.workload.num_requests
-    prompts_note = (f"the speed run's first {settings.prompts} prompts" if settings.prompts <= speed_n else
-                    f"the speed run's {speed_n} prompts and the next {settings.prompts - speed_n} of the same sampling "
-                    f"(seed {spec.seed})")
-    out_dir = (Path("results") / "accuracy" / matrix.name / base.cell_id).resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    job = {"baseline": base.to_dict(), "measure_baseline": any(b is None for _, b, _, _ in todo),
-           "cells": [c.to_dict() for c, b, _, _ in todo if b is not None],
-           "engines_dir": str(Path("engines").resolve()), "workload_file": str(Path(wl_file).resolve()),
-           "answers_file": str(answers_path(wl_file).resolve()) if answers is not None else None,
-           "settings": settings.to_dict()}
-    job_file, result_file, log_path = out_dir / "job.json", out_dir / "session.json", out_dir / "session.log"
-    job_file.write_text(json.dumps(job, indent=1))
-    started = time.time()
-    # No memory cap: a session holds two models (and the baseline's an fp32 twin) to compare numerics, not to
-    # measure what fits; the matrix's gpu_memory_gb is for the speed run (docs/guide/accuracy.md).
-    run = run_session([sys.executable, "-m", SESSION, str(job_file), str(result_file)], result_file, log_path,
-                      timeout=timeout, what="accuracy session", drop_env=(ENV_VAR,))
-    session = run.result if run.status == "ok" else {"status": run.status, "error": run.error}
-    ended = time.time()
-    if session.get("status") == "ok" and session.get("baseline") and session["baseline"]["status"] == "ok":
-        floor = session["baseline"].get("floor")
-    records = []
-    for cell, b, key, earlier in todo:
+    return wl, wl_file, answers
+
+
+def _figures(session: dict, pairs: list):
+    """Yield (cell, its baseline or None, its figures) of a session's result, a failed session failing each cell."""
+    for cell, b in pairs:
         if session.get("status") != "ok":
             figures = {"status": session["status"], "error": session.get("error")}
         else:
             figures = session["baseline"] if b is None else session["cells"].get(cell.cell_id)
             figures = figures or {"status": "error", "error": "the session returned no figures for this cell"}
-        acc: dict = {"key": key, "prompts_note": prompts_note, "baseline": b.to_dict() if b is not None else None,
-                     "baseline_cell_id": base.cell_id, "settings": settings.to_dict(), "log": str(log_path)}
-        outcome = {"status": figures["status"], "metrics": None, "error": figures.get("error"), "started_at": started,
-                   "ended_at": ended}
-        if figures["status"] == "ok":
-            acc.update({k: figures.get(k) for k in ("reference", "prompts", "sequences", "reference_digest", "parity",
-                                                    "floor", "generation", "determinism", "greedy", "greedy_digest",
-                                                    "load_s", "measure_s", "random_weights")})
-            # "logits": full distributions; "logprobs-top-k": a server's prompt logprobs (KL a lower bound);
-            # "generation": generation parity only. parity_reason says why, parity_method how.
-            acc["mode"] = figures.get("mode", "logits")
-            for k in ("parity_reason", "parity_method", "served_model", "logits_source", "generation_compared"):
-                if figures.get(k):
-                    acc[k] = figures[k]
-            prior = [r for r in earlier if r.accuracy.get("greedy") is not None]
-            if prior:  # reproduction across processes: the latest earlier record of the same cell and settings
-                last = max(prior, key=lambda r: (r.context.started_at or 0, r.ended_at or 0))
-                acc["determinism_across_processes"] = {"previous_run_id": last.context.run_id,
-                                                       **differing_tokens(last.accuracy["greedy"], figures["greedy"])}
-            if b is not None:
-                acc["floor_of_baseline"] = floor
-                acc["verdict"] = judge(figures["parity"], floor, settings.thresholds(), figures.get("generation"),
-                                       real_reference=figures["reference"] == "dataset",
-                                       random_weights=figures["random_weights"]).to_dict()
-            outcome["metrics"] = accuracy_metrics(acc)
-        outcome["extra"] = {"accuracy": acc}
-        records.append(new_record("accuracy", cell, outcome, context=context, workload=wl.summary(),
-                                  environment=session.get("environment") or {}))
-    return records
+        yield cell, b, figures
+
+
+def _record(cell, b, figures: dict, session: dict, settings, folder: Path, earlier: list, context, started, ended):
+    """Return the Accuracy record of one cell's figures: the verdict judged here against the Reference's floors."""
+    from bench.accuracy.figures import differing_tokens
+    from bench.accuracy.reference import META
+    from bench.accuracy.verdict import judge
+    from bench.results.records import new_record
+
+    speed_n = (b or cell).workload.num_requests
+    prompts_note = (f"the speed run's first {settings.prompts} prompts" if settings.prompts <= speed_n else
+                    f"the speed run's {speed_n} prompts and the next {settings.prompts - speed_n} of the same sampling "
+                    f"(seed {(b or cell).workload.seed})")
+    acc: dict = {"key": measure_key(settings, b), "prompts_note": prompts_note,
+                 "baseline": b.to_dict() if b is not None else None, "baseline_cell_id": (b or cell).cell_id,
+                 "settings": settings.to_dict(), "log": session.get("log"), "reference_dir": str(folder)}
+    outcome = {"status": figures["status"], "metrics": None, "error": figures.get("error"), "started_at": started,
+               "ended_at": ended}
+    if figures["status"] == "ok":
+        meta = json.loads((folder / META).read_text())
+        acc.update({k: figures.get(k) for k in ("reference", "prompts", "sequences", "reference_digest", "parity",
+                                                "floor", "generation_floor", "generation", "determinism", "greedy",
+                                                "greedy_ids", "greedy_digest", "load_s", "measure_s", "random_weights",
+                                                "answer_positions", "static_cache_len")})
+        acc["reference_sha256"] = meta.get("tensors_sha256")
+        acc["measured_through"] = figures.get("measured_through", "the cell's own runtime (its batch function)")
+        # "logits": full distributions; "logprobs-top-k": a server's prompt logprobs (KL a lower bound);
+        # "generation": generation parity only. parity_reason says why, parity_method how.
+        acc["mode"] = figures.get("mode", "logits")
+        for k in ("parity_reason", "parity_method", "served_model", "logits_source", "generation_compared"):
+            if figures.get(k):
+                acc[k] = figures[k]
+        prior = [r for r in earlier if r.accuracy.get("greedy") is not None]
+        if prior:  # reproduction across processes: the latest earlier record of the same cell and settings
+            last = _latest(prior)
+            acc["determinism_across_processes"] = {"previous_run_id": last.context.run_id,
+                                                   **differing_tokens(last.accuracy["greedy"], figures["greedy"])}
+        if b is not None:
+            acc["floor_of_baseline"] = meta.get("floor")
+            acc["generation_floor_of_baseline"] = meta.get("generation_floor")
+            acc["verdict"] = judge(figures["parity"], meta.get("floor"), settings.thresholds(), figures.get("generation"),
+                                   real_reference=figures["reference"] == "dataset",
+                                   random_weights=figures["random_weights"],
+                                   generation_floor=meta.get("generation_floor")).to_dict()
+        outcome["metrics"] = accuracy_metrics(acc)
+    outcome["extra"] = {"accuracy": finite_or_none(acc)}
+    return new_record("accuracy", cell, outcome, context=context, workload=session.get("workload") or {},
+                      environment=session.get("environment") or {})
+
+
+def finite_or_none(value):
+    """Return value with every non-finite float replaced by None (a record is JSON; NaN is not, and must not be lost)."""
+    import math
+
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_none(v) for v in value]
+    return value
 
 
 def accuracy_metrics(acc: dict) -> dict:
     """Return the record's flat metrics: the figures tables and figures read."""
+    import math
+
     from bench.accuracy.verdict import floor_of
 
     p = acc["parity"]
-    m = {k: p[k] for k in ("tokens", "kl_mean", "kl_p99", "top1", "top1_lower", "top5", "ppl_base", "ppl_cell",
-                           "delta_ppl")} if p else {}
+    m = {k: p.get(k) for k in ("tokens", "kl_mean", "kl_p99", "top1", "top1_lower", "top5", "ppl_base", "ppl_cell",
+                               "delta_ppl", "nonfinite")} if p else {}
     floor_kl, floor_top1 = floor_of(acc.get("floor_of_baseline") or acc.get("floor"))
-    if p and floor_kl and acc.get("floor_of_baseline") is not None:
+    if p and p.get("kl_mean") is not None and floor_kl and math.isfinite(floor_kl) and acc.get("floor_of_baseline") is not None:
         m["kl_floor_ratio"] = p["kl_mean"] / floor_kl
         m["top1_floor_ratio"] = p["top1"] / floor_top1 if floor_top1 else None
     g = acc.get("generation")
     if g:
         m["identical_prefix_rate"] = g["identical_prefix_rate"]
+        m["mean_common_prefix"] = g.get("mean_common_prefix")
+        if g.get("text_rouge1_delta_points") is not None:
+            m["text_rouge1_delta_points"] = g["text_rouge1_delta_points"]
         if g.get("rouge_vs_base"):
             m.update(rouge1_vs_base=g["rouge_vs_base"]["rouge1"], rougeL_vs_base=g["rouge_vs_base"]["rougeL"],
                      rouge1_vs_reference=g["rouge_vs_reference"]["rouge1"], rouge1_delta_points=g["rouge1_delta_points"])

@@ -1,23 +1,25 @@
-"""The accuracy worker: cells against their baseline in a fresh process (`python -m bench.accuracy.session JOB RESULT`).
+"""The accuracy worker: one build key's cells in a fresh process (`python -m bench.accuracy.session JOB RESULT`).
 
-The `bench accuracy` parent never touches the GPU; it writes a job file, runs this module in a
-subprocess (as `bench profile` runs bench.profiling.session) and reads the result file. Both
-models are loaded through their backend's own build and load (bench.backends.hf.backend's
-HFLoaded for hf), so precision, quantization, attention and cache options are the cells'.
+The `bench accuracy` parent never touches the GPU; it writes a job file, starts this module
+through bench.execution.launcher and reads the result file. Every model is loaded through its
+backend's own build and load (for hf: bench.backends.hf.backend's HFLoaded, the speed run's), and
+measured through its own runtime (bench.accuracy.runtime): the prefill, cache, compiled step,
+decode loop and batch size that were timed.
 
-A job names one baseline and the cells to measure against it (all of one model and workload).
-The baseline is loaded once; with measure_baseline, its own figures first: its noise floor
-(bench.accuracy.capture.noise_floor), its perplexity on the reference answers and its
-determinism. Then each cell is loaded, measured against the baseline and closed:
+A job has one of two modes, and names the accuracy workload (the speed run's first `prompts`
+requests, continued by the same sampling where there are more), its reference answers and the
+folder of the baseline's Reference (bench.accuracy.reference):
 
-1. sequences: the workload's first `prompts` requests (the speed run's order), each prompt with
-   its reference answer cut to `answer_tokens` (and to the workload's max_total_len); with no
-   dataset answers, the baseline's own greedy continuation of `answer_tokens` tokens;
-2. teacher-forced parity of the cell's logits against the baseline's (bench.accuracy.figures): an hf
-   cell's in process, a trtllm cell's context logits (bench.accuracy.trtllm), a served (openai)
-   cell's prompt logprobs (bench.accuracy.served; none returned: generation parity only);
-3. generation parity: `generate_tokens` greedy tokens of each prompt from both;
-4. determinism: the cell's greedy tokens again, in the same process.
+- "baseline": the baseline is loaded, measured through its runtime, and its Reference written
+  (teacher-forced logits, greedy ids, noise floors, determinism); then the job's other cells,
+  which share its build key, are measured against it with the same loaded model;
+- "cells": the Reference is read, the job's cells (one build key: one load) are measured
+  against it, each at its own max_batch_size and options; a trtllm cell through its own engine's
+  context logits (bench.accuracy.trtllm), a served (openai) cell through its prompt logprobs
+  (bench.accuracy.served), generation parity always.
+
+The two models never share a process: Inductor's process-wide settings never clash, and a
+session holds one model (the baseline's fp32 twin aside, while its floor is measured).
 
 Failures are results, per cell: an out-of-memory is classified by bench.machine.failures and
 written as status "oom", anything else as "error", with the traceback tail; the next cell goes on.
@@ -52,75 +54,94 @@ def digest(tokens: list[list[int]]) -> str:
     return hashlib.sha256(json.dumps(tokens).encode()).hexdigest()[:16]
 
 
-def sequences_for(requests, answers: dict | None, settings: dict, max_total_len: int, base_greedy=None
-                  ) -> tuple[list[tuple[list[int], list[int]]], str]:
-    """Return the (prompt, answer) pairs scored and the reference kind ("dataset" or "baseline-greedy")."""
-    pairs = []
-    if answers is not None:
-        for r in requests:
-            room = max_total_len - r.input_len
-            answer = list(answers[r.id])[: min(settings["answer_tokens"], room)]
-            if answer:
-                pairs.append((list(r.prompt_ids), answer))
-        return pairs, "dataset"
-    prompts = [list(r.prompt_ids) for r in requests]
-    return list(zip(prompts, base_greedy(prompts), strict=True)), "baseline-greedy"
-
-
-def run_session(job: dict) -> dict:
-    """Return the session's figures: {"baseline": its own figures or None, "cells": {cell_id: figures}, ...}.
-
-    The baseline is loaded once; its reference sequences and greedy outputs are computed once and
-    every cell of the job is measured against them, loaded and closed in turn. A cell that fails
-    (an out-of-memory included) is that cell's result; the others go on.
-    """
-    import torch
-
-    from bench.accuracy.capture import greedy, hf_logits
-    from bench.machine.environment import fingerprint
-    from bench.models import resolve_model
+def _workloads(job: dict):
+    """Return (the accuracy requests, {request id: answer ids} or None, {speed workload file: its requests})."""
     from bench.workloads.workload import Workload
 
     settings = job["settings"]
-    workload = Workload.from_json(Path(job["workload_file"]).read_text())
-    requests = workload.requests[: settings["prompts"]]
+    requests = Workload.from_json(Path(job["workload_file"]).read_text()).requests[: settings["prompts"]]
     answers = json.loads(Path(job["answers_file"]).read_text())["answers"] if job.get("answers_file") else None
+    speed = {f: Workload.from_json(Path(f).read_text()).requests for f in set(job["speed_workload_files"].values())}
+    return requests, answers, speed
+
+
+def run_session(job: dict) -> dict:
+    """Return the session's figures: {"baseline": its own figures or None, "cells": {cell_id: figures}, "environment"}.
+
+    A cell that fails (an out-of-memory included) is that cell's result; the others go on. In a
+    baseline job, a failed baseline fails the job (nothing can be measured against it).
+    """
+    import torch
+
+    from bench.accuracy.reference import Reference
+    from bench.machine.environment import fingerprint
+    from bench.models import resolve_model
+    from bench.spec.cells import Cell
+
+    settings = job["settings"]
+    requests, answers, speed = _workloads(job)
+    speed_of = {cid: speed[f] for cid, f in job["speed_workload_files"].items()}
+    folder = Path(job["reference_dir"])
+    base_cell = Cell.from_dict(job["baseline"])
+    shared = {"prompts": len(requests), "random_weights": resolve_model(base_cell.model).path is None}
+    result: dict = {"baseline": None, "cells": {}, "environment": fingerprint(base_cell.device)}
     torch.manual_seed(0)
-    base_cell, base, base_load_s = _load(job["baseline"], job["engines_dir"])
-    n = settings["generate_tokens"]
-    prompts = [list(r.prompt_ids) for r in requests]
+    loaded = None
+    if job["mode"] == "baseline":
+        from bench.accuracy.runtime import baseline_reference
 
-    def base_greedy(ps):
-        return greedy(base.model, ps, settings["answer_tokens"], base.pad_id, base.device)
-
-    seqs, reference = sequences_for(requests, answers, settings, base_cell.workload.max_total_len, base_greedy)
-    shared = {"reference": reference, "prompts": len(requests), "sequences": len(seqs),
-              "reference_digest": digest([a for _, a in seqs]),
-              "random_weights": resolve_model(base_cell.model).path is None}
-    refs = [a for _, a in seqs] if reference == "baseline-greedy" else [list(answers[r.id]) for r in requests]
-    base_src = hf_logits(base.model, base.device)
-    base_out = greedy(base.model, prompts, n, base.pad_id, base.device, _gen_kwargs(base, n))
-    result: dict = {"baseline": None, "cells": {}, "environment": fingerprint(base_cell.device),
-                    "baseline_load_s": base_load_s}
-    if job.get("measure_baseline"):
-        result["baseline"] = _guarded(lambda: _baseline_figures(base, seqs, base_src, base_out, prompts, n))
-        if result["baseline"]["status"] == "ok":
-            result["baseline"].update(shared, load_s={"baseline": base_load_s})
-    for cell_dict in job.get("cells", []):
-        cell_id = _cell_id(cell_dict)
-        figures = {"openai": _served_figures, "trtllm": _trtllm_figures}.get(cell_dict["backend"], _cell_figures)
-        result["cells"][cell_id] = _guarded(lambda c=cell_dict, f=figures: f(c, job, seqs, base_src, base_out, prompts,
-                                                                              refs, settings))
-        if result["cells"][cell_id]["status"] == "ok":
-            result["cells"][cell_id].update(shared)
-            result["cells"][cell_id]["load_s"]["baseline"] = base_load_s
+        cell, loaded, load_s = _load(job["baseline"], job["engines_dir"])
+        figures = baseline_reference(loaded, cell, requests, answers, settings, speed_of[cell.cell_id], folder)
+        result["baseline"] = {"status": "ok", **figures, **shared, "load_s": {"baseline": load_s},
+                              "reference_digest": digest([a for _, a in Reference.open(folder, check_digest=False).sequences])}
+    reference = Reference.open(folder)
+    refs = ([list(answers[r.id]) for r in requests] if answers is not None
+            else [list(reference.meta["greedy_ids"][r.id]) for r in requests])
+    cells = [Cell.from_dict(c) for c in job.get("cells", [])]
+    load_s, load_failure = 0.0, None
+    if loaded is None and any(c.backend == "hf" for c in cells):  # one build key a job: loaded once for its hf cells
+        first = next(c for c in cells if c.backend == "hf")
+        loaded_or_failure = _guarded(lambda: dict(zip(("cell", "loaded", "load_s"), _load(first.to_dict(), job["engines_dir"]),
+                                                      strict=True)))
+        if loaded_or_failure["status"] == "ok":
+            loaded, load_s = loaded_or_failure["loaded"], loaded_or_failure["load_s"]
+        else:
+            load_failure = loaded_or_failure
+    for cell in cells:
+        if cell.backend == "hf":
+            figures = load_failure or _guarded(lambda c=cell, m=loaded: _cell_figures(c, job, reference, requests, refs,
+                                                                                     speed_of[c.cell_id], m, load_s))
+        else:
+            measure = {"openai": _served_figures, "trtllm": _trtllm_figures}[cell.backend]
+            figures = _guarded(lambda c=cell, m=measure: m(c, job, reference, requests, refs))
+        if figures["status"] == "ok":
+            figures.update(shared, reference=reference.meta["reference"], sequences=len(reference.sequences),
+                           reference_digest=digest([a for _, a in reference.sequences]))
+        result["cells"][cell.cell_id] = figures
+    if loaded is not None:
+        loaded.close()
     return result
 
 
-def _cell_id(cell_dict: dict) -> str:
-    from bench.spec.cells import Cell
+def _decoder(cell):
+    """Return token ids -> text with the cell's workload tokenizer (the text ROUGE), or None where it cannot decode."""
+    from bench.workloads.tokenizers import load_tokenizer
 
-    return Cell.from_dict(cell_dict).cell_id
+    try:
+        tok = load_tokenizer(cell.workload.tokenizer)
+    except Exception:  # noqa: BLE001 - a tokenizer that cannot load leaves the token-id ROUGE alone, said in the record
+        return None
+    return lambda ids: tok.decode(list(ids))
+
+
+def _cell_figures(cell, job, reference, requests, refs, speed_requests, loaded, load_s: float) -> dict:
+    """Return an hf cell's figures against the Reference, through its own runtime (the job's loaded model)."""
+    from bench.accuracy.runtime import cell_figures
+
+    settings = job["settings"]
+    figures = cell_figures(loaded, cell, reference, requests, settings, speed_requests, refs, _decoder(cell),
+                           tuple(settings["rouge_window"]))
+    return {**figures, "greedy_digest": digest(figures["greedy"]), "load_s": {"cell": load_s}}
 
 
 def _guarded(measure) -> dict:
@@ -141,51 +162,29 @@ def _guarded(measure) -> dict:
     return out
 
 
-def _baseline_figures(base, seqs, base_src, base_out, prompts, n) -> dict:
-    """Return the baseline's own figures: noise floor, perplexity on the reference, determinism."""
-    from bench.accuracy.capture import base_perplexity, greedy, noise_floor
-    from bench.accuracy.figures import differing_tokens
+def reference_source(reference):
+    """Return a logit source (prompt, answer) -> the baseline's saved logits of that sequence (bench.accuracy.capture)."""
+    index = {(tuple(p), tuple(a)): i for i, (p, a) in enumerate(reference.sequences)}
 
-    t0 = time.perf_counter()
-    out = {"floor": noise_floor(base.model, base.dtype, base.device, seqs),
-           "parity": base_perplexity(base_src, seqs).to_dict()}
-    second = greedy(base.model, prompts, n, base.pad_id, base.device, _gen_kwargs(base, n))
-    out.update(determinism=differing_tokens(base_out, second), greedy=base_out, greedy_digest=digest(base_out),
-               measure_s=time.perf_counter() - t0)
-    return out
+    def source(prompt, answer):
+        return reference.logits(index[(tuple(prompt), tuple(answer))])
+
+    return source
 
 
-def _cell_figures(cell_dict, job, seqs, base_src, base_out, prompts, refs, settings) -> dict:
-    """Return one cell's figures against the baseline (teacher-forced, generation, determinism); the cell is closed after."""
-    import torch
-
-    from bench.accuracy.capture import compare_sources, greedy, hf_logits
-    from bench.accuracy.figures import differing_tokens, generation_parity
-
-    n = settings["generate_tokens"]
-    torch.manual_seed(0)
-    _cell, loaded, load_s = _load(cell_dict, job["engines_dir"])
-    try:
-        t0 = time.perf_counter()
-        parity = compare_sources(base_src, {"cell": hf_logits(loaded.model, loaded.device)}, seqs)["cell"].to_dict()
-        first = greedy(loaded.model, prompts, n, loaded.pad_id, loaded.device, _gen_kwargs(loaded, n))
-        second = greedy(loaded.model, prompts, n, loaded.pad_id, loaded.device, _gen_kwargs(loaded, n))
-        return {"parity": parity, "generation": generation_parity(first, base_out, refs, settings["prefix_k"]),
-                "determinism": differing_tokens(first, second), "greedy": first, "greedy_digest": digest(first),
-                "load_s": {"cell": load_s}, "measure_s": time.perf_counter() - t0}
-    finally:
-        loaded.close()
-
-
-def _trtllm_figures(cell_dict, job, seqs, base_src, base_out, prompts, refs, settings) -> dict:
-    """Return a trtllm cell's figures against the baseline: its context logits (bench.accuracy.trtllm), greedy
+def _trtllm_figures(cell, job, reference, requests, refs) -> dict:
+    """Return a trtllm cell's figures against the Reference: its context logits (bench.accuracy.trtllm), greedy
     tokens twice, and which engine computed them (an engine of its own with gather_context_logits)."""
     from bench.accuracy.capture import compare_sources
     from bench.accuracy.figures import differing_tokens, generation_parity
     from bench.accuracy.trtllm import logits_cell, trtllm_greedy, trtllm_logits
 
+    settings = job["settings"]
     n = settings["generate_tokens"]
-    measured, engine_note = logits_cell(cell_dict)
+    seqs, base_src = reference.sequences, reference_source(reference)
+    prompts = [list(r.prompt_ids) for r in requests]
+    base_out = [reference.meta["greedy_ids"][r.id] for r in requests]
+    measured, engine_note = logits_cell(cell.to_dict())
     _cell, loaded, load_s = _load(measured, job["engines_dir"], torch_model=False)
     try:
         t0 = time.perf_counter()
@@ -200,14 +199,7 @@ def _trtllm_figures(cell_dict, job, seqs, base_src, base_out, prompts, refs, set
         loaded.close()
 
 
-def _gen_kwargs(loaded, n: int) -> dict:
-    """Return the cell's own generate settings (its cache implementation), as its measured runs use them."""
-    gen = dict(loaded.generate_kwargs(n, None)) if hasattr(loaded, "generate_kwargs") else {}
-    gen.pop("max_new_tokens", None)
-    return gen
-
-
-def _served_figures(cell_dict, job, seqs, base_src, base_out, prompts, refs, settings) -> dict:
+def _served_figures(cell, job, reference, requests, refs) -> dict:
     """Return a served (openai backend) cell's figures against the baseline: teacher-forced through its prompt
     logprobs where it returns them (bench.accuracy.served), generation parity and determinism always.
 
@@ -223,10 +215,12 @@ def _served_figures(cell_dict, job, seqs, base_src, base_out, prompts, refs, set
     from bench.accuracy.served import NoPromptLogprobs, ServedLogprobs, served_parity
     from bench.backends.openai.backend import probe_server
     from bench.serving.client import ClientConfig, ServeRequest, replay
-    from bench.spec.cells import Cell
     from bench.workloads.tokenizers import load_tokenizer
 
-    cell = Cell.from_dict(cell_dict)
+    settings = job["settings"]
+    seqs, base_src = reference.sequences, reference_source(reference)
+    prompts = [list(r.prompt_ids) for r in requests]
+    base_out = [reference.meta["greedy_ids"][r.id] for r in requests]
     o = cell.options_dict
     n = settings["generate_tokens"]
     api_key = os.environ.get(o["api_key_env"]) or None

@@ -17,28 +17,38 @@ def accuracy_text(cell, record) -> str:
     if acc.get("logits_source"):
         what += f"; logits: {acc['logits_source']}"
     head = (f"## {cell.label}" + (f" vs baseline {_label(base)}" if base else " (baseline: noise floor)")
-            + f"\n\n{what} ({acc.get('prompts_note')}); reference: {ref}")
+            + f"\n\n{what} ({acc.get('prompts_note')}); reference: {ref}"
+            + (f"; measured through {acc['measured_through']}" if acc.get("measured_through") else ""))
     lines = [head]
     if base is None:
-        lines.append(f"perplexity on the reference {p['ppl_base']:.3f}")
+        lines.append(f"perplexity on the reference {_num(p['ppl_base'], '.3f')}")
         for f in (acc.get("floor") or {}).values():
-            lines.append(f"noise floor, {f['what']}: KL mean {f['kl_mean']:.3g} (p99 {f['kl_p99']:.3g}), top-1 "
-                         f"{100 * f['top1']:.1f} % (lower {100 * f['top1_lower']:.1f} %), top-5 {_percent(f['top5'])}")
+            lines.append(f"noise floor, {f['what']}: KL mean {_num(f['kl_mean'])} (p99 {_num(f['kl_p99'])}), top-1 "
+                         f"{_percent(f['top1'])} (lower {_percent(f['top1_lower'])}), top-5 {_percent(f['top5'])}")
+        for f in (acc.get("generation_floor") or {}).values():
+            lines.append(f"generation floor, {f['what']}: identical first {f['prefix_k']} tokens in {f['identical_prefix']} of "
+                         f"{f['prompts']} prompts, mean first divergence at token {f['mean_common_prefix']:.1f}")
     else:
         if p:
-            ratio = f"; {m['kl_floor_ratio']:.1f}x the floor" if "kl_floor_ratio" in m else "; no floor"
+            ratio = f"; {m['kl_floor_ratio']:.1f}x the floor" if m.get("kl_floor_ratio") is not None else "; no floor"
             top_ratio = f", {m['top1_floor_ratio']:.2f}x the floor's" if m.get("top1_floor_ratio") else ""
-            lines.append(f"KL mean {p['kl_mean']:.3g} (p99 {p['kl_p99']:.3g}{ratio}) · top-1 {100 * p['top1']:.1f} % "
-                         f"(95 % lower bound {100 * p['top1_lower']:.1f} %{top_ratio}) · base top-1 in cell top-5 "
-                         f"{_percent(p['top5'])} · PPL {p['ppl_base']:.3f} -> {p['ppl_cell']:.3f} "
-                         f"(delta {p['delta_ppl']:+.3f})")
+            lines.append(f"KL mean {_num(p['kl_mean'])} (p99 {_num(p['kl_p99'])}{ratio}) · top-1 {_percent(p['top1'])} "
+                         f"(95 % lower bound {_percent(p['top1_lower'])}{top_ratio}) · base top-1 in cell top-5 "
+                         f"{_percent(p['top5'])} · PPL {_num(p['ppl_base'], '.3f')} -> {_num(p['ppl_cell'], '.3f')} "
+                         f"(delta {_num(p['delta_ppl'], '+.3f')})"
+                         + (f" · {p['nonfinite']} positions with non-finite logits" if p.get("nonfinite") else ""))
         g = acc["generation"]
         rouge = ("ROUGE-1/2/L vs baseline " + "/".join(f"{g['rouge_vs_base'][k]:.1f}" for k in ("rouge1", "rouge2", "rougeL"))
                  + f" · ROUGE-1 vs reference {g['rouge_vs_reference']['rouge1']:.1f} (baseline "
-                 f"{g['base_rouge_vs_reference']['rouge1']:.1f}, {g['rouge1_delta_points']:+.2f} points)"
+                 f"{g['base_rouge_vs_reference']['rouge1']:.1f}, {g['rouge1_delta_points']:+.2f} points; token ids)"
                  if g.get("rouge_vs_base") else f"ROUGE not computed: {g.get('rouge_error')}")
+        if g.get("text_rouge_vs_reference"):
+            t = g.get("rouge1_window_test") or {}
+            rouge += (f" · text ROUGE-1 vs reference {g['text_rouge_vs_reference']['rouge1']:.1f} (baseline "
+                      f"{g['text_base_rouge_vs_reference']['rouge1']:.1f}, {g['text_rouge1_delta_points']:+.2f} points"
+                      + (f", 95 % interval [{t['low']:+.2f}, {t['high']:+.2f}]" if t else "") + ")")
         lines.append(f"generation: identical first {g['prefix_k']} tokens {100 * g['identical_prefix_rate']:.0f} % of "
-                     f"{g['prompts']} prompts · " + rouge)
+                     f"{g['prompts']} prompts, mean first divergence at token {g.get('mean_common_prefix', 0):.1f} · " + rouge)
     d = acc["determinism"]
     lines.append(f"determinism: {d['differing_tokens']} of {d['tokens']} greedy tokens differ between two passes in "
                  "one process" + (_across(acc["determinism_across_processes"]) if acc.get("determinism_across_processes") else ""))
@@ -51,6 +61,10 @@ def accuracy_text(cell, record) -> str:
 
 def _percent(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f} %"
+
+
+def _num(x: float | None, fmt: str = ".3g") -> str:
+    return "n/a" if x is None else format(x, fmt)
 
 
 def _across(d: dict) -> str:
