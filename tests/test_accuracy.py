@@ -294,6 +294,30 @@ def test_a_damaged_shipped_model_is_refused_naming_the_file_and_the_fix(tiny_tra
         models.tokenizer_folder("qwen-tiny-trained")
 
 
+def test_a_tokenizer_past_the_models_vocabulary_is_refused_before_any_run(tmp_path, capsys):
+    from bench.cli import main
+    from bench.models import QWEN_CHAT_TOKENIZER_IDS
+    from bench.spec.matrix import parse_matrix
+    from bench.workloads.tokenizers import load_tokenizer
+
+    assert QWEN_CHAT_TOKENIZER_IDS == load_tokenizer("qwen-7b-chat").vocab_size  # the size read without loading it
+    assert load_tokenizer("qwen-tiny-trained").vocab_size == 1024
+    doc = {"backends": ["hf"], "model": "qwen-tiny-trained", "device": "cpu", "precisions": ["bf16"],
+           "max_batch_sizes": [1], "workloads": ["w"], "workload": {"w": {"num_requests": 2}}}
+    with pytest.raises(BenchInputError, match=r"tokenizer 'qwen-7b-chat' produces ids up to 151850, but model "
+                                              r"'qwen-tiny-trained' has vocab_size 1024.*set tokenizer = 'qwen-tiny-trained'"):
+        parse_matrix(doc)
+    parse_matrix({**doc, "workload": {"w": {"num_requests": 2, "tokenizer": "qwen-tiny-trained"}}})  # its own: fine
+    parse_matrix({**doc, "model": "qwen-tiny"})  # Qwen's ids fit qwen-tiny's 151,936 rows
+    with pytest.raises(BenchInputError, match="'qwen-tiny' has random weights and no tokenizer of its own"):
+        parse_matrix({**doc, "model": "qwen-tiny", "workload": {"w": {"num_requests": 2, "tokenizer": "qwen-tiny"}}})
+    (tmp_path / "m.toml").write_text('backends = ["hf"]\nmodel = "qwen-tiny-trained"\ndevice = "cpu"\n'
+                                     'precisions = ["bf16"]\nmax_batch_sizes = [1]\nworkloads = ["w"]\n'
+                                     '[workload.w]\nnum_requests = 2\n')
+    assert main(["run", "--matrix", str(tmp_path / "m.toml"), "--store", str(tmp_path / "s.jsonl")]) == 2
+    assert "vocab_size 1024" in capsys.readouterr().err and not (tmp_path / "s.jsonl").exists()
+
+
 def _trained_matrix(path: Path, model: Path) -> Path:
     path.write_text(f"""
 name = "trained"
