@@ -276,6 +276,7 @@ def test_a_damaged_shipped_model_is_refused_naming_the_file_and_the_fix(tiny_tra
     import shutil
 
     from bench import models
+    from bench.spec.matrix import load_matrix
 
     copy = tmp_path / "qwen-tiny-trained"
     shutil.copytree(tiny_trained, copy)
@@ -284,7 +285,8 @@ def test_a_damaged_shipped_model_is_refused_naming_the_file_and_the_fix(tiny_tra
     weights = bytearray((copy / "model.safetensors").read_bytes())
     weights[-1] ^= 1  # one bit of one weight
     (copy / "model.safetensors").write_bytes(bytes(weights))
-    for use in (lambda: models.resolve_model("qwen-tiny-trained"), lambda: models.tokenizer_folder("qwen-tiny-trained")):
+    for use in (lambda: models.resolve_model("qwen-tiny-trained"), lambda: models.tokenizer_folder("qwen-tiny-trained"),
+                lambda: load_matrix("default", preset=True)):
         with pytest.raises(BenchInputError, match=r"model\.safetensors does not match manifest\.json .*"
                                                   r"scripts/build_tiny_trained\.py"):
             use()
@@ -318,6 +320,23 @@ def test_a_tokenizer_past_the_models_vocabulary_is_refused_before_any_run(tmp_pa
     assert "vocab_size 1024" in capsys.readouterr().err and not (tmp_path / "s.jsonl").exists()
 
 
+def test_the_default_workload_shares_no_record_with_training(tiny_trained):
+    """The default preset's prompts (and their reference answers) were never trained on: the recipe skips the first
+    records of the seed-0 shuffle that its workload draws from."""
+    from bench.spec.matrix import load_matrix
+    from bench.workloads.workload import build_workload
+
+    matrix = load_matrix("default", preset=True)
+    assert {(c.model, c.workload.tokenizer) for c in matrix.cells} == {("qwen-tiny-trained", "qwen-tiny-trained")}
+    workload = build_workload(matrix.cells[0].workload)
+    recipe = json.loads((tiny_trained / "recipe.json").read_text())
+    seen = set(recipe["data"]["train_ids"]) | set(recipe["data"]["heldout_ids"])
+    assert len(recipe["data"]["train_ids"]) == 400 and len(workload.requests) == 32
+    assert not {r.id for r in workload.requests} & seen
+    examined = len(workload.requests) + sum(v for k, v in workload.dropped.items() if k != "not_examined")
+    assert examined < recipe["recipe"]["excluded_prefix"]  # it drew from the excluded prefix only
+
+
 def _trained_matrix(path: Path, model: Path) -> Path:
     path.write_text(f"""
 name = "trained"
@@ -345,6 +364,26 @@ max_input_len = 768
 max_total_len = 1024
 """)
     return path
+
+
+@pytest.mark.slow
+def test_bench_accuracy_on_the_default_preset_judges_a_trained_model(tmp_path, capsys):
+    """The default preset's model is trained: its verdicts are not the random-weights kind, and fp32 against the
+    bf16 baseline reads aligned (a slice: batch 1, 8 prompts)."""
+    from bench.cli import main
+    from bench.results import query
+
+    store = tmp_path / "default-accuracy.jsonl"
+    assert main(["accuracy", "--preset", "default", "--only", "max_batch_size=1", "--prompts", "8",
+                 "--answer-tokens", "32", "--generate-tokens", "8", "--store", str(store)]) == 0
+    out = capsys.readouterr().out
+    recs = {r.cell["precision"]: r for r in query.accuracies(query.load([store]))}
+    assert set(recs) == {"bf16", "fp32"} and all(r.ok for r in recs.values()), out
+    assert recs["bf16"].verdict is None and recs["bf16"].accuracy["reference"] == "dataset"  # the baseline
+    fp32 = recs["fp32"]
+    assert fp32.verdict == "aligned", out
+    assert not fp32.accuracy["random_weights"] and "numerical fidelity" not in out
+    assert fp32.metrics["top1"] > 0.9 and fp32.metrics["tokens"] > 100
 
 
 @pytest.mark.slow
