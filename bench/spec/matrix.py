@@ -110,6 +110,19 @@ def _axis(data: dict, plural: str, singular: str | None = None, kind: type = str
     return values
 
 
+def check_vocabularies(cells) -> None:
+    """Raise BenchInputError where a cell's workload tokenizer makes ids its model cannot embed (checked before any run).
+
+    A frozen workload file (`source = "file"`) carries ids of the tokenizer that built it, not the spec's: not checked.
+    """
+    from bench.models import check_tokenizer_fits
+
+    pairs = {(c.model, c.workload): None for c in cells
+             if backend_config(c.backend).local_model and c.workload.source != "file"}
+    for model, workload in pairs:
+        check_tokenizer_fits(model, workload.tokenizer, f"workload {workload.name!r} with model {model!r}")
+
+
 EXAMPLES = {"backends": '["hf", "fake"]', "models": '["qwen-tiny"]', "precisions": '["fp32", "bf16"]',
             "max_batch_sizes": "[1, 2, 4]", "workloads": '["sharegpt"]', "device": '"cpu"'}
 
@@ -142,6 +155,7 @@ def parse_matrix(data: dict, default_name: str = "matrix", *, check_installed: b
         raise BenchInputError("the matrix expands to zero cells: check the exclude rules")
     for cell in unique:
         backend_config(cell.backend).validate(cell)
+    check_vocabularies(unique)
     if check_installed:
         check_packages(unique)
     settings = _settings_of(data, axes.pool, unique)

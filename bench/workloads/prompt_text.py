@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import lru_cache
-from pathlib import Path
 
 from bench.errors import BenchInputError
+from bench.models import tokenizer_folder
 
 
 @lru_cache(maxsize=4)
 def decoder(tokenizer: str) -> Callable[[list[int]], str]:
-    """Return a function decoding token ids with tokenizer 'qwen-7b-chat' or a local model directory."""
+    """Return a function decoding token ids with tokenizer 'qwen-7b-chat', a shipped model's or a local model directory's."""
     if tokenizer == "qwen-7b-chat":
         import tiktoken
         from tiktoken.load import load_tiktoken_bpe
@@ -38,10 +38,11 @@ def decoder(tokenizer: str) -> Callable[[list[int]], str]:
         enc = tiktoken.Encoding("qwen-7b-chat", pat_str=QWEN_PAT_STR, mergeable_ranks=load_tiktoken_bpe(vocab),
                                 special_tokens=specials)
         return lambda ids: enc.decode(list(ids), errors="replace")
-    path = Path(tokenizer).expanduser()
-    if path.is_dir():
+    path = tokenizer_folder(tokenizer)  # a shipped model's (qwen-tiny-trained) or a local model directory
+    if path is not None:
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(path))
         return lambda ids: tok.decode(list(ids), skip_special_tokens=False)
-    raise BenchInputError(f"tokenizer {tokenizer!r} for text prompts: use 'qwen-7b-chat' or a local model directory")
+    raise BenchInputError(f"tokenizer {tokenizer!r} for text prompts: use 'qwen-7b-chat', a shipped model's name or a "
+                          "local model directory")

