@@ -712,7 +712,7 @@ def _ambiguous_top1(model_dir: Path, matrix: Path, prompts: int, answer_tokens: 
     import torch
     from transformers import AutoModelForCausalLM
 
-    from bench.accuracy.session import sequences_for
+    from bench.accuracy.runtime import sequences_for
     from bench.spec.matrix import load_matrix
     from bench.workloads.references import reference_answers
     from bench.workloads.tokenizers import load_tokenizer
