@@ -910,3 +910,93 @@ def test_infinite_thresholds_are_refused():
                 {"prefix_ratio_broken": 2.0}):
         with pytest.raises(BenchInputError, match="finite|fraction|low <= 0"):
             AccuracySpec.from_dict(bad)
+
+
+def _faults_matrix(path: Path, prompts: int = 8, answer_tokens: int = 48) -> Path:
+    """The trained model: an fp32 baseline (generate, dynamic cache) and cells whose fault sits in the decode path."""
+    path.write_text(f"""
+name = "faults"
+backends = ["hf"]
+model = "qwen-tiny-trained"
+device = "cpu"
+precisions = ["fp32"]
+max_batch_sizes = [2]
+workloads = ["w"]
+baseline = {{ fault = "none", cache = "dynamic" }}
+[options]
+cache = "dynamic"
+[[include]]
+cache = "static"
+decode_loop = "harness"
+fault = "decode-token-zero"
+[[include]]
+cache = "static"
+fault = "kv-negate"
+[[include]]
+fault = "overflow"
+[[include]]
+cache = "static"
+decode_loop = "harness"
+[accuracy]
+prompts = {prompts}
+answer_tokens = {answer_tokens}
+generate_tokens = 12
+prefix_k = 8
+[workload.w]
+source = "sharegpt"
+tokenizer = "qwen-tiny-trained"
+num_requests = 8
+max_input_len = 256
+max_total_len = 512
+""")
+    return path
+
+
+@pytest.mark.slow
+def test_faults_in_the_decode_path_are_judged_broken_never_aligned(tmp_path, monkeypatch, capsys):
+    """The issue's planted faults, through `bench accuracy` on the trained model: a harness loop that emits token 0
+    (right logits: only generation parity sees it), a static cache that negates its values (teacher-forced decode
+    sees it; a cacheless forward would not), NaN logits (stored as broken, never a traceback); the same runtime
+    without a fault stays aligned."""
+    from bench.cli import main
+    from bench.results import query
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BENCH_ALLOW_CORRUPTION", "1")
+    from transformers import cache_utils
+
+    cls = getattr(cache_utils, "StaticLayer", None) or cache_utils.StaticCache
+    monkeypatch.setattr(cls, "update", cls.update)  # kv-negate patches the class in its session process only
+    matrix = _faults_matrix(tmp_path / "faults.toml")
+    assert main(["accuracy", "--matrix", str(matrix)]) == 0
+    out = capsys.readouterr().out
+    recs = {(r.cell["options"]["fault"], r.cell["options"]["cache"], r.cell["options"]["decode_loop"]): r
+            for r in query.accuracies(query.load([Path("results/faults-accuracy.jsonl")]))}
+    assert all(r.ok for r in recs.values()), out
+    zero, negated, nan = (recs[("decode-token-zero", "static", "harness")], recs[("kv-negate", "static", "generate")],
+                          recs[("overflow", "dynamic", "generate")])
+    clean = recs[("none", "static", "harness")]
+    assert clean.verdict == "aligned", out
+    assert zero.verdict == "broken" and zero.metrics["kl_mean"] < 1e-6, out  # its logits are right; its tokens are not
+    assert zero.metrics["identical_prefix_rate"] == 0 and any("identical first 8 tokens in 0 of 8" in r
+                                                              for r in zero.accuracy["verdict"]["reasons"])
+    assert negated.verdict in ("broken", "degraded") and negated.metrics["kl_mean"] > 0.01, out
+    assert nan.verdict == "broken" and nan.metrics["nonfinite"] > 0, out  # the finite positions' figures are kept
+    assert any("non-finite logits" in r for r in nan.accuracy["verdict"]["reasons"])
+    assert "verdict: aligned" not in out.split("## ")[[i for i, s in enumerate(out.split("## ")) if "decode-token-zero" in s][0]]
+
+
+@pytest.mark.slow
+def test_an_identical_cell_on_16_tokens_is_not_judged(tmp_path, monkeypatch, capsys):
+    from bench.accuracy.verdict import min_tokens
+    from bench.cli import main
+    from bench.results import query
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BENCH_ALLOW_CORRUPTION", "1")  # the matrix declares the fault cells; --only leaves them out
+    matrix = _faults_matrix(tmp_path / "faults.toml", prompts=2, answer_tokens=8)
+    assert main(["accuracy", "--matrix", str(matrix), "--only", "fault=none"]) == 0
+    rec = next(r for r in query.accuracies(query.load([Path("results/faults-accuracy.jsonl")])) if r.verdict)
+    assert rec.metrics["tokens"] == 16 and rec.metrics["kl_mean"] < 1e-6
+    n = min_tokens(min(f["top1"] for f in rec.accuracy["floor_of_baseline"].values()), 0.08)
+    assert rec.verdict == f"not judged (n tokens < {n})" and n > 16

@@ -126,6 +126,10 @@ class HFLoaded(Loaded):
             from bench.backends.hf.corrupt import negate_static_cache
 
             negate_static_cache()
+        elif opts.get("fault", "none") == "overflow":
+            from bench.backends.hf.corrupt import overflow
+
+            overflow(self.model)
         self.num_parameters = sum(p.numel() for p in self.model.parameters())  # the model's, before quantization
         self.quantize_s = None
         self.quant: dict | None = None

@@ -98,9 +98,10 @@ class HFConfig(BackendConfig):
         ),
         # A known-broken decode path for the accuracy tests (bench/backends/hf/corrupt.py FAULTS); refused outside them.
         "fault": Option(
-            "none", ("none", "decode-token-zero", "kv-negate"), keeps_ids_at_default=True,
-            help="tests only (BENCH_ALLOW_CORRUPTION=1): a planted decode-path fault: the harness loop emits token 0 "
-                 "(decode-token-zero), or the static KV cache returns its values negated (kv-negate)",
+            "none", ("none", "decode-token-zero", "kv-negate", "overflow"), keeps_ids_at_default=True,
+            help="tests only (BENCH_ALLOW_CORRUPTION=1): a planted fault: the harness loop emits token 0 "
+                 "(decode-token-zero), the static KV cache returns its values negated (kv-negate), or the first "
+                 "layer's activations overflow to inf, so the logits are NaN (overflow, as an fp16 overflow would)",
         ),
     }
 

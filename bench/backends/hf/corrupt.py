@@ -35,7 +35,18 @@ def corrupt_layer(model, layer: int) -> None:
 FAULTS = {
     "decode-token-zero": "the harness decode loop's step returns token 0 for every row (its logits unchanged)",
     "kv-negate": "the static KV cache's update returns its keys and values negated",
+    "overflow": "the first decoder layer's MLP output overflows to inf, so every logit is NaN (an fp16 overflow's effect)",
 }
+
+OVERFLOW_SCALE = 1e38  # past float32's and bfloat16's range once multiplied with any activation of size > ~3
+
+
+def overflow(model) -> None:
+    """Scale the first decoder layer's mlp.down_proj weight past the float range (the overflow fault)."""
+    import torch
+
+    with torch.no_grad():
+        model.model.layers[0].mlp.down_proj.weight.mul_(OVERFLOW_SCALE)
 
 
 def negate_static_cache() -> None:
