@@ -88,8 +88,10 @@ def test_the_h200_study_preset_plans_every_step(tmp_path):
     profiled = [line for line in out.splitlines() if line.startswith("  hf/bf16/bs1/sharegpt-1024") and "noise floor" not in line]
     assert len(profiled) == 4  # listed under run and under profile: eager and harness loop
     assert any("decode_loop=harness" in line for line in profiled[2:]) and any("cache=dynamic" in line for line in profiled[2:])
-    assert "accuracy: bench accuracy --preset h200-study --only workload=sharegpt-1024,precision=int8wo|int4wo" in out
-    assert "3 session(s) (40 prompts x up to 256 answer tokens" in out and "(baseline: noise floor)" in out
+    # a verdict on every row: the 15 cells (2 baselines) in 7 sessions, each through its own runtime
+    assert "accuracy: bench accuracy --preset h200-study\n" in out
+    assert "15 cell(s) in 7 session(s), each through its own runtime (16 prompts x up to 32 answer tokens" in out
+    assert out.count("(baseline: its reference and noise floor)") == 2
     assert ("bench report results/h200-study.jsonl results/h200-study-oom.jsonl results/h200-study-accuracy.jsonl "
             "--profiles profiles/h200-study.jsonl") in out
     assert not (tmp_path / "results").exists()  # a dry run runs nothing

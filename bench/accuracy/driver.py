@@ -172,17 +172,7 @@ def accuracy_group(base, group: list, stored: list, matrix, settings, context, r
             printer(f"{cell.label}: stored {done[cell.cell_id].context.label} (--redo measures it again)")
         else:
             todo.append(cell)
-    key_hash = base.build_key().key_hash
-    jobs: list[tuple[str, list]] = []
-    if base.cell_id not in done:
-        jobs.append(("baseline", [c for c in todo if c.backend == "hf" and c.build_key().key_hash == key_hash]))
-    by_key: dict = {}
-    for c in todo:
-        if base.cell_id not in done and c.backend == "hf" and c.build_key().key_hash == key_hash:
-            continue
-        by_key.setdefault(c.build_key().key_hash if c.backend == "hf" else c.cell_id, []).append(c)
-    jobs += [("cells", cells) for cells in by_key.values()]
-    for mode, cells in jobs:
+    for mode, cells in sessions(base, todo, measure_baseline=base.cell_id not in done):
         if mode == "cells" and base.cell_id in done and not done[base.cell_id].ok:
             now = time.time()
             session = {"status": "error", "error": f"its baseline {base.label} failed: {done[base.cell_id].error}",
@@ -197,6 +187,26 @@ def accuracy_group(base, group: list, stored: list, matrix, settings, context, r
             stored.append(record)
             done[cell.cell_id] = record
     return done
+
+
+def sessions(base, cells: list, measure_baseline: bool = True) -> list[tuple[str, list]]:
+    """Return the sessions that measure `cells` against `base`: [(mode, cells)], the baseline's first.
+
+    The baseline's session ("baseline") writes its Reference and measures the hf cells of its own
+    build key with the model it loaded; every other build key gets a session ("cells") that loads
+    it once for its cells; a trtllm or served cell gets one of its own.
+    """
+    key_hash = base.build_key().key_hash
+
+    def rides_along(c) -> bool:
+        return measure_baseline and c.backend == "hf" and c.build_key().key_hash == key_hash
+
+    out: list[tuple[str, list]] = [("baseline", [c for c in cells if rides_along(c)])] if measure_baseline else []
+    by_key: dict = {}
+    for c in cells:
+        if not rides_along(c):
+            by_key.setdefault(c.build_key().key_hash if c.backend == "hf" else c.cell_id, []).append(c)
+    return out + [("cells", group) for group in by_key.values()]
 
 
 def _session(mode: str, base, cells: list, matrix, settings, folder: Path, timeout: float) -> dict:

@@ -7,9 +7,9 @@ before it runs:
 2. `bench oom`      -> results/<matrix>-oom.jsonl (bench.oom.driver.search_matrix), one search per
                        entry of the matrix's [study.oom] `searches`
 3. `bench profile`  -> profiles/<matrix>.jsonl (bench.profiling.driver.profile_matrix)
-4. `bench accuracy` -> results/<matrix>-accuracy.jsonl (bench.accuracy.driver.accuracy_matrix): the
-                       cells of [study.accuracy] `only` against their baselines, with the matrix's
-                       [accuracy] settings and thresholds
+4. `bench accuracy` -> results/<matrix>-accuracy.jsonl (bench.accuracy.driver.accuracy_matrix): every
+                       cell (or those of [study.accuracy] `only`) against its baseline, through its
+                       own runtime, with the matrix's [accuracy] settings and thresholds
 5. `bench report`   -> dashboards/<matrix>/report.md and dashboard.html over all four stores
 
 What steps 2-4 cover comes from the matrix file's [study] table (bench.study.plan). Everything is
@@ -87,7 +87,8 @@ def run_study(console, *, preset: str | None = None, matrix_file: str | None = N
     report = None
     for step in steps:
         if step == "accuracy" and plan.accuracy_matrix is None:
-            continue  # no [study.accuracy] table: the step is not part of this study
+            console.print(f"[yellow]study: {plan.accuracy_note}", highlight=False)
+            continue  # cells bench accuracy cannot measure, and no [study.accuracy] table asked for them
         t0 = time.monotonic()
         if step == "run":
             failed["run"] = _run(plan.matrix, stores["run"], redo, show_progress, console, commands["run"])

@@ -18,6 +18,13 @@ cover (docs/guide/reports.md):
     [study.accuracy]
     only = "max_batch_size=1"                  # which cells (as --only); their baselines come with them
 
+Every row of the speedup table gets a verdict: without [study.accuracy] (or without its `only`)
+the accuracy step measures every non-baseline cell against its baseline, runtime-only
+differences (compile, cache, decode loop, prefill_len, attention) included; `only` is how a user
+leaves rows out, and those rows read "not measured". A matrix whose cells bench accuracy cannot
+measure (e.g. the fake backend) has no accuracy step unless [study.accuracy] asks for one (then
+the reason is an error before any step runs).
+
 `study_plan` reads and checks it (`StudyPlan`), `step_commands` gives each step's equivalent
 command line, and `dry_run_text` the plan with an estimate from stored records (`--dry-run`).
 """
@@ -47,6 +54,7 @@ class StudyPlan:
     profile: object | None  # bench.profiling.driver.ProfileSettings
     accuracy_matrix: object | None = None  # the matrix narrowed to [study.accuracy].only (None: no accuracy step)
     only: dict = field(default_factory=dict)  # [study.oom].only and [study.profile].only as given (for the command lines)
+    accuracy_note: str | None = None  # why there is no accuracy step, when the matrix's cells cannot be measured
 
 
 def _table(data: dict, key: str, allowed: set, where: str) -> dict:
@@ -119,14 +127,19 @@ def study_plan(path: Path, matrix, check_devices: bool = True) -> StudyPlan:
         if profile_settings.tool != "torch":
             raise BenchInputError("[study.profile] tool: the study profiles with torch.profiler; run `bench profile "
                                   "--tool nsys` on its own for nsys")
-    accuracy_matrix = None
-    if "accuracy" in study:
-        from bench.accuracy.driver import plan_accuracy
+    from bench.accuracy.driver import plan_accuracy
 
-        accuracy_matrix = narrow(matrix, only=parse_pairs(_typed(acc, "only", None, str, "[study.accuracy]"),
-                                                          "[study.accuracy] only"))
+    only_text = _typed(acc, "only", None, str, "[study.accuracy]")
+    accuracy_matrix = narrow(matrix, only=parse_pairs(only_text, "[study.accuracy] only")) if only_text else matrix
+    accuracy_note = None
+    try:
         plan_accuracy(accuracy_matrix, matrix.cells, matrix.accuracy)  # baselines, backends, references: checked now
-    return StudyPlan(matrix, oom_matrix, oom_settings, profile_matrix, profile_settings, accuracy_matrix, only)
+    except BenchInputError as exc:
+        if "accuracy" in study:
+            raise
+        accuracy_matrix, accuracy_note = None, f"no accuracy step: {exc}"
+    return StudyPlan(matrix, oom_matrix, oom_settings, profile_matrix, profile_settings, accuracy_matrix, only,
+                     accuracy_note)
 
 
 def study_source(preset: str | None, matrix_file: str | None) -> Path:
@@ -210,14 +223,20 @@ def dry_run_text(plan: StudyPlan, steps: list[str], stores: dict, history: list,
         known += total or 0.0
         lines += ["", f"profile: {commands['profile']}"] + [f"  {c.label}" for c in plan.profile_matrix.cells] + ["  " + text]
     if "accuracy" in steps and plan.accuracy_matrix is not None:
-        from bench.accuracy.driver import plan_accuracy
+        from bench.accuracy.driver import plan_accuracy, sessions
 
         pairs = plan_accuracy(plan.accuracy_matrix, plan.matrix.cells, plan.matrix.accuracy)
         a = plan.matrix.accuracy
+        planned = [(base, mode, cells) for base, _ in pairs if _ is None
+                   for mode, cells in sessions(base, [c for c, b in pairs if b is not None and b.cell_id == base.cell_id])]
         lines += ["", f"accuracy: {commands['accuracy']}",
-                  f"  {len(pairs)} session(s) ({a.prompts} prompts x up to {a.answer_tokens} answer tokens, "
+                  f"  {len(pairs)} cell(s) in {len(planned)} session(s), each through its own "
+                  f"runtime ({a.prompts} prompts x up to {a.answer_tokens} answer tokens teacher-forced, "
                   f"{a.generate_tokens} greedy tokens each); time not estimated"]
-        lines += [f"  {c.label}" + (f" vs {b.label}" if b is not None else " (baseline: noise floor)") for c, b in pairs]
+        for base, mode, cells in planned:
+            lines.append(f"  session: {base.label} (baseline: its reference and noise floor)" if mode == "baseline"
+                         else f"  session: against {base.label}")
+            lines += [f"    {c.label}" for c in cells]
     if "report" in steps:
         lines += ["", f"report: {commands['report']}"]
     lines += ["", f"known from stored records: {known:.0f} s ({known / 60:.1f} min); parts with no stored figure are "
