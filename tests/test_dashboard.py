@@ -135,7 +135,8 @@ def test_stores_of_the_same_name_from_two_machines_stay_apart(tmp_path):
     assert "<title>bench: box-a (NVIDIA H200) · 0123456" in page
 
 
-SERVING = Path(__file__).resolve().parent.parent / "docs" / "data" / "h200-serving-2026-12-01"
+# The H200 sweep's two stores, copied from its record's data folder (tests/data/README.md).
+SERVING = Path(__file__).resolve().parent / "data" / "h200-serving"
 
 
 def test_a_rate_sweep_gets_latency_and_requests_against_the_offered_rate(tmp_path):
@@ -143,7 +144,7 @@ def test_a_rate_sweep_gets_latency_and_requests_against_the_offered_rate(tmp_pat
 
     Its record: docs/measurements/2026-12-01-h200-serving.md.
     """
-    paths = build_report([SERVING / "serving-sweep.jsonl", SERVING / "serving-sweep-2.jsonl"], tmp_path,
+    paths = build_report([SERVING / "serving-sweep.jsonl.gz", SERVING / "serving-sweep-2.jsonl.gz"], tmp_path,
                          {"backend": "openai", "request_rate": 1.0})
     figs = dashboard_figures(paths["dashboard"].read_text())
     latency = _figure(figs, "Latency vs offered request rate")

@@ -296,16 +296,15 @@ def test_bench_kernels_reads_an_ncu_csv_into_the_roofline_files(tmp_path):
 
 
 def test_bench_report_shows_each_cells_ncu_roofline(tmp_path):
-    """The H200's stored ncu profile (docs/data, process 2 of the compiled cell) in `bench report`: report.md and the
+    """The H200's stored ncu profile (process 2 of the compiled cell, tests/data/README.md) in `bench report`: report.md and the
     dashboard carry the step against its roofline, per category; a missing roofline.md is a warning naming the fix."""
     import shutil
     import warnings
 
     from bench.report.build import build_report
 
-    src = ROOT / "docs" / "data" / "h200-profilers-2026-12-02" / "call4-ncu-compiled-traffic" / "profiles"
-    shutil.copytree(src, tmp_path / "profiles")
-    store = tmp_path / "profiles" / "repeat-2.jsonl"
+    shutil.copytree(ROOT / "tests" / "data" / "h200-ncu-compiled", tmp_path / "profiles")
+    store = tmp_path / "profiles" / "repeat-2.jsonl.gz"
     paths = build_report([store], tmp_path / "r")
     report = paths["report"].read_text()
     section = report.split("## One decode step against its roofline (bench profile --tool ncu)")[1]

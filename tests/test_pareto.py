@@ -46,11 +46,11 @@ def test_a_batch_sweep_gets_the_pareto_figure(tmp_path):
 
 
 def test_the_h200_study_front_keeps_its_labels_inside(tmp_path):
-    """The H200 study's bf16 batch sweep (2026-12-01, docs/data): its front is compiled bs8 at 89.7 and bs1 at 129.4
+    """The H200 study's bf16 batch sweep (2026-12-01, tests/data/README.md): its front is compiled bs8 at 89.7 and bs1 at 129.4
     tok/s per user; both labels go left (bs8's ran past the plot's right edge when only the rightmost went left)."""
     from bench.report.build import build_report
 
-    store = Path(__file__).parents[1] / "docs/data/h200-capacity-2026-12-01/third/study-sweep.jsonl"
+    store = Path(__file__).parent / "data" / "h200-study-sweep" / "study-sweep.jsonl.gz"
     build_report([store], tmp_path / "report")
     page = (tmp_path / "report" / "dashboard.html").read_text()
     front = next(t for f in dashboard_figures(page) for t in f["data"] if t.get("name") == "Pareto front")

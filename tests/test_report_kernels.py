@@ -19,8 +19,8 @@ from tests.support.matrices import tiny_hf_matrix
 from tests.support.synthetic import synthetic_records, write_store
 
 ROOT = Path(__file__).resolve().parent.parent
-# Real kernel tables, torch.profiler on an H200 (docs/measurements/2026-11-30-h200-kernel-timelines.md).
-H200 = ROOT / "docs" / "data" / "h200-profile"
+# Real kernel tables, torch.profiler on an H200 (docs/measurements/2026-11-30-h200-kernel-timelines.md; tests/data/README.md).
+H200 = ROOT / "tests" / "data" / "h200-profile"
 
 
 def _record(cell_id, table_path, precision="bf16", options=None, window=None):
