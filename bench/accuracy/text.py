@@ -72,4 +72,6 @@ def _across(d: dict) -> str:
 
 
 def _label(cell: dict) -> str:
-    return f"{cell['backend']}/{cell['precision']}/bs{cell['max_batch_size']}"
+    from bench.spec.cells import cell_label
+
+    return cell_label(cell["backend"], cell["precision"], cell["max_batch_size"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 def accuracy_markdown(latest: dict) -> str:
     """Return the Markdown table of {cell_id: Accuracy record} (bench.results.query.latest_accuracy)."""
     from bench.accuracy.verdict import RANDOM_WEIGHTS_NOTE
+    from bench.spec.cells import cell_label
 
     head = ["cell", "baseline", "reference", "tokens", "KL mean (p99)", "x floor", "top-1 % (95 % low)", "top-5 %",
             "PPL base -> cell", "same first k", "ROUGE-L vs base", "greedy tokens differing (in / across processes)",
@@ -27,15 +28,15 @@ def accuracy_markdown(latest: dict) -> str:
         verdict = a.get("verdict") or {}
         rows.append([
             rec.label + _options(rec.cell), "(itself: noise floor)" if base is None else
-            f"{base['backend']}/{base['precision']}/bs{base['max_batch_size']}" + _options(base),
+            cell_label(base["backend"], base["precision"], base["max_batch_size"]) + _options(base),
             str(a.get("reference")), str(m.get("tokens", "generation parity only")),
-            (_kl(m, a.get("parity") or {}) if "kl_mean" in m else "") if base is not None
+            (_kl(m, a.get("parity") or {}) if m.get("kl_mean") is not None else _nonfinite(m)) if base is not None
             else _floor(a.get("floor")),
             (f"KL {m['kl_floor_ratio']:.1f}x, top-1 {m['top1_floor_ratio']:.2f}x" if m.get("top1_floor_ratio")
-             else f"KL {m['kl_floor_ratio']:.1f}x") if "kl_floor_ratio" in m else "",
-            f"{100 * m['top1']:.1f} ({100 * m['top1_lower']:.1f})" if base is not None and "top1" in m else "",
+             else f"KL {m['kl_floor_ratio']:.1f}x") if m.get("kl_floor_ratio") is not None else "",
+            f"{100 * m['top1']:.1f} ({100 * m['top1_lower']:.1f})" if base is not None and m.get("top1") is not None else "",
             f"{100 * m['top5']:.1f}" if base is not None and m.get("top5") is not None else "",
-            f"{m['ppl_base']:.3f} -> {m['ppl_cell']:.3f}" if "ppl_cell" in m else "",
+            f"{m['ppl_base']:.3f} -> {m['ppl_cell']:.3f}" if m.get("ppl_cell") is not None and m.get("ppl_base") is not None else "",
             f"{100 * g['identical_prefix_rate']:.0f} % (k={g['prefix_k']})" if g else "",
             f"{g['rouge_vs_base']['rougeL']:.1f}" if g.get("rouge_vs_base") else "",
             f"{m.get('determinism_differing_tokens')} / " + (str(across["differing_tokens"]) if across else "-"),
@@ -59,17 +60,21 @@ def _kl(m: dict, parity: dict) -> str:
     return f">= {text} {method.split(' lumped')[0]}" if method else text
 
 
+def _nonfinite(m: dict) -> str:
+    return f"{int(m['nonfinite'])} positions non-finite" if m.get("nonfinite") else ""
+
+
 def _floor(floor: dict | None) -> str:
     if not floor:
         return ""
-    return "floor: " + ", ".join(f"{f['what']} {f['kl_mean']:.3g}" for f in floor.values())
+    return "floor: " + ", ".join(f"{f['what']} {f['kl_mean']:.3g}" for f in floor.values() if f.get("kl_mean") is not None)
 
 
 def _options(cell: dict) -> str:
     from bench.spec.cells import identity_options
 
     opts = identity_options(cell.get("backend"), cell.get("options") or {})
-    shown = {k: v for k, v in opts.items() if k in ("corrupt_layer", "compile", "quant_kernels", "attn_implementation",
-                                                    "cache", "decode_loop") and v not in ("off", "sdpa", "dynamic",
-                                                                                         "generate", "torchao", -1)}
+    shown = {k: v for k, v in opts.items() if k in ("corrupt_layer", "fault", "compile", "quant_kernels",
+                                                    "attn_implementation", "cache", "decode_loop", "prefill_len")
+             and v not in ("off", "sdpa", "dynamic", "generate", "torchao", "none", -1, 0)}
     return f" [{', '.join(f'{k}={v}' for k, v in shown.items())}]" if shown else ""

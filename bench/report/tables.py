@@ -86,21 +86,26 @@ def _option_value(row, key: str):
 _ABSENT = object()
 
 
+def _options_of(row) -> dict:
+    """Return a report row's options with their defaults filled in (its all_options), {} when unreadable."""
+    try:
+        return json.loads(row["all_options"]) if row["all_options"] else {}
+    except (TypeError, ValueError):
+        return {}
+
+
 def _baseline_row(cells: pd.DataFrame, baseline: dict):
     """Return the one ok row the baseline names, or None when the cells it names all failed (OOM, error:
     the table has no speedups); BenchInputError if it names no cell of the table, or several ok ones."""
-    from bench.spec.baseline import ambiguous_baseline_message
+    from bench.spec.baseline import ambiguous_baseline_message, matches_baseline
 
-    mask = pd.Series(True, index=cells.index)
-    for k, v in baseline.items():
-        if k in cells.columns and k not in ("options", "all_options"):
-            mask &= cells[k].astype(str) == str(v)
-        else:
-            have = [_option_value(r, k) for r in cells.itertuples()]
-            if all(h is _ABSENT for h in have):
-                raise BenchInputError(f"baseline key {k!r} is neither a cell field (backend, precision, max_batch_size, "
-                                      "model, device, gpu_memory_gb) nor an option of these cells")
-            mask &= pd.Series([h is not _ABSENT and str(h) == str(v) for h in have], index=cells.index)
+    fields = [c for c in cells.columns if c not in ("options", "all_options")]
+    for k in baseline:
+        if k not in fields and all(_option_value(r, k) is _ABSENT for r in cells.itertuples()):
+            raise BenchInputError(f"baseline key {k!r} is neither a cell field (backend, precision, max_batch_size, "
+                                  "model, device, gpu_memory_gb) nor an option of these cells")
+    mask = pd.Series([matches_baseline({k: row[k] for k in fields if k in baseline}, _options_of(row), baseline)
+                      for _, row in cells.iterrows()], index=cells.index)
     hits = cells[mask & (cells.status == "ok")]
     workload = cells.workload.iloc[0]
     if hits.empty and (mask.any() or not (cells.status == "ok").any()):

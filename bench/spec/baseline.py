@@ -54,7 +54,7 @@ def check_baseline(baseline: dict, cells, must_match: bool = False, flag: str = 
         varying = sorted({k for c in cells for k in c.options_dict
                           if len({str(x.options_dict.get(k, _MISSING)) for x in cells}) > 1})
         labels = list(dict.fromkeys(
-            f"{c.backend}/{c.precision}/bs{c.max_batch_size}/{c.workload.name}" + (" [" + ", ".join(
+            cell_label(c.backend, c.precision, c.max_batch_size, c.workload.name) + (" [" + ", ".join(
                 f"{k}={c.options_dict[k]}" for k in varying if k in c.options_dict) + "]" if varying else "")
             for c in cells))
         raise BenchInputError(
@@ -93,15 +93,24 @@ def accuracy_baseline(cell: Cell, cells, baseline: dict) -> Cell:
     return hits[0]
 
 
-def _baseline_matches(cell: Cell, baseline: dict) -> bool:
-    values = {"backend": cell.backend, "model": cell.model, "precision": cell.precision,
-              "max_batch_size": cell.max_batch_size, "workload": cell.workload.name, "device": cell.device}
-    opts = cell.options_dict
+def matches_baseline(fields: dict, options: dict, baseline: dict) -> bool:
+    """Return whether a cell with these fields (backend, precision, max_batch_size, ...) and options is the one
+    `baseline` names: THE rule, for matrix cells (here) and report rows (bench.report.tables) alike.
+
+    Each key of the baseline names a field, else an option; values compare as text (a TOML 1 and a
+    stored "1" are one value); a key the cell has neither as field nor option does not match.
+    """
     for key, want in baseline.items():
-        have = values[key] if key in values else opts.get(key, _MISSING)
+        have = fields[key] if key in fields else options.get(key, _MISSING)
         if have is _MISSING or str(have) != str(want):
             return False
     return True
+
+
+def _baseline_matches(cell: Cell, baseline: dict) -> bool:
+    fields = {"backend": cell.backend, "model": cell.model, "precision": cell.precision,
+              "max_batch_size": cell.max_batch_size, "workload": cell.workload.name, "device": cell.device}
+    return matches_baseline(fields, cell.options_dict, baseline)
 
 
 def shown_keys(options: list[dict]) -> list[str]:
