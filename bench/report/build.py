@@ -103,7 +103,8 @@ class _Inputs:
     has_runs: bool
     select: Callable               # () -> (ReportData of the rows, stored baselines, history per run or None)
     comparison: Callable           # () -> {source label: record frame} for the comparison view
-    accuracy: dict                 # {cell_id: latest Accuracy record} (`bench accuracy`), shown beside the speedups
+    accuracy: dict                 # {cell_id: latest Accuracy record} (`bench accuracy`): the accuracy section
+    accuracy_by_cell: dict         # {cell_id: ok Accuracy records, latest first}: joined to the speed rows (tables)
     capacity: list = field(default_factory=list)  # CapacityProbe records (`bench capacity`): the capacity section
 
 
@@ -119,9 +120,12 @@ def _record_inputs(stores, profiles, pool) -> _Inputs:
     runs = query.measurements(records)
 
     def select():
+        from bench.results.outputs import run_outputs
+
         selection = query.select(runs, pool=pool)
         data = report_data(selection.records, selection.left_out_runs())
         data.warnings.extend(selection.warnings)
+        data.outputs = run_outputs(selection.records)
         hist = None
         if selection.history:
             frame = report_data([r for row in selection.history for r in row.records]).frame
@@ -130,7 +134,7 @@ def _record_inputs(stores, profiles, pool) -> _Inputs:
 
     return _Inputs(labels, query.probes(records), query.profiles(records + query.load(profiles)), bool(runs), select,
                    lambda: _comparison_frames([query.measurements(recs) for recs in per_store], labels), latest_accuracy,
-                   query.capacity_probes(records))
+                   query.accuracy_by_cell([r for recs in loaded for r in recs]), query.capacity_probes(records))
 
 
 def _table_inputs(table, profiles, pool) -> _Inputs:
@@ -143,9 +147,12 @@ def _table_inputs(table, profiles, pool) -> _Inputs:
     runs = table.indices("measurement")
 
     def select():
+        from bench.results.outputs import run_outputs
+
         selection = query.select_table(table, runs, pool=pool)
         data = table_report_data(table, selection.indices, left_out_runs=selection.left_out_runs())
         data.warnings.extend(selection.warnings)
+        data.outputs = run_outputs(table.records(selection.indices, full=True))
         hist = _table_history(table, selection) if selection.history else None
         return data, selection.baselines(), hist
 
@@ -168,7 +175,7 @@ def _table_inputs(table, profiles, pool) -> _Inputs:
                             for g, idx in named.items()})
 
     return _Inputs(labels, query.probes(others), query.profiles(others + query.load(profiles)), bool(runs), select,
-                   comparison, query.latest_accuracy(others), query.capacity_probes(others))
+                   comparison, query.latest_accuracy(others), query.accuracy_by_cell(others), query.capacity_probes(others))
 
 
 # Earlier runs are aggregated this many records at a time (whole run contexts), so a year of nightly
@@ -288,7 +295,7 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool, columnar) 
     cells = aggregate(frame)
     baseline = baseline or _stored_baseline(named_baselines)
     # raises on a missing baseline, before writing anything
-    tables = speedup_table(frame, baseline, cells=cells, accuracy=inputs.accuracy)
+    tables = speedup_table(frame, baseline, cells=cells, accuracy=inputs.accuracy_by_cell, outputs=data.outputs)
     history = {}
     if hist_cells is not None:
         history = history_table(hist_cells, tables)

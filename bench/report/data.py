@@ -34,6 +34,7 @@ class ReportData:
     telemetry: pd.DataFrame                # one row per telemetry sample: cell keys, t_s, power_w, memory_gb, sm_mhz, util_pct, temp_c
     environments: list[dict]               # each record's environment
     warnings: list[str] = field(default_factory=list)
+    outputs: dict = field(default_factory=dict)  # the timed passes' generated ids (bench.results.outputs.run_outputs)
 
 
 # Keys that identify a cell on the page: cell_id alone is not enough when the same cell ran

@@ -52,6 +52,9 @@ def render_rows(speedups: SpeedupTable) -> tuple[list[str], list[list[str]]]:
     extra = [(m, h, f) for m, h, f in OPTIONAL if m in table]
     show_acc = speedups.accuracy
     acc_headers = [h for _, h, _ in ACCURACY_COLUMNS] + ["accuracy"] if show_acc else []
+    show_outputs = speedups.outputs
+    if show_outputs:  # every row's timed outputs against the baseline's: free, beside the verdict
+        acc_headers.append("timed outputs vs baseline")
     headers += acc_headers + [h for _, h, _ in extra] + (["environment"] if show_env else []) + (
         ["run"] if show_run else [])
     rows = []
@@ -68,6 +71,9 @@ def render_rows(speedups: SpeedupTable) -> tuple[list[str], list[list[str]]]:
         if show_acc:
             acc = [_num(r.get(m), None, f) if m != "accuracy_top1" else _pct(r.get(m)) for m, _, f in ACCURACY_COLUMNS]
             acc.append(_verdict(r) or "not measured")
+        if show_outputs:
+            v = r.get("outputs_vs_baseline")
+            acc.append(v if isinstance(v, str) else "")
         flag = VERDICT_FLAGS.get(_verdict(r) or "")
         if r["status"] != "ok":
             label = str(r["status"]).upper()

@@ -74,6 +74,7 @@ class SpeedupTable:
     show_run: bool = False                 # rows come from different runs, or a row is pooled: the run column shows
     accuracy: bool = False                 # rows carry the accuracy columns (ACCURACY_COLUMNS, accuracy_verdict)
     random_weights: bool = False           # an accuracy record among them measured random weights
+    outputs: bool = False                  # rows carry `outputs_vs_baseline`: their timed outputs against the baseline's
 
 
 def _option_value(row, key: str):
@@ -185,11 +186,14 @@ def _numbers_as_numbers(column: pd.Series) -> pd.Series:
 
 
 def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.DataFrame | None = None,
-                  accuracy: dict | None = None) -> dict[str, SpeedupTable]:
+                  accuracy: dict | None = None, outputs: dict | None = None) -> dict[str, SpeedupTable]:
     """Return {workload (and length setting): SpeedupTable} with numeric columns (None for OOM / failed cells).
 
-    accuracy: {cell_id: Accuracy record} (bench.results.query.latest_accuracy): when given, each row
-    gains the accuracy columns of its cell (ACCURACY_COLUMNS) and render_rows flags its speedups.
+    accuracy: {cell_id: its ok Accuracy records, latest first} (bench.results.query.accuracy_by_cell):
+    when given, each row gains the accuracy columns (ACCURACY_COLUMNS) of the record that passes the
+    checks pooling applies (`joined_accuracy`), and render_rows flags its speedups. outputs:
+    {(cell_id, gpu_memory_gb): {run key: timed outputs}} (bench.results.outputs.run_outputs): each row
+    gains `outputs_vs_baseline`, its timed outputs against the baseline row's.
     """
     baseline = baseline or DEFAULT_BASELINE
     cells = aggregate(frame) if cells is None else cells
@@ -275,10 +279,16 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
         ]
         notes = dict.fromkeys(line for n in g.get("notes", pd.Series(dtype=object))
                               if isinstance(n, str) for line in n.splitlines())
-        random_weights = _add_accuracy(table, g.cell_id, accuracy) if accuracy else False
+        random_weights = False
+        if accuracy:
+            random_weights, joined_notes = _add_accuracy(table, g, frame, base, accuracy)
+            notes.update(dict.fromkeys(joined_notes))
+        if outputs:
+            notes.update(dict.fromkeys(_add_outputs(table, g, base, outputs, accuracy or {})))
         out[table_key(workload, length, ambiguous[workload] > 1)] = SpeedupTable(
             table.reset_index(drop=True), base_label, length, tuple(warnings), tuple(notes), tuple(varying), show_run,
-            accuracy=bool(accuracy), random_weights=random_weights)
+            accuracy=bool(accuracy), random_weights=random_weights,
+            outputs=bool(outputs) and "outputs_vs_baseline" in table and table.outputs_vs_baseline.notna().any())
     return out
 
 
@@ -316,16 +326,87 @@ ACCURACY_COLUMNS = [("accuracy_kl_mean", "KL mean", "{:.3g}"), ("accuracy_top1",
 VERDICT_FLAGS = {"broken": "✗ broken", "degraded": "! degraded"}
 
 
-def _add_accuracy(table: pd.DataFrame, cell_ids: pd.Series, accuracy: dict) -> bool:
-    """Add the accuracy columns (and the verdict) of each row's cell, from its latest Accuracy record; return
-    whether any of those records measured random weights."""
-    recs = [accuracy.get(c) for c in cell_ids]
+def joined_accuracy(records: list, context: dict, base_cell_id: str | None):
+    """Return (the Accuracy record a speed row shows, or None; why none was joined, or None).
+
+    records: the cell's ok Accuracy records, latest first; context: the row's run context (commit,
+    dirty, env_digest). A record joins only under the checks pooling applies: the same commit
+    (and dirty flag), the same environment digest, and measured against this table's baseline
+    cell (the baseline's own record: against nothing). cell_id alone is not enough: a verdict of
+    other code, another machine or another baseline does not certify this row's figures.
+    """
+    why = None
+    for r in records:
+        c = r.context
+        base = r.accuracy.get("baseline_cell_id") if r.accuracy.get("baseline") is not None else None
+        if (c.commit or None) != (context.get("commit") or None) or bool(c.dirty) != bool(context.get("dirty")):
+            why = why or f"its accuracy was measured at commit {(c.commit or '?')[:7]}{'+dirty' if c.dirty else ''}"
+        elif c.env_digest and context.get("env_digest") and c.env_digest != context["env_digest"]:
+            why = why or "its accuracy was measured in another environment"
+        elif base is not None and base != base_cell_id:
+            why = why or "its accuracy was measured against another baseline"
+        else:
+            return r, None
+    return None, why
+
+
+def _add_accuracy(table: pd.DataFrame, g: pd.DataFrame, frame: pd.DataFrame, base, accuracy: dict) -> tuple[bool, list[str]]:
+    """Add the accuracy columns (and the verdict) of each row, from the record `joined_accuracy` picks; return whether
+    any of those records measured random weights, and a note for each row whose records did not join."""
+    contexts = {}
+    if frame is not None and len(frame) and "run_id" in frame:
+        cols = [c for c in ("commit", "dirty", "env_digest") if c in frame]
+        contexts = frame.drop_duplicates("run_id").set_index("run_id")[cols].to_dict("index")
+    base_id = base.cell_id if base is not None else None
+    recs, notes = [], []
+    for r in g.itertuples():
+        found, why = joined_accuracy(accuracy.get(r.cell_id, []), contexts.get(r.run_id, {}), base_id)
+        recs.append(found)
+        if found is None and why:
+            notes.append(f"{cell_label(r.backend, r.precision, r.max_batch_size)} [{options_text(r.options)}]: accuracy "
+                         f"not shown: {why} than its speed row (run `bench accuracy` on this run's code and machine)")
     for col, key in (("accuracy_kl_mean", "kl_mean"), ("accuracy_top1", "top1"), ("accuracy_delta_ppl", "delta_ppl")):
         table[col] = [r.metrics.get(key) if r is not None else None for r in recs]
     # The baseline's own record has no verdict: it is what the others are judged against.
     table["accuracy_verdict"] = [("baseline" if r.verdict is None else r.verdict) if r is not None else None
                                  for r in recs]
-    return any(r is not None and bool(r.accuracy.get("random_weights")) for r in recs)
+    return any(r is not None and bool(r.accuracy.get("random_weights")) for r in recs), notes
+
+
+def _add_outputs(table: pd.DataFrame, g: pd.DataFrame, base, outputs: dict, accuracy: dict) -> list[str]:
+    """Add `outputs_vs_baseline` (each row's timed outputs against the baseline row's, request by request); return
+    the notes: the baseline's own floor, and rows whose accuracy session generated other tokens than their timed pass."""
+    from bench.results.outputs import (
+        first_run,
+        output_parity,
+        own_floor,
+        session_vs_timed,
+    )
+
+    notes = []
+    base_runs = outputs.get((base.cell_id, base.gpu_memory_gb)) if base is not None else None
+    column = []
+    for r in g.itertuples():
+        runs = outputs.get((r.cell_id, r.gpu_memory_gb))
+        if not runs or not base_runs or r.status != "ok":
+            column.append(None)
+            continue
+        parity = output_parity(first_run(runs), first_run(base_runs))
+        column.append(parity.text() if parity is not None else None)
+        for rec in accuracy.get(r.cell_id, [])[:1]:
+            compared, differ = session_vs_timed(rec.accuracy.get("greedy_ids") or {}, first_run(runs))
+            if differ:
+                notes.append(f"{cell_label(r.backend, r.precision, r.max_batch_size)} [{options_text(r.options)}]: its "
+                             f"accuracy session's greedy tokens differ from its timed pass's on {differ} of {compared} "
+                             "requests (same batch function: nondeterminism, or a changed cell)")
+    table["outputs_vs_baseline"] = column
+    if base_runs:
+        floor = own_floor(base_runs)
+        notes.append("Timed outputs vs baseline: each row's generated ids against the baseline row's, request by request, "
+                     "from the timed passes themselves; the baseline's own " + (
+                         f"{floor.what}: {floor.text()}" if floor is not None
+                         else "floor needs two runs (processes): one was stored"))
+    return notes
 
 
 def history_table(history_cells: pd.DataFrame, tables: dict[str, SpeedupTable]) -> dict[str, pd.DataFrame]:

@@ -184,6 +184,17 @@ def accuracies(records: Iterable[Record]) -> list[Accuracy]:
     return [r for r in records if isinstance(r, Accuracy)]
 
 
+def accuracy_by_cell(records: Iterable[Record]) -> dict[str, list[Accuracy]]:
+    """Return {cell_id: its ok Accuracy records, latest first} (what a speed row's accuracy is joined from)."""
+    out: dict[str, list[Accuracy]] = {}
+    for r in accuracies(records):
+        if r.ok:
+            out.setdefault(r.cell_id, []).append(r)
+    for recs in out.values():
+        recs.sort(key=lambda r: (r.context.started_at or 0, r.ended_at or 0), reverse=True)
+    return out
+
+
 def latest_accuracy(records: Iterable[Record]) -> dict[str, Accuracy]:
     """Return {cell_id: its latest ok Accuracy record} (the latest run context's, by start time)."""
     out: dict[str, Accuracy] = {}
