@@ -457,7 +457,8 @@ def test_bench_accuracy_aligned_broken_and_the_broken_layer_named(tiny_trained, 
     assert main(["parity", "--matrix", str(matrix), "--only", "precision=fp32,corrupt_layer=-1",
                  "--layers", "corrupt_layer=-1", "corrupt_layer=2", "--prompts", "2", "--tokens", "64"]) == 0
     text = capsys.readouterr().out
-    assert "first diverging tensor: layer 2" in text, text
+    assert "first diverging tensor (forward): layer 2" in text, text
+    assert "first diverging tensor (decode): layer 2" in text, text  # the decode steps of its own path agree
     result = json.loads(next(p for p in Path("parity/trained").glob("layers-*.json") if ".job" not in p.name).read_text())
     rows = {r["name"]: r for r in result["rows"]}
     assert rows["layer 1"]["max_abs"] == 0 and rows["layer 2"]["rel_error"] > 0.1
@@ -1000,3 +1001,47 @@ def test_an_identical_cell_on_16_tokens_is_not_judged(tmp_path, monkeypatch, cap
     assert rec.metrics["tokens"] == 16 and rec.metrics["kl_mean"] < 1e-6
     n = min_tokens(min(f["top1"] for f in rec.accuracy["floor_of_baseline"].values()), 0.08)
     assert rec.verdict == f"not judged (n tokens < {n})" and n > 16
+
+
+@pytest.mark.slow
+def test_parity_layers_of_two_model_folders_and_of_the_decode_path(tmp_path, monkeypatch, capsys):
+    """--layers model=A model=B compares two folders of one shape; the decode path's table finds a fault that lives
+    in the static cache (kv-negate), which a cacheless forward never sees."""
+    import shutil
+
+    from bench.cli import main
+    from bench.models import resolve_model
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BENCH_ALLOW_CORRUPTION", "1")
+    from transformers import cache_utils
+
+    cls = getattr(cache_utils, "StaticLayer", None) or cache_utils.StaticCache
+    monkeypatch.setattr(cls, "update", cls.update)
+    matrix = _faults_matrix(tmp_path / "faults.toml")
+    assert main(["parity", "--matrix", str(matrix), "--only", "fault=none,cache=dynamic", "--prompts", "2",
+                 "--tokens", "48", "--layers", "cache=static", "cache=static,fault=kv-negate"]) == 0
+    text = capsys.readouterr().out
+    assert "first diverging tensor (forward): none" in text, text
+    assert "first diverging tensor (decode): layer 0" in text, text
+    # two model folders: a copy of the trained model, and the copy with one layer's MLP scaled (a bad export)
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    src = Path(resolve_model("qwen-tiny-trained").path)
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    for d in (good, bad):
+        shutil.copytree(src, d, ignore=shutil.ignore_patterns("manifest.json"))
+    weights = load_file(str(bad / "model.safetensors"))
+    name = next(k for k in weights if "layers.1.mlp.down_proj.weight" in k)
+    weights[name] = weights[name] * 16
+    save_file(weights, str(bad / "model.safetensors"), metadata={"format": "pt"})
+    assert main(["parity", "--matrix", str(matrix), "--only", "fault=none,cache=dynamic", "--prompts", "2",
+                 "--tokens", "48", "--path", "forward", "--layers", f"model={good}", f"model={bad}"]) == 0
+    text = capsys.readouterr().out
+    assert "first diverging tensor (forward): layer 1" in text and "good vs" in text, text
+    # models of another shape: refused before any work
+    assert main(["parity", "--matrix", str(matrix), "--only", "fault=none,cache=dynamic", "--layers", f"model={good}",
+                 "model=qwen-tiny"]) == 2
+    assert "differ in shape" in capsys.readouterr().err
+    del torch

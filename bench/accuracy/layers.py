@@ -12,6 +12,16 @@ The first diverging layer is the first tensor whose relative error is above `min
 more than `jump_factor` times the largest relative error of every tensor before it: rounding
 differences grow smoothly through the layers; a wrong layer multiplies the error at once.
 
+Two paths, each a table (`path` in the job: forward, decode or both):
+- forward: one cacheless forward over each prompt (every position at once);
+- decode: the cell's own runtime (bench.backends.hf.backend.HFLoaded.teacher_forced: its cache,
+  its decode loop, its prefill_len), the prompt's last `decode_tokens` tokens fed one decode step at
+  a time, every hook point captured at those steps only. A fault that lives in the cache or the
+  loop (a cache that corrupts what it holds) shows here and not in a cacheless forward. Hooks
+  cannot see inside a compiled graph, so a compiled cell's decode path runs eager here (said in the
+  result): its compiled step's logits are what `bench accuracy` compares. Batch 1: a layer table
+  localizes a fault; batching's numerics are in `bench accuracy`'s figures.
+
 Runs in its own process (`python -m bench.accuracy.layers JOB RESULT`), as every session does.
 For TensorRT-LLM, see bench.accuracy.trtllm (its 1.2.1 debug-tensor path; not run on hardware).
 """
@@ -37,29 +47,59 @@ def hook_points(model) -> list[tuple[str, object]]:
     return points
 
 
-def capture(model, input_ids) -> dict[str, object]:
-    """Return {name: float32 CPU tensor [tokens, width]} of every hook point for one sequence."""
-    import torch
+def _hooked(model, seen: dict, only_steps: bool = False):
+    """Register forward hooks that append each hook point's output (float32, CPU, [tokens, width]) to seen[name]
+    (every hook point's list made now, in forward order); only_steps: keep only the calls of a one-token forward
+    (decode steps), not the prefill's (whose lm_head also keeps one position). Return the handles."""
+    state = {"step": not only_steps}
+    for name, _ in hook_points(model):
+        seen[name] = []
 
-    seen: dict[str, object] = {}
-    handles = []
+    def top(_module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        state["step"] = not only_steps or (ids is not None and ids.shape[-1] == 1)
 
     def keep(name):
         def hook(_module, _inputs, output):
-            out = output[0] if isinstance(output, (tuple, list)) else output
-            seen[name] = out.detach().float().reshape(-1, out.shape[-1]).cpu()
+            if state["step"]:
+                out = output[0] if isinstance(output, (tuple, list)) else output
+                seen[name].append(out.detach().float().reshape(-1, out.shape[-1]).cpu())
 
         return hook
 
-    for name, module in hook_points(model):
-        handles.append(module.register_forward_hook(keep(name)))
+    handles = [model.register_forward_pre_hook(top, with_kwargs=True)]
+    return handles + [module.register_forward_hook(keep(name)) for name, module in hook_points(model)]
+
+
+def capture(model, input_ids) -> dict[str, object]:
+    """Return {name: float32 CPU tensor [tokens, width]} of every hook point for one sequence (a cacheless forward)."""
+    import torch
+
+    seen: dict[str, list] = {}
+    handles = _hooked(model, seen)
     try:
         with torch.inference_mode():
             model(input_ids=input_ids, use_cache=False)
     finally:
         for h in handles:
             h.remove()
-    return seen
+    return {name: torch.cat(parts) for name, parts in seen.items()}
+
+
+def capture_decode(loaded, options: dict, prompt: list[int], decode_tokens: int) -> dict[str, object]:
+    """Return {name: [decode_tokens, width]} of every hook point at the decode steps of the cell's own path:
+    the prompt but its last decode_tokens fed as the prefill, those fed one step at a time (teacher forcing)."""
+    import torch
+
+    k = max(1, min(decode_tokens, len(prompt) - 1))
+    seen: dict[str, list] = {}
+    handles = _hooked(loaded.model, seen, only_steps=True)
+    try:
+        loaded.teacher_forced([(prompt[:-k], prompt[-k:])], 1, options, lambda *_: None)
+    finally:
+        for h in handles:
+            h.remove()
+    return {name: torch.cat(parts) for name, parts in seen.items()}
 
 
 @dataclass
@@ -115,8 +155,16 @@ def markdown(rows: list[LayerError], jump: int | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def eager_cell(cell_dict: dict) -> tuple[dict, bool]:
+    """Return (the cell with compile off, whether it compiled): hooks run eager, a compiled step hides its layers."""
+    opts = dict(cell_dict.get("options") or {})
+    if opts.get("compile", "off") == "off":
+        return cell_dict, False
+    return {**cell_dict, "options": {**opts, "compile": "off", "compile_tuning": "default", "freeze_weights": "off"}}, True
+
+
 def run_layers(job: dict) -> dict:
-    """Return the per-layer comparison of job's cells A and B over the workload's first prompts."""
+    """Return the per-layer comparison of job's cells A and B over the workload's first prompts, per path."""
     import torch
 
     from bench.accuracy.session import _load
@@ -125,17 +173,37 @@ def run_layers(job: dict) -> dict:
 
     workload = Workload.from_json(Path(job["workload_file"]).read_text())
     prompts = [list(r.prompt_ids)[: job["tokens"]] for r in workload.requests[: job["prompts"]]]
-    captures = []
+    paths = ("forward", "decode") if job.get("path", "both") == "both" else (job["path"],)
+    captures: dict[str, list] = {path: [] for path in paths}
+    eager_note = []
     for side in ("a", "b"):
         torch.manual_seed(0)
-        _cell, loaded, _ = _load(job[side], job["engines_dir"])
-        captures.append([capture(loaded.model, torch.tensor([p], device=loaded.device)) for p in prompts])
-        loaded.close()
-    rows = compare(*captures)
-    jump = first_jump(rows, job["jump_factor"], job["min_error"])
-    return {"status": "ok", "rows": [asdict(r) for r in rows], "first_jump": rows[jump].name if jump is not None else None,
-            "first_jump_index": jump, "prompts": len(prompts), "tokens": sum(len(p) for p in prompts),
-            "environment": fingerprint(job["a"]["device"])}
+        cell, compiled = eager_cell(job[side])
+        if compiled and "decode" in paths:
+            eager_note.append(side.upper())
+        _cell, loaded, _ = _load(cell, job["engines_dir"])
+        try:
+            if "forward" in paths:
+                captures["forward"].append([capture(loaded.model, torch.tensor([p], device=loaded.device)) for p in prompts])
+            if "decode" in paths:
+                opts = {**cell["options"], "batching": "dataset"}
+                captures["decode"].append([capture_decode(loaded, opts, p, job.get("decode_tokens", 16)) for p in prompts])
+        finally:
+            loaded.close()
+    out: dict = {"status": "ok", "prompts": len(prompts), "tokens": sum(len(p) for p in prompts),
+                 "environment": fingerprint(job["a"]["device"]), "paths": {}}
+    for path in paths:
+        rows = compare(*captures[path])
+        jump = first_jump(rows, job["jump_factor"], job["min_error"])
+        out["paths"][path] = {"rows": [asdict(r) for r in rows], "first_jump": rows[jump].name if jump is not None else None,
+                              "first_jump_index": jump,
+                              "positions": sum(next(iter(c.values())).shape[0] for c in captures[path][0])}
+    if eager_note:
+        out["note"] = (f"{' and '.join(eager_note)} compile: its decode path ran eager here (hooks cannot see inside a "
+                       "compiled graph); its compiled step's logits are what bench accuracy compares")
+    first = out["paths"][paths[0]]  # the top-level fields of a single-path result, as before
+    out.update(rows=first["rows"], first_jump=first["first_jump"], first_jump_index=first["first_jump_index"])
+    return out
 
 
 def main(argv: list[str]) -> int:

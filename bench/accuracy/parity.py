@@ -1,7 +1,8 @@
 """The driver of `bench parity --layers A B`: where two configurations of one model part, layer by layer.
 
 A and B are overrides of one cell of the matrix, written as --only is (key=value pairs joined
-by commas): axes (precision, max_batch_size, device) or the backend's options. The cell is the
+by commas): axes (precision, max_batch_size, device, model: two model folders of one shape) or the
+backend's options. The cell is the
 one the selection holds, else the matrix's baseline cell (`parity_cells`). Both configurations
 run in one session process (bench.accuracy.layers, started through bench.execution.launcher)
 over the workload's first `prompts` prompts; `layer_parity` returns the table of per-layer errors
@@ -18,7 +19,8 @@ from pathlib import Path
 
 from bench.errors import BenchInputError
 
-AXES = ("precision", "max_batch_size", "device")
+AXES = ("precision", "max_batch_size", "device", "model")
+PATHS = ("both", "forward", "decode")  # which computations are hooked (bench.accuracy.layers)
 LAYER_BACKENDS = ("hf",)  # a torch model whose modules take hooks (trtllm: bench/accuracy/trtllm.py, not wired)
 SESSION = "bench.accuracy.layers"  # the session process's module (python -m)
 
@@ -32,13 +34,23 @@ class LayerSettings:
     jump_factor: float | None = None
     min_error: float | None = None
     timeout: float = 1800.0
+    path: str = "both"  # forward (a cacheless forward), decode (the cell's own decode steps), or both
+    decode_tokens: int = 16  # the decode path: each prompt's last N tokens fed as decode steps
 
     def checked(self) -> LayerSettings:
         """Return the settings with the defaults filled in; BenchInputError if one is out of range."""
         from bench.accuracy.layers import JUMP_FACTOR, MIN_ERROR
+        from bench.checks import check_number
 
-        if self.prompts <= 0 or self.tokens <= 0:
-            raise BenchInputError("--prompts and --tokens must be positive")
+        check_number(self.prompts, "--prompts", integer=True, minimum=1, maximum=10_000)
+        check_number(self.tokens, "--tokens", integer=True, minimum=2, maximum=1_000_000)
+        check_number(self.decode_tokens, "--decode-tokens", integer=True, minimum=1, maximum=100_000)
+        check_number(self.timeout, "--timeout", above=0, hint="seconds before the session is killed")
+        for value, flag in ((self.jump_factor, "--jump-factor"), (self.min_error, "--min-error")):
+            if value is not None:
+                check_number(value, flag)
+        if self.path not in PATHS:
+            raise BenchInputError(f"--path must be one of {', '.join(PATHS)}, got {self.path!r}")
         out = replace(self, jump_factor=JUMP_FACTOR if self.jump_factor is None else self.jump_factor,
                       min_error=MIN_ERROR if self.min_error is None else self.min_error)
         if out.jump_factor <= 1 or out.min_error < 0:
@@ -68,6 +80,11 @@ def configured(cell, text: str):
     options = {k: coerce_cli_value(v) for k, v in pairs.items() if k not in AXES}
     if "precision" in axes:
         axes["precision"] = str(axes["precision"])
+    if "model" in axes:
+        from bench.models import resolve_model
+
+        axes["model"] = str(pairs["model"])
+        resolve_model(axes["model"])  # a folder without config.json, an unknown name: named, with the fix
     full = config.normalize_options({**cell.options_dict, **options})  # unknown keys: named, with the valid ones
     out = replace(cell, **axes, options=tuple(sorted(full.items())))
     config.validate(out)
@@ -97,10 +114,26 @@ def parity_cells(matrix, a_text: str, b_text: str) -> tuple:
                               f"(supported: {list(LAYER_BACKENDS)}); compare it with `bench accuracy` instead")
     a, b = configured(cell, a_text), configured(cell, b_text)
     if a.model != b.model:
-        raise BenchInputError("--layers compares two configurations of one model: A and B name different models")
+        _same_shape(a.model, b.model)
     if a == b:
         raise BenchInputError(f"--layers A and B are the same configuration ({a_text!r}, {b_text!r}): change one")
     return a, b
+
+
+SHAPE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+              "vocab_size")
+
+
+def _same_shape(a: str, b: str) -> None:
+    """Raise BenchInputError unless models a and b have one shape: layer by layer needs the same tensors on both sides."""
+    from bench.models import resolve_model
+
+    ca, cb = resolve_model(a).config, resolve_model(b).config
+    differ = [k for k in SHAPE_KEYS if ca.get(k) != cb.get(k)]
+    if differ:
+        raise BenchInputError(f"--layers model={a} and model={b} differ in shape ({', '.join(f'{k}: {ca.get(k)} vs {cb.get(k)}' for k in differ)}): "
+                              "layer-by-layer errors need the same tensors on both sides (a fine-tune, a re-export, a "
+                              "conversion of one model); compare different models with `bench accuracy`")
 
 
 def layer_parity(matrix, a_text: str, b_text: str, settings: LayerSettings, out: Path) -> LayerParity:
@@ -117,7 +150,8 @@ def layer_parity(matrix, a_text: str, b_text: str, settings: LayerSettings, out:
     out_dir.mkdir(parents=True, exist_ok=True)
     job = {"a": a.to_dict(), "b": b.to_dict(), "engines_dir": str(Path("engines").resolve()),
            "workload_file": str(Path(wl_file).resolve()), "prompts": settings.prompts, "tokens": settings.tokens,
-           "jump_factor": settings.jump_factor, "min_error": settings.min_error}
+           "jump_factor": settings.jump_factor, "min_error": settings.min_error, "path": settings.path,
+           "decode_tokens": settings.decode_tokens}
     job_file, result_file, log = out_dir / f"{name}.job.json", out_dir / f"{name}.json", out_dir / f"{name}.log"
     job_file.write_text(json.dumps(job, indent=1))
     run = run_session([sys.executable, "-m", SESSION, str(job_file), str(result_file)], result_file, log,
@@ -129,12 +163,17 @@ def layer_parity(matrix, a_text: str, b_text: str, settings: LayerSettings, out:
     result = run.result
     if result.get("status") != "ok":
         return LayerParity(None, result_file, f"{result.get('status')}: {result.get('error', '')[:2000]}")
-    rows = [LayerError(**r) for r in result["rows"]]
-    text = (f"## layers of {a.model}: A = {a_text} ({a.label}) vs B = {b_text} ({b.label})\n\n"
-            f"{result['tokens']} tokens over {result['prompts']} prompts; first jump: relative error > "
-            f"{settings.min_error:g} and > {settings.jump_factor:g}x every earlier tensor's\n\n"
-            + markdown(rows, result["first_jump_index"])
-            + f"\nfirst diverging tensor: {result['first_jump'] or 'none (the error grows smoothly)'}\n")
+    paths = result.get("paths") or {"forward": result}
+    what = {"forward": f"a cacheless forward over {result['tokens']} tokens of {result['prompts']} prompts",
+            "decode": "each cell's own decode path (its cache, loop and prefill_len; batch 1), the last "
+                      f"{settings.decode_tokens} tokens of {result['prompts']} prompts fed as decode steps"}
+    text = (f"## layers of {a.model if a.model == b.model else a.model + ' vs ' + b.model}: A = {a_text} ({a.label}) vs "
+            f"B = {b_text} ({b.label})\n\nfirst jump: relative error > {settings.min_error:g} and > "
+            f"{settings.jump_factor:g}x every earlier tensor's" + (f"; {result['note']}" if result.get("note") else "") + "\n")
+    for path, found in paths.items():
+        rows = [LayerError(**r) for r in found["rows"]]
+        text += (f"\n### {path}: {what[path]}\n\n" + markdown(rows, found["first_jump_index"])
+                 + f"\nfirst diverging tensor ({path}): {found['first_jump'] or 'none (the error grows smoothly)'}\n")
     (out_dir / f"{name}.md").write_text(text)
     return LayerParity(text, result_file)
 

@@ -2,6 +2,7 @@
 
     bench parity --matrix m.toml --layers precision=bf16 precision=int8wo
     bench parity --preset h200-study --only max_batch_size=1 --layers attn_implementation=sdpa attn_implementation=eager
+    bench parity --matrix m.toml --layers model=./base-model model=./finetuned-export
 
 Parses the flags and calls bench.accuracy.parity.layer_parity (the cell, the overrides, the
 layers session); prints its table of per-layer errors and the first diverging layer.
@@ -24,6 +25,9 @@ def register(sub) -> None:
     p.add_argument("--tokens", type=int, default=256, help="tokens of each prompt (its first N; default 256)")
     p.add_argument("--jump-factor", type=float, default=None, help="a jump: relative error above this x every earlier one (default 4)")
     p.add_argument("--min-error", type=float, default=None, help="a jump: relative error above this (default 0.02)")
+    p.add_argument("--path", default="both", choices=("both", "forward", "decode"),
+                   help="what is hooked: a cacheless forward, each cell's own decode steps (its cache and loop), or both")
+    p.add_argument("--decode-tokens", type=int, default=16, help="the decode path: each prompt's last N tokens as decode steps")
     p.add_argument("--out", default="parity", help="output folder (default parity/)")
     p.add_argument("--timeout", type=float, default=1800)
     p.set_defaults(func=cmd_parity, requests=None, trials=None)
@@ -33,7 +37,8 @@ def cmd_parity(args) -> int:
     from bench.accuracy.parity import LayerSettings, layer_parity
 
     settings = LayerSettings(prompts=args.prompts, tokens=args.tokens, jump_factor=args.jump_factor,
-                             min_error=args.min_error, timeout=args.timeout).checked()  # before the matrix loads
+                             min_error=args.min_error, timeout=args.timeout, path=args.path,
+                             decode_tokens=args.decode_tokens).checked()  # before the matrix loads
     found = layer_parity(load_selected_matrix(args), *args.layers, settings, args.out)
     if found.text is None:
         print(f"bench parity: {found.error}", file=sys.stderr)
