@@ -147,3 +147,14 @@ def _check_free(base: Path, name: str, flag: str) -> None:
         raise BenchInputError(f"{name}: only {free // 1024} KiB free on the device holding {str(base)!r} (at least "
                               f"{MIN_FREE_BYTES // 2**20} MiB needed): free some space, or write elsewhere"
                               + (f" with {flag}" if flag else ""))
+
+
+def file_sha256(path: str | Path) -> str:
+    """Return the hex SHA-256 of a file's bytes, read a MiB at a time."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

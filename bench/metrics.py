@@ -329,6 +329,16 @@ def efficiency_metrics(output_tokens: int, duration_s: float, energy_j: float | 
 SAMPLE_IDS = 64
 
 
+def common_prefix(a, b) -> int:
+    """Return how many leading tokens two outputs share: where they first part (the first divergence)."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def output_digest(ids) -> str:
     """Return the digest of a request's generated token ids (16 hex digits): equal digests, identical outputs."""
     import hashlib

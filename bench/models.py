@@ -17,6 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from bench.errors import BenchInputError, choices
+from bench.files import file_sha256
 
 # Qwen-7B-Chat's shape (hidden 4096, 32 layers, 32 heads without GQA, MLP 11008, vocab 151936,
 # untied lm_head, qkv bias) expressed as a transformers Qwen2 config.
@@ -170,15 +171,6 @@ def _shown(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
-
-
-def file_sha256(path: Path) -> str:
-    """Return the hex SHA-256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def manifest_digest(folder: Path) -> str:

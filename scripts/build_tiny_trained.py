@@ -153,7 +153,8 @@ def _write_json(path: Path, obj) -> None:
 
 def write_manifest(folder: Path) -> dict:
     """Write manifest.json (SHA-256 of every other file of the folder) and return its file list."""
-    from bench.models import MANIFEST, file_sha256
+    from bench.files import file_sha256
+    from bench.models import MANIFEST
 
     files = {p.name: file_sha256(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST}
     for p in folder.iterdir():

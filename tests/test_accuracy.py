@@ -273,7 +273,8 @@ def tiny_trained() -> Path:
 
 
 def test_trained_model_is_far_below_the_uniform_bound(tiny_trained):
-    from bench.models import MANIFEST, file_sha256
+    from bench.files import file_sha256
+    from bench.models import MANIFEST
     from scripts.build_tiny_trained import RECIPE, heldout_perplexity
 
     listed = json.loads((tiny_trained / MANIFEST).read_text())["files"]

@@ -46,6 +46,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from bench.metrics import common_prefix
+
 # The z of a two-sided 95 % interval (the Wilson bound is its lower end).
 Z95 = 1.959963984540054
 
@@ -266,16 +268,6 @@ def paired_bootstrap(cell: list[float], base: list[float], window: tuple[float, 
     needed = n if decided else (math.ceil(n * (half / room) ** 2) if room > 0 else None)
     return {"mean": mean, "low": lo, "high": hi, "prompts": n, "decided": decided, "prompts_needed": needed,
             "resamples": BOOTSTRAP_RESAMPLES}
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """Return how many leading tokens a and b share."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def prefix_parity(cell: list[list[int]], base: list[list[int]], k: int) -> dict:

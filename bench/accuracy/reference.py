@@ -17,24 +17,16 @@ process, so process-wide settings (Inductor's) never clash and a cell holds no s
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.errors import BenchInputError
+from bench.files import file_sha256
 
 FORMAT = 1
 TENSORS = "reference.safetensors"
 META = "reference.json"
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class LogitsWriter:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bench.metrics import common_prefix
+
 
 @dataclass(frozen=True)
 class OutputParity:
@@ -58,22 +60,13 @@ def run_outputs(records) -> dict:
     return out
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def output_parity(cell: dict, base: dict, what: str = "") -> OutputParity | None:
     """Return cell's outputs against base's over the requests both hold ({request id: (digest, ids)}), or None."""
     shared = [rid for rid in cell if rid in base]
     if not shared:
         return None
     identical = sum(1 for rid in shared if cell[rid][0] == base[rid][0])
-    divergence = [len(cell[rid][1]) if cell[rid][0] == base[rid][0] else _common_prefix(cell[rid][1], base[rid][1])
+    divergence = [len(cell[rid][1]) if cell[rid][0] == base[rid][0] else common_prefix(cell[rid][1], base[rid][1])
                   for rid in shared]
     return OutputParity(len(shared), identical, sum(divergence) / len(divergence), what)
 
