@@ -312,6 +312,10 @@ class RunSettings:
     # unless this asks to build here instead.
     engines: tuple[str, ...] = ()
     retune_on_mismatch: bool = False
+    # Artifact digests the user trusts (--trust) and files listing them (--trust-file), beside those built
+    # here (bench.backends.artifact_trust). Command line only: a matrix never vouches for an artifact.
+    trust: tuple[str, ...] = ()
+    trust_files: tuple[str, ...] = ()
 
 
 EXECUTORS = ("local", "ray")
