@@ -23,6 +23,10 @@ LAYER_BACKENDS = ("hf",)  # a torch model whose modules take hooks (trtllm: benc
 SESSION = "bench.accuracy.layers"  # the session process's module (python -m)
 
 
+# The longest prompt prefix a layers session captures: every layer's output of every token is kept in memory.
+MAX_TOKENS = 1_000_000
+
+
 @dataclass(frozen=True)
 class LayerSettings:
     """How `bench parity --layers` compares (its flags); None: bench.accuracy.layers' defaults."""
@@ -36,13 +40,18 @@ class LayerSettings:
     def checked(self) -> LayerSettings:
         """Return the settings with the defaults filled in; BenchInputError if one is out of range."""
         from bench.accuracy.layers import JUMP_FACTOR, MIN_ERROR
+        from bench.checks import MAX_NUM_REQUESTS, check_number
 
-        if self.prompts <= 0 or self.tokens <= 0:
-            raise BenchInputError("--prompts and --tokens must be positive")
+        check_number(self.prompts, "--prompts", integer=True, minimum=1, maximum=MAX_NUM_REQUESTS,
+                     hint="prompts of the workload (its first N); a workload holds at most MAX_NUM_REQUESTS")
+        check_number(self.tokens, "--tokens", integer=True, minimum=1, maximum=MAX_TOKENS,
+                     hint="tokens of each prompt (its first N)")
+        check_number(self.timeout, "--timeout", above=0, hint="seconds before the layers session is killed")
         out = replace(self, jump_factor=JUMP_FACTOR if self.jump_factor is None else self.jump_factor,
                       min_error=MIN_ERROR if self.min_error is None else self.min_error)
-        if out.jump_factor <= 1 or out.min_error < 0:
-            raise BenchInputError("--jump-factor must be above 1 and --min-error non-negative")
+        check_number(out.jump_factor, "--jump-factor", above=1,
+                     hint="a jump is a relative error above this times every earlier layer's (default 4)")
+        check_number(out.min_error, "--min-error", minimum=0, hint="a jump is a relative error above this (default 0.02)")
         return out
 
 
