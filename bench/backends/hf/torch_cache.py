@@ -4,7 +4,8 @@
 `torch.compiler.load_cache_artifacts(blob)` writes each entry back into Inductor's cache folder at a
 path built from its key, where torch later unpickles it. The container is not a pickle: it is
 torch's AppendingByteSerializer (torch/utils/_appending_byte_serializer.py and
-torch/compiler/_cache.py; the same layout in torch 2.7 to 2.13):
+torch/compiler/_cache.py; torch 2.13 installed here, and the same layout in the older copies of torch's
+source read for this, ROCm's fork and a Python 3.8 backport; torch 2.11's own was not read):
 
     crc32       4 bytes, big-endian, of every byte after it
     version     uint64, big-endian: 1
