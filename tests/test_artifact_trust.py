@@ -357,6 +357,25 @@ def test_the_manifest_reader_gives_a_valid_manifest_or_a_clear_error(changes, re
 
 
 @PROPERTY
+@given(manifest=st.one_of(JSON, st.dictionaries(st.sampled_from(sorted(VALID)), JSON, max_size=8)))
+def test_any_json_as_a_manifest_in_a_tar_is_read_or_refused_clearly(tmp_path, manifest):
+    path = tmp_path / "m.tar"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        data = json.dumps(manifest).encode()
+        info = tarfile.TarInfo(engine_artifact.MANIFEST)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    path.write_bytes(buf.getvalue())
+    try:
+        engine_artifact.read_manifest(path)
+    except BenchInputError as exc:
+        assert "m.tar" in str(exc)
+        return
+    raise AssertionError(f"accepted {manifest!r}")  # no generated manifest lists real files with real digests
+
+
+@PROPERTY
 @given(st.binary(max_size=2048))
 def test_arbitrary_bytes_are_not_an_artifact_and_say_so(tmp_path, data):
     path = tmp_path / "x.tar"
