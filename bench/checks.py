@@ -42,15 +42,20 @@ def range_text(minimum: float | None, maximum: float | None, above: float | None
     """Return a range in words: 'a positive integer', 'a non-negative number', 'between 0 and 1', 'a positive integer <= 100000'."""
     noun = "integer" if integer else "number"
     if minimum is not None and maximum is not None and above is None and not (integer and minimum == 1):
-        return f"{'an integer' if integer else 'a number'} between {minimum:g} and {maximum:g}"
+        return f"{'an integer' if integer else 'a number'} between {_text(minimum)} and {_text(maximum)}"
     if above == 0 or (integer and minimum == 1 and above is None):
         low = f"a positive {noun}"
     elif minimum == 0 and above is None:
         low = f"a non-negative {noun}"
     elif above is not None:
-        low = f"a {noun} > {above:g}"
+        low = f"a {noun} > {_text(above)}"
     elif minimum is not None:
-        low = f"a {noun} >= {minimum:g}"
+        low = f"a {noun} >= {_text(minimum)}"
     else:
         low = f"{'an' if integer else 'a'} {noun}"
-    return low if maximum is None else f"{low} <= {maximum:g}"
+    return low if maximum is None else f"{low} <= {_text(maximum)}"
+
+
+def _text(bound: float) -> str:
+    """Return a bound as the message writes it: whole numbers in full (1000000, not 1e+06), others as %g."""
+    return str(int(bound)) if float(bound).is_integer() and abs(bound) < 1e16 else f"{bound:g}"

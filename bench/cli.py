@@ -47,7 +47,8 @@ def load_selected_matrix(args, only: bool = True):
                     trials=getattr(args, "trials", None), runs=getattr(args, "runs", None),
                     executor=getattr(args, "executor", None), ray_address=getattr(args, "ray_address", None),
                     devices=getattr(args, "devices", None), tuning_builds=getattr(args, "tuning_builds", None),
-                    engines=getattr(args, "engines", None), retune_on_mismatch=getattr(args, "retune_on_mismatch", False))
+                    engines=getattr(args, "engines", None), retune_on_mismatch=getattr(args, "retune_on_mismatch", False),
+                    trust=getattr(args, "trust", None), trust_files=getattr(args, "trust_file", None))
     if not getattr(args, "dry_run", False):
         check_packages(selected.cells)
     return selected

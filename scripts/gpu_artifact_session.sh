@@ -5,7 +5,7 @@
 #
 #   build   any machine: `bench build` of the h200-best-bs1 preset's two cells (bf16, int8wo), each cold, written
 #           as artifacts; nothing measured. Returns in $OUT: the artifacts (split into parts of 15 MiB where larger:
-#           $OUT takes files of 16 MiB at most), build.txt, logs-build.tgz, session.log. Measured on the H200
+#           $OUT takes files of 16 MiB at most), trusted.txt (their digests), build.txt, logs-build.tgz, session.log. Measured on the H200
 #           (2026-12-01): bf16 65-75 s, int8wo 239-294 s, so about 6.5 minutes with the start.
 #   runs    machine NAME (NAME=m1, then NAME=m2 on another machine): loads the carried artifacts, runs both cells
 #           in 2 fresh processes each, and (NAME other than m1, with m1.jsonl carried) `bench compare` against m1's
@@ -16,7 +16,7 @@
 #           spread-report.md, session.log.
 #
 # Carry between the calls (the device copies the lead's working tree; results/ is git-ignored): after `build`, copy
-# $OUT's *.tar (or *.tar.part-*) into results/h200-artifacts/art/; after `runs` with NAME=m1, also m1.jsonl into
+# $OUT's *.tar (or *.tar.part-*) and trusted.txt (`runs` passes it as --trust-file) into results/h200-artifacts/art/; after `runs` with NAME=m1, also m1.jsonl into
 # results/h200-artifacts/. Each call carries results/h200-artifacts and the wheel folder with torchao (.whl-art).
 # Each mode stops its steps (SIGINT: what finished is stored) so that it ends within BENCH_SESSION_BUDGET_S
 # seconds (default 540). Why `build` and `runs` are separate calls: on 2026-12-01 a mode that built and then ran
@@ -81,6 +81,16 @@ build)
     mkdir -p "$ART"
     step build $PY -m bench build "${MATRIX[@]}" --artifacts "$ART" | tee "$OUT/build.txt"
     ls -l "$ART"/*.tar || { echo "no artifact was built: see build.txt and $ART/logs"; exit 1; }
+    # The digests built in this call: an artifact loads elsewhere only when trusted (docs/guide/trust.md), and the
+    # ledger of this machine's builds stays here; whoever carries them vouches for them with this file.
+    $PY - "$ART" > "$OUT/trusted.txt" <<'PY'
+import glob, sys
+from bench.backends.engine_artifact import read_manifest
+print("# engine artifacts built by scripts/gpu_artifact_session.sh build")
+for p in sorted(glob.glob(sys.argv[1] + "/*.tar")):
+    print(read_manifest(p)["digest"], p.rsplit("/", 1)[-1])
+PY
+    cp "$OUT/trusted.txt" "$ART/trusted.txt"
     for a in "$ART"/*.tar; do  # $OUT returns files of at most 16 MiB
         if (( $(stat -c %s "$a") > 15 * 1024 * 1024 )); then
             split -b 15M -d "$a" "$OUT/$(basename "$a").part-"
@@ -107,8 +117,9 @@ runs)
         cat "${first_part%-00}"-* > "${first_part%.part-00}"
     done
     ls -l "$ART"/*.tar || { echo "carry results/h200-artifacts (art/*.tar) from the build"; exit 2; }
+    [ -e "$ART/trusted.txt" ] || { echo "carry the build's trusted.txt into $ART: artifacts built elsewhere load only when trusted"; exit 2; }
     step artifact-runs $PY -m bench run "${MATRIX[@]}" --only "$(built_cells)" --engines "$ART" --runs 2 \
-        --store "$WORK/$NAME.jsonl" --report-dir "/tmp/$NAME-report" --no-progress
+        --trust-file "$ART/trusted.txt" --store "$WORK/$NAME.jsonl" --report-dir "/tmp/$NAME-report" --no-progress
     if $PY -c "import plotly.io" 2>/dev/null; then  # else the returned store is reported where plotly is
         step report $PY -m bench report "$WORK/$NAME.jsonl" --out "/tmp/$NAME-report" \
             && cp "/tmp/$NAME-report/report.md" "$OUT/$NAME-report.md"

@@ -48,3 +48,5 @@ def _isolate_cwd(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     # `bench build` builds under an absolute root (engine_artifact.BUILD_ROOT): the test's own.
     monkeypatch.setenv("BENCH_ARTIFACT_BUILD_ROOT", str(tmp_path / "engine-builds"))
+    # `bench build` records what it made in a ledger of trusted artifacts (bench.backends.artifact_trust): the test's own.
+    monkeypatch.setenv("BENCH_TRUSTED_ARTIFACTS", str(tmp_path / "state" / "trusted-artifacts.json"))

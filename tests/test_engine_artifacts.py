@@ -21,6 +21,8 @@ from bench.errors import BenchInputError
 from bench.results import query
 from tests.support.records import make_record
 
+TORCH_BLOB = Path(__file__).parent / "data" / "torch" / "cache-artifacts-2.13-cpu.bin"
+
 MATRIX = """
 name = "lottery"
 backends = ["fake"]
@@ -80,8 +82,8 @@ def test_an_artifact_holds_its_files_under_a_content_digest_and_refuses_a_damage
     key = {"backend": "fake", "options": {}}
     env = {"torch": "2.11.0+cu130", "triton": "3.5.0", "cuda": "13.0", "gpu_name": "NVIDIA H200",
            "compute_capability": "9.0", "driver": "580.159.04", "host": "m1", "gpu_uuid": "GPU-1"}
-    path, manifest = engine_artifact.write(tmp_path, key, "k" * 16, env, {"digest": "abcd"}, files)
-    assert path.name == f"{'k' * 16}-{manifest['digest'][:12]}.tar"
+    path, manifest = engine_artifact.write(tmp_path, key, "ab" * 8, env, {"digest": "abcd"}, files)
+    assert path.name == f"{'ab' * 8}-{manifest['digest'][:12]}.tar"
     again, read = engine_artifact.read_files(path)
     assert read == files and again["digest"] == manifest["digest"] == engine_artifact.digest_of(key, files)
     assert again["environment"]["gpu_uuid"] == "GPU-1" and again["tuned"] == {"digest": "abcd"}
@@ -271,9 +273,10 @@ def test_hf_carries_torchs_cache_artifacts_and_the_tuned_configs_and_installs_th
     cache.mkdir(parents=True)
     (cache / "k1.best_config").write_text(json.dumps({"XBLOCK": 64, "found_by_coordesc": True, "time_taken_ms": 9}))
     (built / "inductor" / "fxgraph").mkdir()
-    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"torch-bytes", None))
+    blob = TORCH_BLOB.read_bytes()  # real bytes of torch 2.13's save_cache_artifacts (tests/data/torch/README.md)
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (blob, None))
     files = hf_compile.engine_files(built)
-    assert files == {hf_compile.TORCH_CACHE_ARTIFACTS: b"torch-bytes",
+    assert files == {hf_compile.TORCH_CACHE_ARTIFACTS: blob,
                      "inductor/ab/k1.best_config": (cache / "k1.best_config").read_bytes()}
 
     loaded = tmp_path / "loaded"
@@ -287,7 +290,7 @@ def test_hf_carries_torchs_cache_artifacts_and_the_tuned_configs_and_installs_th
 
     monkeypatch.setattr(torch.compiler, "load_cache_artifacts", load_cache_artifacts)
     HFBackend().install_engine({"folder": str(loaded)}, files)
-    assert events == [("torch", b"torch-bytes", False)]
+    assert events == [("torch", blob, False)]
     assert not (loaded / hf_compile.TORCH_CACHE_ARTIFACTS).exists()  # torch's bytes go to torch, not to a file
     assert hf_compile.tuned_kernel_configs(loaded / "inductor") == hf_compile.tuned_kernel_configs(built / "inductor")
     with pytest.raises(ValueError, match="outside the build folder"):
@@ -358,7 +361,18 @@ def test_an_artifact_loads_into_the_absolute_folder_it_was_built_in_or_says_why_
     fallback = tmp_path / "engines" / "artifacts" / manifest["digest"][:16]
     folder, why = engine_artifact.load_dir({}, fallback)
     assert folder == fallback and "does not name the folder it was built in" in why
-    blocked = tmp_path / "file"
+    blocked = tmp_path / "engine-builds" / "file"
     blocked.write_text("not a folder")
     folder, why = engine_artifact.load_dir({"engines_dir": str(blocked / "sub")}, fallback)
     assert folder == fallback and "cannot create the folder it was built in" in why
+    # A manifest decides where folders are made on the loading machine only under its build root.
+    outside = tmp_path / "elsewhere" / "builds"
+    for made_in in (str(outside), str(tmp_path / "engine-builds" / ".." / "elsewhere"), "relative/builds",
+                    str(tmp_path / "engine-builds")):
+        folder, why = engine_artifact.load_dir({"engines_dir": made_in}, fallback)
+        assert folder == fallback and "is not under the build root" in why, made_in
+    assert not outside.exists() and not (tmp_path / "elsewhere").exists()
+    link = tmp_path / "engine-builds" / "link"
+    link.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    folder, why = engine_artifact.load_dir({"engines_dir": str(link / "builds")}, fallback)
+    assert folder == fallback and "leads outside the build root" in why and not (tmp_path / "elsewhere").exists()

@@ -123,6 +123,67 @@ CASES = [
     ("oom decode steps", M(), ["oom", "--matrix", "{matrix}", "--decode-steps", "0"], 2, "decode_steps"),
     ("profile timeout nan", M(), ["profile", "--matrix", "{matrix}", "--timeout", "nan"], 2, "--timeout must be a finite"),
     ("profile steps 0", M(), ["profile", "--matrix", "{matrix}", "--decode-steps", "0"], 2, "--decode-steps must be"),
+    # timeouts, jump factors and counts where they enter (issue 47.7)
+    ("build_timeout -1", M(top={"build_timeout_s": "-1"}), RUN, 2, "build_timeout_s must be a positive number"),
+    ("build_timeout nan", M(top={"build_timeout_s": "nan"}), RUN, 2, "build_timeout_s must be a finite number"),
+    ("timeout -1", M(top={"timeout_s": "-1"}), RUN, 2, "timeout_s must be a positive number"),
+    ("accuracy timeout nan", M(), ["accuracy", "--matrix", "{matrix}", "--timeout", "nan"], 2,
+     "--timeout must be a finite number"),
+    ("accuracy timeout -1", M(), ["accuracy", "--matrix", "{matrix}", "--timeout", "-1"], 2,
+     "--timeout must be a positive number"),
+    ("accuracy prompts 1e9", M(), ["accuracy", "--matrix", "{matrix}", "--prompts", "1000000000"], 2,
+     "[accuracy]: prompts must be a positive integer <= 100000, got 1000000000"),
+    ("accuracy tokens 1e9", M(), ["accuracy", "--matrix", "{matrix}", "--answer-tokens", "1000000000"], 2,
+     "answer_tokens must be a positive integer <= 1000000"),
+    ("parity jump nan", M(), ["parity", "--matrix", "{matrix}", "--layers", "a=1", "b=2", "--jump-factor", "nan"], 2,
+     "--jump-factor must be a finite number"),
+    ("parity jump 1", M(), ["parity", "--matrix", "{matrix}", "--layers", "a=1", "b=2", "--jump-factor", "1"], 2,
+     "--jump-factor must be a number > 1"),
+    ("parity min-error nan", M(), ["parity", "--matrix", "{matrix}", "--layers", "a=1", "b=2", "--min-error", "nan"], 2,
+     "--min-error must be a finite number"),
+    ("parity min-error inf", M(), ["parity", "--matrix", "{matrix}", "--layers", "a=1", "b=2", "--min-error", "inf"], 2,
+     "--min-error must be a finite number"),
+    ("parity timeout -1", M(), ["parity", "--matrix", "{matrix}", "--layers", "a=1", "b=2", "--timeout", "-1"], 2,
+     "--timeout must be a positive number"),
+    ("parity prompts 1e9", M(), ["parity", "--matrix", "{matrix}", "--layers", "a=1", "b=2", "--prompts", "1000000000"],
+     2, "--prompts must be a positive integer <= 100000"),
+    ("capacity batch 1e15", M(), ["capacity", "--matrix", "{matrix}", "--axis", "max_batch_size", "--upper", "1e15",
+                                  "--slo", "ttft_p99_ms=500"], 2, "--upper of axis max_batch_size must be a positive"),
+    ("capacity upper nan", M(), ["capacity", "--matrix", "{matrix}", "--upper", "nan", "--slo", "ttft_p99_ms=500"], 2,
+     "--upper of axis request_rate must be a finite number"),
+    ("capacity lower above workload", M(), ["capacity", "--matrix", "{matrix}", "--axis", "max_batch_size", "--lower",
+                                            "8", "--upper", "16", "--slo", "ttft_p99_ms=500"], 2,
+     "--lower 8 is above the 2 requests workload 'w' holds"),
+    # bench kernels on files that are not what they say (issue 47.7)
+    ("kernels undecodable csv", None, ["kernels", "{tmp}/k/undecodable.csv", "--out", "{tmp}/ko"], 2,
+     "ncu CSV '{tmp}/k/undecodable.csv' is not UTF-8 text"),
+    ("kernels truncated csv", None, ["kernels", "{tmp}/k/truncated.csv", "--out", "{tmp}/ko"], 2,
+     "ncu CSV '{tmp}/k/truncated.csv': row 4 has 5 column(s), the header 16: a truncated or edited file"),
+    ("kernels nan csv", None, ["kernels", "{tmp}/k/nan.csv", "--out", "{tmp}/ko"], 2,
+     "ncu CSV '{tmp}/k/nan.csv': data row 1 cannot be read ('nan' is not a finite, non-negative number)"),
+    ("kernels negative csv", None, ["kernels", "{tmp}/k/negative.csv", "--out", "{tmp}/ko"], 2,
+     "'-4000' is not a finite, non-negative number"),
+    ("kernels odd columns", None, ["kernels", "{tmp}/k/odd.csv", "--out", "{tmp}/ko"], 2,
+     "ncu CSV '{tmp}/k/odd.csv': row 2 has 14 column(s), the header 16"),
+    ("kernels no ID column", None, ["kernels", "{tmp}/k/noid.csv", "--out", "{tmp}/ko"], 2, "lacks the ID column"),
+    ("kernels truncated gz", None, ["kernels", "{tmp}/k/trunc.csv.gz", "--out", "{tmp}/ko"], 2,
+     "ncu CSV '{tmp}/k/trunc.csv.gz' cannot be read (EOFError"),
+    ("kernels not gzip", None, ["kernels", "{tmp}/k/bad.csv.gz", "--out", "{tmp}/ko"], 2, "(BadGzipFile: Not a gzipped"),
+    ("kernels garbage sqlite", None, ["kernels", "{tmp}/k/garbage.sqlite", "--out", "{tmp}/ko"], 2,
+     "'{tmp}/k/garbage.sqlite' is not an SQLite database"),
+    ("kernels truncated sqlite", None, ["kernels", "{tmp}/k/trunc.sqlite", "--out", "{tmp}/ko"], 2,
+     "'{tmp}/k/trunc.sqlite' is not an SQLite database (database disk image is malformed)"),
+    ("kernels text times sqlite", None, ["kernels", "{tmp}/k/text.sqlite", "--out", "{tmp}/ko"], 2,
+     "'{tmp}/k/text.sqlite' holds a value nsys does not write"),
+    ("kernels infinite sqlite", None, ["kernels", "{tmp}/k/inf.sqlite", "--out", "{tmp}/ko"], 2,
+     "kernel 'k' runs from 0 to inf ns"),
+    ("kernels odd columns sqlite", None, ["kernels", "{tmp}/k/nocols.sqlite", "--out", "{tmp}/ko"], 2,
+     "'{tmp}/k/nocols.sqlite': CUPTI_ACTIVITY_KIND_KERNEL has no kernel-name column"),
+    ("kernels bandwidth nan", None, ["kernels", "{tmp}/k/nan.csv", "--copy-bandwidth", "nan"], 2,
+     "--copy-bandwidth must be a finite number"),
+    ("kernels top 0", None, ["kernels", "{tmp}/k/nan.csv", "--top", "0"], 2, "--top must be a positive integer"),
+    ("kernels session.json garbage", None, ["kernels", "{tmp}/k/s/ncu_raw.csv", "--out", "{tmp}/ko"], 2,
+     "session.json' beside the ncu CSV cannot be read"),
     # reports of odd stores
     ("report missing", None, ["report", "{tmp}/nope.jsonl"], 2, "does not exist"),
     ("report binary", None, ["report", "{tmp}/bin.jsonl"], 2, "is not a bench result store"),
@@ -184,12 +245,51 @@ def files(tmp_path):
                               output_throughput=10.0 + run, request_throughput=1.0))
     err.append(make_record("a", status="error", cell=cell, env={}, baseline={"backend": "fake"}))
     oom.append(make_record("a", status="oom", cell=cell, env=env, baseline={"backend": "fake"}))
+    _kernel_files(tmp_path / "k")
     line = json.loads((tmp_path / "ok.jsonl").read_text().splitlines()[0])
     line["metrics"]["output_throughput"] = float("nan")
     line["metrics"]["request_throughput"] = float("inf")
     second = json.loads((tmp_path / "ok.jsonl").read_text().splitlines()[1])
     (tmp_path / "nan.jsonl").write_text(json.dumps(line) + "\n" + json.dumps(second) + "\n")
     return tmp_path
+
+
+def _kernel_files(k) -> None:
+    """Write the profiler exports `bench kernels` must refuse with the file's name: ncu CSVs and nsys SQLite files
+    that are undecodable, truncated, hold NaN or odd columns."""
+    import gzip
+    import sqlite3
+    from pathlib import Path
+
+    data = Path(__file__).parent / "data"
+    csv = (data / "ncu" / "decode_step_raw.csv").read_text()
+    lines = csv.splitlines()
+    k.mkdir()
+    (k / "undecodable.csv").write_bytes(b"\xff\xfe\x00garbage\x81")
+    (k / "truncated.csv").write_text(csv[:700])
+    (k / "nan.csv").write_text(csv.replace('"4000"', '"nan"'))
+    (k / "negative.csv").write_text(csv.replace('"4000"', '"-4000"'))
+    (k / "odd.csv").write_text("\n".join(lines[:3] + [ln.rsplit(",", 2)[0] for ln in lines[3:]]) + "\n")
+    (k / "noid.csv").write_text(csv.replace('"ID",', '"Index",'))
+    (k / "trunc.csv.gz").write_bytes(gzip.compress(csv.encode())[:200])
+    (k / "bad.csv.gz").write_bytes(b"not gzip")
+    (k / "s").mkdir()
+    (k / "s" / "ncu_raw.csv").write_text(csv)
+    (k / "s" / "session.json").write_text("{not json")
+    sqlite = (data / "nsys" / "saxpy-mpi-cuda_nsys2022.2.sqlite").read_bytes()
+    (k / "trunc.sqlite").write_bytes(sqlite[:300_000])
+    (k / "garbage.sqlite").write_text("hello world")
+    for name, columns, row in (("text.sqlite", "start, end, correlationId, globalPid, demangledName",
+                                "('abc', 'x', 1, 2, 1)"),
+                               ("inf.sqlite", "start, end, correlationId, globalPid, demangledName", "(0, 9e999, 1, 2, 1)"),
+                               ("nocols.sqlite", "a, b", "(1, 2)")):
+        con = sqlite3.connect(k / name)
+        con.execute(f"CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL ({columns})")
+        con.execute("CREATE TABLE StringIds (id, value)")
+        con.execute(f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES {row}")
+        con.execute("INSERT INTO StringIds VALUES (1, 'k')")
+        con.commit()
+        con.close()
 
 
 def run_cli(argv: list[str]) -> int:
@@ -213,7 +313,7 @@ def test_hostile_input(files, capsys, text, argv, code, needle):
     both = out.out + out.err
     assert "Traceback" not in both
     assert got == code, both[-2000:]
-    assert needle in both, both[-2000:]
+    assert needle.format(**subs) in both, both[-2000:]
 
 
 def test_catalogue_ids_are_unique():

@@ -49,7 +49,11 @@ def test_figure_rows_and_colours():
 
 
 def _nsys_record(tmp_path: Path, sqlite: Path) -> Path:
+    import shutil
+
     table = table_from_sqlite(sqlite).save(tmp_path / "m" / "c-nsys" / "kernel_table.json")
+    # Beside the store, as `bench profile` writes it: a report opens only files under its stores' folders.
+    sqlite = Path(shutil.copy(sqlite, tmp_path / "m" / "c-nsys" / "report.sqlite"))
     rec = parse({"schema_version": 2, "kind": "profile", "status": "ok", "cell_id": "c", "trial": 0, "metrics": None,
                  "cell": {"backend": "hf", "precision": "bf16", "max_batch_size": 1, "options": {}},
                  "context": {"run_id": "r", "command": "profile", "started_at": 1.0},

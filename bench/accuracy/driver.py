@@ -98,10 +98,12 @@ def accuracy_matrix(matrix, all_cells, settings, store_path: Path, *, redo: bool
     build key of the cells still to measure (the module docstring says which).
     """
     from bench.accuracy.text import accuracy_text
+    from bench.checks import check_number
     from bench.results import query
     from bench.results.records import new_context
     from bench.results.store import ResultStore
 
+    check_number(timeout, "--timeout", above=0, hint="seconds per cell before its session is killed")
     plan = plan_accuracy(matrix, all_cells, settings)
     store_path = query.check_store_path(store_path, must_exist=False)
     stored = query.accuracies(query.load([store_path])) if store_path.exists() else []

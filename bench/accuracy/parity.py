@@ -25,6 +25,10 @@ LAYER_BACKENDS = ("hf",)  # a torch model whose modules take hooks (trtllm: benc
 SESSION = "bench.accuracy.layers"  # the session process's module (python -m)
 
 
+# The longest prompt prefix a layers session captures: every layer's output of every token is kept in memory.
+MAX_TOKENS = 1_000_000
+
+
 @dataclass(frozen=True)
 class LayerSettings:
     """How `bench parity --layers` compares (its flags); None: bench.accuracy.layers' defaults."""
@@ -40,21 +44,22 @@ class LayerSettings:
     def checked(self) -> LayerSettings:
         """Return the settings with the defaults filled in; BenchInputError if one is out of range."""
         from bench.accuracy.layers import JUMP_FACTOR, MIN_ERROR
-        from bench.checks import check_number
+        from bench.checks import MAX_NUM_REQUESTS, check_number
 
-        check_number(self.prompts, "--prompts", integer=True, minimum=1, maximum=10_000)
-        check_number(self.tokens, "--tokens", integer=True, minimum=2, maximum=1_000_000)
-        check_number(self.decode_tokens, "--decode-tokens", integer=True, minimum=1, maximum=100_000)
-        check_number(self.timeout, "--timeout", above=0, hint="seconds before the session is killed")
-        for value, flag in ((self.jump_factor, "--jump-factor"), (self.min_error, "--min-error")):
-            if value is not None:
-                check_number(value, flag)
+        check_number(self.prompts, "--prompts", integer=True, minimum=1, maximum=MAX_NUM_REQUESTS,
+                     hint="prompts of the workload (its first N); a workload holds at most MAX_NUM_REQUESTS")
+        check_number(self.tokens, "--tokens", integer=True, minimum=2, maximum=MAX_TOKENS,
+                     hint="tokens of each prompt (its first N)")
+        check_number(self.decode_tokens, "--decode-tokens", integer=True, minimum=1, maximum=MAX_TOKENS,
+                     hint="the decode path: each prompt's last N tokens fed as decode steps")
+        check_number(self.timeout, "--timeout", above=0, hint="seconds before the layers session is killed")
         if self.path not in PATHS:
             raise BenchInputError(f"--path must be one of {', '.join(PATHS)}, got {self.path!r}")
         out = replace(self, jump_factor=JUMP_FACTOR if self.jump_factor is None else self.jump_factor,
                       min_error=MIN_ERROR if self.min_error is None else self.min_error)
-        if out.jump_factor <= 1 or out.min_error < 0:
-            raise BenchInputError("--jump-factor must be above 1 and --min-error non-negative")
+        check_number(out.jump_factor, "--jump-factor", above=1,
+                     hint="a jump is a relative error above this times every earlier layer's (default 4)")
+        check_number(out.min_error, "--min-error", minimum=0, hint="a jump is a relative error above this (default 0.02)")
         return out
 
 

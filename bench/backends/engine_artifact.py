@@ -20,7 +20,15 @@ folder (`load_dir`): Inductor pickles the absolute paths of a compiled kernel's 
 its autotune-cache entry into the kernels it caches for the static CUDA launcher, so a kernel
 loaded under another path looks for its tuned winner where the build kept it, misses, and tunes
 again (seen on the H200: docs/measurements/2026-12-01-h200-artifacts-two-machines.md). `bench
-build` therefore builds under `BUILD_ROOT`, a path any Linux machine can create.
+build` therefore builds under `BUILD_ROOT`, a path any Linux machine can create, and a manifest's
+`engines_dir` is followed only under it (load_dir).
+
+An artifact is code: an hf artifact's torch caches hold pickles and compiled source that torch
+runs. The SHA-256s detect damage, not authorship; bench.backends.artifact_trust decides which
+artifacts load at all. Every artifact is read through `read_files`, which makes every check this
+module knows (the manifest's keys and types, each file's SHA-256, the digest, each file's
+contents, torch's cache entries through bench.backends.hf.torch_cache) before anything is
+written: in the parent before any worker starts (bench.runner.engines), again in the worker.
 """
 
 from __future__ import annotations
@@ -28,7 +36,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
+import re
 import tarfile
 import time
 from pathlib import Path
@@ -37,6 +47,11 @@ from bench.errors import BenchInputError
 
 FORMAT = 1
 MANIFEST = "manifest.json"
+MAX_MANIFEST_BYTES = 16 << 20
+MAX_PATH_CHARS = 1024
+HEX64 = re.compile(r"[0-9a-f]{64}")
+KEY_HASH = re.compile(r"[0-9a-f]{8,64}")
+PATH_PART = re.compile(r"[A-Za-z0-9_.+=-]+")
 # What decides whether an artifact's kernels are the ones this machine would run: Inductor's
 # caches are keyed by torch's own source hash and Triton's version, compiled kernels are
 # binaries for one GPU architecture, built by one CUDA toolkit and loaded by one driver.
@@ -70,17 +85,37 @@ def build_root() -> Path:
 def load_dir(manifest: dict, fallback: Path) -> tuple[Path, str | None]:
     """Return (engines folder to load an artifact into, why not the build's own or None).
 
-    The build's absolute engines folder where the manifest names one and it can be created here;
-    else `fallback` (an older artifact, or a path this machine refuses), with the reason: its
-    statically launched kernels may then tune again, which the records count."""
+    The build's absolute engines folder where the manifest names one under this machine's build
+    root (build_root(): a manifest decides where folders are made here only there) and it can be
+    created; else `fallback` (an older artifact, a folder elsewhere, or a path this machine refuses),
+    with the reason: its statically launched kernels may then tune again, which the records count."""
     made_in = manifest.get("engines_dir")
     if not made_in:
         return fallback, "the artifact does not name the folder it was built in (made before format 1 recorded it)"
+    root = build_root()
+    if not under_build_root(made_in, root):
+        return fallback, (f"the folder it was built in, {str(made_in)[:200]!r}, is not under the build root {root} "
+                          "(an artifact makes folders here only there)")
+    # A link under the root must not lead the folders made next outside it: judged before mkdir follows it, and after.
+    existing = next(p for p in (Path(made_in), *Path(made_in).parents) if os.path.lexists(p) or p == p.parent)
+    if existing.is_relative_to(root) and not existing.resolve().is_relative_to(root.resolve()):
+        return fallback, f"the folder it was built in, {made_in}, leads outside the build root {root} (a link)"
     try:
         Path(made_in).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         return fallback, f"cannot create the folder it was built in, {made_in}: {exc}"
+    if not Path(made_in).resolve().is_relative_to(root.resolve()):
+        return fallback, f"the folder it was built in, {made_in}, leads outside the build root {root} (a link)"
     return Path(made_in), None
+
+
+def under_build_root(path, root: Path) -> bool:
+    """Return whether `path` is an absolute, normalized path strictly under `root` (no `..`, no NUL)."""
+    if not isinstance(path, str) or "\x00" in path or not os.path.isabs(path):
+        return False
+    if os.path.normpath(path) != path.rstrip("/") or ".." in Path(path).parts:
+        return False
+    return Path(path) != root and Path(path).is_relative_to(root)
 
 
 def write(out_dir: str | Path, key_dict: dict, key_hash: str, environment: dict, tuned: dict | None,
@@ -110,36 +145,144 @@ def write(out_dir: str | Path, key_dict: dict, key_hash: str, environment: dict,
 
 
 def read_manifest(path: str | Path) -> dict:
-    """Return an artifact's manifest; BenchInputError if the file is not an artifact this harness reads."""
+    """Return an artifact's manifest, checked (check_manifest); BenchInputError if the file is not an artifact this
+    harness reads."""
     p = Path(path)
     try:
         with tarfile.open(p, mode="r:") as tar:
-            member = tar.extractfile(MANIFEST)
-            manifest = json.loads(member.read()) if member else None
-    except (OSError, tarfile.TarError, KeyError, ValueError) as exc:
+            member = tar.getmember(MANIFEST)
+            if not member.isfile() or member.size > MAX_MANIFEST_BYTES:
+                raise ValueError(f"{MANIFEST} is not a file of at most {MAX_MANIFEST_BYTES} bytes")
+            manifest = json.loads(tar.extractfile(member).read())
+    except (OSError, tarfile.TarError, KeyError, ValueError, EOFError) as exc:
         raise BenchInputError(f"{str(p)!r} is not an engine artifact (a tar with {MANIFEST}, made by `bench build`): "
                               f"{exc}") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise BenchInputError(f"engine artifact {str(p)!r} has format {manifest.get('format') if manifest else None!r}; "
-                              f"this harness reads format {FORMAT}: build it again with `bench build`")
+    return check_manifest(manifest, p)
+
+
+def check_manifest(manifest, path) -> dict:
+    """Return the manifest if every key it must hold is there with its type; BenchInputError naming the first that is not.
+
+    Required: format (FORMAT), digest (64 hex digits), key_hash (hex), build_key and environment
+    (objects), files (a list of {path: a plain relative path, sha256: 64 hex digits, bytes: a count});
+    optional: tuned (an object whose digest is text), engines_dir (an absolute path), made_at, made_by."""
+    name = Path(str(path)).name
+
+    def bad(what: str) -> BenchInputError:
+        return BenchInputError(f"engine artifact {name}: its manifest {what}: not an artifact `bench build` wrote; "
+                               "build it again with `bench build`")
+
+    if not isinstance(manifest, dict):
+        raise bad(f"is JSON {type(manifest).__name__}, not an object")
+    if manifest.get("format") != FORMAT or isinstance(manifest.get("format"), bool):
+        raise BenchInputError(f"engine artifact {name} has format {manifest.get('format')!r}; this harness reads "
+                              f"format {FORMAT}: build it again with `bench build`")
+    for key, kind in (("digest", str), ("key_hash", str), ("build_key", dict), ("environment", dict), ("files", list)):
+        if key not in manifest:
+            raise bad(f"lacks {key!r}")
+        if not isinstance(manifest[key], kind):
+            raise bad(f"has {key} {str(manifest[key])[:60]!r}, not {'text' if kind is str else 'an ' + kind.__name__}")
+    if not HEX64.fullmatch(manifest["digest"]):
+        raise bad(f"has digest {manifest['digest'][:80]!r}, not 64 hex digits")
+    if not KEY_HASH.fullmatch(manifest["key_hash"]):
+        raise bad(f"has key_hash {manifest['key_hash'][:80]!r}, not a build key's hex digits")
+    if not all(isinstance(v, (str, int, float, bool, type(None))) for v in manifest["environment"].values()):
+        raise bad("has an environment value that is not text or a number")
+    tuned = manifest.get("tuned")
+    if tuned is not None and (not isinstance(tuned, dict) or not isinstance(tuned.get("digest"), (str, type(None)))):
+        raise bad(f"has tuned {str(tuned)[:80]!r}: an object whose digest is text (or null)")
+    for key in ("engines_dir", "made_by"):
+        if not isinstance(manifest.get(key), (str, type(None))):
+            raise bad(f"has {key} {str(manifest[key])[:80]!r}, not text")
+    made_at = manifest.get("made_at")
+    if made_at is not None and (isinstance(made_at, bool) or not isinstance(made_at, (int, float))
+                                or not math.isfinite(made_at)):
+        raise bad(f"has made_at {made_at!r}, not a time")
+    if not manifest["files"]:
+        raise bad("lists no file")
+    seen = set()
+    for entry in manifest["files"]:
+        if not isinstance(entry, dict) or not {"path", "sha256", "bytes"} <= set(entry):
+            raise bad(f"lists a file {str(entry)[:80]!r} without its path, sha256 and bytes")
+        why = plain_path_problem(entry["path"])
+        if why:
+            raise bad(f"lists file {str(entry['path'])[:120]!r}, which {why}")
+        if not isinstance(entry["sha256"], str) or not HEX64.fullmatch(entry["sha256"]):
+            raise bad(f"gives file {entry['path']!r} the SHA-256 {str(entry['sha256'])[:80]!r}, not 64 hex digits")
+        if isinstance(entry["bytes"], bool) or not isinstance(entry["bytes"], int) or entry["bytes"] < 0:
+            raise bad(f"gives file {entry['path']!r} a size of {entry['bytes']!r} bytes")
+        if entry["path"] in seen:
+            raise bad(f"lists file {entry['path']!r} twice")
+        seen.add(entry["path"])
     return manifest
 
 
-def read_files(path: str | Path) -> tuple[dict, dict[str, bytes]]:
-    """Return (manifest, {path: bytes}) of an artifact, every file checked against its SHA-256 and the digest."""
+def plain_path_problem(path) -> str | None:
+    """Return why `path` is not a plain relative path (absolute, `..`, empty parts, odd characters), or None."""
+    if not isinstance(path, str) or not path:
+        return "is not a path"
+    if len(path) > MAX_PATH_CHARS:
+        return f"is over {MAX_PATH_CHARS} characters"
+    if path.startswith("/") or "\\" in path:
+        return "is an absolute path (or holds a backslash)"
+    parts = path.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        return "climbs out of its folder or holds an empty part (.., ., //)"
+    if not all(PATH_PART.fullmatch(p) for p in parts):
+        return "holds a character other than letters, digits and _ . + = -"
+    return None
+
+
+def read_files(path: str | Path, digest: str | None = None) -> tuple[dict, dict[str, bytes]]:
+    """Return (manifest, {path: bytes}) of an artifact, every check made: the manifest's keys and types, each file
+    against its SHA-256, the digest (and `digest` where the caller knows which one it trusts), and each file's
+    contents (check_contents). BenchInputError names the artifact and what is wrong."""
     manifest = read_manifest(path)
+    name = Path(str(path)).name
+    if digest is not None and manifest["digest"] != digest:
+        raise BenchInputError(f"engine artifact {name} has digest {manifest['digest'][:12]}, not the {digest[:12]} "
+                              "checked before the run: the file changed since; give it again")
     files: dict[str, bytes] = {}
-    with tarfile.open(Path(path), mode="r:") as tar:
-        for entry in manifest["files"]:
-            member = tar.extractfile(f"files/{entry['path']}")
-            data = member.read() if member else b""
-            if hashlib.sha256(data).hexdigest() != entry["sha256"]:
-                raise BenchInputError(f"engine artifact {str(path)!r}: {entry['path']} does not match its SHA-256 "
-                                      "(a damaged copy): carry the file again")
-            files[entry["path"]] = data
+    try:
+        with tarfile.open(Path(path), mode="r:") as tar:
+            for entry in manifest["files"]:
+                member = tar.getmember(f"files/{entry['path']}")
+                if not member.isfile() or member.size != entry["bytes"]:
+                    raise BenchInputError(f"engine artifact {name}: files/{entry['path']} is not a file of the "
+                                          f"{entry['bytes']} bytes its manifest says (a damaged or edited copy)")
+                files[entry["path"]] = tar.extractfile(member).read()
+    except (OSError, tarfile.TarError, KeyError, EOFError) as exc:
+        raise BenchInputError(f"engine artifact {name} cannot be read ({exc}): carry the file again") from exc
+    for entry in manifest["files"]:
+        if hashlib.sha256(files[entry["path"]]).hexdigest() != entry["sha256"]:
+            raise BenchInputError(f"engine artifact {str(path)!r}: {entry['path']} does not match its SHA-256 "
+                                  "(a damaged copy): carry the file again")
     if digest_of(manifest["build_key"], files) != manifest["digest"]:
         raise BenchInputError(f"engine artifact {str(path)!r}: its files do not give its digest (an edited copy)")
+    check_contents(name, files)
     return manifest, files
+
+
+def check_contents(name: str, files: dict[str, bytes]) -> None:
+    """Raise BenchInputError for a file whose contents are not of its kind: torch's cache artifacts (every entry's
+    type, key and content: bench.backends.hf.torch_cache) and tuned configs (`*.best_config`: a JSON object)."""
+    from bench.backends.hf.compile import TORCH_CACHE_ARTIFACTS
+    from bench.backends.hf.torch_cache import UnsafeCacheArtifacts, check_blob
+
+    for rel, data in files.items():
+        if rel == TORCH_CACHE_ARTIFACTS:
+            try:
+                check_blob(data)
+            except UnsafeCacheArtifacts as exc:
+                raise BenchInputError(f"engine artifact {name}: {rel}: {exc}; the artifact is refused before torch "
+                                      "reads it") from exc
+        elif rel.endswith(".best_config"):
+            try:
+                ok = isinstance(json.loads(data.decode("utf-8")), dict)
+            except (UnicodeDecodeError, ValueError):
+                ok = False
+            if not ok:
+                raise BenchInputError(f"engine artifact {name}: {rel} is not the JSON object of a tuned config")
 
 
 def mismatches(made: dict, here: dict) -> list[str]:

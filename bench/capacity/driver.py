@@ -36,6 +36,28 @@ def plan_searches(matrix, axis: str) -> list:
     return list(seen.values())
 
 
+def searched_upper(cell, axis: str, lower: float, upper: float) -> tuple[float, str | None]:
+    """Return (the upper bound a cell's search probes, why it is below --upper or None).
+
+    A count axis (max_batch_size, max_concurrency) is capped at the requests the cell's workload holds:
+    a batch of 1e15 rows of a 4-request workload is a batch of 4, so every probe above 4 repeats the
+    one at 4 and an answer above it says nothing. BenchInputError when even --lower is above it."""
+    from bench.errors import BenchInputError
+
+    if axis == "request_rate":
+        return upper, None
+    held = cell.workload.num_requests
+    if lower > held:
+        raise BenchInputError(f"capacity search: --lower {lower:g} is above the {held} requests workload "
+                              f"{cell.workload.name!r} holds: a {axis} above them runs no more at once; lower --lower or "
+                              "raise the workload's num_requests (--requests)")
+    if upper <= held:
+        return upper, None
+    return held, (f"{cell.label}: --upper {upper:g} capped at {held}: workload {cell.workload.name!r} holds {held} "
+                  f"requests, so a {axis} above {held} runs no more at once (raise num_requests with --requests to "
+                  "search higher)")
+
+
 def capacity_matrix(matrix, slo: dict, axis: str, lower: float, upper: float, tolerance: float | None,
                     strategy: str, store: Path, console, report_dir: Path) -> tuple[int, str]:
     """Run each configuration's capacity search (every probe stored); write report_dir/capacity.md.
@@ -55,6 +77,7 @@ def capacity_matrix(matrix, slo: dict, axis: str, lower: float, upper: float, to
     from bench.results.store import ResultStore
 
     cells = plan_searches(matrix, axis)
+    uppers = [searched_upper(cell, axis, lower, upper) for cell in cells]  # before any work
     store = query.check_store_path(store, must_exist=False)
     st = matrix.settings
     context = new_context("capacity", matrix=matrix.name, gpu_memory_gb=st.gpu_memory_gb, runs=st.runs,
@@ -64,11 +87,14 @@ def capacity_matrix(matrix, slo: dict, axis: str, lower: float, upper: float, to
     parts, missed = [f"## Capacity under an SLO ({matrix.name}, run {context.run_id})", ""], 0
     search = {"lower": lower, "upper": upper, "tolerance": check_grid(axis, lower, upper, tolerance)[0], "strategy": strategy}
     with ResultStore(store).writer():
-        for cell in cells:
+        for cell, (cell_upper, capped) in zip(cells, uppers, strict=True):
+            if capped:
+                console.print(capped, style="yellow", highlight=False, markup=False)
             runner = CapacityRunner(cell, axis, slo, store, runs=st.runs, trials=st.trials, warmup=st.warmup,
                                     timeout_s=st.timeout_s, build_timeout_s=st.build_timeout_s,
-                                    gpu_memory_gb=st.gpu_memory_gb, context=context, search=search)
-            result = search_capacity(runner, axis, lower, upper, tolerance, strategy, slo)
+                                    gpu_memory_gb=st.gpu_memory_gb, context=context,
+                                    search={**search, "upper": cell_upper})
+            result = search_capacity(runner, axis, lower, cell_upper, tolerance, strategy, slo)
             label = search_label(cell.backend, cell.model, cell.precision, cell.workload.name, cell.max_batch_size, axis)
             missed += result.capacity is None
             console.print(f"{label}: capacity {result.capacity} (first miss {result.first_miss}) after "

@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from bench.checks import MAX_NUM_REQUESTS, check_number
 from bench.errors import BenchInputError, choices
 
 AXES = {
@@ -29,6 +30,8 @@ AXES = {
     "max_batch_size": "closed loop: the cell's max_batch_size (every backend; openai: the concurrency by default)",
 }
 SLO_LATENCIES = ("ttft", "tpot", "e2el")
+# The highest request rate a search may probe: a million requests a second is beyond any one server.
+MAX_REQUEST_RATE = 1e6
 SLO_PERCENTILES = {"p50": "median", "p90": "p90", "p99": "p99"}
 
 
@@ -73,12 +76,16 @@ def check_grid(axis: str, lower: float, upper: float, tolerance: float | None) -
     if axis not in AXES:
         raise BenchInputError(f"unknown capacity axis {axis!r}: valid axes are {choices(AXES)}")
     integer = axis != "request_rate"
-    step = tolerance if tolerance is not None else (1 if integer else lower / 4)
-    for name, value in (("lower", lower), ("upper", upper), ("tolerance", step)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or math.isinf(value):
-            raise BenchInputError(f"capacity search: --{name} must be a positive number, got {value!r}")
+    for name, value in (("lower", lower), ("upper", upper), ("tolerance", tolerance)):
+        if value is None:
+            continue
+        # A count of requests (in flight, in a batch) beyond what any workload holds answers nothing.
+        check_number(value, f"capacity search: --{name} of axis {axis}", above=0,
+                     maximum=MAX_NUM_REQUESTS if integer else MAX_REQUEST_RATE,
+                     hint="a count of requests, at most a workload's" if integer else "requests per second")
         if integer and value != int(value):
             raise BenchInputError(f"capacity search: --{name} of axis {axis} must be an integer, got {value!r}")
+    step = tolerance if tolerance is not None else (1 if integer else lower / 4)
     if lower > upper:
         raise BenchInputError(f"capacity search: the bounds are inverted (lower {lower:g} > upper {upper:g}); swap them")
     k_lower = max(1, round(lower / step))

@@ -11,7 +11,13 @@ from bench.cli import add_matrix_arguments, load_selected_matrix
 
 def register(sub) -> None:
     b = sub.add_parser("build", help="build a matrix's engines cold (compile, tune: the warm-up) and write each as an "
-                                     "artifact for `bench run --engines`; measures nothing")
+                                     "artifact for `bench run --engines`; measures nothing",
+                       description="Build each build key of a matrix cold in a fresh worker (compile and tune: the "
+                                   "warm-up) and write its engine as an artifact. An artifact is code, as a pickle "
+                                   "is: loading one runs what it holds. Each artifact built here is recorded as "
+                                   "trusted on this machine (a ledger under ~/.local/state/bench, or "
+                                   "$BENCH_TRUSTED_ARTIFACTS), so `bench run --engines` loads it here; on another "
+                                   "machine it loads only with --trust DIGEST. See docs/guide/trust.md.")
     add_matrix_arguments(b, "build only matching cells, e.g. precision=int8wo")
     b.add_argument("--artifacts", required=True, help="folder the artifacts (<build key>-<digest>.tar) are written to")
     b.add_argument("--requests", type=int, help="override every workload's num_requests (the warm-up's shapes)")

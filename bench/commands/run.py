@@ -39,7 +39,15 @@ def register(sub) -> None:
     r.add_argument("--devices", help="spread the matrix over these GPUs, one worker per GPU: cuda:0,cuda:1,... or all")
     r.add_argument("--engines", action="append",
                    help="load engine artifacts (`bench build`'s .tar files, or a folder of them) instead of compiling and "
-                        "tuning here; one per build key (repeatable)")
+                        "tuning here; one per build key (repeatable). An artifact is code, as a pickle is: loading one "
+                        "runs the pickles and compiled source it holds. Only trusted artifacts load: those `bench build` "
+                        "made on this machine, and those --trust or --trust-file name; any other is refused (exit 2) "
+                        "before any worker starts. See docs/guide/trust.md")
+    r.add_argument("--trust", action="append", metavar="DIGEST",
+                   help="with --engines: load the artifact of this digest (its full 64 hex digits, as the refusal shows) "
+                        "though it was made elsewhere; only for artifacts from someone you trust (repeatable)")
+    r.add_argument("--trust-file", action="append", metavar="FILE",
+                   help="with --engines: a file of trusted artifact digests, one a line (# comments)")
     r.add_argument("--retune-on-mismatch", action="store_true",
                    help="with --engines: an artifact made with another torch, Triton, GPU or driver is not loaded and the "
                         "cell is built and tuned here (the records say so); without it such an artifact is refused")

@@ -55,7 +55,7 @@ class GroupJob:
     log_prefix: str
     env: dict = field(default_factory=dict)  # extra environment variables for the worker
     # What the worker does with its engine (bench.execution.worker.install_artifact / export_artifact):
-    # {"artifact": path, "retune_on_mismatch": bool, "tuning_build": k, "export_dir": path}
+    # {"artifact": path, "digest": its trusted digest, "retune_on_mismatch": bool, "tuning_build": k, "export_dir": path}
     engine: dict = field(default_factory=dict)
     logs: list[Path] = field(default_factory=list)  # the files this job's workers wrote, in order
 

@@ -248,7 +248,9 @@ def install_artifact(engine: dict, backend, key, artifact, environment: dict, en
     path = engine.get("artifact")
     if not path:
         return kernels
-    manifest, files = engine_artifact.read_files(path)
+    if not engine.get("digest"):  # the parent checks trust and passes the digest it trusted (bench.runner.engines)
+        raise engine_artifact.ArtifactMismatch(f"engine artifact {Path(path).name}: the job names no trusted digest")
+    manifest, files = engine_artifact.read_files(path, engine["digest"])  # every check again: the second line
     if manifest["key_hash"] != key.key_hash:
         raise engine_artifact.ArtifactMismatch(f"engine artifact {Path(path).name} is for build key {manifest['key_hash']}, "
                                                f"not this cell's {key.key_hash}")

@@ -158,13 +158,15 @@ class KernelTable:
         if d.get("version") not in READABLE_VERSIONS:
             raise BenchInputError(f"kernel table version {d.get('version')!r} is not one of {READABLE_VERSIONS}: "
                                   "re-run `bench profile` (or `bench kernels` on its nsys export)")
-        return cls(
-            source=d["source"], unit=d["unit"], scope=d["scope"],
-            rows=[KernelRow(**r) for r in d["rows"]],
-            ranges=[RangeSummary(**r) for r in d["ranges"]],
-            categories=[CategoryRow(**r) for r in d["categories"]],
-            total_kernels=d["total_kernels"], total_us=d["total_us"], meta=d.get("meta", {}),
-        )
+        for key in ("rows", "ranges", "categories"):
+            if not isinstance(d.get(key), list):
+                raise BenchInputError(f"kernel table: {key} is {type(d.get(key)).__name__}, not a list")
+        return _typed(cls, {
+            **d, "meta": d.get("meta", {}),
+            "rows": [_typed(KernelRow, r, f"rows[{i}]") for i, r in enumerate(d["rows"])],
+            "ranges": [_typed(RangeSummary, r, f"ranges[{i}]") for i, r in enumerate(d["ranges"])],
+            "categories": [_typed(CategoryRow, r, f"categories[{i}]") for i, r in enumerate(d["categories"])],
+        }, "", skip=("version",))
 
     def save(self, path: str | Path) -> Path:
         from bench.files import write_atomic
@@ -173,9 +175,15 @@ class KernelTable:
 
     @classmethod
     def load(cls, path: str | Path) -> KernelTable:
+        """Return the table a kernel_table.json holds; BenchInputError naming the file and what is wrong with it."""
         try:
-            return cls.from_dict(json.loads(Path(path).read_text()))
-        except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+            data = json.loads(Path(path).read_bytes().decode("utf-8"))
+            if not isinstance(data, dict):
+                raise BenchInputError(f"it holds JSON {type(data).__name__}, not a kernel table's object")
+            return cls.from_dict(data)
+        except BenchInputError as exc:
+            raise BenchInputError(f"cannot read kernel table {str(path)!r}: {exc}") from exc
+        except (OSError, ValueError) as exc:  # ValueError: JSONDecodeError, UnicodeDecodeError
             raise BenchInputError(f"cannot read kernel table {str(path)!r}: {exc}") from exc
 
     def to_markdown(self, top: int = 8) -> str:
@@ -287,3 +295,42 @@ def build_kernel_table(
         rows=rows, ranges=summaries, categories=categories, total_kernels=len(kernels),
         total_us=total_us, meta=dict(meta or {}),
     )
+
+
+# The JSON types a stored field may hold, by its annotation (the dataclasses above; `from __future__ import
+# annotations` keeps them as text).
+_FIELD_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "dict": (dict,), "int | None": (int, type(None)),
+                "float | None": (int, float, type(None))}
+
+
+def _typed(cls, d, where: str, skip: tuple[str, ...] = ()):
+    """Return cls(**d) when d holds every field of cls with its JSON type and finite numbers; BenchInputError naming
+    the first field that does not (a hand-edited or foreign file must not reach the report's arithmetic)."""
+    import dataclasses
+    import math
+
+    at = f"{where}: " if where else ""
+    if not isinstance(d, dict):
+        raise BenchInputError(f"{at}{type(d).__name__}, not an object")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = set(d) - set(fields) - set(skip)
+    if unknown:
+        raise BenchInputError(f"{at}unknown field(s) {sorted(unknown)[:5]}")
+    out = {}
+    for name, f in fields.items():
+        if name not in d:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise BenchInputError(f"{at}lacks {name!r}")
+            continue
+        value, kinds = d[name], _FIELD_TYPES.get(str(f.type))
+        if kinds is None:  # nested lists, converted by the caller
+            out[name] = value
+            continue
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            raise BenchInputError(f"{at}{name} is {value!r}, not {str(f.type)}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BenchInputError(f"{at}{name} is {value!r}, not a finite number")
+        if isinstance(value, (int, float)) and value < 0:
+            raise BenchInputError(f"{at}{name} is {value!r}: counts and times are never negative")
+        out[name] = value
+    return cls(**out)

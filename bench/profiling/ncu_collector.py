@@ -46,6 +46,7 @@ import csv
 import glob
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -158,10 +159,14 @@ class NcuKernel:
 
 
 def _number(text: str) -> float:
+    """Return a metric's value; ValueError for text that is no finite, non-negative number (nan, inf, -1, ...)."""
     text = text.strip().replace(",", "")  # ncu may group thousands: "1,048,576"
     if text in ("", "n/a", "N/A"):
         raise ValueError("no value")
-    return float(text)
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{text!r} is not a finite, non-negative number")
+    return value
 
 
 def parse_csv(text: str) -> list[NcuKernel]:
@@ -182,8 +187,16 @@ def parse_csv(text: str) -> list[NcuKernel]:
     if missing:
         raise BenchInputError(f"ncu CSV lacks column(s) {missing}: profile with --metrics {','.join(REQUIRED)} at "
                               f"least (columns present: {header[:12]}...)")
+    if "ID" not in header:
+        raise BenchInputError(f"ncu CSV lacks the ID column (columns present: {header[:12]}...): give the CSV of "
+                              "`ncu --import R.ncu-rep --csv --page raw --print-units base`")
     present = tuple(m for m in METRICS if m in header)  # the required three, and the % of peak ones if collected
     col = {name: header.index(name) for name in present + ("Kernel Name", "ID")}
+    width = max(col.values()) + 1
+    for i, row in enumerate(rows[1:], 1):
+        if len(row) < width:  # a truncated file, or a row of other columns
+            raise BenchInputError(f"ncu CSV row {i + 1} has {len(row)} column(s), the header {len(header)}: a truncated "
+                                  f"or edited file ({row[:6]})")
     units = {m: "" for m in present}
     body = rows[1:]
     if body and not body[0][col["ID"]].strip():
@@ -229,6 +242,10 @@ def _long_to_raw(rows: list[list[str]]) -> list[list[str]]:
     ("Kbyte" in one launch, "Mbyte" in the next), so each value is converted to base units here.
     """
     header = rows[0]
+    lacking = [c for c in ("Metric Name", "Metric Unit", "Metric Value", "ID", "Kernel Name") if c not in header]
+    if lacking:
+        raise BenchInputError(f"ncu CSV (one row per metric) lacks column(s) {lacking}: give the CSV of `ncu --import "
+                              "R.ncu-rep --csv --page raw --print-units base`")
     name, unit, value, launch_id = (header.index(c) for c in ("Metric Name", "Metric Unit", "Metric Value", "ID"))
     kernel = header.index("Kernel Name")
     base = {METRICS[0]: ("nsecond", _TIME), METRICS[1]: ("byte", _BYTES), METRICS[2]: ("byte", _BYTES)}

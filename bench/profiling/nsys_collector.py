@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import glob
+import math
 import os
 import re
 import shutil
@@ -206,7 +207,16 @@ def read_sqlite(path: str | Path) -> tuple[list[AttributedKernel], dict[str, set
                 f"(profile with `nsys profile -t cuda,nvtx` and export with `nsys export --type sqlite`); "
                 f"tables present: {sorted(tables)[:20]}"
             )
-        return _read(con, tables)
+        try:
+            return _read(con, tables)
+        except BenchInputError as exc:
+            raise BenchInputError(f"{str(path)!r}: {exc}") from exc
+        except sqlite3.Error as exc:  # a truncated file, or tables without the columns nsys writes
+            raise BenchInputError(f"{str(path)!r} cannot be read as an nsys export ({type(exc).__name__}: {exc}): give "
+                                  "the whole file `nsys export --type sqlite` wrote") from exc
+        except (TypeError, ValueError, OverflowError) as exc:  # text where nsys writes numbers, NULL times, ...
+            raise BenchInputError(f"{str(path)!r} holds a value nsys does not write in its kernel, runtime or NVTX "
+                                  f"tables ({type(exc).__name__}: {exc}): an edited or damaged export") from exc
     finally:
         con.close()
 
@@ -217,7 +227,8 @@ def _read(con, tables: set[str]) -> tuple[list[AttributedKernel], dict[str, set]
     name_cols = [c for c in ("demangledName", "shortName") if c in kcols]
     if not name_cols:
         raise BenchInputError(f"CUPTI_ACTIVITY_KIND_KERNEL has no kernel-name column (columns: {sorted(kcols)})")
-    name_expr = "COALESCE(" + ", ".join(f"(SELECT value FROM StringIds WHERE id = k.{c})" for c in name_cols) + ")"
+    names = [f"(SELECT value FROM StringIds WHERE id = k.{c})" for c in name_cols]
+    name_expr = f"COALESCE({', '.join(names)})" if len(names) > 1 else names[0]  # SQLite's COALESCE takes 2 or more
     pid_expr = "k.globalPid" if "globalPid" in kcols else "NULL"
     graph_expr = "k.graphNodeId" if "graphNodeId" in kcols else "NULL"
     kernels_rows = con.execute(
@@ -285,8 +296,11 @@ def _read(con, tables: set[str]) -> tuple[list[AttributedKernel], dict[str, set]
             hi = bisect.bisect_right(starts.get(tid, []), cstart)
             enclosing = [r for r in lst[:hi] if r[1] >= cend]
             enclosing.sort(key=lambda r: (r[0], -r[1]))  # outermost first
+        duration_us = (kend - kstart) / 1000.0
+        if not math.isfinite(duration_us) or duration_us < 0:
+            raise ValueError(f"kernel {name!r} runs from {kstart} to {kend} ns")
         kernels.append(AttributedKernel(
-            name or "(unnamed)", (kend - kstart) / 1000.0, tuple((r[2], r[3]) for r in enclosing), kstart
+            name if isinstance(name, str) else "(unnamed)", duration_us, tuple((r[2], r[3]) for r in enclosing), kstart
         ))
     if unmatched and calls:
         notes.append(f"{unmatched} kernel(s) had no matching runtime call (correlationId)")
@@ -354,9 +368,17 @@ def timeline_spans(path: str | Path, group: str | None = "decode_step", limit: i
     belongs to the innermost chosen range enclosing its launch (as in read_sqlite). {} ranges
     when the export holds none of the group.
     """
+    kernels, _, _ = read_sqlite(path)
+    try:
+        return _spans(path, kernels, group, limit)
+    except (sqlite3.Error, TypeError, ValueError, AttributeError) as exc:  # NVTX rows an nsys export does not hold
+        raise BenchInputError(f"{str(path)!r}: its NVTX ranges cannot be read ({type(exc).__name__}: {exc}): an "
+                              "edited or damaged export") from exc
+
+
+def _spans(path, kernels: list, group: str | None, limit: int) -> dict:
     from bench.profiling.kernels import categorize, range_group
 
-    kernels, _, _ = read_sqlite(path)
     if group is None:
         first = next((k for k in kernels if k.ranges), None)
         if first is None:

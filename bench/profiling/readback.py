@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import csv
 import subprocess
+import zlib
 from pathlib import Path
 
+from bench.checks import check_number
 from bench.errors import BenchInputError
 
 
@@ -91,8 +93,9 @@ def read_reports(reports: list[str | Path], out: str | Path | None = None, *, co
             raise BenchInputError(f"{str(r)!r} is not an nsys report or an ncu CSV: give the .sqlite of `nsys export "
                                   "--type sqlite` (or the .nsys-rep, which is exported first), or the CSV of `ncu --import "
                                   "R.ncu-rep --csv --page raw --print-units base` (.csv or .csv.gz)")
-    if copy_bandwidth_gbs is not None and copy_bandwidth_gbs <= 0:
-        raise BenchInputError(f"--copy-bandwidth must be a positive GB/s figure, not {copy_bandwidth_gbs}")
+    if copy_bandwidth_gbs is not None:
+        check_number(copy_bandwidth_gbs, "--copy-bandwidth", above=0, hint="the roofline's bandwidth: a positive GB/s figure")
+    check_number(top, "--top", integer=True, minimum=1, maximum=10_000, hint="kernels listed per range")
     texts = []
     for report in reports:
         folder = Path(out) if out else Path("profiles") / "imported" / _import_name(report)
@@ -140,25 +143,52 @@ def _is_ncu_csv(path: Path) -> bool:
 def _ncu(report: Path, out: Path, copy_bandwidth_gbs: float | None) -> str:
     """Write the roofline and kernel tables of an ncu raw CSV into `out`; return the printed Markdown."""
     import gzip
-    import json
 
     from bench.profiling import ncu_collector
 
-    if report.suffix == ".gz":
-        with gzip.open(report, "rt") as f:
-            text = f.read()
-    else:
-        text = report.read_text()
-    kernels = ncu_collector.parse_csv(text)
+    try:
+        if report.suffix == ".gz":
+            with gzip.open(report, "rb") as f:
+                data = f.read()
+        else:
+            data = report.read_bytes()
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BenchInputError(f"ncu CSV {str(report)!r} is not UTF-8 text ({exc.reason} at byte {exc.start}): give the "
+                              "CSV ncu printed") from exc
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        raise BenchInputError(f"ncu CSV {str(report)!r} cannot be read ({type(exc).__name__}: {exc}): a truncated or "
+                              "damaged file; copy it again") from exc
+    try:
+        kernels = ncu_collector.parse_csv(text)
+    except BenchInputError as exc:
+        raise BenchInputError(f"ncu CSV {str(report)!r}: {str(exc).removeprefix('ncu CSV ')}") from exc
     bw, source = None, "none given or stored: no roofline columns"
     if copy_bandwidth_gbs is not None:
         bw, source = copy_bandwidth_gbs * 1e9, "--copy-bandwidth"
     elif (report.parent / "session.json").is_file():
-        stored = (json.loads((report.parent / "session.json").read_text()).get("copy_bandwidth") or {})
-        if stored.get("bandwidth_bytes_s"):
-            bw, source = stored["bandwidth_bytes_s"], f"measured by the profile ({report.parent / 'session.json'})"
+        bw = _stored_bandwidth(report.parent / "session.json")
+        if bw:
+            source = f"measured by the profile ({report.parent / 'session.json'})"
     meta = {"imported_from": str(report.resolve()), "range": ncu_collector.NCU_STEP, "copy_bandwidth_source": source}
     files = ncu_collector.write_roofline(kernels, bw, meta, out)
     write_side_tables(Path(files["kernel_table"]))
     return (f"## {report}\n\nCopy bandwidth: {source}.\n\n" + Path(files["roofline_md"]).read_text()
             + f"\nroofline: {files['roofline']}; kernel table: {files['kernel_table']}\n")
+
+
+def _stored_bandwidth(session: Path) -> float | None:
+    """Return the copy bandwidth (bytes/s) a profile's session.json measured; BenchInputError naming it if unreadable."""
+    import json
+
+    try:
+        stored = json.loads(session.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BenchInputError(f"{str(session)!r} beside the ncu CSV cannot be read ({exc}): give --copy-bandwidth, or "
+                              "move the file away") from exc
+    value = ((stored.get("copy_bandwidth") or {}) if isinstance(stored, dict) else {}).get("bandwidth_bytes_s")
+    if value is None:
+        return None
+    check_number(value, f"copy_bandwidth.bandwidth_bytes_s in {str(session)!r}", above=0,
+                 hint="give --copy-bandwidth instead")
+    return value

@@ -257,6 +257,8 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool, columnar) 
         kernel_warnings += roofline_warnings
         if roofline:
             sections["One decode step against its roofline (bench profile --tool ncu)"] = roofline
+        if kernel_warnings:  # refused or missing files named by records: said in report.md too (record_files.py)
+            sections[RECORD_FILES_HEADING] = "\n".join(f"- {w}" for w in kernel_warnings) + "\n"
     if probes:
         out.mkdir(parents=True, exist_ok=True)
         frontier = {"frontier": out / "oom-frontier.md"}
@@ -317,6 +319,10 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool, columnar) 
     for w in data.warnings:
         warnings.warn(w, stacklevel=3)  # the caller of build_report
     return {**paths, **frontier, **extra_paths, "warnings": list(data.warnings)}
+
+
+# report.md's section of the files profile records name that were left out (refused, missing, unreadable).
+RECORD_FILES_HEADING = "Files the records name, left out"
 
 
 def report_markdown(title: str, speedups: str, sections: dict[str, str], environment: str = "") -> str:

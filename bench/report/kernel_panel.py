@@ -45,19 +45,6 @@ class KernelFrame:
     summary: list[dict] = field(default_factory=list)  # one per profiled cell: totals per step (kernel_summary_markdown)
 
 
-def resolve_table(path: str, base_dirs: list[Path]) -> Path | None:
-    """Return the kernel table file a record names, or None when it is nowhere to be found.
-
-    Tried in order: the path as given (absolute, or relative to the working directory), relative
-    to each store's folder, and its last three parts (<matrix>/<cell>-<tool>/kernel_table.json)
-    under each store's folder, for stores copied from the machine that profiled them.
-    """
-    p = Path(path)
-    candidates = [p] + [b / p for b in base_dirs if not p.is_absolute()]
-    candidates += [b / Path(*p.parts[-3:]) for b in base_dirs if len(p.parts) >= 3]
-    return next((c for c in candidates if c.is_file()), None)
-
-
 def _label(cell: dict, with_batch: bool) -> str:
     """Return the series name of a cell: its backend and options (and batch size when several are profiled)."""
     from bench.spec.cells import identity_options
@@ -222,6 +209,7 @@ def kernel_frame(records: list, base_dirs: list[str | Path] = (),
     """
     from bench.errors import BenchInputError
     from bench.profiling.kernels import KernelTable
+    from bench.report.record_files import RecordFileRefused, record_file
 
     bases = [Path(b) for b in base_dirs]
     latest = latest_per_cell(records)
@@ -230,14 +218,14 @@ def kernel_frame(records: list, base_dirs: list[str | Path] = (),
     for rec in latest:
         cell = rec.cell
         name = rec.kernel_table
-        path = resolve_table(name, bases) if name else None
-        if path is None:
+        try:
+            path = record_file(name, "kernel_table", bases)
+            table = KernelTable.load(path)
+        except RecordFileRefused as exc:
             warns.append(f"kernel table {name!r} of profile record {rec.cell_id} ({_label(cell, False)} "
-                         f"{cell.get('precision')}) is missing: left out of the kernel panel; re-run `bench profile` "
+                         f"{cell.get('precision')}) {exc}: left out of the kernel panel; re-run `bench profile` "
                          "for that cell or copy its profiles/ folder next to the store")
             continue
-        try:
-            table = KernelTable.load(path)
         except BenchInputError as exc:
             warns.append(f"{exc}: left out of the kernel panel")
             continue
@@ -259,19 +247,21 @@ def roofline_markdown(records: list, base_dirs: list[str | Path] = ()) -> tuple[
     longest kernels is left to the file. "" when no ncu profile is in the records.
     """
     from bench.profiling.ncu_collector import LONGEST
+    from bench.report.record_files import RecordFileRefused, read_text, record_file
 
     bases = [Path(b) for b in base_dirs]
     parts, warns = [], []
     for rec in latest_per_cell(records, "ncu"):
         cell, name = rec.cell, rec.profile.get("roofline_md")
         title = _title(cell)
-        path = resolve_table(name, bases) if name else None
-        if path is None:
-            warns.append(f"ncu roofline {name!r} of profile record {rec.cell_id} ({title}) is missing: left out of the "
+        try:
+            path = record_file(name, "roofline_md", bases)
+            text = read_text(path, "roofline_md").split("\n" + LONGEST)[0].rstrip()
+        except (RecordFileRefused, OSError) as exc:
+            warns.append(f"ncu roofline {name!r} of profile record {rec.cell_id} ({title}) {exc}: left out of the "
                          "report; copy its profiles/ folder next to the store, or re-read its ncu_raw.csv with "
                          "`bench kernels`")
             continue
-        text = path.read_text().split("\n" + LONGEST)[0].rstrip()
         metrics = rec.profile.get("ncu_metrics")
         parts.append(f"### {title}" + (f" (--ncu-metrics {metrics})" if metrics else "") + f"\n\n{text}\n\n"
                      f"(from {path}; its longest kernels are listed there)\n")
@@ -295,15 +285,17 @@ def kernel_timelines(records: list, base_dirs: list[str | Path] = (), ranges: in
     from bench.errors import BenchInputError
     from bench.profiling.nsys_collector import timeline_spans
     from bench.report.kernel_figures import kernel_timeline
+    from bench.report.record_files import RecordFileRefused, record_file
 
     bases = [Path(b) for b in base_dirs]
     figs, warns = [], []
     for rec in latest_per_cell(records, "nsys")[:cells]:
         name = (rec.profile).get("sqlite")
-        path = resolve_table(name, bases) if name else None
         label = _title(rec.cell)
-        if path is None:
-            warns.append(f"nsys export {name!r} of profile record {rec.cell_id} ({label}) is missing: no timeline; "
+        try:
+            path = record_file(name, "sqlite", bases)
+        except RecordFileRefused as exc:
+            warns.append(f"nsys export {name!r} of profile record {rec.cell_id} ({label}) {exc}: no timeline; "
                          "copy its profiles/ folder next to the store")
             continue
         try:

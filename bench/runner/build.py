@@ -6,7 +6,9 @@ tune), then writes the engine as an artifact (bench.backends.engine_artifact) to
 folder. Each build starts from an empty engine folder of its own, so an artifact is one cold
 build's compile and tuning, never a mix with an earlier process's cache. That folder lies under
 engine_artifact.build_root() (/tmp/bench-engine-builds/builds/<stamp>/), an absolute path another
-machine can create, because the artifact is loaded into the same path it was built in.
+machine can create, because the artifact is loaded into the same path it was built in. Each
+artifact, read back whole and checked, is recorded as built on this machine
+(bench.backends.artifact_trust), so `bench run --engines` trusts it here.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.backends.engine_artifact import build_root
+from bench.errors import BenchInputError
 
 
 @dataclass
@@ -90,7 +93,24 @@ def build_artifacts(matrix, out_dir: str | Path, *, engines_dir: str | Path | No
                 outcome.error = f"{event.get('status')}: {event.get('error')}"
         if outcome.artifact is None and outcome.error is None:
             outcome.error = f"the worker ended without writing an artifact; log {job.logs[-1] if job.logs else '?'}"
+        if outcome.artifact is not None:
+            _trust_built(outcome)
         outcomes.append(outcome)
         if on_outcome:
             on_outcome(outcome)
     return outcomes
+
+
+def _trust_built(outcome: BuildOutcome) -> None:
+    """Record the artifact a build made here as trusted on this machine, after reading it back whole.
+
+    The artifact is checked as `bench run --engines` will check it (engine_artifact.read_files), so
+    a build whose artifact would be refused fails here, not on the machine it is carried to."""
+    from bench.backends import artifact_trust, engine_artifact
+
+    try:
+        manifest, _ = engine_artifact.read_files(outcome.artifact, outcome.digest)
+        artifact_trust.record_built(manifest["digest"], outcome.artifact, manifest["key_hash"])
+    except BenchInputError as exc:
+        outcome.error = f"artifact {outcome.artifact} written, but not recorded as trusted: {exc}"
+        outcome.artifact = None

@@ -1,9 +1,14 @@
 """Which engine each build group uses: an artifact to load, a cold tuning build, or the shared engine folder.
 
-`bench run --engines PATH` loads `bench build`'s artifacts: each cell's build key must have one,
-and one made with another torch, Triton, GPU or driver is refused here, before any work, where
-this process can tell (versions of the installed packages; the GPU and driver through NVML); the
-worker checks the rest (CUDA) and refuses too. `--retune-on-mismatch` builds here instead.
+`bench run --engines PATH` loads `bench build`'s artifacts. An artifact is code (docs/guide/trust.md),
+so every check runs here, in the parent, before any worker starts, and a refusal is exit 2 with its
+reason on the console: each cell's build key must have one artifact; each artifact is read whole
+(engine_artifact.read_files: the manifest's keys and types, the SHA-256s, the digest, the contents,
+torch's cache entries); its digest must be trusted (built here, or named by --trust / --trust-file:
+bench.backends.artifact_trust); and one made with another torch, Triton, GPU or driver is refused
+where this process can tell (versions of the installed packages; the GPU and driver through NVML).
+The worker checks again (the file may have changed since: it must still have the digest checked
+here) and checks the rest (CUDA). `--retune-on-mismatch` builds here instead of refusing a mismatch.
 `--tuning-builds K` gives each cell K cold builds, each in an engine folder of its own.
 """
 
@@ -33,10 +38,13 @@ def local_environment(device: str, remote: bool = False) -> dict:
 
 
 def artifacts_for(matrix) -> dict[str, str]:
-    """Return {build key hash: artifact path} for the matrix's cells (empty without `engines`).
+    """Return {build key hash: artifact path} for the matrix's cells (empty without `engines`), every artifact checked.
 
-    BenchInputError, before any work: a cell without an artifact for its build key, or an
-    artifact made in an environment that differs here (unless retune_on_mismatch: a warning)."""
+    BenchInputError, before any work: a cell without an artifact for its build key; an artifact that
+    is damaged, malformed or holds an entry torch must not read; one whose digest is not trusted; one
+    made in an environment that differs here (unless retune_on_mismatch: a warning)."""
+    from bench.backends import artifact_trust
+
     settings = matrix.settings
     if not settings.engines:
         return {}
@@ -51,9 +59,13 @@ def artifacts_for(matrix) -> dict[str, str]:
             f"no engine artifact for {len(missing)} cell(s) ({', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}): "
             f"an artifact serves one build key, and those given are for {have}. Build them with `bench build` on "
             "this matrix, or choose the cells that have one with --only")
+    trusted = artifact_trust.trusted_digests(settings.trust, settings.trust_files)
     out = {}
     for h, cell in cells.items():
         path, manifest = found[h]
+        if manifest["digest"] not in trusted:
+            raise BenchInputError(artifact_trust.untrusted_message(path, manifest["digest"]))
+        engine_artifact.read_files(path, manifest["digest"])  # whole, intact, every entry plain: before any worker
         differences = engine_artifact.mismatches(manifest["environment"],
                                                  local_environment(cell.device, settings.executor == "ray"))
         if differences:
@@ -81,7 +93,8 @@ def engine_for(key, build: int | None, artifacts: dict[str, str], settings, engi
             warnings.warn(f"engine artifact {Path(path).name} loads into {folder}, not the folder it was built in "
                           f"({why_not}): its tuned kernels may be tuned again, and the records then say so",
                           UserWarning, stacklevel=2)
-        return folder, {**engine, "artifact": path}
+        # The digest checked here: the worker refuses a file that changed since (bench.execution.worker.install_artifact).
+        return folder, {**engine, "artifact": path, "digest": manifest["digest"]}
     if build is not None:
         return Path(engines_dir) / "tuning" / run_id / f"build-{build}", {**engine, "tuning_build": build}
     return Path(engines_dir), engine

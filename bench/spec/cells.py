@@ -312,6 +312,10 @@ class RunSettings:
     # unless this asks to build here instead.
     engines: tuple[str, ...] = ()
     retune_on_mismatch: bool = False
+    # Artifact digests the user trusts (--trust) and files listing them (--trust-file), beside those built
+    # here (bench.backends.artifact_trust). Command line only: a matrix never vouches for an artifact.
+    trust: tuple[str, ...] = ()
+    trust_files: tuple[str, ...] = ()
 
 
 EXECUTORS = ("local", "ray")
@@ -397,9 +401,12 @@ class AccuracySpec:
 
     def check(self) -> None:
         for key in self.COUNTS:
-            v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise BenchInputError(f"[accuracy]: {key} must be a positive integer, got {v!r}")
+            # Counts of prompts are capped at what a workload holds, of tokens at a context no model has: the
+            # sessions keep them in memory (--prompts 1000000000 exhausted it).
+            most = MAX_NUM_REQUESTS if key in ("prompts", "rouge_min_prompts") else MAX_ACCURACY_TOKENS
+            check_number(getattr(self, key), f"[accuracy]: {key}", integer=True, minimum=1, maximum=most,
+                         hint="a count of prompts: a workload holds at most that many requests" if most ==
+                         MAX_NUM_REQUESTS else "a count of tokens per prompt")
         if self.prefix_k > self.generate_tokens:
             raise BenchInputError(f"[accuracy]: prefix_k ({self.prefix_k}) cannot exceed generate_tokens "
                                   f"({self.generate_tokens}): lower prefix_k or raise generate_tokens")
@@ -430,6 +437,9 @@ class AccuracySpec:
         d["rouge_window"] = list(self.rouge_window)
         return d
 
+
+# The most tokens per prompt an [accuracy] count may ask for (answer, generated, prefix).
+MAX_ACCURACY_TOKENS = 1_000_000
 
 RULE_KEYS = {"backend", "model", "precision", "max_batch_size", "workload", "device"}
 

@@ -34,7 +34,8 @@ def with_workload(cell: Cell, **changes: Any) -> Cell:
 def narrow(matrix: Matrix, only: dict | None = None, requests: int | None = None, trials: int | None = None,
            runs: int | None = None, executor: str | None = None, ray_address: str | None = None,
            devices: str | None = None, tuning_builds: int | None = None, engines: list[str] | None = None,
-           retune_on_mismatch: bool = False) -> Matrix:
+           retune_on_mismatch: bool = False, trust: list[str] | None = None,
+           trust_files: list[str] | None = None) -> Matrix:
     """Return the matrix restricted to cells matching `only`, with optional overrides (the command line's)."""
     cells = list(matrix.cells)
     if only:
@@ -60,6 +61,10 @@ def narrow(matrix: Matrix, only: dict | None = None, requests: int | None = None
         settings = replace(settings, engines=tuple(engines))
     if retune_on_mismatch:
         settings = replace(settings, retune_on_mismatch=True)
+    if (trust or trust_files) and not settings.engines:
+        raise BenchInputError("--trust and --trust-file vouch for engine artifacts to load: give --engines too")
+    if trust or trust_files:
+        settings = replace(settings, trust=tuple(trust or ()), trust_files=tuple(trust_files or ()))
     check_settings(settings)
     check_engine_settings(settings)
     if executor is not None:  # the other executor's settings of the matrix do not apply

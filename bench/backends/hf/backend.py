@@ -71,12 +71,18 @@ class HFBackend(HFConfig, Backend):
         build() has pointed Inductor's and Triton's caches at the folder, so torch writes its FX
         graphs, AOT entries, Triton kernels and autotune entries there; the `*.best_config` files are
         written after them, so the folder's tuned configs are exactly the artifact's
-        (bench.backends.hf.compile.engine_files says what each part is)."""
+        (bench.backends.hf.compile.engine_files says what each part is). torch writes each entry at a path made
+        from its key and unpickles entries, so the bytes are checked first, here too (bench.backends.hf.torch_cache:
+        a key that is not a plain cache key, an entry of another type, raise UnsafeCacheArtifacts); the artifact's
+        trust was decided before the worker started (bench.runner.engines)."""
         from bench.backends.hf.compile import TORCH_CACHE_ARTIFACTS
+        from bench.backends.hf.torch_cache import check_blob
 
         blob = files.get(TORCH_CACHE_ARTIFACTS)
         if blob:
             import torch
+
+            check_blob(blob)
 
             torch.compiler.load_cache_artifacts(blob)
         super().install_engine(artifact, {p: d for p, d in files.items() if p != TORCH_CACHE_ARTIFACTS})
