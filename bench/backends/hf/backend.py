@@ -126,6 +126,11 @@ class HFLoaded(Loaded):
             from bench.backends.hf.corrupt import negate_static_cache
 
             negate_static_cache()
+        if opts.get("plant", "none") != "none":  # tests only, like corrupt_layer: a slowdown with the same outputs
+            from bench.backends.hf.config import parse_plant
+            from bench.backends.hf.corrupt import plant
+
+            plant(self.model, *parse_plant(opts["plant"]))
         self.num_parameters = sum(p.numel() for p in self.model.parameters())  # the model's, before quantization
         self.quantize_s = None
         self.quant: dict | None = None
