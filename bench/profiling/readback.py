@@ -54,7 +54,7 @@ def read_ncu(ncu: str, out_dir: Path, cell, session: dict) -> dict:
     kernels = ncu_collector.parse_csv(done.stdout)
     bw = (session.get("copy_bandwidth") or {}).get("bandwidth_bytes_s")
     meta = {"cell_id": cell.cell_id, "label": cell.label, "ncu_version": session.get("ncu_version"),
-            "range": ncu_collector.NCU_STEP}
+            "range": ncu_collector.NCU_STEP, "step_bound": session.get("step_bound")}
     return {**ncu_collector.write_roofline(kernels, bw, meta, out_dir), "trace": str(reports[-1])}
 
 
@@ -151,13 +151,14 @@ def _ncu(report: Path, out: Path, copy_bandwidth_gbs: float | None) -> str:
         text = report.read_text()
     kernels = ncu_collector.parse_csv(text)
     bw, source = None, "none given or stored: no roofline columns"
+    session = json.loads((report.parent / "session.json").read_text()) if (report.parent / "session.json").is_file() else {}
+    stored = session.get("copy_bandwidth") or {}
     if copy_bandwidth_gbs is not None:
         bw, source = copy_bandwidth_gbs * 1e9, "--copy-bandwidth"
-    elif (report.parent / "session.json").is_file():
-        stored = (json.loads((report.parent / "session.json").read_text()).get("copy_bandwidth") or {})
-        if stored.get("bandwidth_bytes_s"):
-            bw, source = stored["bandwidth_bytes_s"], f"measured by the profile ({report.parent / 'session.json'})"
-    meta = {"imported_from": str(report.resolve()), "range": ncu_collector.NCU_STEP, "copy_bandwidth_source": source}
+    elif stored.get("bandwidth_bytes_s"):
+        bw, source = stored["bandwidth_bytes_s"], f"measured by the profile ({report.parent / 'session.json'})"
+    meta = {"imported_from": str(report.resolve()), "range": ncu_collector.NCU_STEP, "copy_bandwidth_source": source,
+            "step_bound": session.get("step_bound")}  # the bytes the profiled step must read, where its session said
     files = ncu_collector.write_roofline(kernels, bw, meta, out)
     write_side_tables(Path(files["kernel_table"]))
     return (f"## {report}\n\nCopy bandwidth: {source}.\n\n" + Path(files["roofline_md"]).read_text()
