@@ -78,11 +78,14 @@ def test_rows_shares_gaps_and_unexplained_by_hand():
     # MLP: 300 -> 600 + 20 µs of a new silu, 1 -> 3 kernels a step: +320 µs of the measured +400 (80 %)
     assert a.modules[0].name == "MLP" and m["MLP"].delta_us == 320.0 and m["MLP"].delta_kernels == 2.0
     assert m["MLP"].share == pytest.approx(0.8)
-    # launch gaps and idle: (600 - 570) -> (950 - 890), +30 µs: 7.5 %
-    assert a.modules[1].name == A.GAPS and m[A.GAPS].delta_us == 30.0 and m[A.GAPS].share == pytest.approx(0.075)
+    assert A.GAPS not in m  # the time no kernel ran is in no module: the module table leaves it to its rest
     assert m[A.OUTSIDE].delta_us == 0.0 and m["lm_head"].base_us == 200.0 and m["decoder layer"].base_us == 5.0
     assert m["RMSNorm"].base_kernels == 1.0 and m["attention"].head_us == 50.0
-    assert a.unexplained_us(a.modules) == pytest.approx(50.0) and a.explained_share == pytest.approx(0.875)
+    assert a.unexplained_us(a.modules) == pytest.approx(80.0)
+    # launch gaps and idle, a category: (600 - 570) -> (950 - 890), +30 µs, 7.5 %; the categories explain 87.5 %
+    gaps = next(r for r in a.categories if r.name == A.GAPS)
+    assert a.categories[1] is gaps and gaps.delta_us == 30.0 and gaps.share == pytest.approx(0.075)
+    assert a.explained_share == pytest.approx(0.875)
     c = {r.name: r.delta_us for r in a.categories}
     assert a.categories[0].name == "gemm" and c == {"gemm": 300.0, "norm/reduction": 0.0, "attention": 0.0,
                                                     "elementwise": 20.0, "copy": -5.0, "other": 5.0, A.GAPS: 30.0}
@@ -90,9 +93,11 @@ def test_rows_shares_gaps_and_unexplained_by_hand():
     assert [n for n, _, _ in a.added] == ["silu_extra", "index_gather"] and a.added[0][1:] == (1.0, 20.0)
     assert [n for n, _, _ in a.removed] == ["embedding_copy"]
     md = A.attribution_markdown(a)
-    assert "**First row: MLP, +320.0 µs per step, 80 % of the change; the rows explain 88 %.**" in md
+    assert "**First row: MLP, +320.0 µs per step, 80 % of the change; the category rows explain 88 %.**" in md
     assert "| MLP | 300.0 | 620.0 | +320.0 | 1 | 3 | +2 | 80 % |" in md
-    assert "| *unexplained* (measured change less the rows) | | | +50.0 | | | | 12 % |" in md
+    assert "| *unexplained* (measured change less the rows) | | | +80.0 | | | | 20 % |" in md  # modules
+    assert "| *unexplained* (measured change less the rows) | | | +50.0 | | | | 12 % |" in md  # categories
+    assert "The profile windows' own unprofiled step: 600.0 → 950.0 µs (+350.0 µs)." in md
     assert "`silu_extra` (1 per step, 20.0 µs)" in md and "`embedding_copy`" in md
     # an improvement ranks the rows that carry the decrease first
     back = A.attribute("k", "x", ["improved: tpot_median_ms"], head, base, (1000.0, 600.0))
@@ -102,7 +107,7 @@ def test_rows_shares_gaps_and_unexplained_by_hand():
 def test_without_a_step_time_or_module_ranges_it_says_so():
     base, head = figures(1, False, None), figures(2, True, None)
     a = A.attribute("k", "x", [], base, head, (None, None))
-    assert all(r.name != A.GAPS for r in a.modules) and a.explained_share is None and a.modules[0].share is None
+    assert all(r.name != A.GAPS for r in a.categories) and a.explained_share is None and a.modules[0].share is None
     assert any("no launch gaps and idle row" in n for n in a.notes)
     # a table without decode-step ranges (a compiled generate cell): the window per forward pass, categories only
     flat = [K("gemv", 100.0, "batch:0"), K("gemv", 100.0, "batch:0"), K("copy_kernel", 4.0)]
@@ -182,7 +187,7 @@ def test_bench_compare_attributes_the_profiled_cell_and_names_the_one_without(st
     section = text.split("### Where the time went", 1)[1]
     bs1 = section.split("#### ", 2)[1]
     assert bs1.startswith("fake/bf16/bs1/syn: regressed") and "**First row: MLP, +320.0 µs per step" in bs1
-    assert "| MLP | 300.0 | 620.0 | +320.0 |" in bs1 and f"| {A.GAPS} | 30.0 | 60.0 | +30.0 |" in bs1
+    assert "| MLP | 300.0 | 620.0 | +320.0 |" in bs1 and f"| {A.GAPS} | 30.0 | 60.0 | +30.0 |" in bs1  # a category
     assert "Step time (measured TPOT of the runs, as compared above)" in bs1
     # the batch-2 cell regressed too but has no profile on either side: named, with the command that profiles it
     assert "No profile, so no attribution, for: fake/bf16/bs2/syn (base side" in section
@@ -213,14 +218,21 @@ def test_the_dashboard_page_draws_the_attribution(stores, tmp_path, monkeypatch)
     from tests.support.dashboard import dashboard_figures
 
     monkeypatch.chdir(stores["root"])
-    page = tmp_path / "cmp.html"
+    page, data = tmp_path / "cmp.html", tmp_path / "cmp.json"
     assert main(["compare", str(stores["base"]), str(stores["head"]), "--ignore-option", "slowdown",
-                 "--dashboard", str(page)]) == 1
+                 "--dashboard", str(page), "--json", str(data)]) == 1
+    got = json.loads(data.read_text())
+    assert got["exit_status"] == 1 and got["regressions"] == len([r for r in got["rows"] if r["verdict"] == "regressed"])
+    (cell,) = got["attribution"]["attributions"]
+    assert cell["first"] == {"name": "MLP", "delta_us": 320.0, "share": cell["first"]["share"], "table": "module range"}
+    assert cell["first_category"] == "gemm" and cell["modules"][0]["base_us"] == 300.0
+    assert [m["label"] for m in got["attribution"]["missing"]] == ["fake/bf16/bs2/syn"] * 2
     html = page.read_text()
     figs = dashboard_figures(html)
     assert len(figs) == 1 and "Where the time went: fake/bf16/bs1/syn" in figs[0]["layout"]["title"]["text"]
     modules = figs[0]["data"][0]
-    assert modules["y"][:2] == ["MLP", A.GAPS] and modules["x"][:2] == [320.0, 30.0]
+    assert modules["y"][0] == "MLP" and modules["x"][0] == 320.0 and A.GAPS not in modules["y"]
+    assert figs[0]["data"][1]["y"][:2] == ["gemm", A.GAPS]  # the category panel
     assert modules["y"][-2:] == ["unexplained", "measured change"]
     assert "First row: MLP" in html and "no profile for fake/bf16/bs2/syn" in html
 
@@ -228,12 +240,16 @@ def test_the_dashboard_page_draws_the_attribution(stores, tmp_path, monkeypatch)
 def test_profile_refuses_sides_this_checkout_cannot_stand_for(stores, tmp_path, monkeypatch, capsys):
     """--profile on the fake backend's cells: measured at this checkout's commit, but not profilable (no torch
     model): refused before any session; the sides of cells already profiled are not profiled again."""
-    monkeypatch.chdir(stores["root"])
-    with pytest.raises(BenchInputError, match="backend"):
-        from bench.study.compare import compare
+    from bench.study.compare import _not_here, compare
 
-        compare(str(stores["base"]), str(stores["head"]), ignore_options=["slowdown"], profile=True)
-    from bench.study.compare import _not_here
+    monkeypatch.chdir(stores["root"])
+    before = {p: p.read_text() for p in stores["root"].glob("profiles/*.jsonl")}
+    c, _, warns = compare(str(stores["base"]), str(stores["head"]), ignore_options=["slowdown"], profile=True)
+    assert c.exit_status == 1 and len(c.attribution.attributions) == 1  # the comparison stands
+    not_profiled = [w for w in warns if "not profiled" in w]
+    assert len(not_profiled) == 2 and all("fake/bf16/bs2/syn" in w and "puts ranges on a torch model" in w
+                                          for w in not_profiled)
+    assert {p: p.read_text() for p in stores["root"].glob("profiles/*.jsonl")} == before  # no session ran
 
     assert "measured at 111111111111" in _not_here(("111111111111+dirty",), {"commit": "2" * 40})
     assert _not_here(("222222222222",), {"commit": "2" * 40}) == ""
@@ -289,3 +305,40 @@ def test_a_planted_mlp_regression_is_caught_and_explained_by_one_command(tmp_pat
     assert main(["compare", "results/planted-base.jsonl", "results/planted-head.jsonl", "--ignore-option", "plant",
                  "--profile", "--confidence", "0.95"]) == 1
     assert len(Path("profiles/planted-head.jsonl").read_text().splitlines()) == n
+
+
+def test_a_verdict_withheld_for_differing_tuned_kernels_is_still_explained():
+    from types import SimpleNamespace
+
+    from bench.results.compare import KERNELS_DIFFER
+
+    def row(verdict, note=""):
+        return SimpleNamespace(verdict=verdict, note=note)
+
+    assert A.judged_verdict(row("regressed")) == "regressed" and A.judged_verdict(row("not significant")) is None
+    withheld = row(KERNELS_DIFFER, "kernels differ: tuned c38cec28… vs 0035a36c… (was: regressed) ")
+    assert A.judged_verdict(withheld, KERNELS_DIFFER) == "kernels differ (was: regressed)"
+    assert A.judged_verdict(withheld) is None  # only where the comparison says which verdict it withholds
+    assert A.judged_verdict(row(KERNELS_DIFFER, "(was: unchanged)"), KERNELS_DIFFER) is None
+
+
+def test_the_planted_regressions_script_names_rows_the_attribution_makes_and_cells_that_validate(monkeypatch):
+    """scripts/planted_regressions.py: every change is a valid pair of cells on each device it runs on, differing in
+    options only (bench compare matches them with --ignore-option), and expects rows the attribution can name."""
+    import tomllib
+    import warnings
+
+    from scripts import planted_regressions as P
+
+    monkeypatch.setenv("BENCH_ALLOW_CORRUPTION", "1")
+    names = {row for row, _ in A.MODULE_ROWS} | set(A.CATEGORY_ROWS.values()) | {A.OUTSIDE, A.GAPS}
+    for change, (_, _, expected, devices, _) in P.CHANGES.items():
+        assert expected <= names, (change, expected - names)
+        for device in devices:
+            base, base_opts, head_opts = P.options_of(change, device)
+            assert base_opts != head_opts
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # no GPU here to check a cuda cell's precision against
+                cells = [parse_matrix(tomllib.loads(P.matrix_text(f"m-{i}", opts, device, 2))).cells[0]
+                         for i, opts in enumerate((base_opts, head_opts))]
+            assert cells[0].cell_id != cells[1].cell_id and cells[0].precision == cells[1].precision

@@ -44,6 +44,7 @@ def register(sub) -> None:
                    help="the profiler --profile runs (default torch: torch.profiler, CPU ops on a CPU)")
     c.add_argument("--decode-steps", type=int, default=4, help="decode steps in each --profile window (default 4)")
     c.add_argument("--dashboard", metavar="FILE", help="also write the comparison and its attribution as one HTML page")
+    c.add_argument("--json", metavar="FILE", help="also write the verdicts and the attribution as JSON (for scripts)")
     c.set_defaults(func=cmd_compare)
 
 
@@ -54,7 +55,8 @@ def cmd_compare(args) -> int:
         args.base, args.head, markdown_file=args.markdown, metrics=args.metrics, ignore_options=args.ignore_option,
         base_commit=args.base_commit, head_commit=args.head_commit, factor=args.factor, confidence=args.confidence,
         test=args.test, allow_env_mismatch=args.allow_env_mismatch, pool=args.pool, profile=args.profile,
-        profiles=args.profiles, tool=args.profile_tool, decode_steps=args.decode_steps, dashboard=args.dashboard)
+        profiles=args.profiles, tool=args.profile_tool, decode_steps=args.decode_steps, dashboard=args.dashboard,
+        json_file=args.json)
     for w in store_warnings:
         print(f"bench compare: warning: {w}", file=sys.stderr)
     print(markdown)

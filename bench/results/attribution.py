@@ -7,12 +7,14 @@ for the cell on each side. For each such cell:
 - the step-time change it explains: the measured TPOT (time per output token: one decode step of a
   static batch), each side's value as the comparison computed it from the runs;
 - per module range (RMSNorm, attention, MLP, decoder layer, lm_head, outside any range) and per
-  kernel category (gemm, attention, norm/reduction, elementwise, copy, other): the change in µs
-  and in kernels per decode step, from the profile's decode-step ranges, each kernel counted once,
-  in the innermost module range that launched it (the table's meta["decode_steps"],
-  bench.profiling.kernels.decode_step_breakdown);
-- "launch gaps and idle": the profile's unprofiled step time (harness-loop windows' `step_ms`)
-  less the kernel time of a step, where both sides' profiles have a step time;
+  kernel category (gemm, attention, norm/reduction, elementwise, copy, other, and launch gaps and
+  idle): the change in µs and in kernels per decode step, from the profile's decode-step ranges,
+  each kernel counted once, in the innermost module range that launched it (the table's
+  meta["decode_steps"], bench.profiling.kernels.decode_step_breakdown);
+- "launch gaps and idle", a row of the category table: the profile's unprofiled step time
+  (harness-loop windows' `step_ms`) less the kernel time of a step, where both sides' profiles have
+  a step time (the time no kernel ran belongs to no module range, so the module table leaves it to
+  its unexplained rest);
 - ranked by how much of the change each row carries, with its share of the measured change, and what
   is left unexplained (measured change less the rows' sum: noise, or what the profile window did not
   reproduce); the kernels that ran on one side only, by name.
@@ -123,10 +125,9 @@ class Attribution:
 
     @property
     def explained_share(self) -> float | None:
-        """Return the share of the measured change the module rows (else the category rows) sum to."""
+        """Return the share of the measured change the category rows (launch gaps and idle included) sum to."""
         d = self.measured_delta_us
-        rows = self.modules if self.modules is not None else self.categories
-        return None if not d else sum(r.delta_us for r in rows) / d
+        return None if not d else sum(r.delta_us for r in self.categories) / d
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,7 @@ class Missing:
     matrix: str
     commits: tuple[str, ...]  # the side's measured commits ("abc123456789+dirty")
     reason: str
+    regressed: bool = False  # a metric of the cell regressed (or would have, but for tuned kernels that differ)
 
 
 @dataclass
@@ -266,7 +268,7 @@ def attribute(key: str, label: str, verdicts: list[str], base: StepFigures, head
                      "harness loop's windows (decode_loop = \"harness\") measure one")
     if base.per != "decode step":
         notes.append(f"the profiles have no decode-step ranges (a compiled `generate` cell): figures are per {base.per}")
-    modules = _rows(base.modules, head.modules, delta, gaps) if base.modules is not None and head.modules is not None \
+    modules = _rows(base.modules, head.modules, delta, None) if base.modules is not None and head.modules is not None \
         else None
     if modules is None:
         notes.append("no module rows: a side's profile has no module ranges (a compiled step, or ncu): the kernel "
@@ -303,18 +305,33 @@ def _profiles_of(records: list, cell_runs, commits: tuple[str, ...]) -> dict[str
     return out
 
 
-def explain(comparison, base_paths, head_paths, profiles: tuple | None = None) -> Explanation:
+def judged_verdict(row, withheld: str = "") -> str | None:
+    """Return the verdict a row is attributed for: regressed or improved, also where it was withheld because the two
+    sides ran different tuned kernels (its verdict `withheld`, its note "(was: regressed)"); else None."""
+    import re
+
+    from bench.results import stats
+
+    if row.verdict in (stats.REGRESSED, stats.IMPROVED):
+        return row.verdict
+    was = re.search(r"\(was: (\w+)\)", row.note or "") if withheld and row.verdict == withheld else None
+    return f"{withheld} (was: {was.group(1)})" if was and was.group(1) in (stats.REGRESSED, stats.IMPROVED) else None
+
+
+def explain(comparison, base_paths, head_paths, profiles: tuple | None = None, withheld: str = "") -> Explanation:
     """Return the Explanation of a Comparison (bench.results.compare): every cell with a regressed or improved
-    metric, attributed from its sides' stored profiles (`profiles`: (base store, head store), else each side's
-    profile store by its conventional path), or listed as missing a profile."""
-    from bench.results import query, stats
+    metric (or one withheld as `withheld`, kernels that differ), attributed from its sides' stored profiles
+    (`profiles`: (base store, head store), else each side's profile store by its conventional path), or listed
+    as missing a profile."""
+    from bench.results import query
 
     out = Explanation()
     judged: dict[str, tuple[str, list[str]]] = {}
     for r in comparison.rows:
-        if r.verdict in (stats.REGRESSED, stats.IMPROVED) and getattr(r, "key", ""):
+        verdict = judged_verdict(r, withheld)
+        if verdict and getattr(r, "key", ""):
             label, verdicts = judged.setdefault(r.key, (r.label, []))
-            verdicts.append(f"{r.verdict}: {r.metric}")
+            verdicts.append(f"{verdict}: {r.metric}")
     if not judged:
         return out
     sides = {}
@@ -337,7 +354,8 @@ def explain(comparison, base_paths, head_paths, profiles: tuple | None = None) -
             if not chosen[side]:
                 where = ", ".join(map(str, out.profile_stores[side])) or "no profile store found"
                 out.missing.append(Missing(key, label, side, runs.cell, runs.context.matrix, commits,
-                                           f"no ok profile of this cell in {where}"))
+                                           f"no ok profile of this cell in {where}",
+                                           any("regressed" in v for v in verdicts)))
         if any(not chosen[s] for s in ("base", "head")):
             continue
         tools = [t for t in TOOL_ORDER if t in chosen["base"] and t in chosen["head"]]
@@ -372,6 +390,33 @@ def explain(comparison, base_paths, head_paths, profiles: tuple | None = None) -
         measured = (_measured_us(comparison, key, "base"), _measured_us(comparison, key, "head"))
         out.attributions.append(attribute(key, label, verdicts, figures["base"], figures["head"], measured))
     return out
+
+
+def to_dict(e: Explanation) -> dict:
+    """Return the Explanation as plain data (`bench compare --json`): per attributed cell its measured change, first
+    row, share explained and ranked rows; the sides without a profile; the notes."""
+    def rows(rs: list[Row] | None) -> list[dict] | None:
+        return None if rs is None else [{"name": r.name, "base_us": r.base_us, "head_us": r.head_us, "delta_us": r.delta_us,
+                                         "base_kernels": r.base_kernels, "head_kernels": r.head_kernels,
+                                         "share": r.share} for r in rs]
+
+    cells = []
+    for a in e.attributions:
+        first = a.first
+        cells.append({
+            "label": a.label, "verdicts": a.verdicts, "tool": a.base.tool, "unit": a.base.unit, "per": a.base.per,
+            "measured_base_us": a.measured_base_us, "measured_head_us": a.measured_head_us,
+            "measured_delta_us": a.measured_delta_us, "explained_share": a.explained_share,
+            "profile_step_us": {"base": a.base.wall_us, "head": a.head.wall_us},
+            "first": None if first is None else {"name": first.name, "delta_us": first.delta_us, "share": first.share,
+                                                 "table": "module range" if a.modules else "kernel category"},
+            "first_category": None if not a.categories else a.categories[0].name,
+            "unexplained_us": a.unexplained_us(a.categories),
+            "modules": rows(a.modules), "categories": rows(a.categories),
+            "added": [list(k) for k in a.added], "removed": [list(k) for k in a.removed], "notes": a.notes,
+            "profiles": {"base": a.base.source, "head": a.head.source}})
+    return {"attributions": cells, "missing": [{"label": m.label, "side": m.side, "reason": m.reason} for m in e.missing],
+            "notes": e.notes, "profile_stores": {k: [str(p) for p in v] for k, v in e.profile_stores.items()}}
 
 
 # ---- rendering -------------------------------------------------------------------------------
@@ -416,12 +461,16 @@ def attribution_markdown(a: Attribution) -> str:
         lines.append("No measured step time (TPOT) on both sides: the rows are not shares of a measured change.")
     lines.append(f"Profiles ({a.base.tool}, {unit} per {a.base.per}, {a.base.steps} and {a.head.steps} of them): base "
                  f"`{a.base.source}`, head `{a.head.source}`.")
+    if a.base.wall_us is not None and a.head.wall_us is not None:
+        # the rows sum to this change; where it is far from the runs' change, the window did not reproduce the runs
+        lines.append(f"The profile windows' own unprofiled step: {_us(a.base.wall_us)} → {_us(a.head.wall_us)} µs "
+                     f"({_signed(a.head.wall_us - a.base.wall_us)} µs).")
     first, share = a.first, a.explained_share
     if first is not None:
         lines.append("")
         lines.append(f"**First row: {first.name}, {_signed(first.delta_us)} µs per step"
                      + (f", {100 * first.share:.0f} % of the change" if first.share is not None else "")
-                     + (f"; the rows explain {100 * share:.0f} %" if share is not None else "") + ".**")
+                     + (f"; the category rows explain {100 * share:.0f} %" if share is not None else "") + ".**")
     if a.modules is not None:
         lines += ["", *_table("module range", a.modules, a.unexplained_us(a.modules), d)]
     lines += ["", *_table("kernel category", a.categories, a.unexplained_us(a.categories), d)]

@@ -505,7 +505,7 @@ def compare_report(base: str, head: str, *, markdown_file: str | None = None, me
         warnings.simplefilter("always")
         comparison = compare_stores(base, head, metrics=chosen,
                                     ignore_options=[o for opt in ignore_options for o in opt.split(",") if o], **options)
-        comparison.attribution = attribution.explain(comparison, base, head, profiles)
+        comparison.attribution = attribution.explain(comparison, base, head, profiles, withheld=KERNELS_DIFFER)
     markdown = to_markdown(comparison) + attribution.to_markdown(comparison.attribution, profile_hint)
     if markdown_file:
         write_atomic(markdown_file, markdown)

@@ -18,6 +18,7 @@ With `dashboard`, the comparison and its attribution are also written as one sel
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -27,7 +28,8 @@ PROFILE_HINT = "`bench compare --profile` (same arguments) profiles them."
 
 
 def compare(base: str, head: str, *, profile: bool = False, profiles: tuple | None = None, tool: str = "torch",
-            decode_steps: int = 4, dashboard: str | None = None, markdown_file: str | None = None,
+            decode_steps: int = 4, dashboard: str | None = None, json_file: str | None = None,
+            markdown_file: str | None = None,
             metrics: str | None = None, ignore_options=(), printer=None, **options):
     """Return (the Comparison, its Markdown, the stores' warnings); with `profile`, profile the regressed cells that
     have no profile first (their records appended to each side's profile store). Every input is checked before any
@@ -49,6 +51,8 @@ def compare(base: str, head: str, *, profile: bool = False, profiles: tuple | No
 
         check_output_file(dashboard, "--dashboard")
         require_plotly()
+    if json_file:
+        check_output_file(json_file, "--json")
     settings = _settings(tool, decode_steps) if profile else None
     args = {"markdown_file": markdown_file, "metrics": metrics, "ignore_options": ignore_options, **options}
     comparison, markdown, warns = compare_report(base, head, profiles=_existing(profiles),
@@ -64,7 +68,32 @@ def compare(base: str, head: str, *, profile: bool = False, profiles: tuple | No
         from bench.report.attribution_page import comparison_page
 
         write_atomic(dashboard, comparison_page(comparison, markdown))
+    if json_file:
+        from bench.files import write_atomic
+
+        write_atomic(json_file, json.dumps(_finite(comparison_dict(comparison)), indent=1, allow_nan=False))
     return comparison, markdown, warns
+
+
+def _finite(o):
+    """Return o with NaN and infinite floats as None (strict JSON)."""
+    if isinstance(o, float):
+        return o if o == o and abs(o) != float("inf") else None
+    if isinstance(o, dict):
+        return {k: _finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite(v) for v in o]
+    return o
+
+
+def comparison_dict(comparison) -> dict:
+    """Return what `--json` writes: the exit status, each verdict row, and the attribution (attribution.to_dict)."""
+    from bench.results.attribution import to_dict
+
+    rows = [{"cell": r.label, "metric": r.metric, "verdict": r.verdict, "ratio": r.ratio, "note": r.note}
+            for r in comparison.rows]
+    return {"exit_status": comparison.exit_status, "regressions": len(comparison.regressions), "rows": rows,
+            "warnings": list(comparison.warnings), "attribution": to_dict(comparison.attribution)}
 
 
 def _existing(profiles: tuple | None) -> tuple | None:
@@ -92,13 +121,22 @@ def profile_missing(comparison, settings, profiles: tuple | None, printer) -> tu
     from bench.profiling.driver import check_profilable, profile_matrix
     from bench.spec.cells import Cell, Matrix
 
-    regressed = {r.key for r in comparison.regressions if r.key}
+    from bench.backends.registry import backend_config
+
     here = project_commit()
     notes, plans = [], {}
     for m in comparison.attribution.missing:
-        if m.key not in regressed:
+        if not m.regressed:  # an improvement is explained where profiles are stored, never profiled for
             continue
-        cell = Cell.from_dict(m.cell)
+        try:  # a stored cell is untrusted: rebuilt, its id checked, its declaration's checks run again
+            cell = Cell.from_dict(m.cell)
+            if cell.cell_id != comparison.head.cells[m.key].cell_id and cell.cell_id != comparison.base.cells[m.key].cell_id:
+                raise BenchInputError("its stored cell does not hash to its cell id (a record of another schema)")
+            backend_config(cell.backend).validate(cell)
+            check_profilable([cell])
+        except (BenchInputError, KeyError, TypeError, ValueError) as exc:
+            notes.append(f"{m.label}, {m.side} side: not profiled: {exc}")
+            continue
         other = comparison.head if m.side == "base" else comparison.base
         if cell.cell_id == other.cells[m.key].cell_id and set(comparison.base.commits) == set(comparison.head.commits):
             notes.append(f"{m.label}: both sides are the same cell at the same commit(s): one profile of this checkout "
@@ -114,11 +152,6 @@ def profile_missing(comparison, settings, profiles: tuple | None, printer) -> tu
         plans.setdefault((store, m.matrix or "compare"), {})[cell.cell_id] = cell
     made = 0
     for (store, matrix), cells in plans.items():
-        from bench.backends.registry import backend_config
-
-        for cell in cells.values():
-            backend_config(cell.backend).validate(cell)  # a stored cell is untrusted: the declaration checks it again
-        check_profilable(list(cells.values()))
         printer(f"bench compare --profile: profiling {len(cells)} cell(s) of {matrix} into {store}")
         records, failed = profile_matrix(Matrix(matrix, tuple(cells.values())), settings, store.parent, store,
                                          printer=lambda text: None)
