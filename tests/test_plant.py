@@ -30,6 +30,11 @@ def test_plant_is_refused_outside_the_tests_and_checked(monkeypatch):
         with pytest.raises(BenchInputError, match=why):
             parse_matrix(doc(bad))
     assert parse_plant("Qwen2RMSNorm:2") == ("Qwen2RMSNorm", 2)
+    compiled = doc("Qwen2MLP:2")
+    compiled.update(device="cuda", precisions=["bf16"])
+    compiled["options"].update(cache="static", compile="reduce-overhead")
+    with pytest.raises(BenchInputError, match="torch.compile folds back into one"):
+        parse_matrix(compiled)
 
 
 def test_planted_modules_run_n_times_with_the_same_outputs_in_one_range_per_call():

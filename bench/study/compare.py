@@ -165,9 +165,10 @@ def _not_here(commits: tuple[str, ...], here: dict) -> str:
     """Return why a side measured at `commits` cannot be profiled in this checkout ("" when it can)."""
     measured = {c.split("+")[0] for c in commits}
     if not here.get("commit"):
-        return "this checkout's commit is unknown (not a git checkout), so it cannot be matched to the side's"
+        return ("this checkout's commit is unknown (not a git checkout), so it cannot be matched to the side's: set "
+                "BENCH_COMMIT to the tree's commit for the runs and for this comparison alike")
     if not measured:
-        return "its records name no commit"
+        return "its records name no commit (measured outside a git checkout without BENCH_COMMIT)"
     if not all(here["commit"].startswith(c) for c in measured):  # the sides name 12-digit prefixes
         return (f"it was measured at {', '.join(sorted(c[:12] for c in measured))} and this checkout is at "
                 f"{here['commit'][:12]}")

@@ -171,6 +171,10 @@ class HFConfig(BackendConfig):
                 raise BenchInputError(f"option plant={plant!r} slows the model down on purpose and is for the "
                                       f"attribution tests only (they set {CORRUPTION_ENV}=1): remove it from the matrix")
             parse_plant(plant)
+            if opts.get("compile", "off") != "off":
+                raise BenchInputError(f"option plant={plant!r} repeats a pure forward, which torch.compile folds back into "
+                                      "one (Inductor eliminates common subexpressions: the planted cell would not slow "
+                                      "down): plant in an eager cell, compile = 'off'")
         prefill_len = opts.get("prefill_len", 0)
         if isinstance(prefill_len, bool) or not isinstance(prefill_len, int) or prefill_len < 0:
             raise BenchInputError(f"option prefill_len must be a non-negative integer (0: whole prompt), got {prefill_len!r}")
