@@ -15,7 +15,8 @@ Run from the repository root:
     DEVICE=cpu CHANGES=mlp-twice,extra-rmsnorm python -m scripts.planted_regressions   # qwen-tiny on the CPU
 
 Environment: DEVICE (cuda | cpu), CHANGES (comma-separated names; default: every change the device runs, see
-`CHANGES=list`), WORK (stores, profiles, engines; default /tmp/planted-work: kept between calls, so a second call
+`CHANGES=list`), PART (1-4: the ten changes in four parts, each estimated under 10 minutes on the H200, about 25
+minutes in all, most of it the compiled cells' cold builds and coordinate-descent's tuning), WORK (stores, profiles, engines; default /tmp/planted-work: kept between calls, so a second call
 resumes: `bench run` skips the stored cells and `bench compare` finds the stored profiles), OUT (summary.md and
 each change's compare.md / compare.json; default WORK), RUNS (2), CONFIDENCE (0.99 on cuda, 0.95 on cpu: with 2
 runs a side a shared CPU's spread between processes hides even a 9x change at 99 %).
@@ -70,7 +71,18 @@ CHANGES = {
 # 1 % of a step each (its 151,936-row lm_head is most of it), so they run enough times to be most of the step.
 PLANT_N = {"cuda": {"Linear": 2, "Qwen2RotaryEmbedding": 50}, "cpu": {"Linear": 5, "Qwen2RotaryEmbedding": 1000}}
 PLANT_DEFAULT = {"cuda": 2, "cpu": 300}
-BASELINE_S = {"eager": 60, "compiled": 170, "compiled-frozen": 170, "generate": 60}  # its runs and its profile, H200
+# Estimated seconds on the H200 for a baseline's runs and its profile: about 20 s a process for an eager 7B-shape
+# cell (start, load, two passes), 100 s for a compiled one built cold, 35-50 s a torch.profiler session (34-41 s
+# measured for the study's cells, docs/measurements/2026-12-02-h200-profilers-side-by-side.md). Estimates, not
+# measurements: the run prints its own times.
+BASELINE_S = {"eager": 75, "compiled": 190, "compiled-frozen": 190, "generate": 75}
+# The ten changes in parts of under 10 minutes each (one device call each; WORK kept between them): PART=1..4.
+PARTS = {
+    "1": ["eager-attention", "mlp-twice", "extra-rmsnorm", "rotary-outside", "linears-twice"],
+    "2": ["flex-attention", "dynamic-cache", "compile-off"],
+    "3": ["freeze-off"],
+    "4": ["coordinate-descent"],
+}
 SCALE = {  # the workload and model per device
     "cuda": {"model": "qwen-7b-shape", "precision": "bf16", "num_requests": 4, "input_len": 128, "output_len": 16},
     "cpu": {"model": "qwen-tiny", "precision": "fp32", "num_requests": 1, "input_len": 8, "output_len": 4},
@@ -119,7 +131,12 @@ def main() -> int:
             print(f"{c}: baseline {base} {base_opts}, changed {({k: v for k, v in head_opts.items() if base_opts.get(k) != v})}; "
                   f"explained when the first row is one of {sorted(CHANGES[c][2])}")
         return 0
-    chosen = [c.strip() for c in os.environ.get("CHANGES", ",".join(runnable)).split(",") if c.strip()]
+    part = os.environ.get("PART")
+    if part is not None and part not in PARTS:
+        print(f"PART must be one of {sorted(PARTS)}, not {part!r}", file=sys.stderr)
+        return 2
+    default = [c for c in PARTS[part] if c in runnable] if part else runnable
+    chosen = [c.strip() for c in os.environ.get("CHANGES", ",".join(default)).split(",") if c.strip()]
     unknown = [c for c in chosen if c not in runnable]
     if unknown:
         print(f"unknown change(s) for {device}: {unknown}; choose from {runnable}", file=sys.stderr)
@@ -139,9 +156,12 @@ def main() -> int:
     scale = "" if device == "cuda" else " (the H200's figures; a CPU takes longer per cell, a loaded one several times)"
     print(f"{len(chosen)} change(s) on {device} over {len(baselines)} baseline cell(s): about {estimate // 60} min "
           f"{estimate % 60} s{scale}, less what {work} already holds", flush=True)
+    if device == "cuda" and estimate > 540 and part is None and "CHANGES" not in os.environ:
+        print("  more than one 10-minute device call: run it in parts, PART=1 to PART=4 "
+              + "; ".join(f"PART={p}: {', '.join(cs)}" for p, cs in PARTS.items()), flush=True)
     log = open(out / "planted.log", "a")
     t0 = time.time()
-    summary = []
+    statuses = {}
     for change in chosen:
         base_name, base_opts, head_opts = options_of(change, device)
         files = {}
@@ -152,10 +172,15 @@ def main() -> int:
                 print(f"  bench run {name} failed: see {out / 'planted.log'}", flush=True)
         keys = sorted(k for k in set(base_opts) | set(head_opts) if base_opts.get(k) != head_opts.get(k))
         report, data = out / f"{change}.compare.md", out / f"{change}.compare.json"
+        data.unlink(missing_ok=True)  # an earlier call's answer must not stand for this one's
         status = bench(["compare", *files.values(), "--ignore-option", ",".join(keys), "--profile", "--confidence",
                         confidence, "--markdown", str(report), "--json", str(data)], work, log)
-        summary.append(row(change, status, data, CHANGES[change][2]))
-        print(f"  {change}: {summary[-1][1:]} ({time.time() - t0:.0f} s so far)", flush=True)
+        statuses[change] = status
+        print(f"  {change}: {row(change, status, data, CHANGES[change][2])[1:]} ({time.time() - t0:.0f} s so far)",
+              flush=True)
+    # every change compared into OUT so far, this call's and earlier parts'
+    summary = [row(c, statuses.get(c), out / f"{c}.compare.json", CHANGES[c][2]) for c in CHANGES
+               if c in statuses or (out / f"{c}.compare.json").is_file()]
     table = ["| change | compare exit | first row (module range, else category) | first category | expected | names it | "
              "share of the step-time change explained | unexplained µs |", "|---|---|---|---|---|---|---|---|"]
     table += ["| " + " | ".join(r) + " |" for r in summary]
@@ -168,11 +193,12 @@ def main() -> int:
     return 0
 
 
-def row(change: str, status: int, data: Path, expected: set[str]) -> list[str]:
+def row(change: str, status: int | None, data: Path, expected: set[str]) -> list[str]:
     """Return one summary row from `bench compare --json`: its first rows, whether one names the change, the share."""
     if not data.is_file():
         return [change, str(status), "-", "-", ", ".join(sorted(expected)), "no (compare failed)", "-", "-"]
     got = json.loads(data.read_text())
+    status = got["exit_status"] if status is None else status
     cells = got["attribution"]["attributions"]
     if not cells:
         why = "no regression" if not got["regressions"] else "not attributed: " + "; ".join(
