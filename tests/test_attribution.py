@@ -109,8 +109,10 @@ def test_without_a_step_time_or_module_ranges_it_says_so():
     a = A.attribute("k", "x", [], base, head, (None, None))
     assert all(r.name != A.GAPS for r in a.categories) and a.explained_share is None and a.modules[0].share is None
     assert any("no launch gaps and idle row" in n for n in a.notes)
+    assert A.attribute("k", "x", [], head, base, (None, None)).modules[0].name == "MLP"  # no direction: largest first
     # a table without decode-step ranges (a compiled generate cell): the window per forward pass, categories only
-    flat = [K("gemv", 100.0, "batch:0"), K("gemv", 100.0, "batch:0"), K("copy_kernel", 4.0)]
+    flat = [K("gemv", 100.0, "batch:0"), K("gemv", 100.0, "batch:0"), K("copy_kernel", 4.0),
+            K("batch:0", 300.0)]  # torch.profiler's device-side marker of the batch range: not a kernel
     f = A.step_figures(table(flat), {"window": {"kind": "generate", "batches": 1, "decode_steps": 3}}, "nsys", "t")
     assert f.per == "forward pass (prefill included)" and f.steps == 4 and f.modules is None
     assert f.categories == {"gemm": (0.5, 50.0), "copy": (0.25, 1.0)}

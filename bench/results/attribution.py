@@ -219,8 +219,10 @@ def step_figures(table: dict, profile: dict, tool: str, source: str) -> StepFigu
             n = (int(window.get("decode_steps") or 0) if window.get("kind") == "decode"
                  else int(window.get("batches") or 1) * (int(window.get("decode_steps") or 0) + 1)) or 1
             per = "decode step" if window.get("kind") == "decode" else "forward pass (prefill included)"
+        # torch.profiler on a GPU repeats each range as a device "kernel" named after it, in (no range): not a kernel
         rows = [("", r["kernel"], r["category"], float(r["kernels"]), float(r["total_us"]))
-                for r in table["rows"] if r["range"] in chosen]
+                for r in table["rows"] if r["range"] in chosen
+                and not (r["range"] == NO_RANGE and r["kernel"].split(":", 1)[0] in groups | {"decode_step", "prefill"})]
         with_modules = False
     modules: dict[str, list[float]] = {}
     categories: dict[str, list[float]] = {}
@@ -250,7 +252,9 @@ def _rows(base: dict, head: dict, measured_delta: float | None, gaps: tuple[floa
     if measured_delta:
         rows = [Row(r.name, r.base_kernels, r.head_kernels, r.base_us, r.head_us, r.delta_us / measured_delta)
                 for r in rows]
-    sign = -1.0 if measured_delta is not None and measured_delta < 0 else 1.0
+    if measured_delta is None:  # no direction to explain: the largest moves first
+        return sorted(rows, key=lambda r: (-abs(r.delta_us), r.name))
+    sign = -1.0 if measured_delta < 0 else 1.0
     return sorted(rows, key=lambda r: (-sign * r.delta_us, r.name))
 
 

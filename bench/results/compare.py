@@ -17,7 +17,8 @@ sides to judge the code.
 
 Bad input is refused before any statistics: unknown metrics, a commit not in the store, no
 cells in common, environments that differ on a comparability key (GPU, driver, library
-versions) unless explicitly allowed. `compare_report` is the driver of `bench compare`.
+versions) unless explicitly allowed. `compare_report` makes the comparison, its Markdown and the attribution of
+its judged cells (bench.results.attribution); `bench compare`'s driver is bench.study.compare.
 """
 
 from __future__ import annotations
