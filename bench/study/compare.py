@@ -25,6 +25,7 @@ from pathlib import Path
 from bench.errors import BenchInputError
 
 PROFILE_HINT = "`bench compare --profile` (same arguments) profiles them."
+PROFILED_HINT = "`--profile` did not profile them (an improvement, or a side it cannot stand for: see the warnings)."
 
 
 def compare(base: str, head: str, *, profile: bool = False, profiles: tuple | None = None, tool: str = "torch",
@@ -55,13 +56,14 @@ def compare(base: str, head: str, *, profile: bool = False, profiles: tuple | No
         check_output_file(json_file, "--json")
     settings = _settings(tool, decode_steps) if profile else None
     args = {"markdown_file": markdown_file, "metrics": metrics, "ignore_options": ignore_options, **options}
-    comparison, markdown, warns = compare_report(base, head, profiles=_existing(profiles),
-                                                 profile_hint="" if profile else PROFILE_HINT, **args)
+    hint = PROFILED_HINT if profile else PROFILE_HINT
+    comparison, markdown, warns = compare_report(base, head, profiles=_existing(profiles), profile_hint=hint, **args)
     if profile:
         made, notes = profile_missing(comparison, settings, profiles, printer)
         warns += notes
         if made:
-            comparison, markdown, more = compare_report(base, head, profiles=_existing(profiles), **args)
+            comparison, markdown, more = compare_report(base, head, profiles=_existing(profiles), profile_hint=hint,
+                                                        **args)
             warns += [w for w in more if w not in warns]
     if dashboard:
         from bench.files import write_atomic
