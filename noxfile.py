@@ -254,6 +254,9 @@ def asv(session: nox.Session) -> None:
         session.log("ModelCell (the real model on the CPU): compared and published, not gated")
         session.run(*continuous, "--bench", ASV_TRACKED, base, head, success_codes=[0, 1])
         session.log(f"the gate: {ASV_GATED}")
+        session.log(f"on a regression, where the time went: profile each side in a checkout of its commit and run "
+                    f"`bench compare BASE.jsonl HEAD.jsonl --profiles BASE-profiles.jsonl HEAD-profiles.jsonl` "
+                    f"({base} vs {head}; docs/guide/regressions.md, 'After asv continuous')")
         session.run(*continuous, "--bench", ASV_GATED, base, head)
     finally:
         session.run("asv", "publish")

@@ -251,7 +251,7 @@ DRIVERS: dict[str, str] = {
     "presets": "bench.spec.presets",
     "run": "bench.study.run",
     "report": "bench.report.driver",
-    "compare": "bench.results.compare",
+    "compare": "bench.study.compare",
     "study": "bench.study.driver",
     "oom": "bench.oom.driver",
     "profile": "bench.profiling.driver",

@@ -129,7 +129,7 @@ def test_profile_reads_an_ncu_report_into_its_tables(tmp_path, monkeypatch):
     assert got["roofline_total"]["kernels"] == 5 and got["roofline_total"]["duration_us"] == 47.0
     assert got["roofline_total"]["pct_of_copy_bandwidth"] is not None
     assert (out / "ncu_raw.csv").read_text() == FIXTURE.read_text()
-    assert "of the speed of light" in (out / "roofline.md").read_text()
+    assert "of the copy bandwidth" in (out / "roofline.md").read_text()
     table = KernelTable.load(got["kernel_table"])
     assert table.source == "ncu" and table.range("decode_step").kernels_per_instance == 5
     assert table.meta["ncu_version"] == "2025.3.1.0"
@@ -320,3 +320,39 @@ def test_bench_report_shows_each_cells_ncu_roofline(tmp_path):
         paths = build_report([store], tmp_path / "r2")
     assert "One decode step against its roofline" not in paths["report"].read_text()
     assert any("ncu roofline" in w and "bench kernels" in w for w in paths["warnings"]), paths["warnings"]
+
+
+def test_the_roofline_holds_the_step_against_the_bytes_it_must_read():
+    """The same accounting as the % SOL column (speed_of_light.decode_step_bytes), as the session records it: the
+    fixture's 5 kernels take 47 us; a step that must read 100 MB at 4 TB/s needs 25 us (53 % SOL); one that must
+    read 400 MB needs 100 us: faster than its bound, flagged impossible."""
+    from bench.profiling.ncu_collector import step_sol
+
+    kernels = parse_csv(FIXTURE.read_text())
+    bound = {"bytes": 100_000_000, "weight_bytes": 99_000_000, "embedding_row_bytes": 8192, "kv_bytes": 991_808}
+    t = roofline_table(kernels, 4.0e12, {"step_bound": bound})
+    md = t.to_markdown()
+    assert "the 100 MB a step must read (99 MB of weights read whole" in md and "25 us at the copy bandwidth: 53% SOL." in md
+    assert step_sol(bound, 47.0, 4.0e12) == {"bytes": 100_000_000, "time_us": 25.0, "sol_pct": pytest.approx(53.19, abs=0.01),
+                                             "impossible": False}
+    fast = roofline_table(kernels, 4.0e12, {"step_bound": {**bound, "bytes": 400_000_000}}).to_markdown()
+    assert "213% SOL, **impossible**: faster than its own bound" in fast
+    assert step_sol(None, 47.0, 4.0e12) is None and step_sol(bound, 47.0, None) is None
+    assert "SOL" not in roofline_table(kernels, 4.0e12).to_markdown()  # no bound recorded: no SOL claimed
+
+
+def test_profile_reads_the_session_step_bound_into_the_roofline(tmp_path):
+    from types import SimpleNamespace
+
+    from bench.profiling.readback import read_ncu
+
+    fake = tmp_path / "ncu"
+    fake.write_text(f"#!/bin/sh\n[ \"$1\" = --import ] && cat {FIXTURE} && exit 0\nexit 3\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    out = tmp_path / "cell-ncu"
+    out.mkdir()
+    (out / "report.ncu-rep").write_bytes(b"rep")
+    got = read_ncu(str(fake), out, SimpleNamespace(cell_id="c1", label="x"),
+                   {"copy_bandwidth": {"bandwidth_bytes_s": 4.0e12}, "step_bound": {"bytes": 400_000_000}})
+    assert got["roofline_total"]["impossible"] and got["roofline_total"]["sol_pct"] == pytest.approx(212.77, abs=0.01)
+    assert "**impossible**" in (out / "roofline.md").read_text()

@@ -16,40 +16,71 @@ def test_kv_bytes_per_token_qwen7b_bf16():
     assert kv_bytes_per_token({**gqa, "head_dim": 64}, 2) == 2 * 2 * 2 * 64 * 2  # an explicit head_dim wins
 
 
-def test_a_step_streams_every_weight_but_an_untied_embedding_table():
-    emb = QWEN_7B_SHAPE["vocab_size"] * QWEN_7B_SHAPE["hidden_size"] * 2  # bf16: 1.24 GB
-    assert sol.streamed_weight_bytes(15_000_000_000, emb, tied=False) == 15_000_000_000 - emb
-    assert sol.streamed_weight_bytes(15_000_000_000, emb, tied=True) == 15_000_000_000  # read as the output head
+# The Qwen-7B shape in bf16, by hand: vocab 151936 x hidden 4096 x 2 B = 1,244,659,712 B per embedding table
+# (the input table and the untied LM head alike); per layer q/k/v 3 x 4096^2 + 3 x 4096 bias, o 4096^2, MLP
+# 3 x 4096 x 11008, two norms 2 x 4096 = 202,395,648 parameters; 32 layers + 2 tables + the final norm's 4096
+# = 7,721,324,544 parameters = 15,442,649,088 B. A row of the table: 4096 x 2 = 8192 B. KV: 2 x 32 layers x
+# 32 heads x 128 x 2 B = 524,288 B (512 KiB) per token.
+EMBEDDING = 151936 * 4096 * 2
+QWEN7B = sol.WeightBytes(stored=15_442_649_088, embedding_table=EMBEDDING, embedding_row=8192, tied=False)
+KV = 524_288
 
 
-def test_decode_step_and_batch_bound_by_hand():
-    assert sol.decode_step_bytes(1000, 10, [3, 5]) == 1000 + 80
-    # One request, 2 in / 3 out: prefill reads 1000; step 1 reads 1000 + 10*3; step 2 1000 + 10*4.
-    assert sol.batch_lower_bound_s([(2, 3)], 1000, 10, 100.0) == pytest.approx((1000 + 1030 + 1040) / 100)
-    # Two rows, outputs 1 and 3: the short row is done after prefill and is not read again.
-    assert sol.batch_lower_bound_s([(4, 1), (2, 3)], 1000, 10, 1.0) == pytest.approx(1000 + 1030 + 1040)
-    assert sol.run_lower_bound_s([[(2, 3)], [(2, 3)]], 1000, 10, 100.0) == pytest.approx(2 * 30.7)
-    assert sol.batch_lower_bound_s([], 1000, 10, 1.0) == 0.0
-
-
-def sol_tokens_per_s(weight_bytes, kv_per_token, context_len, batch, bandwidth_bytes_s):
-    """Decode speed-of-light in output tokens/s for `batch` rows at one context length."""
-    return batch / (sol.decode_step_bytes(weight_bytes, kv_per_token, [context_len] * batch) / bandwidth_bytes_s)
-
-
-def test_sol_tokens_per_s_matches_the_probe_figure():
-    # Qwen-7B shape in bf16 at 4.28 TB/s, batch 1, context 256: about 275 tok/s.
+def test_the_qwen7b_shape_by_hand():
     from bench.models import resolve_model
 
-    w = resolve_model("qwen-7b-shape").num_parameters * 2
-    rate = sol_tokens_per_s(w, 524288, 256, 1, 4.28e12)
-    assert 265 < rate < 285  # the issue's figure, every weight counted
-    # What a step reads: less the 1.24 GB embedding table; at the H200's 4.24 TB/s, about 296 tok/s.
-    emb = QWEN_7B_SHAPE["vocab_size"] * QWEN_7B_SHAPE["hidden_size"] * 2
-    streamed = sol.streamed_weight_bytes(w, emb, tied=False)
-    assert streamed == pytest.approx(14.20e9, rel=1e-3)
-    assert sol_tokens_per_s(streamed, 524288, 256, 1, 4.24e12) == pytest.approx(296, abs=1)
-    assert sol_tokens_per_s(100, 0, 0, 4, 1000.0) == pytest.approx(40.0)
+    assert EMBEDDING == 1_244_659_712  # 1.245 GB
+    assert resolve_model("qwen-7b-shape").num_parameters * 2 == QWEN7B.stored
+    assert kv_bytes_per_token(QWEN_7B_SHAPE, 2) == KV
+    # a step reads every weight but the input table: 15,442,649,088 - 1,244,659,712
+    assert QWEN7B.streamed == 14_197_989_376
+
+
+def test_a_step_reads_embedding_rows_not_the_table_the_head_whole_and_the_kv_cache():
+    # batch 1 at context 256: weights 14,197,989,376 + one row 8192 + 256 x 524,288 = 134,217,728 of KV
+    assert sol.decode_step_bytes(QWEN7B, KV, [256]) == 14_197_989_376 + 8192 + 134_217_728 == 14_332_215_296
+    # batch 8 at context 1024: 8 rows and 8 x 1024 tokens of KV (4,294,967,296 B): the KV cache is 23 % of the step
+    assert sol.decode_step_bytes(QWEN7B, KV, [1024] * 8) == 14_197_989_376 + 65_536 + 4_294_967_296
+    # a tied table is read whole as the head, and its rows by the lookup
+    tied = sol.WeightBytes(stored=1000, embedding_table=400, embedding_row=4, tied=True)
+    assert tied.streamed == 1000 and sol.decode_step_bytes(tied, 10, [3, 5]) == 1000 + 2 * 4 + 80
+    # what the bound was before: every stored byte (15.44 GB) and no KV cache, 8.4 % below what batch 1 reads at 256
+    assert QWEN7B.stored / sol.decode_step_bytes(QWEN7B, KV, [256]) == pytest.approx(1.0775, abs=1e-4)
+
+
+def test_batch_bound_by_hand():
+    w = sol.WeightBytes(stored=1100, embedding_table=100, embedding_row=1, tied=False)  # streams 1000
+    # One request, 2 in / 3 out: prefill reads 1000 + 2 rows; step 1 reads 1000 + 1 + 10*3; step 2 1000 + 1 + 10*4.
+    assert sol.batch_lower_bound_s([(2, 3)], w, 10, 100.0) == pytest.approx((1002 + 1031 + 1041) / 100)
+    # Two rows, outputs 1 and 3: the short row is done after prefill and is not read again.
+    assert sol.batch_lower_bound_s([(4, 1), (2, 3)], w, 10, 1.0) == pytest.approx(1006 + 1031 + 1041)
+    assert sol.run_lower_bound_s([[(2, 3)], [(2, 3)]], w, 10, 100.0) == pytest.approx(2 * 30.74)
+    assert sol.batch_lower_bound_s([], w, 10, 1.0) == 0.0
+
+
+def test_step_bound_and_sol_pct_at_the_h200_bandwidth():
+    b = sol.step_bound(QWEN7B, KV, [256], 4.24e12)
+    assert b["bytes"] == 14_332_215_296 and b["kv_bytes"] == 134_217_728 and b["embedding_row_bytes"] == 8192
+    assert b["time_us"] == pytest.approx(3380.24, abs=0.01)  # 14.33 GB at 4.24 TB/s: about 296 tok/s at batch 1
+    assert 1e6 / b["time_us"] == pytest.approx(295.8, abs=0.1)
+    assert sol.step_bound(QWEN7B, KV, [256], None)["time_us"] is None
+    assert sol.sol_pct(3.38e-3, 5.0e-3) == pytest.approx(67.6)
+    assert sol.sol_pct(3.38e-3, 3.0e-3) > 100  # impossible: the reports flag it
+    assert sol.sol_pct(None, 1.0) is None and sol.sol_pct(1.0, 0.0) is None
+
+
+def test_model_weight_bytes_of_a_real_model():
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from bench.models import resolve_model
+
+    untied = {**resolve_model("qwen-tiny").config, "tie_word_embeddings": False, "vocab_size": 1000}
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**untied), dtype=torch.float32)
+    w = sol.model_weight_bytes(model)
+    assert w.stored == sum(p.numel() for p in model.parameters()) * 4
+    assert w.embedding_table == 1000 * 128 * 4 and w.embedding_row == 128 * 4 and not w.tied
+    assert w.streamed == w.stored - 1000 * 128 * 4  # the LM head (also 1000 x 128) stays in
 
 
 def test_copy_bandwidth_file_names_host_and_gpu(tmp_path):
@@ -115,3 +146,43 @@ def test_gpu_info_names_the_physical_gpu(monkeypatch):
     info = gpu_info(0)
     assert info["gpu_uuid"] == "GPU-5a76b6e0-dff7-7eaa-b352-20619d6d2fa2"
     assert info["gpu_name"] == "NVIDIA H200" and info["compute_capability"] == "9.0"
+
+
+def test_a_figure_above_its_bound_is_flagged_impossible_in_the_speedup_table():
+    import pandas as pd
+
+    from bench.report.render import render_rows, to_markdown
+    from bench.report.tables import speedup_table
+
+    base = {"store": "s", "model": "m", "device": "cuda", "workload": "w", "options": "{}", "gpu_name": None,
+            "commit": None, "error": None, "started_at": 0.0, "schema_version": 1, "status": "ok", "trial": 0,
+            "backend": "hf", "request_throughput": 0.1, "output_throughput": 50.0}
+    rows = [{**base, "cell_id": "a", "precision": "bf16", "max_batch_size": 1, "sol_pct": 61.0},
+            {**base, "cell_id": "b", "precision": "int4", "max_batch_size": 1, "sol_pct": 123.4}]
+    t = speedup_table(pd.DataFrame(rows))["w"]
+    headers, cells = render_rows(t)
+    col = headers.index("% SOL")
+    assert [r[col] for r in cells] == ["61", "123 ✗ impossible"]  # never printed plain
+    (warning,) = [w for w in t.warnings if "% SOL" in w]
+    assert warning.startswith("hf/int4/bs1 on w: % SOL 123 is above 100 %") and "timing or accounting bug" in warning
+    assert "⚠ hf/int4/bs1 on w: % SOL 123" in to_markdown({"w": t})
+
+
+def test_the_kernel_section_puts_each_profiled_step_against_its_bound():
+    from bench.report.bounds import sol_text, step_bound_markdown
+    from bench.results.records import parse
+
+    def rec(cell_id, step_ms, tool="torch", roofline=None):
+        bound = sol.step_bound(QWEN7B, KV, [256], 4.24e12)
+        return parse({"schema_version": 2, "kind": "profile", "status": "ok", "cell_id": cell_id,
+                      "cell": {"backend": "hf", "precision": "bf16", "max_batch_size": 1},
+                      "extra": {"tool": tool, "profile": {"tool": tool, "step_ms": step_ms, "step_bound": bound,
+                                                          "roofline_total": roofline or {}}}})
+
+    text = step_bound_markdown([rec("a", 5.0), rec("b", 3.0), rec("c", None, "ncu", {"duration_us": 6760.5})])
+    assert "| hf/bf16/bs1 (torch) | 14332.2 | 3380.2 | 5000.0 (the unprofiled decode step) | 68 |" in text
+    assert "| hf/bf16/bs1 (torch) | 14332.2 | 3380.2 | 3000.0 (the unprofiled decode step) | 113 ✗ impossible |" in text
+    assert "| hf/bf16/bs1 (ncu) | 14332.2 | 3380.2 | 6760.5 (ncu's kernel time of the step) | 50 |" in text
+    assert "is impossible: a timing or accounting bug" in text
+    assert step_bound_markdown([rec("a", None)]) == ""  # no step time to hold against the bound
+    assert sol_text(None) == sol_text(float("nan")) == "" and sol_text(100.0) == "100"

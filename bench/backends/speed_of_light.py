@@ -1,10 +1,14 @@
 """Speed-of-light: the least time a decode can take when it only has to read its bytes once.
 
-A decode step of a dense decoder must read every weight once (at its stored precision; the
-input embedding table only a row per sequence, see `streamed_weight_bytes`) and,
-for each sequence still generating, the KV cache of its current length. Dividing those bytes
-by the device's memory bandwidth gives a lower bound on the step's time; the ratio of that
-bound to the measured time is the cell's % of speed-of-light (`sol_pct`).
+A decode step of a dense decoder reads each weight once at its stored width (a quantized weight
+as its packed integers plus its scales and zero points), but of the input embedding table only
+one row per sequence; the LM head is read whole (a tied head is the table itself). It also reads,
+for each sequence still generating, the KV cache of its current length. `decode_step_bytes` is
+the one place those bytes are counted: the run's bound (`run_lower_bound_s`, the `% SOL` column),
+the profiling session's step bound (`step_bound`) and the ncu roofline's all come from it.
+Dividing by the device's memory bandwidth gives a lower bound on the step's time; the ratio of
+that bound to the measured time is the % of speed-of-light (`sol_pct`). Above 100 % it is
+impossible: a timing or accounting bug, which the reports flag, never print plain.
 
 The bandwidth is measured, not taken from a datasheet: a large device-to-device copy, counting
 the bytes read plus the bytes written, once per machine and GPU, cached as JSON.
@@ -16,27 +20,72 @@ import json
 import socket
 import time
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench.files import write_atomic
 
 
-def streamed_weight_bytes(weight_bytes: int, embedding_bytes: int, tied: bool) -> int:
-    """Return the weight bytes a decode step reads: every weight but the input embedding table.
+@dataclass(frozen=True)
+class WeightBytes:
+    """A model's weights as a decode step reads them: every stored byte, and the input embedding table apart."""
 
-    A step looks up one embedding row per sequence, not the table (a tied table is still read
-    whole, as the output projection); counting it would flatter every cell's % of speed-of-light.
-    """
-    return weight_bytes if tied else weight_bytes - embedding_bytes
+    stored: int  # every weight at its stored width (quantized: data + scales + zero points), the embedding table too
+    embedding_table: int  # the input embedding table's bytes
+    embedding_row: int  # one row of it: what a step looks up per sequence
+    tied: bool  # the LM head is the embedding table (read whole as the head)
+
+    @property
+    def streamed(self) -> int:
+        """Return the weight bytes a step reads whole: every weight but an untied input embedding table."""
+        return self.stored if self.tied else self.stored - self.embedding_table
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "streamed": self.streamed}
 
 
-def decode_step_bytes(weight_bytes: int, kv_per_token: int, context_lens: Sequence[int]) -> int:
-    """Return the bytes one decode step must read: all weights plus each active row's KV cache."""
-    return weight_bytes + kv_per_token * sum(context_lens)
+def model_weight_bytes(model) -> WeightBytes:
+    """Return the WeightBytes of a loaded torch model (its parameters at their stored width, the embedding apart)."""
+    from bench.backends.hf.quantize import stored_bytes
+
+    stored = sum(stored_bytes(p) for p in model.parameters())
+    emb, head = model.get_input_embeddings(), model.get_output_embeddings()
+    tied = head is not None and getattr(head, "weight", None) is emb.weight  # gemlite's modules have no .weight
+    table = stored_bytes(emb.weight)
+    return WeightBytes(stored, table, table // max(1, emb.weight.shape[0]), tied)
+
+
+def decode_step_bytes(weights: WeightBytes, kv_per_token: int, context_lens: Sequence[int]) -> int:
+    """Return the bytes one decode step must read: the weights read whole, one embedding row per active sequence,
+    and each active sequence's KV cache at its context length (the one place these bytes are counted)."""
+    return weights.streamed + weights.embedding_row * len(context_lens) + kv_per_token * sum(context_lens)
+
+
+def prefill_bytes(weights: WeightBytes, input_lens: Sequence[int]) -> int:
+    """Return the bytes a prefill must read: the weights once and one embedding row per prompt token (no KV to read)."""
+    return weights.streamed + weights.embedding_row * sum(input_lens)
+
+
+def step_bound(weights: WeightBytes, kv_per_token: int, context_lens: Sequence[int],
+               bandwidth_bytes_s: float | None) -> dict:
+    """Return one decode step's bound: its bytes (decode_step_bytes) and their parts, and the time they take at the
+    bandwidth (None without one)."""
+    total = decode_step_bytes(weights, kv_per_token, context_lens)
+    return {"bytes": total, "weight_bytes": weights.streamed, "embedding_row_bytes": weights.embedding_row * len(context_lens),
+            "kv_bytes": kv_per_token * sum(context_lens), "context_lens": list(context_lens),
+            "time_us": total / bandwidth_bytes_s * 1e6 if bandwidth_bytes_s else None,
+            "bandwidth_bytes_s": bandwidth_bytes_s}
+
+
+def sol_pct(bound_s: float | None, measured_s: float | None) -> float | None:
+    """Return 100 x bound / measured: the % of speed-of-light (None when either is missing or not positive)."""
+    if not bound_s or not measured_s or measured_s <= 0:
+        return None
+    return 100.0 * bound_s / measured_s
 
 
 def batch_lower_bound_s(
-    lens: Sequence[tuple[int, int]], weight_bytes: int, kv_per_token: int, bandwidth_bytes_s: float
+    lens: Sequence[tuple[int, int]], weights: WeightBytes, kv_per_token: int, bandwidth_bytes_s: float
 ) -> float:
     """Return the memory-bound lower limit (s) on generating one static batch.
 
@@ -47,17 +96,17 @@ def batch_lower_bound_s(
     """
     if not lens:
         return 0.0
-    total = weight_bytes  # prefill
+    total = prefill_bytes(weights, [inp for inp, _ in lens])
     for k in range(1, max(out for _, out in lens)):
-        total += decode_step_bytes(weight_bytes, kv_per_token, [inp + k for inp, out in lens if out > k])
+        total += decode_step_bytes(weights, kv_per_token, [inp + k for inp, out in lens if out > k])
     return total / bandwidth_bytes_s
 
 
 def run_lower_bound_s(
-    batches: Sequence[Sequence[tuple[int, int]]], weight_bytes: int, kv_per_token: int, bandwidth_bytes_s: float
+    batches: Sequence[Sequence[tuple[int, int]]], weights: WeightBytes, kv_per_token: int, bandwidth_bytes_s: float
 ) -> float:
     """Return the lower limit (s) on a run of static batches, one after the other."""
-    return sum(batch_lower_bound_s(b, weight_bytes, kv_per_token, bandwidth_bytes_s) for b in batches)
+    return sum(batch_lower_bound_s(b, weights, kv_per_token, bandwidth_bytes_s) for b in batches)
 
 
 def bandwidth_cache_dir(engines_dir) -> Path:

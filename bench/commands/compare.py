@@ -1,6 +1,7 @@
 """`bench compare BASE HEAD`: regression verdicts between two stores or two commits' results.
 
-Parses the flags and calls bench.results.compare.compare_report; prints its Markdown, its warnings and the count.
+Parses the flags and calls bench.study.compare.compare (the verdicts, their attribution from profiles, and with
+--profile the profiles it needs); prints its Markdown, its warnings and the count.
 """
 
 from __future__ import annotations
@@ -33,16 +34,29 @@ def register(sub) -> None:
     c.add_argument("--allow-env-mismatch", action="store_true",
                    help="compare even when GPU, driver or library versions differ (a warning instead of an error)")
     c.add_argument("--markdown", metavar="FILE", help="also write the Markdown report (for a pull-request comment) here")
+    c.add_argument("--profiles", nargs=2, metavar=("BASE", "HEAD"),
+                   help="profile stores (`bench profile` records) of the base and head sides, for where the time of each "
+                        "regressed cell went (default: each side's profiles/<matrix>.jsonl)")
+    c.add_argument("--profile", action="store_true",
+                   help="profile the regressed cells that have no stored profile first (one window of a few decode steps "
+                        "a side, sides measured at this checkout's commit), then attribute their change")
+    c.add_argument("--profile-tool", choices=("torch", "nsys"), default="torch",
+                   help="the profiler --profile runs (default torch: torch.profiler, CPU ops on a CPU)")
+    c.add_argument("--decode-steps", type=int, default=4, help="decode steps in each --profile window (default 4)")
+    c.add_argument("--dashboard", metavar="FILE", help="also write the comparison and its attribution as one HTML page")
+    c.add_argument("--json", metavar="FILE", help="also write the verdicts and the attribution as JSON (for scripts)")
     c.set_defaults(func=cmd_compare)
 
 
 def cmd_compare(args) -> int:
-    from bench.results.compare import compare_report
+    from bench.study.compare import compare
 
-    comparison, markdown, store_warnings = compare_report(
+    comparison, markdown, store_warnings = compare(
         args.base, args.head, markdown_file=args.markdown, metrics=args.metrics, ignore_options=args.ignore_option,
         base_commit=args.base_commit, head_commit=args.head_commit, factor=args.factor, confidence=args.confidence,
-        test=args.test, allow_env_mismatch=args.allow_env_mismatch, pool=args.pool)
+        test=args.test, allow_env_mismatch=args.allow_env_mismatch, pool=args.pool, profile=args.profile,
+        profiles=args.profiles, tool=args.profile_tool, decode_steps=args.decode_steps, dashboard=args.dashboard,
+        json_file=args.json)
     for w in store_warnings:
         print(f"bench compare: warning: {w}", file=sys.stderr)
     print(markdown)

@@ -12,6 +12,11 @@ colon), so "per RMSNorm call" means the median over every RMSNorm instance in th
 Categories come from the kernel name alone, so they still work where ranges vanish: compiled
 graphs and engines fuse across module boundaries (an Inductor Triton kernel that holds an
 RMSNorm is named `triton_red_fused_..._mean_pow_rsqrt...`; TensorRT-LLM's is `generalRmsNorm`).
+
+Every table also holds, in meta["decode_steps"], the kernels of its decode-step ranges by the
+innermost module range that launched them (`decode_step_breakdown`): the exclusive view per step
+that `bench compare`'s attribution reads (bench/results/attribution.py), which the inclusive rows,
+summed over prefill and decode alike, cannot give.
 """
 
 from __future__ import annotations
@@ -217,6 +222,35 @@ class KernelTable:
         return "\n".join(out) + "\n"
 
 
+STEP_GROUP = "decode_step"
+PHASE_GROUPS = ("decode_step", "prefill", "batch")  # ranges around whole forward passes, not modules
+DECODE_STEPS_VERSION = 1
+
+
+def decode_step_breakdown(kernels: list[AttributedKernel], instances: dict[str, set]) -> dict | None:
+    """Return the kernels inside decode-step ranges by innermost module range, or None when the window has no step.
+
+    {"version", "steps": decode-step range instances, "module_ranges": whether any module range was pushed,
+    "rows": [[module group ("" outside every module range), kernel name, category, launches, us], ...]}: all
+    steps together, each kernel once, in the innermost module range enclosing its launch inside its step.
+    """
+    steps = {(label, key) for label, keys in instances.items() if range_group(label) == STEP_GROUP for key in keys}
+    if not steps:
+        return None
+    per: dict[tuple[str, str], list] = defaultdict(lambda: [0, 0.0])
+    for k in kernels:
+        groups = [range_group(label) for label, _ in k.ranges]
+        if STEP_GROUP not in groups:
+            continue
+        modules = [g for g in groups[groups.index(STEP_GROUP) + 1:] if g not in PHASE_GROUPS]
+        slot = per[(modules[-1] if modules else "", k.name)]
+        slot[0] += 1
+        slot[1] += k.duration_us
+    return {"version": DECODE_STEPS_VERSION, "steps": len(steps),
+            "module_ranges": any(range_group(label) not in PHASE_GROUPS for label in instances),
+            "rows": [[module, name, categorize(name), n, us] for (module, name), (n, us) in sorted(per.items())]}
+
+
 def build_kernel_table(
     kernels: list[AttributedKernel],
     instances: dict[str, set],
@@ -290,10 +324,14 @@ def build_kernel_table(
         CategoryRow(cat, cats[cat][0], cats[cat][1], cats[cat][1] / total_us if total_us else 0.0)
         for cat in CATEGORIES if cat in cats
     ]
+    meta = dict(meta or {})
+    steps = decode_step_breakdown(kernels, instances)
+    if steps is not None:
+        meta["decode_steps"] = steps
     return KernelTable(
         source=source, unit=unit, scope="innermost" if innermost_only else "inclusive",
         rows=rows, ranges=summaries, categories=categories, total_kernels=len(kernels),
-        total_us=total_us, meta=dict(meta or {}),
+        total_us=total_us, meta=meta,
     )
 
 

@@ -24,6 +24,11 @@ The roofline's bandwidth is the harness's own measured copy bandwidth
 (bench/backends/speed_of_light.py: read + written bytes per second of a device copy), the
 figure the speed-of-light column divides by; so a kernel's "% of copy bandwidth" is
 (read + written bytes) / duration over it, and its time at that bandwidth is bytes / it.
+The step's speed of light is not its measured DRAM traffic (which re-reads and spills inflate)
+but the bytes it must read, as the `% SOL` column counts them (speed_of_light.decode_step_bytes:
+the weights read whole, one embedding row per sequence, the KV cache at the step's context
+lengths), passed in by the session as meta["step_bound"]; a step faster than that bound is
+flagged impossible (IMPOSSIBLE), a timing or accounting bug.
 
 Flags and metric names, from the Nsight Compute CLI documentation
 (https://docs.nvidia.com/nsight-compute/NsightComputeCli/index.html): `--nvtx` with
@@ -294,6 +299,17 @@ class RooflineRow:
 
 
 LONGEST = "Longest "  # starts the line of roofline.md above its longest kernels (the report leaves that list out)
+IMPOSSIBLE = "**impossible**"  # a measured step faster than its own bound: never printed as a plain % SOL
+
+
+def step_sol(step_bound: dict | None, duration_us: float, bandwidth_bytes_s: float | None) -> dict | None:
+    """Return the step's bound against its kernels' time: {"bytes", "time_us", "sol_pct", "impossible"}, or None
+    without a bound or a bandwidth. The bytes are speed_of_light.decode_step_bytes's, as the session recorded them."""
+    if not step_bound or not step_bound.get("bytes") or not bandwidth_bytes_s or duration_us <= 0:
+        return None
+    bound_us = step_bound["bytes"] / bandwidth_bytes_s * 1e6
+    pct = 100.0 * bound_us / duration_us
+    return {"bytes": step_bound["bytes"], "time_us": bound_us, "sol_pct": pct, "impossible": pct > 100.0}
 
 
 @dataclass
@@ -332,7 +348,15 @@ class RooflineTable:
         if bw:
             head += (f" The step's kernels take {t.duration_us:.0f} us for {(t.dram_read_mb + t.dram_write_mb):.0f} MB "
                      f"of DRAM traffic, {t.time_at_copy_bandwidth_us:.0f} us at that bandwidth: "
-                     f"{t.pct_of_copy_bandwidth:.0f}% of the speed of light.")
+                     f"{t.pct_of_copy_bandwidth:.0f}% of the copy bandwidth.")
+        sol = step_sol(self.meta.get("step_bound"), t.duration_us, bw)
+        if sol:
+            b = self.meta["step_bound"]
+            head += (f" Its speed of light: the {sol['bytes'] / 1e6:.0f} MB a step must read ({b.get('weight_bytes', 0) / 1e6:.0f} "
+                     f"MB of weights read whole, {b.get('embedding_row_bytes', 0) / 1e6:.2f} MB of embedding rows, "
+                     f"{b.get('kv_bytes', 0) / 1e6:.1f} MB of KV cache at the step's context lengths; the `% SOL` column's "
+                     f"accounting), {sol['time_us']:.0f} us at the copy bandwidth: {sol['sol_pct']:.0f}% SOL"
+                     + (f", {IMPOSSIBLE}: faster than its own bound, a timing or accounting bug." if sol["impossible"] else "."))
         cols = ("| {} | category | kernels | us | DRAM read MB | DRAM write MB | GB/s | % of copy bw | us at copy bw "
                 "| DRAM % of peak (ncu) | SM % of peak (ncu) |")
         sep = "|---|---|---|---|---|---|---|---|---|---|---|"
@@ -413,9 +437,12 @@ def write_roofline(kernels: list[NcuKernel], copy_bandwidth_bytes_s: float | Non
     roofline.save(out_dir / "roofline.json")
     (out_dir / "roofline.md").write_text(roofline.to_markdown())
     path = kernel_table(kernels, meta=meta).save(out_dir / "kernel_table.json")
+    total = {k: getattr(roofline.total, k) for k in ("kernels", "duration_us", "time_at_copy_bandwidth_us", "pct_of_copy_bandwidth")}
+    sol = step_sol(meta.get("step_bound"), roofline.total.duration_us, copy_bandwidth_bytes_s)
+    if sol:
+        total.update(step_bound_us=sol["time_us"], sol_pct=sol["sol_pct"], impossible=sol["impossible"])
     return {"kernel_table": str(path), "roofline": str(out_dir / "roofline.json"), "roofline_md": str(out_dir / "roofline.md"),
-            "roofline_total": {k: getattr(roofline.total, k) for k in ("kernels", "duration_us", "time_at_copy_bandwidth_us",
-                                                                     "pct_of_copy_bandwidth")}}
+            "roofline_total": total}
 
 
 def kernel_table(kernels: list[NcuKernel], step: str = NCU_STEP, meta: dict | None = None) -> KernelTable:

@@ -56,7 +56,7 @@ def read_ncu(ncu: str, out_dir: Path, cell, session: dict) -> dict:
     kernels = ncu_collector.parse_csv(done.stdout)
     bw = (session.get("copy_bandwidth") or {}).get("bandwidth_bytes_s")
     meta = {"cell_id": cell.cell_id, "label": cell.label, "ncu_version": session.get("ncu_version"),
-            "range": ncu_collector.NCU_STEP}
+            "range": ncu_collector.NCU_STEP, "step_bound": session.get("step_bound")}
     return {**ncu_collector.write_roofline(kernels, bw, meta, out_dir), "trace": str(reports[-1])}
 
 
@@ -170,11 +170,24 @@ def _ncu(report: Path, out: Path, copy_bandwidth_gbs: float | None) -> str:
         bw = _stored_bandwidth(report.parent / "session.json")
         if bw:
             source = f"measured by the profile ({report.parent / 'session.json'})"
-    meta = {"imported_from": str(report.resolve()), "range": ncu_collector.NCU_STEP, "copy_bandwidth_source": source}
+    meta = {"imported_from": str(report.resolve()), "range": ncu_collector.NCU_STEP, "copy_bandwidth_source": source,
+            "step_bound": _stored_step_bound(report.parent / "session.json")}  # the bytes the step must read, if said
     files = ncu_collector.write_roofline(kernels, bw, meta, out)
     write_side_tables(Path(files["kernel_table"]))
     return (f"## {report}\n\nCopy bandwidth: {source}.\n\n" + Path(files["roofline_md"]).read_text()
             + f"\nroofline: {files['roofline']}; kernel table: {files['kernel_table']}\n")
+
+
+def _stored_step_bound(session: Path):
+    """Return the step bound a profile's session.json stored (bench.backends.speed_of_light), or None (none, unreadable)."""
+    import json
+
+    try:
+        stored = json.loads(session.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    bound = stored.get("step_bound") if isinstance(stored, dict) else None
+    return bound if isinstance(bound, dict) else None
 
 
 def _stored_bandwidth(session: Path) -> float | None:

@@ -170,6 +170,12 @@ def run_session(job: dict) -> dict:
         result["step_ms"] = unprofiled_s / job["decode_steps"] * 1e3
     if getattr(loaded, "bandwidth", None):
         result["copy_bandwidth"] = loaded.bandwidth  # the roofline's bandwidth (speed_of_light.copy_bandwidth)
+    if getattr(loaded, "weights", None) is not None:
+        from bench.backends.speed_of_light import step_bound
+
+        # Decode step 1 of the first batch (the step ncu replays): each row attends over its prompt and one new token.
+        result["step_bound"] = step_bound(loaded.weights, loaded.kv_per_token, [r.input_len + 1 for r in chunks[0]],
+                                          (loaded.bandwidth or {}).get("bandwidth_bytes_s"))
     # ncu replays the kernels of one decode-step range: no module ranges inside it (the per-kernel table is by name)
     patterns = job["patterns"] if hooks and tool != "ncu" else []
     window.prepare()

@@ -224,9 +224,11 @@ def _table_history(table, selection) -> pd.DataFrame:
 
 def _build_report(stores, out_dir, baseline, kernels, profiles, pool, columnar) -> dict[str, Path]:
     from bench.oom.search import frontier_markdown, frontier_rows
+    from bench.report.bounds import step_bound_markdown
     from bench.report.kernel_panel import (
         kernel_frame,
         kernel_summary_markdown,
+        latest_per_cell,
         roofline_markdown,
     )
 
@@ -252,7 +254,8 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool, columnar) 
             out.mkdir(parents=True, exist_ok=True)
             extra_paths["kernels"] = out / "kernels.csv"
             _write(extra_paths["kernels"], kf.frame.to_csv(index=False))
-            sections["Kernels of one decode step (bench profile)"] = kernel_summary_markdown(kf.summary)
+            sections["Kernels of one decode step (bench profile)"] = (kernel_summary_markdown(kf.summary)
+                                                                     + step_bound_markdown(latest_per_cell(profiled)))
         roofline, roofline_warnings = roofline_markdown(profiled, bases)
         kernel_warnings += roofline_warnings
         if roofline:

@@ -12,6 +12,7 @@ import html
 
 import pandas as pd
 
+from bench.report.bounds import sol_text
 from bench.report.tables import (
     ACCURACY_COLUMNS,
     OPTIONAL,
@@ -90,7 +91,8 @@ def render_rows(speedups: SpeedupTable) -> tuple[list[str], list[list[str]]]:
             runs_text(r),
             spread_text(r.get("output_throughput__run_cv"), r.get("output_throughput__trial_cv"), r.get("runs"),
                         (bool(r.get("stability")) and not (r.get("tuning_builds") or 0) >= 2) or bool(r.get("busy"))),
-        ] + ([tuning_text(r)] if show_tuning else []) + acc + [_num(r[m], None, f) for m, _, f in extra] + tail)
+        ] + ([tuning_text(r)] if show_tuning else []) + acc
+            + [sol_text(r[m], f) if m == "sol_pct" else _num(r[m], None, f) for m, _, f in extra] + tail)
     return headers, rows
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from bench.errors import BenchInputError
+from bench.report.bounds import impossible_warning
 from bench.report.cells import aggregate
 from bench.results.records import varying_keys
 from bench.spec.cells import cell_label
@@ -276,6 +277,10 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
             cell_label(r.backend, r.precision, r.max_batch_size) + (f" [{shown[r.Index]}]" if shown[r.Index] else "")
             + f" on {table_key(workload, length, ambiguous[workload] > 1)}: {r.busy}"
             for r in g.itertuples() if isinstance(getattr(r, "busy", None), str) and r.busy
+        ] + [
+            cell_label(r.backend, r.precision, r.max_batch_size) + (f" [{shown[r.Index]}]" if shown[r.Index] else "")
+            + f" on {table_key(workload, length, ambiguous[workload] > 1)}: {w}"
+            for r in g.itertuples() if (w := impossible_warning(getattr(r, "sol_pct", None)))
         ]
         notes = dict.fromkeys(line for n in g.get("notes", pd.Series(dtype=object))
                               if isinstance(n, str) for line in n.splitlines())

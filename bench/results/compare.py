@@ -17,7 +17,8 @@ sides to judge the code.
 
 Bad input is refused before any statistics: unknown metrics, a commit not in the store, no
 cells in common, environments that differ on a comparability key (GPU, driver, library
-versions) unless explicitly allowed. `compare_report` is the driver of `bench compare`.
+versions) unless explicitly allowed. `compare_report` makes the comparison, its Markdown and the attribution of
+its judged cells (bench.results.attribution); `bench compare`'s driver is bench.study.compare.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class Row:
     head_value: float | None = None
     base_runs: tuple[float, ...] = ()
     head_runs: tuple[float, ...] = ()
+    key: str = ""  # the matched cell's key in both sides' `cells` (bench.results.attribution joins its profiles by it)
 
 
 @dataclass
@@ -87,6 +89,7 @@ class Comparison:
     confidence: float
     test: str
     env_differences: dict[str, tuple[list[str], list[str]]]
+    attribution: object = None  # bench.results.attribution.Explanation: where the judged cells' time went
 
     @property
     def regressions(self) -> list[Row]:
@@ -360,6 +363,7 @@ def compare_stores(
             if not bv and not hv:
                 continue  # not measured on this device (e.g. GPU memory on a CPU run)
             row = compare_metric(label, m, bv, hv, factor=factor, confidence=confidence, test=test)
+            row.key = key
             if row.verdict == "missing":
                 warnings.append(f"{label}: {row.note}")
             elif kernels and row.verdict in (stats.REGRESSED, stats.IMPROVED):
@@ -482,13 +486,18 @@ def to_markdown(c: Comparison) -> str:
 
 
 def compare_report(base: str, head: str, *, markdown_file: str | None = None, metrics: str | None = None,
-                   ignore_options: Sequence[str] = (), **options) -> tuple[Comparison, str, list[str]]:
+                   ignore_options: Sequence[str] = (), profiles: tuple | None = None, profile_hint: str = "",
+                   **options) -> tuple[Comparison, str, list[str]]:
     """Return (the Comparison, its Markdown, the stores' own warnings: torn lines, NaN figures), the Markdown also
     written to markdown_file (checked before any work). metrics: 'a,b' (None: DEFAULT_METRICS); ignore_options:
-    option keys, each possibly 'k1,k2'; options: compare_stores'."""
+    option keys, each possibly 'k1,k2'; profiles: (base, head) profile stores for the attribution of the judged cells
+    (None: each side's by its conventional path; bench.results.attribution), which the Markdown ends with and
+    comparison.attribution holds; profile_hint: what the Markdown says to do for a cell without a profile;
+    options: compare_stores'."""
     import warnings
 
     from bench.files import check_output_file, write_atomic
+    from bench.results import attribution
 
     if markdown_file:
         check_output_file(markdown_file, "--markdown")
@@ -497,7 +506,8 @@ def compare_report(base: str, head: str, *, markdown_file: str | None = None, me
         warnings.simplefilter("always")
         comparison = compare_stores(base, head, metrics=chosen,
                                     ignore_options=[o for opt in ignore_options for o in opt.split(",") if o], **options)
-    markdown = to_markdown(comparison)
+        comparison.attribution = attribution.explain(comparison, base, head, profiles, withheld=KERNELS_DIFFER)
+    markdown = to_markdown(comparison) + attribution.to_markdown(comparison.attribution, profile_hint)
     if markdown_file:
         write_atomic(markdown_file, markdown)
     return comparison, markdown, [str(w.message) for w in caught]

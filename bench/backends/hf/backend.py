@@ -24,9 +24,9 @@ from bench.backends.hf.compile import (
     tuned_kernel_configs,
 )
 from bench.backends.hf.config import DTYPES, TORCHAO, HFConfig
-from bench.backends.hf.quantize import quantize, stored_bytes
+from bench.backends.hf.quantize import quantize
 from bench.backends.hf.tensor_parallel import load_tensor_parallel
-from bench.backends.speed_of_light import streamed_weight_bytes
+from bench.backends.speed_of_light import model_weight_bytes
 from bench.machine.environment import major_minor
 from bench.workloads.request import RequestTiming
 
@@ -136,6 +136,11 @@ class HFLoaded(Loaded):
             from bench.backends.hf.corrupt import overflow
 
             overflow(self.model)
+        if opts.get("plant", "none") != "none":  # tests only, like corrupt_layer: a slowdown with the same outputs
+            from bench.backends.hf.config import parse_plant
+            from bench.backends.hf.corrupt import plant
+
+            plant(self.model, *parse_plant(opts["plant"]))
         self.num_parameters = sum(p.numel() for p in self.model.parameters())  # the model's, before quantization
         self.quantize_s = None
         self.quant: dict | None = None
@@ -166,10 +171,8 @@ class HFLoaded(Loaded):
             configure_compile(self.model, "off", self.cache)  # generate is not used; compile belongs to the loop
         else:
             configure_compile(self.model, self.compile, self.cache)
-        self.weight_bytes = sum(stored_bytes(p) for p in self.model.parameters())
-        emb, head = self.model.get_input_embeddings(), self.model.get_output_embeddings()
-        tied = head is not None and getattr(head, "weight", None) is emb.weight  # gemlite's modules have no .weight
-        self.streamed_weight_bytes = streamed_weight_bytes(self.weight_bytes, stored_bytes(emb.weight), tied)
+        self.weights = model_weight_bytes(self.model)  # what a decode step reads (bench/backends/speed_of_light.py)
+        self.weight_bytes, self.streamed_weight_bytes = self.weights.stored, self.weights.streamed
         cfg = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
         from bench.models import kv_bytes_per_token
 
@@ -270,7 +273,7 @@ class HFLoaded(Loaded):
             lens = [[(r.input_len, r.output_len) for r in b] for b in plan]
             # Tensor parallelism: each GPU streams its shard of weights and KV cache at once, so the
             # bound is the whole model's bytes over the GPUs' summed bandwidth.
-            sol_s = run_lower_bound_s(lens, self.streamed_weight_bytes, self.kv_per_token, bw * self.tensor_parallel)
+            sol_s = run_lower_bound_s(lens, self.weights, self.kv_per_token, bw * self.tensor_parallel)
             out_tokens = sum(r.output_len for r in requests)
             extra.update({"copy_bandwidth_bytes_s": bw, "sol_time_s": sol_s, "sol_output_throughput": out_tokens / sol_s})
         return RunOutput(timings, started, ended, extra)

@@ -37,8 +37,11 @@ GEMLITE_PRECISIONS = ("int8wo",)
 # torchao precisions whose weights compiled steps take as plain tensors (quantize's unwrap).
 UNWRAPPED = ("int8wo", "int4wo")
 COMPILE_MODES = ("off", "reduce-overhead", "max-autotune")
-# Option corrupt_layer (a known-broken model, bench/backends/hf/corrupt.py) is refused unless this is "1".
+# Options corrupt_layer, fault and plant (bench/backends/hf/corrupt.py) are refused unless this is "1".
 CORRUPTION_ENV = "BENCH_ALLOW_CORRUPTION"
+# Module classes whose forward is not pure (it writes the KV cache, or holds the whole model): running them twice
+# would change the outputs, so option plant refuses them.
+IMPURE_PLANTS = ("*Attention", "*Attn", "*DecoderLayer", "*Model", "*ForCausalLM", "*LMHeadModel")
 
 
 class HFConfig(BackendConfig):
@@ -103,6 +106,12 @@ class HFConfig(BackendConfig):
                  "(decode-token-zero), the static KV cache returns its values negated (kv-negate), or the first "
                  "layer's activations overflow to inf, so the logits are NaN (overflow, as an fp16 overflow would)",
         ),
+        # A planted slowdown for the attribution tests (bench/backends/hf/corrupt.py plant); refused outside them.
+        "plant": Option(
+            "none", kind=str, keeps_ids_at_default=True,
+            help="tests only (BENCH_ALLOW_CORRUPTION=1): '<module class>:<N>' runs every module of that class N times "
+                 "per call, same outputs (e.g. 'Qwen2MLP:3': only time moves); 'none': no plant",
+        ),
     }
 
     @classmethod
@@ -157,6 +166,16 @@ class HFConfig(BackendConfig):
                                       "set decode_loop = 'harness' (and cache = 'static')")
             if fault == "kv-negate" and opts.get("cache") != "static":
                 raise BenchInputError("option fault='kv-negate' plants its fault in the static KV cache: set cache = 'static'")
+        plant = opts.get("plant", "none")
+        if plant != "none":
+            if os.environ.get(CORRUPTION_ENV) != "1":
+                raise BenchInputError(f"option plant={plant!r} slows the model down on purpose and is for the "
+                                      f"attribution tests only (they set {CORRUPTION_ENV}=1): remove it from the matrix")
+            parse_plant(plant)
+            if opts.get("compile", "off") != "off":
+                raise BenchInputError(f"option plant={plant!r} repeats a pure forward, which torch.compile folds back into "
+                                      "one (Inductor eliminates common subexpressions: the planted cell would not slow "
+                                      "down): plant in an eager cell, compile = 'off'")
         prefill_len = opts.get("prefill_len", 0)
         if isinstance(prefill_len, bool) or not isinstance(prefill_len, int) or prefill_len < 0:
             raise BenchInputError(f"option prefill_len must be a non-negative integer (0: whole prompt), got {prefill_len!r}")
@@ -213,6 +232,22 @@ class HFConfig(BackendConfig):
         if archs and not any(a.endswith("ForCausalLM") or a.endswith("LMHeadModel") for a in archs):
             raise BenchInputError(f"model {cell.model!r} is not a causal LM (architectures: {archs})")
         _check_architecture(cell.model, ref.config)
+
+
+def parse_plant(text: str) -> tuple[str, int]:
+    """Return (module class, N) of option plant's '<module class>:<N>'; BenchInputError naming the form or the refusal."""
+    import fnmatch
+
+    cls, _, n = str(text).rpartition(":")
+    if not cls or not cls.isidentifier() or not n.isdigit() or not 2 <= int(n) <= 1000:
+        raise BenchInputError(f"option plant={text!r} must be '<module class>:<N>' with N from 2 to 1000, e.g. "
+                              "'Qwen2MLP:3' (every Qwen2MLP runs its forward 3 times per call)")
+    impure = next((p for p in IMPURE_PLANTS if fnmatch.fnmatchcase(cls, p)), None)
+    if impure:
+        raise BenchInputError(f"option plant={text!r}: a {cls} forward writes the KV cache or runs the whole model ({impure}), "
+                              "so running it twice would change the outputs; plant a pure module such as Qwen2MLP or "
+                              "Qwen2RMSNorm")
+    return cls, int(n)
 
 
 def _check_gpu(cell) -> None:

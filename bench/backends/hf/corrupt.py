@@ -1,4 +1,4 @@
-"""Known-broken configurations for the accuracy tests: a layer with a wrong scale, and planted decode-path faults.
+"""Known-broken configurations for the tests: a layer with a wrong scale, planted decode-path faults, a planted slowdown.
 
 `bench accuracy` and `bench parity --layers` must be shown to catch a wrong model, so the tests
 need one whose fault is known: option corrupt_layer = N multiplies layer N's MLP down_proj
@@ -14,6 +14,14 @@ only generation parity can see it), or the static KV cache hands attention its v
 (teacher-forced decode through the cache sees it; a cacheless forward does not). Both sit inside the
 compiled step when the cell compiles. The KV fault patches transformers' static cache layer class
 for the whole process: a fault cell has a build key of its own, so its process holds no other model.
+
+Option plant = "<module class>:<N>" plants a slowdown, not a fault, for the attribution tests
+(`bench compare` must say which module moved): every module of that class runs its forward N times
+per call and returns the last result. The forward of such a module is pure (the declaration refuses
+attention, decoder layers and whole models, which write the KV cache), so the outputs, and every
+accuracy figure, are unchanged: only time moves, inside that module's range. A compiled step folds
+the repeats back into one (Inductor eliminates common subexpressions: an MLP run 3 times compiled to
+the 2 matmuls of one, torch 2.13 on the CPU), so the declaration refuses a plant in a compiled cell.
 """
 
 from __future__ import annotations
@@ -64,3 +72,24 @@ def negate_static_cache() -> None:
 
     update.planted_fault = True
     cls.update = update
+
+
+def plant(model, module_class: str, repeats: int) -> int:
+    """Make every module of class `module_class` run its forward `repeats` times per call (the last result returned);
+    return how many modules were planted. ValueError naming the classes present when none matches."""
+    targets = [m for m in model.modules() if type(m).__name__ == module_class]
+    if not targets:
+        classes = sorted({type(m).__name__ for m in model.modules()})
+        raise ValueError(f"plant={module_class}:{repeats}: the model has no module of class {module_class!r}; "
+                         f"classes present: {classes}")
+    for module in targets:
+        forward = module.forward  # bound; hooks stay on the module, so its range holds all the repeats
+
+        def repeated(*args, _forward=forward, **kwargs):
+            out = None
+            for _ in range(repeats):
+                out = _forward(*args, **kwargs)
+            return out
+
+        module.forward = repeated
+    return len(targets)

@@ -1,0 +1,506 @@
+"""Where a regression's time went: the profiles of a regressed cell on both sides, joined as a ranked table.
+
+`bench compare` judges a cell regressed (or improved) from its runs; this module says which module
+range and which kernel category account for it, from the Profile records (`bench profile`) stored
+for the cell on each side. For each such cell:
+
+- the step-time change it explains: the measured TPOT (time per output token: one decode step of a
+  static batch), each side's value as the comparison computed it from the runs;
+- per module range (RMSNorm, attention, MLP, decoder layer, lm_head, outside any range) and per
+  kernel category (gemm, attention, norm/reduction, elementwise, copy, other, and launch gaps and
+  idle): the change in µs and in kernels per decode step, from the profile's decode-step ranges,
+  each kernel counted once, in the innermost module range that launched it (the table's
+  meta["decode_steps"], bench.profiling.kernels.decode_step_breakdown);
+- "launch gaps and idle", a row of the category table: the profile's unprofiled step time
+  (harness-loop windows' `step_ms`) less the kernel time of a step, where both sides' profiles have
+  a step time (the time no kernel ran belongs to no module range, so the module table leaves it to
+  its unexplained rest);
+- ranked by how much of the change each row carries, with its share of the measured change, and what
+  is left unexplained (measured change less the rows' sum: noise, or what the profile window did not
+  reproduce); the kernels that ran on one side only, by name.
+
+The kernels are GPU kernels where the profile ran on a GPU (torch.profiler, nsys, ncu) and aten
+operators with their CPU time where it ran on the CPU (torch.profiler). Both sides must come from one
+tool and one unit. A table without decode-step ranges (a compiled `generate` cell gets no hooks) is
+read per forward pass, prefill included, by category only, and says so.
+
+Profile records are untrusted data: a kernel table they name is opened only under its profile store's
+folder (the path as stored, or its last three parts there). Pure but for reading those files.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.errors import BenchInputError
+
+# Module range groups (class names, or module names for name-matched ranges) -> the row they make.
+MODULE_ROWS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("RMSNorm", ("*RMSNorm", "*RmsNorm", "*LayerNorm")),
+    ("attention", ("*Attention", "*Attention2", "*Attn")),
+    ("MLP", ("*MLP", "*FeedForward")),
+    ("decoder layer", ("*DecoderLayer", "*Block")),
+    ("lm_head", ("lm_head",)),
+)
+OUTSIDE = "outside any range"
+GAPS = "launch gaps and idle"
+CATEGORY_ROWS = {"gemm": "gemm", "attention": "attention", "norm": "norm/reduction", "reduction": "norm/reduction",
+                 "elementwise": "elementwise", "copy/memset": "copy", "other": "other"}
+TOOL_ORDER = ("nsys", "torch", "ncu")  # which tool's profiles to join when both sides have several
+STEP_METRIC = "tpot_median_ms"  # the measured decode-step time a row's share is of
+NO_RANGE = "(no range)"
+WINDOW_GROUPS = ("batch", NO_RANGE)  # disjoint groups that hold every kernel of a window without step ranges
+TOP_KERNELS = 10
+
+
+@dataclass(frozen=True)
+class StepFigures:
+    """One profile's decode step: kernels and µs per step by module row, by category and by kernel name."""
+
+    tool: str
+    unit: str  # "gpu_kernel" or "cpu_op"
+    per: str  # "decode step", or "forward pass (prefill included)" for a window without step ranges
+    steps: int
+    modules: dict[str, tuple[float, float]] | None  # row -> (kernels, µs) per step; None: no module ranges
+    categories: dict[str, tuple[float, float]]
+    kernels: dict[str, tuple[float, float, str]]  # name -> (launches, µs, category) per step
+    busy_us: float  # kernel time of a step
+    wall_us: float | None  # the unprofiled step time, where the window measured one
+    source: str  # the kernel table file, for the reader
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    base_kernels: float
+    head_kernels: float
+    base_us: float
+    head_us: float
+    share: float | None  # of the measured step-time change
+
+    @property
+    def delta_us(self) -> float:
+        return self.head_us - self.base_us
+
+    @property
+    def delta_kernels(self) -> float:
+        return self.head_kernels - self.base_kernels
+
+
+@dataclass
+class Attribution:
+    """Where one cell's step-time change went."""
+
+    key: str
+    label: str
+    verdicts: list[str]  # "regressed: output_throughput, tpot_median_ms"
+    base: StepFigures
+    head: StepFigures
+    measured_base_us: float | None
+    measured_head_us: float | None
+    modules: list[Row] | None
+    categories: list[Row]
+    added: list[tuple[str, float, float]]  # (kernel, launches, µs) per step, head only
+    removed: list[tuple[str, float, float]]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def measured_delta_us(self) -> float | None:
+        if self.measured_base_us is None or self.measured_head_us is None:
+            return None
+        return self.measured_head_us - self.measured_base_us
+
+    def unexplained_us(self, rows: list[Row]) -> float | None:
+        d = self.measured_delta_us
+        return None if d is None else d - sum(r.delta_us for r in rows)
+
+    @property
+    def first(self) -> Row | None:
+        """Return the row that carries most of the change: the first module row, else the first category row."""
+        rows = self.modules or self.categories
+        return rows[0] if rows else None
+
+    @property
+    def explained_share(self) -> float | None:
+        """Return the share of the measured change the category rows (launch gaps and idle included) sum to."""
+        d = self.measured_delta_us
+        return None if not d else sum(r.delta_us for r in self.categories) / d
+
+
+@dataclass(frozen=True)
+class Missing:
+    """A side of a judged cell without a usable profile: what `bench compare --profile` would profile."""
+
+    key: str
+    label: str
+    side: str  # "base" or "head"
+    cell: dict
+    matrix: str
+    commits: tuple[str, ...]  # the side's measured commits ("abc123456789+dirty")
+    reason: str
+    regressed: bool = False  # a metric of the cell regressed (or would have, but for tuned kernels that differ)
+
+
+@dataclass
+class Explanation:
+    """The attribution of a comparison: one Attribution per explained cell, the sides that lack a profile."""
+
+    attributions: list[Attribution] = field(default_factory=list)
+    missing: list[Missing] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    profile_stores: dict[str, list[Path]] = field(default_factory=dict)  # side -> the profile stores read
+
+
+def module_row(group: str) -> str:
+    """Return the module row of a range group: RMSNorm, attention, MLP, decoder layer, lm_head, or the group itself."""
+    if not group:
+        return OUTSIDE
+    return next((row for row, globs in MODULE_ROWS if any(fnmatch.fnmatchcase(group, g) for g in globs)), group)
+
+
+def profile_stores(side_paths, matrices: set[str], explicit: str | Path | None) -> list[Path]:
+    """Return the profile stores of a side: the one given, else profiles/<matrix>.jsonl of each of its matrices, here
+    and beside the result store's folder (`bench profile`'s and `bench study`'s default), those that exist."""
+    if explicit is not None:
+        path = Path(explicit)
+        if not path.is_file():
+            raise BenchInputError(f"profile store {str(path)!r} does not exist: give the profile records' store "
+                                  "(`bench profile` writes profiles/<matrix>.jsonl), or leave --profiles out")
+        return [path]
+    candidates = []
+    for matrix in sorted(m for m in matrices if m):
+        candidates.append(Path("profiles") / f"{matrix}.jsonl")
+        for store in side_paths:
+            candidates.append(Path(store).resolve().parent.parent / "profiles" / f"{matrix}.jsonl")
+    out: list[Path] = []
+    for c in candidates:
+        if c.is_file() and all(c.resolve() != o.resolve() for o in out):
+            out.append(c)
+    return out
+
+
+def table_file(named: str | None, store: Path) -> Path | None:
+    """Return the kernel table a profile record names, only where it lies under its store's folder; else None."""
+    if not named:
+        return None
+    root = store.resolve().parent
+    p = Path(named)
+    for candidate in ([p] if p.is_absolute() else [root / p]) + ([root / Path(*p.parts[-3:])] if len(p.parts) >= 3 else []):
+        try:
+            resolved = candidate.resolve()
+        except OSError:
+            continue
+        if resolved.is_file() and resolved.is_relative_to(root):
+            return resolved
+    return None
+
+
+def step_figures(table: dict, profile: dict, tool: str, source: str) -> StepFigures:
+    """Return a kernel table's (a KernelTable's JSON) decode step; BenchInputError for a table it cannot read."""
+    if table.get("version") not in (1, 2):
+        raise BenchInputError(f"kernel table {source} has version {table.get('version')!r}: re-run `bench profile`")
+    window = profile.get("window") or {}
+    steps_meta = (table.get("meta") or {}).get("decode_steps")
+    if steps_meta and steps_meta.get("steps"):
+        n, per = int(steps_meta["steps"]), "decode step"
+        rows = [(m, name, cat, float(k), float(us)) for m, name, cat, k, us in steps_meta["rows"]]
+        with_modules = bool(steps_meta.get("module_ranges"))
+    else:
+        groups = {r["range"] for r in table["rows"]}
+        if "decode_step" in groups:  # a table from before meta["decode_steps"]: the step's kernels, no modules
+            chosen = {"decode_step"}
+            n = next(r["instances"] for r in table["ranges"] if r["range"] == "decode_step")
+            per = "decode step"
+        else:  # no step ranges (a compiled generate cell): the whole window per forward pass
+            chosen = set(WINDOW_GROUPS) & groups
+            n = (int(window.get("decode_steps") or 0) if window.get("kind") == "decode"
+                 else int(window.get("batches") or 1) * (int(window.get("decode_steps") or 0) + 1)) or 1
+            per = "decode step" if window.get("kind") == "decode" else "forward pass (prefill included)"
+        # torch.profiler on a GPU repeats each range as a device "kernel" named after it, in (no range): not a kernel
+        rows = [("", r["kernel"], r["category"], float(r["kernels"]), float(r["total_us"]))
+                for r in table["rows"] if r["range"] in chosen
+                and not (r["range"] == NO_RANGE and r["kernel"].split(":", 1)[0] in groups | {"decode_step", "prefill"})]
+        with_modules = False
+    modules: dict[str, list[float]] = {}
+    categories: dict[str, list[float]] = {}
+    kernels: dict[str, list] = {}
+    for module, name, cat, k, us in rows:
+        for bucket, key in ((modules, module_row(module)), (categories, CATEGORY_ROWS.get(cat, cat))):
+            slot = bucket.setdefault(key, [0.0, 0.0])
+            slot[0] += k / n
+            slot[1] += us / n
+        slot = kernels.setdefault(name, [0.0, 0.0, cat])
+        slot[0] += k / n
+        slot[1] += us / n
+    busy = sum(us for _, us in categories.values())
+    wall = profile.get("step_ms") * 1e3 if profile.get("step_ms") and per == "decode step" else None
+    return StepFigures(tool, table.get("unit", "?"), per, n, {k: tuple(v) for k, v in modules.items()} if with_modules
+                       else None, {k: tuple(v) for k, v in categories.items()},
+                       {k: tuple(v) for k, v in kernels.items()}, busy, wall, source)
+
+
+def _rows(base: dict, head: dict, measured_delta: float | None, gaps: tuple[float, float] | None) -> list[Row]:
+    """Return the rows of one view, ranked: the rows that carry the measured change first."""
+    none = (0.0, 0.0)
+    rows = [Row(name, base.get(name, none)[0], head.get(name, none)[0], base.get(name, none)[1], head.get(name, none)[1],
+                None) for name in dict.fromkeys([*base, *head])]
+    if gaps is not None:
+        rows.append(Row(GAPS, 0.0, 0.0, gaps[0], gaps[1], None))
+    if measured_delta:
+        rows = [Row(r.name, r.base_kernels, r.head_kernels, r.base_us, r.head_us, r.delta_us / measured_delta)
+                for r in rows]
+    if measured_delta is None:  # no direction to explain: the largest moves first
+        return sorted(rows, key=lambda r: (-abs(r.delta_us), r.name))
+    sign = -1.0 if measured_delta < 0 else 1.0
+    return sorted(rows, key=lambda r: (-sign * r.delta_us, r.name))
+
+
+def attribute(key: str, label: str, verdicts: list[str], base: StepFigures, head: StepFigures,
+              measured: tuple[float | None, float | None]) -> Attribution:
+    """Return the Attribution of one cell from its two sides' decode steps and its measured step times (µs)."""
+    notes = []
+    mb, mh = measured
+    delta = mh - mb if mb is not None and mh is not None else None
+    gaps = None
+    if base.wall_us is not None and head.wall_us is not None:
+        gaps = (base.wall_us - base.busy_us, head.wall_us - head.busy_us)
+    else:
+        notes.append(f"no {GAPS} row: a side's profile has no unprofiled step time (a `generate` window); the "
+                     "harness loop's windows (decode_loop = \"harness\") measure one")
+    if base.per != "decode step":
+        notes.append(f"the profiles have no decode-step ranges (a compiled `generate` cell): figures are per {base.per}")
+    modules = _rows(base.modules, head.modules, delta, None) if base.modules is not None and head.modules is not None \
+        else None
+    if modules is None:
+        notes.append("no module rows: a side's profile has no module ranges (a compiled step, or ncu): the kernel "
+                     "categories say where the time went")
+    categories = _rows(base.categories, head.categories, delta, gaps)
+
+    def only(a: StepFigures, b: StepFigures) -> list[tuple[str, float, float]]:
+        return sorted(((n, k, us) for n, (k, us, _) in a.kernels.items() if n not in b.kernels), key=lambda x: -x[2])
+
+    return Attribution(key, label, verdicts, base, head, mb, mh, modules, categories, only(head, base), only(base, head),
+                       notes)
+
+
+def _measured_us(comparison, key: str, side: str) -> float | None:
+    """Return a side's measured step time in µs: the TPOT the comparison's row shows, else the mean of its runs."""
+    for r in comparison.rows:
+        if getattr(r, "key", None) == key and r.metric == STEP_METRIC:
+            value = r.base_value if side == "base" else r.head_value
+            if value is not None:
+                return value * 1e3
+    runs = [sum(v) / len(v) for v in getattr(comparison, side).cells[key].values(STEP_METRIC) if v]
+    return sum(runs) / len(runs) * 1e3 if runs else None
+
+
+def _profiles_of(records: list, cell_runs, commits: tuple[str, ...]) -> dict[str, object]:
+    """Return {tool: the latest ok Profile record of this exact cell}, preferring those made at the side's commit."""
+    mine = [r for r in records if r.ok and r.cell_id == cell_runs.cell_id and r.kernel_table]
+    measured = {c.split("+")[0] for c in commits}
+    at_commit = [r for r in mine if r.context.commit and any(r.context.commit.startswith(c) for c in measured)]
+    chosen = at_commit if len(measured) == 1 and at_commit else mine
+    out: dict[str, object] = {}
+    for r in sorted(chosen, key=lambda r: (r.context.started_at or 0.0, r.ended_at or 0.0)):
+        out[r.tool] = r
+    return out
+
+
+def judged_verdict(row, withheld: str = "") -> str | None:
+    """Return the verdict a row is attributed for: regressed or improved, also where it was withheld because the two
+    sides ran different tuned kernels (its verdict `withheld`, its note "(was: regressed)"); else None."""
+    import re
+
+    from bench.results import stats
+
+    if row.verdict in (stats.REGRESSED, stats.IMPROVED):
+        return row.verdict
+    was = re.search(r"\(was: (\w+)\)", row.note or "") if withheld and row.verdict == withheld else None
+    return f"{withheld} (was: {was.group(1)})" if was and was.group(1) in (stats.REGRESSED, stats.IMPROVED) else None
+
+
+def explain(comparison, base_paths, head_paths, profiles: tuple | None = None, withheld: str = "") -> Explanation:
+    """Return the Explanation of a Comparison (bench.results.compare): every cell with a regressed or improved
+    metric (or one withheld as `withheld`, kernels that differ), attributed from its sides' stored profiles
+    (`profiles`: (base store, head store), else each side's profile store by its conventional path), or listed
+    as missing a profile."""
+    from bench.results import query
+
+    out = Explanation()
+    judged: dict[str, tuple[str, list[str]]] = {}
+    for r in comparison.rows:
+        verdict = judged_verdict(r, withheld)
+        if verdict and getattr(r, "key", ""):
+            label, verdicts = judged.setdefault(r.key, (r.label, []))
+            verdicts.append(f"{verdict}: {r.metric}")
+    if not judged:
+        return out
+    sides = {}
+    for side, paths, given in (("base", base_paths, profiles[0] if profiles else None),
+                               ("head", head_paths, profiles[1] if profiles else None)):
+        cells = getattr(comparison, side).cells
+        matrices = {cells[k].context.matrix for k in judged}
+        stores = profile_stores(query.expand_stores(paths if isinstance(paths, (list, tuple)) else [paths]),
+                                matrices, given)
+        out.profile_stores[side] = stores
+        records = [(rec, store) for store in stores for rec in query.profiles(query.load([store]))]
+        sides[side] = records
+    for key, (label, verdicts) in judged.items():
+        figures, chosen = {}, {}
+        for side in ("base", "head"):
+            runs = getattr(comparison, side).cells[key]
+            commits = tuple(sorted(getattr(comparison, side).commits))
+            recs = [r for r, _ in sides[side]]
+            chosen[side] = _profiles_of(recs, runs, commits)
+            if not chosen[side]:
+                where = ", ".join(map(str, out.profile_stores[side])) or "no profile store found"
+                out.missing.append(Missing(key, label, side, runs.cell, runs.context.matrix, commits,
+                                           f"no ok profile of this cell in {where}",
+                                           any("regressed" in v for v in verdicts)))
+        if any(not chosen[s] for s in ("base", "head")):
+            continue
+        tools = [t for t in TOOL_ORDER if t in chosen["base"] and t in chosen["head"]]
+        if not tools:
+            out.notes.append(f"{label}: the two sides were profiled with different tools ({sorted(chosen['base'])} vs "
+                             f"{sorted(chosen['head'])}): profile both with one (`bench profile --tool ...`)")
+            continue
+        pair = {s: chosen[s][tools[0]] for s in ("base", "head")}
+        if len({(p.cell_id, p.context.run_id, p.ended_at) for p in pair.values()}) == 1:
+            out.notes.append(f"{label}: both sides are one cell with one profile: a profile of this checkout cannot tell "
+                             "two commits apart; profile each side in a checkout of its own commit and pass --profiles")
+            continue
+        try:
+            for s in ("base", "head"):
+                store = next(st for rec, st in sides[s] if rec is pair[s])
+                path = table_file(pair[s].kernel_table, store)
+                if path is None:
+                    raise BenchInputError(f"the {s} side's kernel table {pair[s].kernel_table!r} is not under its profile "
+                                          f"store's folder {store.resolve().parent}: copy the profiles/ folder with it")
+                try:
+                    table = json.loads(path.read_text())
+                except (OSError, ValueError) as exc:
+                    raise BenchInputError(f"cannot read kernel table {path}: {exc}") from exc
+                figures[s] = step_figures(table, pair[s].profile, tools[0], str(path))
+        except (BenchInputError, KeyError, TypeError, ValueError) as exc:
+            out.notes.append(f"{label}: not attributed: {exc}")
+            continue
+        if figures["base"].unit != figures["head"].unit or figures["base"].per != figures["head"].per:
+            out.notes.append(f"{label}: the sides' profiles count different things ({figures['base'].unit} per "
+                             f"{figures['base'].per} vs {figures['head'].unit} per {figures['head'].per}): not attributed")
+            continue
+        measured = (_measured_us(comparison, key, "base"), _measured_us(comparison, key, "head"))
+        out.attributions.append(attribute(key, label, verdicts, figures["base"], figures["head"], measured))
+    return out
+
+
+def to_dict(e: Explanation) -> dict:
+    """Return the Explanation as plain data (`bench compare --json`): per attributed cell its measured change, first
+    row, share explained and ranked rows; the sides without a profile; the notes."""
+    def rows(rs: list[Row] | None) -> list[dict] | None:
+        return None if rs is None else [{"name": r.name, "base_us": r.base_us, "head_us": r.head_us, "delta_us": r.delta_us,
+                                         "base_kernels": r.base_kernels, "head_kernels": r.head_kernels,
+                                         "share": r.share} for r in rs]
+
+    cells = []
+    for a in e.attributions:
+        first = a.first
+        cells.append({
+            "label": a.label, "verdicts": a.verdicts, "tool": a.base.tool, "unit": a.base.unit, "per": a.base.per,
+            "measured_base_us": a.measured_base_us, "measured_head_us": a.measured_head_us,
+            "measured_delta_us": a.measured_delta_us, "explained_share": a.explained_share,
+            "profile_step_us": {"base": a.base.wall_us, "head": a.head.wall_us},
+            "first": None if first is None else {"name": first.name, "delta_us": first.delta_us, "share": first.share,
+                                                 "table": "module range" if a.modules else "kernel category"},
+            "first_category": None if not a.categories else a.categories[0].name,
+            "unexplained_us": a.unexplained_us(a.categories),
+            "modules": rows(a.modules), "categories": rows(a.categories),
+            "added": [list(k) for k in a.added], "removed": [list(k) for k in a.removed], "notes": a.notes,
+            "profiles": {"base": a.base.source, "head": a.head.source}})
+    return {"attributions": cells, "missing": [{"label": m.label, "side": m.side, "reason": m.reason} for m in e.missing],
+            "notes": e.notes, "profile_stores": {k: [str(p) for p in v] for k, v in e.profile_stores.items()}}
+
+
+# ---- rendering -------------------------------------------------------------------------------
+
+def _us(x: float) -> str:
+    return f"{x:.1f}" if abs(x) < 1000 else f"{x:.0f}"
+
+
+def _signed(x: float) -> str:
+    return ("+" if x >= 0 else "") + _us(x)
+
+
+def _count(x: float) -> str:
+    return f"{x:.1f}" if x != int(x) else f"{x:.0f}"
+
+
+def _table(heading: str, rows: list[Row], unexplained: float | None, delta: float | None) -> list[str]:
+    out = [f"| {heading} | µs per step: base | head | change | kernels per step: base | head | change | share of the "
+           "change |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        share = "" if r.share is None else f"{100 * r.share:.0f} %"
+        kernels = ("", "", "") if r.name == GAPS else (_count(r.base_kernels), _count(r.head_kernels),
+                                                       ("+" if r.delta_kernels >= 0 else "") + _count(r.delta_kernels))
+        out.append(f"| {r.name} | {_us(r.base_us)} | {_us(r.head_us)} | {_signed(r.delta_us)} | {kernels[0]} | "
+                   f"{kernels[1]} | {kernels[2]} | {share} |")
+    if unexplained is not None:
+        share = f"{100 * unexplained / delta:.0f} %" if delta else ""
+        out.append(f"| *unexplained* (measured change less the rows) | | | {_signed(unexplained)} | | | | {share} |")
+    return out
+
+
+def attribution_markdown(a: Attribution) -> str:
+    """Return one cell's attribution as Markdown: the step-time change, the first row, the two ranked tables, the
+    kernels that ran on one side only."""
+    unit = "kernels" if a.base.unit == "gpu_kernel" else "aten operators (CPU time)"
+    lines = [f"#### {a.label}: {'; '.join(a.verdicts)}", ""]
+    d = a.measured_delta_us
+    if d is not None:
+        lines.append(f"Step time (measured TPOT of the runs, as compared above): base {_us(a.measured_base_us)} µs → "
+                     f"head {_us(a.measured_head_us)} µs: {_signed(d)} µs ({100 * d / a.measured_base_us:+.1f} %).")
+    else:
+        lines.append("No measured step time (TPOT) on both sides: the rows are not shares of a measured change.")
+    lines.append(f"Profiles ({a.base.tool}, {unit} per {a.base.per}, {a.base.steps} and {a.head.steps} of them): base "
+                 f"`{a.base.source}`, head `{a.head.source}`.")
+    if a.base.wall_us is not None and a.head.wall_us is not None:
+        # the rows sum to this change; where it is far from the runs' change, the window did not reproduce the runs
+        lines.append(f"The profile windows' own unprofiled step: {_us(a.base.wall_us)} → {_us(a.head.wall_us)} µs "
+                     f"({_signed(a.head.wall_us - a.base.wall_us)} µs).")
+    first, share = a.first, a.explained_share
+    if first is not None:
+        lines.append("")
+        lines.append(f"**First row: {first.name}, {_signed(first.delta_us)} µs per step"
+                     + (f", {100 * first.share:.0f} % of the change" if first.share is not None else "")
+                     + (f"; the category rows explain {100 * share:.0f} %" if share is not None else "") + ".**")
+    if a.modules is not None:
+        lines += ["", *_table("module range", a.modules, a.unexplained_us(a.modules), d)]
+    lines += ["", *_table("kernel category", a.categories, a.unexplained_us(a.categories), d)]
+    for what, kernels in (("head side only (added)", a.added), ("base side only (removed)", a.removed)):
+        if kernels:
+            shown = ", ".join(f"`{n[:80]}` ({_count(k)} per step, {_us(us)} µs)" for n, k, us in kernels[:TOP_KERNELS])
+            more = f" and {len(kernels) - TOP_KERNELS} more" if len(kernels) > TOP_KERNELS else ""
+            lines += ["", f"Kernels on the {what}: {shown}{more}."]
+    lines += [""] + [f"- {n}" for n in a.notes]
+    return "\n".join(lines) + "\n"
+
+
+def to_markdown(e: Explanation, profile_hint: str = "") -> str:
+    """Return the comparison's attribution section ("" when no cell was judged regressed or improved)."""
+    if not e.attributions and not e.missing and not e.notes:
+        return ""
+    lines = ["### Where the time went", "",
+             "Per decode step, from the stored profiles of each regressed or improved cell (`bench profile`): the "
+             "change per module range and per kernel category, ranked, each row's share of the measured step-time "
+             "change, and what is left unexplained.", ""]
+    for a in e.attributions:
+        lines.append(attribution_markdown(a))
+    if e.missing:
+        lines.append("No profile, so no attribution, for: " + "; ".join(
+            f"{m.label} ({m.side} side: {m.reason})" for m in e.missing) + "."
+            + (f" {profile_hint}" if profile_hint else " `bench compare --profile` profiles them."))
+        lines.append("")
+    lines += [f"- {n}" for n in e.notes]
+    return "\n".join(lines).rstrip() + "\n"

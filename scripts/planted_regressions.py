@@ -1,0 +1,217 @@
+"""Planted and real regressions of one cell, each explained by `bench compare --profile`: does the first row of the
+attribution name what was changed?
+
+Product commands only, each printed as it runs: `bench run` of each baseline cell and each changed cell (its own
+matrix file and store, `--runs` fresh processes), then per change `bench compare BASE HEAD --ignore-option KEY
+--profile --json` (which profiles the regressed cell's two sides itself, the baseline's profile kept for the next
+change), and last the summary table: per change, the first row of its attribution (module range, else kernel
+category), whether it names the responsible module or category, and the share of the step-time change explained.
+The figures are all `bench compare`'s (its --json); this script only compares the first row's name with the
+expected ones, listed with each change below.
+
+Run from the repository root:
+
+    python -m scripts.planted_regressions                       # the GPU set on qwen-7b-shape (prints its estimate)
+    DEVICE=cpu CHANGES=mlp-twice,extra-rmsnorm python -m scripts.planted_regressions   # qwen-tiny on the CPU
+
+Environment: DEVICE (cuda | cpu), CHANGES (comma-separated names; default: every change the device runs, see
+`CHANGES=list`), PART (1-4: the ten changes in four parts, each estimated under 10 minutes on the H200, about 25
+minutes in all, most of it the compiled cells' cold builds and coordinate-descent's tuning), WORK (stores, profiles, engines; default /tmp/planted-work: kept between calls, so a second call
+resumes: `bench run` skips the stored cells and `bench compare` finds the stored profiles), OUT (summary.md and
+each change's compare.md / compare.json; default WORK), RUNS (2), CONFIDENCE (0.99 on cuda, 0.95 on cpu: with 2
+runs a side a shared CPU's spread between processes hides even a 9x change at 99 %).
+
+On a machine without git (the GPU machine's copy of the tree) BENCH_COMMIT is set to "planted-tree" unless given:
+`bench compare --profile` profiles a side only where its records name this checkout's commit.
+
+Substitutions for the issue's list, each because the harness cannot express it as one option of one cell (cells
+are matched by `--ignore-option`; a precision change makes another cell): CUDA graphs off (no compile mode
+without CUDA graphs: `compile-off` covers the step without them), int8wo with another tuning digest
+(`freeze-off`: another compiled graph of one cell, which `bench compare` marks "kernels differ" and still
+explains), the LM head in fp32 (`linears-twice`: every matmul reads its weights twice), padding to a larger batch
+(the harness cuts batches of the requests there are and pads none: `flex-attention`, another real configuration).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Baseline cells: bf16 (fp32 on the CPU), batch 1, static cache.
+BASELINES = {
+    "eager": {"attn_implementation": "sdpa", "cache": "static", "compile": "off", "decode_loop": "harness"},
+    "compiled": {"attn_implementation": "sdpa", "cache": "static", "compile": "reduce-overhead", "decode_loop": "harness"},
+    "compiled-frozen": {"attn_implementation": "sdpa", "cache": "static", "compile": "reduce-overhead",
+                        "decode_loop": "harness", "freeze_weights": "on"},
+    "generate": {"attn_implementation": "sdpa", "cache": "static", "compile": "off", "decode_loop": "generate"},
+}
+# name -> (baseline, changed options, rows that name it (module range or kernel category), devices,
+#          estimated seconds on the H200 for the changed cell's runs and its profile)
+CHANGES = {
+    "eager-attention": ("eager", {"attn_implementation": "eager"}, {"attention"}, ("cuda", "cpu"), 75),
+    "flex-attention": ("eager", {"attn_implementation": "flex_attention"}, {"attention"}, ("cuda",), 90),
+    "mlp-twice": ("eager", {"plant": "Qwen2MLP:{n}"}, {"MLP"}, ("cuda", "cpu"), 75),
+    "extra-rmsnorm": ("eager", {"plant": "Qwen2RMSNorm:{n}"}, {"RMSNorm"}, ("cuda", "cpu"), 75),
+    "rotary-outside": ("eager", {"plant": "Qwen2RotaryEmbedding:{n}"}, {"outside any range"}, ("cuda", "cpu"), 75),
+    "linears-twice": ("eager", {"plant": "Linear:{n}"}, {"gemm"}, ("cuda", "cpu"), 80),
+    "dynamic-cache": ("generate", {"cache": "dynamic"}, {"attention", "copy"}, ("cuda", "cpu"), 75),
+    "compile-off": ("compiled", {"compile": "off"}, {"launch gaps and idle"}, ("cuda",), 40),
+    "freeze-off": ("compiled-frozen", {"freeze_weights": "off"}, {"gemm"}, ("cuda",), 40),
+    "coordinate-descent": ("compiled", {"compile_tuning": "coordinate-descent"}, {"gemm", "norm/reduction"},
+                           ("cuda",), 420),
+}
+# How many times a plant runs its module: twice on the GPU; on the CPU qwen-tiny's MLPs, norms and rotary are about
+# 1 % of a step each (its 151,936-row lm_head is most of it), so they run enough times to be most of the step.
+PLANT_N = {"cuda": {"Linear": 2, "Qwen2RotaryEmbedding": 50}, "cpu": {"Linear": 5, "Qwen2RotaryEmbedding": 1000}}
+PLANT_DEFAULT = {"cuda": 2, "cpu": 300}
+# Estimated seconds on the H200 for a baseline's runs and its profile: about 20 s a process for an eager 7B-shape
+# cell (start, load, two passes), 100 s for a compiled one built cold, 35-50 s a torch.profiler session (34-41 s
+# measured for the study's cells, docs/measurements/2026-12-02-h200-profilers-side-by-side.md). Estimates, not
+# measurements: the run prints its own times.
+BASELINE_S = {"eager": 75, "compiled": 190, "compiled-frozen": 190, "generate": 75}
+# The ten changes in parts of under 10 minutes each (one device call each; WORK kept between them): PART=1..4.
+PARTS = {
+    "1": ["eager-attention", "mlp-twice", "extra-rmsnorm", "rotary-outside", "linears-twice"],
+    "2": ["flex-attention", "dynamic-cache", "compile-off"],
+    "3": ["freeze-off"],
+    "4": ["coordinate-descent"],
+}
+SCALE = {  # the workload and model per device
+    "cuda": {"model": "qwen-7b-shape", "precision": "bf16", "num_requests": 4, "input_len": 128, "output_len": 16},
+    "cpu": {"model": "qwen-tiny", "precision": "fp32", "num_requests": 1, "input_len": 8, "output_len": 4},
+}
+
+
+def options_of(change: str, device: str) -> tuple[str, dict, dict]:
+    """Return (baseline name, the baseline's options, the changed cell's options) of a change on a device."""
+    base, changed, _, _, _ = CHANGES[change]
+    opts = dict(changed)
+    if "plant" in opts:
+        cls = opts["plant"].split(":")[0]
+        opts["plant"] = f"{cls}:{PLANT_N[device].get(cls, PLANT_DEFAULT[device])}"
+    return base, dict(BASELINES[base]), {**BASELINES[base], **opts}
+
+
+def matrix_text(name: str, options: dict, device: str, runs: int) -> str:
+    s = SCALE[device]
+    opts = "".join(f'{k} = ["{v}"]\n' for k, v in options.items())
+    return (f'name = "{name}"\nbackends = ["hf"]\nmodel = "{s["model"]}"\ndevice = "{device}"\n'
+            f'precisions = ["{s["precision"]}"]\nmax_batch_sizes = [1]\nworkloads = ["syn"]\ntrials = 1\nruns = {runs}\n'
+            f'warmup = 1\n[options]\n{opts}[workload.syn]\nsource = "synthetic"\nnum_requests = {s["num_requests"]}\n'
+            f'input_len = {s["input_len"]}\noutput_len = {s["output_len"]}\n')
+
+
+def bench(args: list[str], work: Path, log) -> int:
+    """Run one product command in the work folder; return its exit status (its output goes to the log and here)."""
+    line = "bench " + " ".join(args)
+    print(f"$ {line}", flush=True)
+    log.write(f"\n$ {line}\n")
+    log.flush()
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-m", "bench", *args], cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
+    return done.returncode
+
+
+def main() -> int:
+    device = os.environ.get("DEVICE", "cuda")
+    if device not in SCALE:
+        print(f"DEVICE must be cuda or cpu, not {device!r}", file=sys.stderr)
+        return 2
+    runnable = [c for c, spec in CHANGES.items() if device in spec[3]]
+    if os.environ.get("CHANGES") == "list":
+        for c in runnable:
+            base, base_opts, head_opts = options_of(c, device)
+            print(f"{c}: baseline {base} {base_opts}, changed {({k: v for k, v in head_opts.items() if base_opts.get(k) != v})}; "
+                  f"explained when the first row is one of {sorted(CHANGES[c][2])}")
+        return 0
+    part = os.environ.get("PART")
+    if part is not None and part not in PARTS:
+        print(f"PART must be one of {sorted(PARTS)}, not {part!r}", file=sys.stderr)
+        return 2
+    default = [c for c in PARTS[part] if c in runnable] if part else runnable
+    chosen = [c.strip() for c in os.environ.get("CHANGES", ",".join(default)).split(",") if c.strip()]
+    unknown = [c for c in chosen if c not in runnable]
+    if unknown:
+        print(f"unknown change(s) for {device}: {unknown}; choose from {runnable}", file=sys.stderr)
+        return 2
+    work = Path(os.environ.get("WORK", "/tmp/planted-work")).resolve()
+    out = Path(os.environ.get("OUT", str(work))).resolve()
+    runs = os.environ.get("RUNS", "2")
+    confidence = os.environ.get("CONFIDENCE", "0.99" if device == "cuda" else "0.95")
+    work.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ["BENCH_ALLOW_CORRUPTION"] = "1"  # option plant is for tests like this one only
+    if "BENCH_COMMIT" not in os.environ and (shutil.which("git") is None or not (ROOT / ".git").exists()):
+        os.environ["BENCH_COMMIT"] = "planted-tree"
+
+    baselines = sorted({CHANGES[c][0] for c in chosen})
+    estimate = sum(BASELINE_S[b] for b in baselines) + sum(CHANGES[c][4] for c in chosen)
+    scale = "" if device == "cuda" else " (the H200's figures; a CPU takes longer per cell, a loaded one several times)"
+    print(f"{len(chosen)} change(s) on {device} over {len(baselines)} baseline cell(s): about {estimate // 60} min "
+          f"{estimate % 60} s{scale}, less what {work} already holds", flush=True)
+    if device == "cuda" and estimate > 540 and part is None and "CHANGES" not in os.environ:
+        print("  more than one 10-minute device call: run it in parts, PART=1 to PART=4 "
+              + "; ".join(f"PART={p}: {', '.join(cs)}" for p, cs in PARTS.items()), flush=True)
+    log = open(out / "planted.log", "a")
+    t0 = time.time()
+    statuses = {}
+    for change in chosen:
+        base_name, base_opts, head_opts = options_of(change, device)
+        files = {}
+        for name, opts in ((f"planted-{base_name}", base_opts), (f"planted-{change}", head_opts)):
+            (work / f"{name}.toml").write_text(matrix_text(name, opts, device, int(runs)))
+            files[name] = f"results/{name}.jsonl"
+            if bench(["run", "--matrix", f"{name}.toml", "--no-progress"], work, log) != 0:
+                print(f"  bench run {name} failed: see {out / 'planted.log'}", flush=True)
+        keys = sorted(k for k in set(base_opts) | set(head_opts) if base_opts.get(k) != head_opts.get(k))
+        report, data = out / f"{change}.compare.md", out / f"{change}.compare.json"
+        data.unlink(missing_ok=True)  # an earlier call's answer must not stand for this one's
+        status = bench(["compare", *files.values(), "--ignore-option", ",".join(keys), "--profile", "--confidence",
+                        confidence, "--markdown", str(report), "--json", str(data)], work, log)
+        statuses[change] = status
+        print(f"  {change}: {row(change, status, data, CHANGES[change][2])[1:]} ({time.time() - t0:.0f} s so far)",
+              flush=True)
+    # every change compared into OUT so far, this call's and earlier parts'
+    summary = [row(c, statuses.get(c), out / f"{c}.compare.json", CHANGES[c][2]) for c in CHANGES
+               if c in statuses or (out / f"{c}.compare.json").is_file()]
+    table = ["| change | compare exit | first row (module range, else category) | first category | expected | names it | "
+             "share of the step-time change explained | unexplained µs |", "|---|---|---|---|---|---|---|---|"]
+    table += ["| " + " | ".join(r) + " |" for r in summary]
+    named = sum(r[5] == "yes" for r in summary)
+    text = (f"# Planted regressions on {device} ({SCALE[device]['model']})\n\n{named} of {len(summary)} planted "
+            f"regressions explained (the first row names the responsible module or category). Commands and their "
+            f"output: planted.log; each comparison: <change>.compare.md / .json.\n\n" + "\n".join(table) + "\n")
+    (out / "summary.md").write_text(text)
+    print("\n" + text)
+    return 0
+
+
+def row(change: str, status: int | None, data: Path, expected: set[str]) -> list[str]:
+    """Return one summary row from `bench compare --json`: its first rows, whether one names the change, the share."""
+    if not data.is_file():
+        return [change, str(status), "-", "-", ", ".join(sorted(expected)), "no (compare failed)", "-", "-"]
+    got = json.loads(data.read_text())
+    status = got["exit_status"] if status is None else status
+    cells = got["attribution"]["attributions"]
+    if not cells:
+        why = "no regression" if not got["regressions"] else "not attributed: " + "; ".join(
+            [m["reason"] for m in got["attribution"]["missing"]] + got["attribution"]["notes"])[:200]
+        return [change, str(status), "-", "-", ", ".join(sorted(expected)), f"no ({why})", "-", "-"]
+    cell = cells[0]
+    first, category = (cell["first"] or {}).get("name", "-"), cell["first_category"] or "-"
+    share = cell["explained_share"]
+    unexplained = cell["unexplained_us"]
+    names = "yes" if first in expected or category in expected else "no"
+    return [change, str(status), first, category, ", ".join(sorted(expected)), names,
+            "-" if share is None else f"{100 * share:.0f} %", "-" if unexplained is None else f"{unexplained:+.0f}"]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

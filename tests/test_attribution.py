@@ -1,0 +1,351 @@
+"""Where a regression's time went (bench.results.attribution): the per-step breakdown a kernel table holds, the
+ranked rows against hand-computed numbers, profiles matched to the compared cells, and `bench compare`'s section."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.cli import main
+from bench.errors import BenchInputError
+from bench.profiling.kernels import (
+    AttributedKernel,
+    build_kernel_table,
+    decode_step_breakdown,
+)
+from bench.results import attribution as A
+from bench.results.records import new_context, new_record
+from bench.results.store import ResultStore
+from bench.runner.matrix import run_matrix
+from bench.spec.matrix import parse_matrix
+
+
+def K(name, us, *ranges):
+    """A kernel launched inside `ranges` (labels, outermost first), each its own instance key."""
+    return AttributedKernel(name, us, tuple((label, label) for label in ranges))
+
+
+def step(k, *modules):
+    """The range chain of a kernel of decode step k of batch 0 inside these module ranges."""
+    return ("batch:0", f"decode_step:{k}", *modules)
+
+
+LAYER, MLP, NORM, ATTN = "Qwen2DecoderLayer:model.layers.0", "Qwen2MLP:model.layers.0.mlp", \
+    "Qwen2RMSNorm:model.layers.0.input_layernorm", "Qwen2Attention:model.layers.0.self_attn"
+
+
+def window(mlp_repeats: int, head: bool) -> list[AttributedKernel]:
+    """Two decode steps and a prefill: per step MLP 300 µs a repeat, norm 10, attention 50, the layer's residual add 5,
+    lm_head 200, outside any module 5 (an embedding copy; head: a gather instead, and an extra silu in the MLP)."""
+    out = [K("gemv_mlp", 999.0, "batch:0", "prefill:0", LAYER, MLP)]  # the prefill: never a decode step's
+    for k in (1, 2):
+        out += [K("gemv_mlp", 300.0, *step(k, LAYER, MLP)) for _ in range(mlp_repeats)]
+        out += [K("rms_norm_kernel", 10.0, *step(k, LAYER, NORM)), K("flash_fwd", 50.0, *step(k, LAYER, ATTN)),
+                K("elementwise_add", 5.0, *step(k, LAYER)), K("gemv_head", 200.0, *step(k, "lm_head"))]
+        out += [K("silu_extra", 20.0, *step(k, LAYER, MLP)), K("index_gather", 5.0, *step(k))] if head else \
+            [K("embedding_copy", 5.0, *step(k))]
+    out.append(K("argmax_between_steps", 1.0, "batch:0"))  # generate's own work between steps: outside the steps
+    return out
+
+
+def table(kernels, tool="nsys"):
+    instances = {}
+    for k in kernels:
+        for label, key in k.ranges:
+            instances.setdefault(label, set()).add(key)
+    return build_kernel_table(kernels, instances, source=tool, unit="gpu_kernel").to_dict()
+
+
+def figures(mlp_repeats, head, step_ms):
+    t = json.loads(json.dumps(table(window(mlp_repeats, head))))  # as stored
+    return A.step_figures(t, {"step_ms": step_ms, "window": {"kind": "decode", "decode_steps": 2}}, "nsys", "t.json")
+
+
+def test_the_breakdown_counts_each_kernel_once_in_its_innermost_module_inside_its_step():
+    b = decode_step_breakdown(window(1, False), {f"decode_step:{k}": {f"decode_step:{k}"} for k in (1, 2)} | {MLP: {MLP}})
+    assert b["steps"] == 2 and b["module_ranges"]
+    rows = {(m, n): (c, us) for m, n, _, c, us in b["rows"]}
+    assert rows[("Qwen2MLP", "gemv_mlp")] == (2, 600.0)  # the prefill's 999 µs is not a step's
+    assert rows[("Qwen2DecoderLayer", "elementwise_add")] == (2, 10.0)  # the layer's own, not its children's
+    assert rows[("", "embedding_copy")] == (2, 10.0)  # in a step, in no module range
+    assert not any(n == "argmax_between_steps" for _, n in rows)
+    assert decode_step_breakdown(window(1, False), {"batch:0": {"batch:0"}}) is None  # no step range: nothing
+    # every kernel table carries it, whichever collector built it
+    assert table(window(1, False))["meta"]["decode_steps"]["steps"] == 2
+
+
+def test_rows_shares_gaps_and_unexplained_by_hand():
+    base, head = figures(1, False, 0.600), figures(2, True, 0.950)
+    assert base.busy_us == 570.0 and base.wall_us == 600.0 and head.busy_us == 890.0
+    a = A.attribute("k", "hf/bf16/bs1/w", ["regressed: tpot_median_ms"], base, head, (600.0, 1000.0))
+    m = {r.name: r for r in a.modules}
+    # MLP: 300 -> 600 + 20 µs of a new silu, 1 -> 3 kernels a step: +320 µs of the measured +400 (80 %)
+    assert a.modules[0].name == "MLP" and m["MLP"].delta_us == 320.0 and m["MLP"].delta_kernels == 2.0
+    assert m["MLP"].share == pytest.approx(0.8)
+    assert A.GAPS not in m  # the time no kernel ran is in no module: the module table leaves it to its rest
+    assert m[A.OUTSIDE].delta_us == 0.0 and m["lm_head"].base_us == 200.0 and m["decoder layer"].base_us == 5.0
+    assert m["RMSNorm"].base_kernels == 1.0 and m["attention"].head_us == 50.0
+    assert a.unexplained_us(a.modules) == pytest.approx(80.0)
+    # launch gaps and idle, a category: (600 - 570) -> (950 - 890), +30 µs, 7.5 %; the categories explain 87.5 %
+    gaps = next(r for r in a.categories if r.name == A.GAPS)
+    assert a.categories[1] is gaps and gaps.delta_us == 30.0 and gaps.share == pytest.approx(0.075)
+    assert a.explained_share == pytest.approx(0.875)
+    c = {r.name: r.delta_us for r in a.categories}
+    assert a.categories[0].name == "gemm" and c == {"gemm": 300.0, "norm/reduction": 0.0, "attention": 0.0,
+                                                    "elementwise": 20.0, "copy": -5.0, "other": 5.0, A.GAPS: 30.0}
+    assert a.unexplained_us(a.categories) == pytest.approx(50.0)
+    assert [n for n, _, _ in a.added] == ["silu_extra", "index_gather"] and a.added[0][1:] == (1.0, 20.0)
+    assert [n for n, _, _ in a.removed] == ["embedding_copy"]
+    md = A.attribution_markdown(a)
+    assert "**First row: MLP, +320.0 µs per step, 80 % of the change; the category rows explain 88 %.**" in md
+    assert "| MLP | 300.0 | 620.0 | +320.0 | 1 | 3 | +2 | 80 % |" in md
+    assert "| *unexplained* (measured change less the rows) | | | +80.0 | | | | 20 % |" in md  # modules
+    assert "| *unexplained* (measured change less the rows) | | | +50.0 | | | | 12 % |" in md  # categories
+    assert "The profile windows' own unprofiled step: 600.0 → 950.0 µs (+350.0 µs)." in md
+    assert "`silu_extra` (1 per step, 20.0 µs)" in md and "`embedding_copy`" in md
+    # an improvement ranks the rows that carry the decrease first
+    back = A.attribute("k", "x", ["improved: tpot_median_ms"], head, base, (1000.0, 600.0))
+    assert back.modules[0].name == "MLP" and back.modules[0].share == pytest.approx(0.8)
+
+
+def test_without_a_step_time_or_module_ranges_it_says_so():
+    base, head = figures(1, False, None), figures(2, True, None)
+    a = A.attribute("k", "x", [], base, head, (None, None))
+    assert all(r.name != A.GAPS for r in a.categories) and a.explained_share is None and a.modules[0].share is None
+    assert any("no launch gaps and idle row" in n for n in a.notes)
+    assert A.attribute("k", "x", [], head, base, (None, None)).modules[0].name == "MLP"  # no direction: largest first
+    # a table without decode-step ranges (a compiled generate cell): the window per forward pass, categories only
+    flat = [K("gemv", 100.0, "batch:0"), K("gemv", 100.0, "batch:0"), K("copy_kernel", 4.0),
+            K("batch:0", 300.0)]  # torch.profiler's device-side marker of the batch range: not a kernel
+    f = A.step_figures(table(flat), {"window": {"kind": "generate", "batches": 1, "decode_steps": 3}}, "nsys", "t")
+    assert f.per == "forward pass (prefill included)" and f.steps == 4 and f.modules is None
+    assert f.categories == {"gemm": (0.5, 50.0), "copy": (0.25, 1.0)}
+    with pytest.raises(BenchInputError, match="version"):
+        A.step_figures({"version": 9}, {}, "nsys", "t")
+
+
+def test_module_rows_and_profile_store_paths(tmp_path):
+    assert [A.module_row(g) for g in ("Qwen2RMSNorm", "LlamaAttention", "Qwen3MLP", "Qwen2DecoderLayer", "lm_head", "",
+                                      "Qwen2RotaryEmbedding")] == [
+        "RMSNorm", "attention", "MLP", "decoder layer", "lm_head", A.OUTSIDE, "Qwen2RotaryEmbedding"]
+    (tmp_path / "results").mkdir()
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "m.jsonl").write_text("")
+    found = A.profile_stores([tmp_path / "results" / "s.jsonl"], {"m"}, None)  # here, and beside results/: once
+    assert [p.resolve() for p in found] == [tmp_path / "profiles" / "m.jsonl"]
+    with pytest.raises(BenchInputError, match="does not exist"):
+        A.profile_stores([], {"m"}, tmp_path / "nope.jsonl")
+    # a table is opened only under its store's folder: as stored, or its last three parts there
+    store = tmp_path / "profiles" / "m.jsonl"
+    inside = tmp_path / "profiles" / "m" / "c-torch" / "kernel_table.json"
+    inside.parent.mkdir(parents=True)
+    inside.write_text("{}")
+    assert A.table_file(str(inside), store) == inside
+    assert A.table_file("/elsewhere/m/c-torch/kernel_table.json", store) == inside  # a store copied from elsewhere
+    outside = tmp_path / "secret.json"
+    outside.write_text("{}")
+    assert A.table_file(str(outside), store) is None and A.table_file("../secret.json", store) is None
+
+
+def fake_matrix(name, slowdown):
+    return parse_matrix({
+        "name": name, "backends": ["fake"], "model": "qwen-tiny", "device": "cpu", "precisions": ["bf16"],
+        "max_batch_sizes": [1, 2], "workloads": ["syn"], "trials": 1, "runs": 2, "warmup": 0, "timeout_s": 60,
+        "options": {"noise": 0.0, "slowdown": slowdown},
+        "workload": {"syn": {"source": "synthetic", "num_requests": 4, "input_len": 8, "output_len": 6}},
+    })
+
+
+def profile_record(cell, table_path, context, step_ms=0.6):
+    outcome = {"trial": 0, "status": "ok", "metrics": None, "started_at": 1.0, "ended_at": 2.0,
+               "extra": {"tool": "nsys", "kernel_table": str(table_path),
+                         "profile": {"tool": "nsys", "step_ms": step_ms, "window": {"kind": "decode", "decode_steps": 2}}}}
+    return new_record("profile", cell, outcome, context=context)
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    """A fake backend's base and a 1.5x slower head (deterministic clock), two runs each, and base/head profiles of
+    the batch-1 cell only (the head's with its MLP twice)."""
+    root = tmp_path_factory.mktemp("attr")
+    out = {}
+    for name, slowdown in (("base", 1.0), ("head", 1.5)):
+        m = fake_matrix(name, slowdown)
+        run_matrix(m, root / "results" / f"{name}.jsonl", engines_dir=root / "engines", workload_cache=root / "wl",
+                   show_progress=False)
+        cell = next(c for c in m.cells if c.max_batch_size == 1)
+        path = root / "profiles" / name / f"{cell.cell_id}-nsys" / "kernel_table.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(table(window(2 if name == "head" else 1, name == "head"))))
+        with ResultStore(root / "profiles" / f"{name}.jsonl").writer() as s:
+            s.append(profile_record(cell, path, new_context("profile", matrix=name), 0.95 if name == "head" else 0.6))
+        out[name] = root / "results" / f"{name}.jsonl"
+    out["root"] = root
+    return out
+
+
+def test_bench_compare_attributes_the_profiled_cell_and_names_the_one_without(stores, capsys, monkeypatch):
+    monkeypatch.chdir(stores["root"])
+    md = stores["root"] / "out.md"
+    assert main(["compare", str(stores["base"]), str(stores["head"]), "--ignore-option", "slowdown",
+                 "--markdown", str(md)]) == 1
+    text = md.read_text()
+    section = text.split("### Where the time went", 1)[1]
+    bs1 = section.split("#### ", 2)[1]
+    assert bs1.startswith("fake/bf16/bs1/syn: regressed") and "**First row: MLP, +320.0 µs per step" in bs1
+    assert "| MLP | 300.0 | 620.0 | +320.0 |" in bs1 and f"| {A.GAPS} | 30.0 | 60.0 | +30.0 |" in bs1  # a category
+    assert "Step time (measured TPOT of the runs, as compared above)" in bs1
+    # the batch-2 cell regressed too but has no profile on either side: named, with the command that profiles it
+    assert "No profile, so no attribution, for: fake/bf16/bs2/syn (base side" in section
+    assert "`bench compare --profile` (same arguments) profiles them." in section
+
+
+def test_explicit_profile_stores_a_missing_one_and_a_table_outside_its_store(stores, tmp_path, monkeypatch):
+    root = stores["root"]
+    monkeypatch.chdir(tmp_path)  # no profiles/ here: the stores named, or those beside results/, are read
+    assert main(["compare", str(stores["base"]), str(stores["head"]), "--ignore-option", "slowdown", "--profiles",
+                 str(root / "profiles" / "base.jsonl"), str(tmp_path / "none.jsonl")]) == 2
+    from bench.results.compare import compare_report
+
+    c, text, _ = compare_report(str(stores["base"]), str(stores["head"]), ignore_options=["slowdown"])
+    assert [a.label for a in c.attribution.attributions] == ["fake/bf16/bs1/syn"]  # found beside results/
+    # a record naming a table outside its store's folder is not read
+    rec = json.loads((root / "profiles" / "head.jsonl").read_text().splitlines()[0])
+    rec["extra"]["kernel_table"] = str(tmp_path / "kernel_table.json")
+    (tmp_path / "kernel_table.json").write_text(json.dumps(table(window(2, True))))
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "head.jsonl").write_text(json.dumps(rec) + "\n")
+    c, text, _ = compare_report(str(stores["base"]), str(stores["head"]), ignore_options=["slowdown"],
+                                profiles=(root / "profiles" / "base.jsonl", tmp_path / "store" / "head.jsonl"))
+    assert c.attribution.attributions == [] and "is not under its profile store's folder" in text
+
+
+def test_the_dashboard_page_draws_the_attribution(stores, tmp_path, monkeypatch):
+    from tests.support.dashboard import dashboard_figures
+
+    monkeypatch.chdir(stores["root"])
+    page, data = tmp_path / "cmp.html", tmp_path / "cmp.json"
+    assert main(["compare", str(stores["base"]), str(stores["head"]), "--ignore-option", "slowdown",
+                 "--dashboard", str(page), "--json", str(data)]) == 1
+    got = json.loads(data.read_text())
+    assert got["exit_status"] == 1 and got["regressions"] == len([r for r in got["rows"] if r["verdict"] == "regressed"])
+    (cell,) = got["attribution"]["attributions"]
+    assert cell["first"] == {"name": "MLP", "delta_us": 320.0, "share": cell["first"]["share"], "table": "module range"}
+    assert cell["first_category"] == "gemm" and cell["modules"][0]["base_us"] == 300.0
+    assert [m["label"] for m in got["attribution"]["missing"]] == ["fake/bf16/bs2/syn"] * 2
+    html = page.read_text()
+    figs = dashboard_figures(html)
+    assert len(figs) == 1 and "Where the time went: fake/bf16/bs1/syn" in figs[0]["layout"]["title"]["text"]
+    modules = figs[0]["data"][0]
+    assert modules["y"][0] == "MLP" and modules["x"][0] == 320.0 and A.GAPS not in modules["y"]
+    assert figs[0]["data"][1]["y"][:2] == ["gemm", A.GAPS]  # the category panel
+    assert modules["y"][-2:] == ["unexplained", "measured change"]
+    assert "First row: MLP" in html and "no profile for fake/bf16/bs2/syn" in html
+
+
+def test_profile_refuses_sides_this_checkout_cannot_stand_for(stores, tmp_path, monkeypatch, capsys):
+    """--profile on the fake backend's cells: measured at this checkout's commit, but not profilable (no torch
+    model): refused before any session; the sides of cells already profiled are not profiled again."""
+    from bench.study.compare import _not_here, compare
+
+    monkeypatch.chdir(stores["root"])
+    before = {p: p.read_text() for p in stores["root"].glob("profiles/*.jsonl")}
+    c, _, warns = compare(str(stores["base"]), str(stores["head"]), ignore_options=["slowdown"], profile=True)
+    assert c.exit_status == 1 and len(c.attribution.attributions) == 1  # the comparison stands
+    not_profiled = [w for w in warns if "not profiled" in w]
+    assert len(not_profiled) == 2 and all("fake/bf16/bs2/syn" in w and "puts ranges on a torch model" in w
+                                          for w in not_profiled)
+    assert {p: p.read_text() for p in stores["root"].glob("profiles/*.jsonl")} == before  # no session ran
+
+    assert "measured at 111111111111" in _not_here(("111111111111+dirty",), {"commit": "2" * 40})
+    assert _not_here(("222222222222",), {"commit": "2" * 40}) == ""
+    assert "unknown" in _not_here(("222222222222",), {"commit": None})
+
+
+PLANTED = """name = "planted-{side}"
+backends = ["hf"]
+model = "qwen-tiny"
+device = "cpu"
+precisions = ["fp32"]
+max_batch_sizes = [1]
+workloads = ["syn"]
+trials = 1
+runs = 2
+warmup = 1
+[options]
+plant = ["{plant}"]
+[workload.syn]
+source = "synthetic"
+num_requests = 1
+input_len = 8
+output_len = 4
+"""
+
+
+@pytest.mark.slow
+def test_a_planted_mlp_regression_is_caught_and_explained_by_one_command(tmp_path, monkeypatch):
+    """qwen-tiny on the CPU, the same cell with and without its MLPs run many times (option plant): `bench compare
+    --ignore-option plant --profile` exits 1, profiles both sides itself and names the MLP range first.
+
+    Qwen2MLP:300, not :3: qwen-tiny's MLPs are about 1 % of its CPU step (its 151,936-row lm_head is most of it), so
+    three runs of them move the step by ~1 %, under the 5 % factor and far under a shared machine's spread between
+    processes; 300 make the MLP most of the step. At 95 % confidence: with 2 runs a side (df = 2) a 99 % interval
+    needs t > 9.9, which the 35 % spread between processes of this shared 2-core machine (load 6) kept a 9x change
+    under."""
+    monkeypatch.setenv("BENCH_ALLOW_CORRUPTION", "1")
+    for side, plant in (("base", "none"), ("head", "Qwen2MLP:300")):
+        (tmp_path / f"{side}.toml").write_text(PLANTED.format(side=side, plant=plant))
+        assert main(["run", "--matrix", str(tmp_path / f"{side}.toml"), "--no-progress"]) == 0
+    md = tmp_path / "why.md"
+    assert main(["compare", "results/planted-base.jsonl", "results/planted-head.jsonl", "--ignore-option", "plant",
+                 "--profile", "--decode-steps", "2", "--confidence", "0.95", "--markdown", str(md)]) == 1
+    text = md.read_text()
+    cell = text.split("### Where the time went", 1)[1].split("#### ", 1)[1]
+    assert cell.startswith("hf/fp32/bs1/syn: regressed"), text
+    assert "**First row: MLP, +" in cell, cell
+    modules = cell.split("| module range |", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert modules[2].startswith("| MLP |") and "| 10 | 3000 | +2990 |" in modules[2]  # 5 aten ops a call, 2 layers, x300
+    assert Path("profiles/planted-base.jsonl").is_file() and Path("profiles/planted-head.jsonl").is_file()
+    # a second call finds the stored profiles and profiles nothing again
+    n = len(Path("profiles/planted-head.jsonl").read_text().splitlines())
+    assert main(["compare", "results/planted-base.jsonl", "results/planted-head.jsonl", "--ignore-option", "plant",
+                 "--profile", "--confidence", "0.95"]) == 1
+    assert len(Path("profiles/planted-head.jsonl").read_text().splitlines()) == n
+
+
+def test_a_verdict_withheld_for_differing_tuned_kernels_is_still_explained():
+    from types import SimpleNamespace
+
+    from bench.results.compare import KERNELS_DIFFER
+
+    def row(verdict, note=""):
+        return SimpleNamespace(verdict=verdict, note=note)
+
+    assert A.judged_verdict(row("regressed")) == "regressed" and A.judged_verdict(row("not significant")) is None
+    withheld = row(KERNELS_DIFFER, "kernels differ: tuned c38cec28… vs 0035a36c… (was: regressed) ")
+    assert A.judged_verdict(withheld, KERNELS_DIFFER) == "kernels differ (was: regressed)"
+    assert A.judged_verdict(withheld) is None  # only where the comparison says which verdict it withholds
+    assert A.judged_verdict(row(KERNELS_DIFFER, "(was: unchanged)"), KERNELS_DIFFER) is None
+
+
+def test_the_planted_regressions_script_names_rows_the_attribution_makes_and_cells_that_validate(monkeypatch):
+    """scripts/planted_regressions.py: every change is a valid pair of cells on each device it runs on, differing in
+    options only (bench compare matches them with --ignore-option), and expects rows the attribution can name."""
+    import warnings
+
+    import tomllib
+
+    from scripts import planted_regressions as P
+
+    monkeypatch.setenv("BENCH_ALLOW_CORRUPTION", "1")
+    names = {row for row, _ in A.MODULE_ROWS} | set(A.CATEGORY_ROWS.values()) | {A.OUTSIDE, A.GAPS}
+    for change, (_, _, expected, devices, _) in P.CHANGES.items():
+        assert expected <= names, (change, expected - names)
+        for device in devices:
+            base, base_opts, head_opts = P.options_of(change, device)
+            assert base_opts != head_opts
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # no GPU here to check a cuda cell's precision against
+                cells = [parse_matrix(tomllib.loads(P.matrix_text(f"m-{i}", opts, device, 2))).cells[0]
+                         for i, opts in enumerate((base_opts, head_opts))]
+            assert cells[0].cell_id != cells[1].cell_id and cells[0].precision == cells[1].precision
