@@ -31,7 +31,7 @@ def test_nice_ticks_are_round():
 
 
 def test_server_sweep_dashboard(tmp_path):
-    paths = build_report([SERVING / "serving-sweep.jsonl", SERVING / "serving-sweep-2.jsonl"], tmp_path,
+    paths = build_report([SERVING / "serving-sweep.jsonl.gz", SERVING / "serving-sweep-2.jsonl.gz"], tmp_path,
                          {"backend": "openai", "request_rate": 1.0})
     page = paths["dashboard"].read_text()
     figs = dashboard_figures(page)

@@ -37,7 +37,7 @@ def test_a_late_option_keeps_the_fake_cell_ids():
 
     plain, = parse_matrix(base).cells
     before = plain.to_dict()
-    for late in ("short_rows", "wall_ms", "tensor_parallel_size", "tuning_spread"):
+    for late in ("short_rows", "wall_ms", "tensor_parallel_size", "tuning_spread", "diverge_at"):
         del before["options"][late]  # the cell as stored before these options existed
     assert plain.cell_id == short_hash({"schema_version": CELL_ID_VERSION, "cell": before})
     short, = parse_matrix({**base, "options": {"short_rows": 1}}).cells
@@ -78,13 +78,13 @@ def test_a_row_the_harness_loop_did_not_write_is_short(tmp_path, monkeypatch):
     loaded = load(tmp_path, "static", "harness")
     real_decode = hf_loop.DecodeLoop.decode
 
-    def decode_losing_a_token(self, state, steps, on_token=None):
+    def decode_losing_a_token(self, state, steps, on_token=None, **teacher_forcing):
         def keep(k, token):
             if k == steps:  # the last step: row 1 (request b) loses its token
                 token = token.clone()
                 token[1] = hf_loop.UNWRITTEN
             on_token(k, token)
-        real_decode(self, state, steps, keep)
+        real_decode(self, state, steps, keep, **teacher_forcing)
 
     full = loaded.run(REQUESTS, 2, {})
     assert [t.output_len for t in full.timings] == [3, 4]
