@@ -624,6 +624,30 @@ output_len = 16
     assert "numerical fidelity only" in capsys.readouterr().out
 
 
+@pytest.mark.gpu
+def test_gpu_faults_in_the_compiled_loop_are_judged_through_that_loop(tmp_path, monkeypatch, capsys):
+    """On a GPU, the timed configuration itself: compile reduce-overhead (CUDA graphs), static cache, the harness
+    loop, bf16. The loop emitting token 0 reads broken (its logits are right), a static cache returning negated
+    values reads degraded or broken, and the same compiled loop without a fault reads aligned."""
+    from bench.cli import main
+    from bench.results import query
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BENCH_ALLOW_CORRUPTION", "1")
+    import shutil
+
+    shutil.copy(Path(__file__).parent / "data" / "gpu-faults.toml", tmp_path / "g.toml")
+    assert main(["accuracy", "--matrix", str(tmp_path / "g.toml")]) == 0
+    out = capsys.readouterr().out
+    recs = {(r.cell["options"]["fault"], r.cell["options"]["compile"]): r
+            for r in query.accuracies(query.load([Path("results/gpu-faults-accuracy.jsonl")]))}
+    assert all(r.ok for r in recs.values()), out
+    assert recs[("none", "reduce-overhead")].verdict == "aligned", out
+    zero, negated = recs[("decode-token-zero", "reduce-overhead")], recs[("kv-negate", "reduce-overhead")]
+    assert zero.verdict == "broken" and zero.metrics["identical_prefix_rate"] == 0, out
+    assert negated.verdict in ("broken", "degraded") and negated.metrics["kl_mean"] > 0.01, out
+
+
 def test_parity_layers_input_is_checked_before_any_session():
     from bench.accuracy.parity import parity_cells
     from bench.spec.matrix import parse_matrix

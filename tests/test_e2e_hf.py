@@ -10,14 +10,14 @@ from bench.spec.matrix import parse_matrix
 @pytest.mark.slow
 def test_hf_tiny_matrix_exact_output_lengths(tmp_path):
     m = parse_matrix({
-        "backends": ["hf"], "model": "qwen-tiny", "precisions": ["fp32", "bf16"], "max_batch_sizes": [1, 3],
+        "backends": ["hf"], "model": "qwen-tiny", "precisions": ["bf16"], "max_batch_sizes": [1, 3],
         "workloads": ["w"], "device": "cpu", "trials": 1, "warmup": 1,
         "options": {"attn_implementation": ["sdpa"], "cache": ["dynamic", "static"]},
         "workload": {"w": {"num_requests": 5, "max_input_len": 64, "max_total_len": 128, "max_output_len": 12}},
     })
     store = tmp_path / "s.jsonl"
     summary = run_matrix(m, store, show_progress=False)
-    assert summary.statuses == {"ok": 8}, list(ResultStore(store).records())[0].get("error")
+    assert summary.statuses == {"ok": 4}, list(ResultStore(store).records())[0].get("error")
     for r in ResultStore(store).records():
         met = r["metrics"]
         assert met["total_output_tokens"] == met["expected_output_tokens"] == r["workload"]["output_tokens"]

@@ -91,6 +91,15 @@ def start(model_dir: str | Path, log_path: str | Path, *, port: int | None = Non
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True)  # its own process group: stop() ends its threads too
     server = ServeProcess(proc, f"http://127.0.0.1:{port}", log_path, cmd, dropped)
+    try:
+        return _wait_ready(server, ready_timeout_s)
+    except BaseException:  # Ctrl-C or SIGTERM while it starts: take it down with us
+        server.stop()
+        raise
+
+
+def _wait_ready(server: ServeProcess, ready_timeout_s: float) -> ServeProcess:
+    proc, cmd, log_path = server.proc, server.command, server.log_path
     deadline = time.monotonic() + ready_timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -108,6 +117,10 @@ def start(model_dir: str | Path, log_path: str | Path, *, port: int | None = Non
                        f"{server.log_tail()}")
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     """Serve MODEL_DIR with `transformers serve` on 127.0.0.1 until Ctrl-C (the recipe the docs give)."""
     import argparse
@@ -120,21 +133,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--no-continuous-batching", action="store_true")
-    p.add_argument("--log", default="transformers-serve.log", help="the server's output (default ./transformers-serve.log)")
+    p.add_argument("--log", default="results/transformers-serve.log",
+                   help="the server's output (default results/transformers-serve.log: under the git-ignored results/)")
     args = p.parse_args(argv)
-    server = start(args.model_dir, args.log, port=args.port, device=args.device,
-                   continuous_batching=not args.no_continuous_batching)
-    print(f"serving {args.model_dir} at {server.base_url} (log {args.log}); in the matrix: base_url = "
-          f"\"{server.base_url}\", model_name = \"{args.model_dir}\"; Ctrl-C stops it", flush=True)
+    Path(args.log).parent.mkdir(parents=True, exist_ok=True)
+    # SIGTERM (kill, a CI job's end, systemd) runs the same cleanup as Ctrl-C: the server has its own process
+    # group, so without this it would outlive us, holding its port.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        while server.proc.poll() is None:
-            time.sleep(1.0)
-        print(f"the server exited with status {server.proc.returncode}; log {args.log}:\n{server.log_tail()}")
-        return 1
+        server = start(args.model_dir, args.log, port=args.port, device=args.device,
+                       continuous_batching=not args.no_continuous_batching)  # stops its server if interrupted
+        print(f"serving {args.model_dir} at {server.base_url} (log {args.log}); in the matrix: base_url = "
+              f"\"{server.base_url}\", model_name = \"{args.model_dir}\"; Ctrl-C stops it", flush=True)
+        try:
+            while server.proc.poll() is None:
+                time.sleep(1.0)
+            print(f"the server exited with status {server.proc.returncode}; log {args.log}:\n{server.log_tail()}")
+            return 1
+        finally:
+            server.stop()
     except KeyboardInterrupt:
         return 0
     finally:
-        server.stop()
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":
