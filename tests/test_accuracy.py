@@ -460,7 +460,7 @@ def test_bench_accuracy_aligned_broken_and_the_broken_layer_named(tiny_trained, 
     text = capsys.readouterr().out
     assert "first diverging tensor (forward): layer 2" in text, text
     assert "first diverging tensor (decode): layer 2" in text, text  # the decode steps of its own path agree
-    result = json.loads(next(p for p in Path("parity/trained").glob("layers-*.json") if ".job" not in p.name).read_text())
+    result = json.loads(next(p for p in Path("results/parity/trained").glob("layers-*.json") if ".job" not in p.name).read_text())
     rows = {r["name"]: r for r in result["rows"]}
     assert rows["layer 1"]["max_abs"] == 0 and rows["layer 2"]["rel_error"] > 0.1
 

@@ -28,7 +28,7 @@ def register(sub) -> None:
     p.add_argument("--path", default="both", choices=("both", "forward", "decode"),
                    help="what is hooked: a cacheless forward, each cell's own decode steps (its cache and loop), or both")
     p.add_argument("--decode-tokens", type=int, default=16, help="the decode path: each prompt's last N tokens as decode steps")
-    p.add_argument("--out", default="parity", help="output folder (default parity/)")
+    p.add_argument("--out", default="results/parity", help="output folder (default results/parity/, git-ignored)")
     p.add_argument("--timeout", type=float, default=1800)
     p.set_defaults(func=cmd_parity, requests=None, trials=None)
 
