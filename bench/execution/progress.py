@@ -1,4 +1,4 @@
-"""Progress display for a matrix run: cell (or cell-run) k of n, the current cell, elapsed time (rich).
+"""Progress display for a matrix run: cell (or process, when cells run in several) k of n, the current cell, elapsed time.
 
 Without a terminal (output piped to a file or a CI log) a live bar draws nothing until the end,
 so each finished cell prints one line instead; warnings print once each, and each failed cell its
@@ -78,7 +78,7 @@ class MatrixProgress:
         self.progress.update(self.task, description=text)
 
     def advance(self, label: str, status: str, error: str | None = None) -> None:
-        """Count one finished cell (or cell-run); a failed one prints its status and the first line of its error,
+        """Count one finished cell (or process); a failed one prints its status and the first line of its error,
         with or without the display. The caller advances each once: the count never passes the total."""
         from bench.machine.failures import first_line
 
