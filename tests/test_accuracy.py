@@ -220,7 +220,7 @@ def test_reference_answers_are_stored_beside_the_workload_and_change_no_hash(tin
     assert reference_answers(synthetic, *cached_workload(synthetic, tmp_path / "cache")) is None
 
 
-def test_a_session_that_dies_out_of_memory_is_each_cells_stored_reason(monkeypatch, tmp_path):
+def test_a_session_that_dies_out_of_memory_is_each_cells_stored_reason(monkeypatch, tmp_path, capsys):
     import subprocess
     import sys
 
@@ -258,6 +258,15 @@ def test_a_session_that_dies_out_of_memory_is_each_cells_stored_reason(monkeypat
     assert "accuracy session exited with status 1; log " in recs[0].error
     assert recs[1].error.startswith(f"its baseline {base.label} failed: ")
     assert recs[1].accuracy["baseline_cell_id"] == base.cell_id and recs[1].metrics is None
+
+    # Through the driver: each failed cell is one console line, its error's first line (the record keeps the rest).
+    records, failed = A.accuracy_matrix(m, m.cells, settings, tmp_path / "drv.jsonl", printer=print)
+    err = capsys.readouterr().err
+    assert failed == 2 and [r.status for r in records] == ["oom", "error"]
+    said = [line for line in err.splitlines() if line.startswith((base.label, cell.label))]
+    assert said == [f"{c.label}: {r.status}: {r.error.splitlines()[0]} (whole text in {tmp_path / 'drv.jsonl'})"
+                    for c, r in zip((base, cell), records, strict=True)]
+    assert "CUDA out of memory" not in said[0]  # the log's tail is in the record, not on the console
 
 
 # ---- a tiny model trained on ShareGPT text (the shipped qwen-tiny-trained) --------------------------

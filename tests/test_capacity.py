@@ -185,3 +185,26 @@ def test_the_report_says_whether_repeated_searches_agree(tmp_path):
     build_report([tmp_path / "s0.jsonl", tmp_path / "s3.jsonl"], tmp_path / "two-cells")
     two = (tmp_path / "two-cells" / "capacity.md").read_text()
     assert "max_batch_size = 16 batch size" in two and "agree" not in two and "⚠" not in two, two
+
+
+def test_a_failed_probe_prints_the_first_line_of_its_error(tmp_path):
+    """Each probe whose passes failed is named on the console with its first error line, not a Python list."""
+    import io
+
+    from rich.console import Console
+
+    from bench.capacity.driver import capacity_matrix
+    from bench.spec.matrix import parse_matrix
+
+    m = parse_matrix({"name": "capfail", "backends": ["fake"], "model": "qwen-tiny", "precisions": ["bf16"],
+                      "max_batch_sizes": [1], "workloads": ["w"], "device": "cpu", "trials": 1, "warmup": 0,
+                      "options": {"fail": "error"},
+                      "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 8, "num_requests": 4}}})
+    out = io.StringIO()
+    missed, text = capacity_matrix(m, {"tpot_p99_ms": 100.0}, "max_batch_size", 1, 4, None, "grow", tmp_path / "c.jsonl",
+                                   Console(file=out, width=300), tmp_path / "r")
+    assert missed == 1
+    said = [line for line in out.getvalue().splitlines() if "pass(es) failed" in line]
+    assert said and said[0].endswith("probe at max_batch_size 1: 1 pass(es) failed: error: RuntimeError: fake backend: "
+                                     "injected error (whole text in the store)")
+    assert "probe at 1 failed: error: RuntimeError: fake backend: injected error" in text and "['" not in text

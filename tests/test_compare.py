@@ -111,6 +111,8 @@ def test_missing_metric(stores, tmp_path, capsys):
     missing = [r for r in c.rows if r.verdict == "missing"]
     assert len(missing) == 2 and all("missing on the head side" in r.note for r in missing)
     assert any("e2el_p99_ms is missing" in w for w in c.warnings)
+    # rows not judged are counted beside the regressions, which keep their priority in the exit status
+    assert "; 2 rows not judged (2 missing on one side)" in c.headline() and c.exit_status == 1
     assert ":warning:" in to_markdown(c)
     with pytest.raises(BenchInputError, match="unknown metric 'tok_s'"):
         compare_stores(stores["base"], head, metrics=["tok_s"])

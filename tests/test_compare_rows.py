@@ -53,3 +53,53 @@ def test_detectable_change_and_runs_needed():
     assert math.log(stats.detectable_ratio(sd, n - 1, n - 1, 0.99)) > math.log1p(0.05)
     # hand check against the normal approximation for large n: (z_.995 + z_.8) * sd * sqrt(2/n)
     assert math.log(stats.detectable_ratio(sd, 500, 500, 0.99)) == pytest.approx((2.5758 + 0.8416) * sd * math.sqrt(2 / 500), rel=0.01)
+
+
+# ---- a withheld verdict does not pass a gate (issue 47.5) ----------------------------------------
+
+
+def _tuned_store(tmp_path, name, cells):
+    """Write a store of 3 runs x 2 trials per cell: {cell_id: (output tok/s, tuned digest)}."""
+    from tests.support.records import make_record
+    from tests.support.synthetic import write_store
+
+    recs = []
+    for cell_id, (value, digest) in cells.items():
+        cell = {"backend": "fake", "model": "m", "precision": cell_id, "max_batch_size": 1, "device": "cpu",
+                "options": {}, "workload": {"name": "w"}}
+        extra = {"inductor": {"coordinate_descent_tuning": True, "tuned": {"kernels": 17, "digest": digest}}}
+        recs += [make_record(cell_id, cell=cell, run=r, trial=t, run_id=name, output_throughput=value + r * 0.5,
+                             extra=extra) for r in range(3) for t in range(2)]
+    write_store(tmp_path / f"{name}.jsonl", recs)
+    return str(tmp_path / f"{name}.jsonl")
+
+
+def test_a_head_whose_tuned_kernels_differ_exits_4_and_the_headline_counts_it(tmp_path, capsys):
+    """The issue's case: -82.6 % on a cell whose tuned kernels differ was 'kernels differ (was: regressed)' under a
+    'no regression' headline, exit 0."""
+    import json
+
+    from bench.cli import main
+    from bench.results.compare import NOT_JUDGED_EXIT
+
+    base = _tuned_store(tmp_path, "base", {"bf16": (144.0, "c38cec28aa"), "int8": (200.0, "0035a36caa")})
+    head = _tuned_store(tmp_path, "head", {"bf16": (25.0, "8a5e1145bb"), "int8": (200.0, "0035a36caa")})
+    out = tmp_path / "c.json"
+    code = main(["compare", base, head, "--metrics", "output_throughput", "--json", str(out)])
+    captured = capsys.readouterr()
+    assert code == NOT_JUDGED_EXIT == 4
+    headline = "no regression in 1 judged row (0 improvement(s)); 1 row not judged (1 kernels differ)"
+    assert captured.out.startswith(f"## bench compare: {headline}\n")
+    assert captured.err.rstrip().endswith(f"bench compare: {headline}")
+    assert "| kernels differ | fake/bf16/bs1/w | output_throughput |" in captured.out and "-82." in captured.out
+    got = json.loads(out.read_text())
+    assert got["exit_status"] == 4 and got["not_judged"] == {"kernels differ": 1} and got["headline"] == headline
+
+    # A regression keeps its priority: exit 1, and the rows not judged are still counted.
+    slower = _tuned_store(tmp_path, "slower", {"bf16": (25.0, "8a5e1145bb"), "int8": (100.0, "0035a36caa")})
+    assert main(["compare", base, slower, "--metrics", "output_throughput"]) == 1
+    assert capsys.readouterr().out.startswith("## bench compare: 1 regression(s), 0 improvement(s) in 1 judged row; "
+                                              "1 row not judged (1 kernels differ)")
+    # Every row judged and none regressed: 0.
+    same = _tuned_store(tmp_path, "same", {"bf16": (144.0, "c38cec28aa"), "int8": (200.0, "0035a36caa")})
+    assert main(["compare", base, same, "--metrics", "output_throughput"]) == 0

@@ -234,3 +234,14 @@ def test_report_puts_probes_in_the_frontier_and_mixes_capped_with_uncapped_runs(
     assert "| fake | " in table and "| bf16 | 1 |" in table and "| bf16 | 64 |" in table
     assert "oom-probe" not in table  # probes are not speedup rows
     assert paths["dashboard"].stat().st_size > 0
+
+
+def test_a_failed_probe_prints_the_first_line_of_its_error(tmp_path, capsys):
+    """A probe that errs leaves its search undecided: the console names it in one line, not its traceback."""
+    assert run_cli(tmp_path, "--lengths", "64x64", extra='fail = "error"') == 1
+    err = capsys.readouterr().err
+    (line,) = [x for x in err.splitlines() if "ended error" in x]
+    assert line.endswith("probe at batch size 1 ended error: RuntimeError: fake backend: injected error (whole text in "
+                         "the store)") and "Traceback" not in err
+    (rec,) = query.load([tmp_path / "s.jsonl"])
+    assert "Traceback" in rec.error  # the record keeps the whole text

@@ -442,6 +442,9 @@ def test_ncu_metrics_flag_reaches_ncus_command_line(tmp_path):
     proc = _bench("profile", "--matrix", str(_matrix(tmp_path)), "--only", "precision=fp32", "--tool", "ncu",
                   "--ncu", str(fake), "--ncu-metrics", "traffic", "--no-progress", "--out", str(tmp_path / "p"))
     assert proc.returncode == 1, proc.stderr[-2000:]
+    # the failed cell is one console line: its status and its error's first line (the record holds the log's tail)
+    (said,) = [line for line in proc.stderr.splitlines() if ": error: " in line]
+    assert "RuntimeError: profiling session exited with status 1" in said and said.endswith(".jsonl)")
     argv = args_file.read_text().splitlines()
     assert argv[argv.index("--metrics") + 1] == "gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum"
     assert argv[argv.index("--target-processes") + 1] == "application-only"

@@ -125,7 +125,7 @@ def fake_matrix(runs=2, trials=2, **over):
     return parse_matrix(data)
 
 
-def test_runs_are_fresh_processes_and_resume_into_the_same_run(tmp_path):
+def test_runs_are_fresh_processes_and_more_runs_later_are_a_new_run(tmp_path):
     store = tmp_path / "s.jsonl"
     summary = run_matrix(fake_matrix(), store, show_progress=False)
     assert summary.statuses == {"ok": 8}
@@ -138,11 +138,13 @@ def test_runs_are_fresh_processes_and_resume_into_the_same_run(tmp_path):
     assert recs[0].context.runs == 2 and recs[0].context.trials == 2 and recs[0].context.baseline["backend"] == "fake"
     # runs go round the matrix: every cell's run 0 before any run 1
     assert [r.run for r in recs] == [0, 0, 0, 0, 1, 1, 1, 1]
-    # a third run asked for later, at the same commit: it joins the same run context
+    # a third run asked for later is another invocation: a new run context of three fresh processes, never a
+    # process added to the old context hours after its others
     more = run_matrix(fake_matrix(runs=3), store, show_progress=False)
-    assert more.statuses == {"ok": 4} and more.skipped == 8  # of 2 cells x 3 runs x 2 trials
+    assert more.statuses == {"ok": 12} and more.skipped == 0 and more.run_id != summary.run_id and not more.resumed
     recs = query.load([store])
-    assert {r.context.run_id for r in recs} == {summary.run_id} and max(r.run for r in recs) == 2
+    assert {r.run for r in recs if r.context.run_id == summary.run_id} == {0, 1}
+    assert {r.run for r in recs if r.context.run_id == more.run_id} == {0, 1, 2}
     assert run_matrix(fake_matrix(runs=3), store, show_progress=False).statuses == {}
 
 

@@ -99,6 +99,7 @@ def accuracy_matrix(matrix, all_cells, settings, store_path: Path, *, redo: bool
     """
     from bench.accuracy.text import accuracy_text
     from bench.checks import check_number
+    from bench.machine.failures import first_line
     from bench.results import query
     from bench.results.records import new_context
     from bench.results.store import ResultStore
@@ -118,7 +119,8 @@ def accuracy_matrix(matrix, all_cells, settings, store_path: Path, *, redo: bool
                 records.append(record)
                 if not record.ok:
                     failed += 1
-                    print(f"{cell.label}: {record.status}: {(record.error or '')[:2000]}", file=sys.stderr)
+                    print(f"{cell.label}: {record.status}: {first_line(record.error)} (whole text in {store_path})",
+                          file=sys.stderr)
                 else:
                     printer(accuracy_text(cell, record))
     print(f"accuracy records: {store_path}", file=sys.stderr)

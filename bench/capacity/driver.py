@@ -99,6 +99,10 @@ def capacity_matrix(matrix, slo: dict, axis: str, lower: float, upper: float, to
             missed += result.capacity is None
             console.print(f"{label}: capacity {result.capacity} (first miss {result.first_miss}) after "
                           f"{len(result.probes)} probes")
+            for p in result.probes:
+                if p.failed:
+                    console.print(f"{label}: probe at {axis} {p.value:g}: {p.failed} pass(es) failed: {p.error} (whole "
+                                  "text in the store)", style="yellow", highlight=False, markup=False)
             parts.append(capacity_markdown(result, label))
     text = "\n".join(parts)
     path = write_atomic(Path(report_dir) / "capacity.md", text)

@@ -77,6 +77,7 @@ class CapacityRunner:
                                        trials=self.trials, warmup=self.warmup)
 
     def __call__(self, value) -> ProbeResult:
+        from bench.machine.failures import first_line
         from bench.results.store import ResultStore
 
         started = time.perf_counter()
@@ -89,7 +90,7 @@ class CapacityRunner:
                 if record.status == "ok":
                     oks.append(record.metrics or {})
                 else:
-                    failures.append(f"{record.status}: {(record.error or '').strip().splitlines()[-1:] or ''}")
+                    failures.append(f"{record.status}: {first_line(record.error)}")
         result = judge(value, oks, failures, self.slo)
         return replace(result, seconds=time.perf_counter() - started)
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from bench.checks import MAX_NUM_REQUESTS, check_number
 from bench.errors import BenchInputError, choices
+from bench.machine.failures import first_line
 
 AXES = {
     "request_rate": "open loop: mean requests/s offered (openai backend's option request_rate)",
@@ -248,7 +249,7 @@ def stored_capacities(records) -> list[tuple[str, str, str, Capacity]]:
         probes = []
         for value, passes in by_value.items():
             oks = [r.metrics or {} for r in passes if r.status == "ok"]
-            failures = [f"{r.status}: {((r.error or '').strip().splitlines() or [''])[-1]}" for r in passes if r.status != "ok"]
+            failures = [f"{r.status}: {first_line(r.error)}" for r in passes if r.status != "ok"]
             probes.append(replace(judge(value, oks, failures, slo), seconds=None))
         missed = [p.value for p in probes if not p.meets]
         met = [p.value for p in probes if p.meets and all(p.value < m for m in missed)]

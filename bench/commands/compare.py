@@ -1,7 +1,7 @@
 """`bench compare BASE HEAD`: regression verdicts between two stores or two commits' results.
 
 Parses the flags and calls bench.study.compare.compare (the verdicts, their attribution from profiles, and with
---profile the profiles it needs); prints its Markdown, its warnings and the count.
+--profile the profiles it needs); prints its Markdown, its warnings and its headline (rows judged, and not).
 """
 
 from __future__ import annotations
@@ -12,11 +12,15 @@ import sys
 def register(sub) -> None:
     c = sub.add_parser(
         "compare",
-        help="compare two result stores (or two commits in one store); exit 1 if any cell regressed",
+        help="compare two result stores (or two commits in one store); exit 1 if any cell regressed, 4 if rows were "
+             "not judged",
         description="Match cells by cell_id and judge each metric over runs (fresh worker processes; "
         "`bench run --runs 3`): a regression needs statistical "
         "significance AND a change of at least --factor in the metric's bad direction. "
-        "Exit status: 0 no regression, 1 a regression, 2 bad input.",
+        "Exit status: 0 no regression, every row judged; 1 a regression (whatever else); 2 bad input; 3 a profile "
+        "record not stored (--profile); 4 no regression, but some rows were not judged (kernels differ: the sides ran "
+        "different tuned kernels; inconclusive: too few runs; a metric missing on one side), so the comparison does "
+        "not pass a gate.",
     )
     c.add_argument("base", help="base result store (JSONL), a folder of stores (its *.jsonl) or a quoted glob")
     c.add_argument("head", help="head result store, folder or quoted glob; may be the same file with --base/--head-commit")
@@ -62,6 +66,5 @@ def cmd_compare(args) -> int:
     print(markdown)
     for w in comparison.warnings:
         print(f"bench compare: warning: {w}", file=sys.stderr)
-    n = len(comparison.regressions)
-    print(f"bench compare: {n} regression(s)" if n else "bench compare: no regression", file=sys.stderr)
+    print(f"bench compare: {comparison.headline()}", file=sys.stderr)
     return comparison.exit_status

@@ -1,7 +1,8 @@
-"""Progress display for a matrix run: cell (or cell-run) k of n, the current cell, elapsed time (rich).
+"""Progress display for a matrix run: cell (or process, when cells run in several) k of n, the current cell, elapsed time.
 
 Without a terminal (output piped to a file or a CI log) a live bar draws nothing until the end,
-so each finished cell prints one line instead; warnings print once each, whatever the output.
+so each finished cell prints one line instead; warnings print once each, and each failed cell its
+status and the first line of its error, whatever the output.
 """
 
 from __future__ import annotations
@@ -46,8 +47,6 @@ class MatrixProgress:
     def __enter__(self):
         if self.enabled:
             self.progress.__enter__()
-            if self.done:
-                self.progress.console.print(f"{self.done} of {self.total} {self.unit}s already in the store: skipped")
         return self
 
     def __exit__(self, *exc):
@@ -78,27 +77,39 @@ class MatrixProgress:
             text = " | ".join(f"[{slot}] {desc}" if slot else desc for slot, desc in sorted(self.slots.items()))
         self.progress.update(self.task, description=text)
 
-    def advance(self, label: str, status: str) -> None:
+    def advance(self, label: str, status: str, error: str | None = None) -> None:
+        """Count one finished cell (or process); a failed one prints its status and the first line of its error,
+        with or without the display. The caller advances each once: the count never passes the total."""
+        from bench.machine.failures import first_line
+
         self.done += 1
+        why = f": {first_line(error)}" if status not in ("ok", "skipped") and first_line(error) else ""
         if self.enabled:
             if self.lines:
                 elapsed = time.monotonic() - self.started
-                self.console.print(f"{self.unit} {self.done}/{self.total} {status}: {label} ({_clock(elapsed)} elapsed)",
-                                   soft_wrap=True, highlight=False, markup=False)
+                self.console.print(f"{self.unit} {self.done}/{self.total} {status}: {label} ({_clock(elapsed)} elapsed)"
+                                   + why, soft_wrap=True, highlight=False, markup=False)
             elif status not in ("ok", "skipped"):
-                self.progress.console.print(f"[yellow]{label}: {status}")
+                self.progress.console.print(f"{label}: {status}{why}", style="yellow", soft_wrap=True, highlight=False,
+                                            markup=False)
             self.progress.update(self.task, advance=1)
+        elif status not in ("ok", "skipped"):  # no display (--no-progress): a failure is still said
+            self._console().print(f"{label}: {status}{why}", style="yellow", soft_wrap=True, highlight=False,
+                                  markup=False)
+
+    def _console(self):
+        if self.console is None:
+            from rich.console import Console
+
+            self.console = Console(stderr=True, soft_wrap=True)
+        return self.console
 
     def warn(self, text: str, key: str | None = None) -> None:
         """Print a warning once per key (default: its text), with or without the display."""
         if (key or text) in self.warned:
             return
         self.warned.add(key or text)
-        if self.console is None:
-            from rich.console import Console
-
-            self.console = Console(stderr=True, soft_wrap=True)
-        self.console.print(f"⚠ {text}", style="yellow", soft_wrap=True, highlight=False, markup=False)
+        self._console().print(f"⚠ {text}", style="yellow", soft_wrap=True, highlight=False, markup=False)
 
 
 def _clock(seconds: float) -> str:

@@ -3,7 +3,8 @@
 An out-of-memory is a result (the batch did not fit), anything else that went wrong is an
 error. Recognised: torch.OutOfMemoryError and CUDA's out-of-memory messages, host MemoryError,
 a worker killed by the kernel's OOM killer (SIGKILL with evidence that the OOM killer acted),
-and the out-of-memory markers of TensorRT (build) and TensorRT-LLM (runtime).
+and the out-of-memory markers of TensorRT (build) and TensorRT-LLM (runtime). `first_line` is how a
+failure is named in one line (the console, a report).
 """
 
 from __future__ import annotations
@@ -56,3 +57,17 @@ def classify_exit(returncode: int | None, own_output: str = "", oom_kill_evidenc
     if killed_by_sigkill(returncode) and oom_kill_evidence:
         return "oom"
     return classify_text(own_output)
+
+
+# A failure's line on the console and in a report is cut here: a message can hold a whole prompt.
+FIRST_LINE_CHARS = 300
+
+
+def first_line(error: str | None) -> str:
+    """Return the first non-blank line of a failure's text (its message; the traceback follows it), cut to
+    FIRST_LINE_CHARS; "" for none. The one way a console or a report names a failure in a line."""
+    for line in (error or "").splitlines():
+        if line.strip():
+            line = line.strip()
+            return line if len(line) <= FIRST_LINE_CHARS else line[:FIRST_LINE_CHARS - 1] + "…"
+    return ""

@@ -108,6 +108,7 @@ def search_matrix(matrix, settings: OomSettings, store: Path, console, report_di
 def _search_all(searches: dict, settings: OomSettings, store: Path, cap, matrix, context, console,
                 bounds: tuple[int, int]) -> int:
     """Run every configuration's boundary search; return how many could not be decided."""
+    from bench.machine.failures import first_line
     from bench.oom.probes import ProbeRunner, find_boundary
     from bench.oom.search import ProbeFailed
 
@@ -122,7 +123,9 @@ def _search_all(searches: dict, settings: OomSettings, store: Path, cap, matrix,
             b = find_boundary(runner, lower, upper, settings.strategy, confirm=settings.confirm)
         except ProbeFailed as exc:
             failed += 1
-            console.print(f"[red]{label}: {exc}")
+            console.print(f"{label}: probe at batch size {exc.outcome.batch_size} ended {exc.outcome.status}: "
+                          f"{first_line(exc.outcome.error)} (whole text in the store)", style="red", highlight=False,
+                          markup=False)
             continue
         ran = [p for p in b.probes if not p.reused]
         per_probe = sum(p.seconds for p in ran) / len(ran) if ran else 0.0

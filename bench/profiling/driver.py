@@ -95,6 +95,7 @@ def profile_matrix(matrix, settings: ProfileSettings, out_root: Path, store_path
     out_root/<matrix>/<cell_id>-<tool>/. `printer` gets each cell's summary text.
     """
     from bench.files import check_output_dir
+    from bench.machine.failures import first_line
     from bench.profiling.kernels import KernelTable
     from bench.profiling.nvtx import DEFAULT_PATTERNS
     from bench.results.query import check_store_path
@@ -119,7 +120,8 @@ def profile_matrix(matrix, settings: ProfileSettings, out_root: Path, store_path
             records.append(record)
             if record.status != "ok":
                 failed += 1
-                print(f"{cell.label}: {record.status}: {record.error[:2000]}", file=sys.stderr)
+                print(f"{cell.label}: {record.status}: {first_line(record.error)} (whole text in {store_path})",
+                      file=sys.stderr)
                 continue
             printer(profile_text(cell, record, settings.tool, KernelTable.load(record.kernel_table)))
     print(f"profile records: {store_path}", file=sys.stderr)

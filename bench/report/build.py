@@ -16,6 +16,8 @@ from bench.files import write_atomic as _write
 from bench.report import figures as F
 from bench.report.cells import aggregate, compared_cells, comparisons
 from bench.report.data import report_data
+from bench.report.failures import HEADING as FAILURES
+from bench.report.failures import failures_markdown
 from bench.report.kernel_figures import kernel_bars
 from bench.report.ratio_figures import (
     accuracy_vs_speedup,
@@ -106,6 +108,7 @@ class _Inputs:
     accuracy: dict                 # {cell_id: latest Accuracy record} (`bench accuracy`): the accuracy section
     accuracy_by_cell: dict         # {cell_id: ok Accuracy records, latest first}: joined to the speed rows (tables)
     capacity: list = field(default_factory=list)  # CapacityProbe records (`bench capacity`): the capacity section
+    accuracies: list = field(default_factory=list)  # every Accuracy record, failed ones included: the failures section
 
 
 def _record_inputs(stores, profiles, pool) -> _Inputs:
@@ -134,7 +137,8 @@ def _record_inputs(stores, profiles, pool) -> _Inputs:
 
     return _Inputs(labels, query.probes(records), query.profiles(records + query.load(profiles)), bool(runs), select,
                    lambda: _comparison_frames([query.measurements(recs) for recs in per_store], labels), latest_accuracy,
-                   query.accuracy_by_cell([r for recs in loaded for r in recs]), query.capacity_probes(records))
+                   query.accuracy_by_cell([r for recs in loaded for r in recs]), query.capacity_probes(records),
+                   query.accuracies([r for recs in loaded for r in recs]))
 
 
 def _table_inputs(table, profiles, pool) -> _Inputs:
@@ -175,7 +179,8 @@ def _table_inputs(table, profiles, pool) -> _Inputs:
                             for g, idx in named.items()})
 
     return _Inputs(labels, query.probes(others), query.profiles(others + query.load(profiles)), bool(runs), select,
-                   comparison, query.latest_accuracy(others), query.accuracy_by_cell(others), query.capacity_probes(others))
+                   comparison, query.latest_accuracy(others), query.accuracy_by_cell(others), query.capacity_probes(others),
+                   query.accuracies(others))
 
 
 # Earlier runs are aggregated this many records at a time (whole run contexts), so a year of nightly
@@ -281,12 +286,15 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool, columnar) 
         out.mkdir(parents=True, exist_ok=True)
         extra_paths["accuracy"] = out / "accuracy.md"
         _write(extra_paths["accuracy"], sections["Accuracy (bench accuracy)"])
+    failed = failures_markdown(inputs.accuracies + profiled + inputs.capacity)
+    if failed:  # accuracy, profile and capacity records that failed: their own tables draw from ok records only
+        sections[FAILURES] = failed
     title = _title(labels)
-    if not inputs.has_runs and (probes or profiled or inputs.accuracy or inputs.capacity):
+    if not inputs.has_runs and (probes or profiled or inputs.accuracy or inputs.capacity or failed):
         out.mkdir(parents=True, exist_ok=True)
         extra_paths["report"] = out / "report.md"
         _write(extra_paths["report"], report_markdown(title, "", sections))
-        if profiled or probes or inputs.accuracy or inputs.capacity:
+        if profiled or probes or inputs.accuracy or inputs.capacity or failed:
             extra_paths["dashboard"] = out / "dashboard.html"
             _write(extra_paths["dashboard"], _kernel_page(kernels, title, kernel_warnings, sections, timelines))
         for w in kernel_warnings:
@@ -469,13 +477,13 @@ def _kernel_figures(kernels: pd.DataFrame | None) -> list[tuple]:
 
 
 def _global_sections(kernels: pd.DataFrame | None, tables_md: dict[str, str], timelines: list = ()) -> list[dict]:
-    """Return the sections shown under every workload: the OOM frontier, capacity and accuracy tables, then the
+    """Return the sections shown under every workload: the OOM frontier, capacity, accuracy and failures tables, then the
     kernels (table and panel), then ncu's rooflines."""
     from bench.report.dashboard import markdown_table_html
 
     out = []
     for heading, text in tables_md.items():
-        if heading.startswith(("OOM frontier", "Capacity", "Accuracy")):
+        if heading.startswith(("OOM frontier", "Capacity", "Accuracy", FAILURES)):
             out.append({"heading": heading, "figures": [], "html": markdown_table_html(text)})
     kernel_md = next((t for h, t in tables_md.items() if h.startswith("Kernels")), None)
     out.append({"heading": "Kernels", "figures": _kernel_figures(kernels) + list(timelines),

@@ -42,6 +42,9 @@ DEFAULT_METRICS = (
 TESTS = ("t", "mannwhitney")
 # A change between two sides that ran different tuned kernels: a difference of tunings, not of code.
 KERNELS_DIFFER = "kernels differ"
+# Rows without a verdict, by why: the comparison exits NOT_JUDGED_EXIT when some are and no row regressed.
+NOT_JUDGED = {KERNELS_DIFFER: "kernels differ", stats.INCONCLUSIVE: "inconclusive", "missing": "missing on one side"}
+NOT_JUDGED_EXIT = 4
 
 
 @dataclass
@@ -96,9 +99,40 @@ class Comparison:
         return [r for r in self.rows if r.verdict == stats.REGRESSED]
 
     @property
+    def not_judged(self) -> dict[str, int]:
+        """Return {why: rows} of the rows given no verdict (kernels differ, inconclusive, missing on one side)."""
+        out: dict[str, int] = {}
+        for r in self.rows:
+            if r.verdict in NOT_JUDGED:
+                out[NOT_JUDGED[r.verdict]] = out.get(NOT_JUDGED[r.verdict], 0) + 1
+        return out
+
+    @property
     def exit_status(self) -> int:
-        """Return 1 when any cell regressed, else 0 (the CLI's exit status)."""
-        return 1 if self.regressions else 0
+        """Return the CLI's exit status: 1 when any row regressed; else 4 (NOT_JUDGED_EXIT) when some rows were given
+        no verdict, since a withheld verdict must not pass a gate; else 0."""
+        if self.regressions:
+            return 1
+        return NOT_JUDGED_EXIT if self.not_judged else 0
+
+    def headline(self) -> str:
+        """Return the comparison in a line: 'no regression in 12 judged rows (0 improvement(s)); 2 rows not judged
+        (2 kernels differ)'."""
+        not_judged = self.not_judged
+        judged = len(self.rows) - sum(not_judged.values())
+        n_reg, n_imp = len(self.regressions), sum(r.verdict == stats.IMPROVED for r in self.rows)
+        text = (f"{n_reg} regression(s), {n_imp} improvement(s) in {_rows(judged, 'judged ')}" if n_reg else
+                f"no regression in {_rows(judged, 'judged ')} ({n_imp} improvement(s))")
+        if not_judged:
+            text += (f"; {_rows(sum(not_judged.values()))} not judged ("
+                     + ", ".join(f"{n} {why}" for why, n in not_judged.items()) + ")")
+        if self.env_differences:
+            text += "; judged across environments that differ (--allow-env-mismatch)"
+        return text
+
+
+def _rows(n: int, what: str = "") -> str:
+    return f"{n} {what}row" + ("" if n == 1 else "s")
 
 
 def match_key(cell: dict, ignore_options: Sequence[str] = (), cap: float | None = None) -> str:
@@ -445,10 +479,7 @@ def _change(r: Row) -> str:
 
 def to_markdown(c: Comparison) -> str:
     """Return the comparison as Markdown for a pull-request comment: verdicts first, then details."""
-    n_reg = len(c.regressions)
-    n_imp = sum(r.verdict == stats.IMPROVED for r in c.rows)
-    head = f"## bench compare: {n_reg} regression(s), {n_imp} improvement(s)" if n_reg else \
-        f"## bench compare: no regression ({n_imp} improvement(s))"
+    head = f"## bench compare: {c.headline()}"
     method = ("Student t on log trial values" if c.test == "t" else "exact Mann-Whitney U")
     lines = [
         head, "",

@@ -60,6 +60,9 @@ class RunContext:
     warmup: int = _doc("unmeasured warm-up passes per process", 0)
     tuning_builds: int = _doc("cold builds per cell, each in its own engine folder (`--tuning-builds`): `runs` "
                               "processes each; the table's tuning spread is the spread between them", 1)
+    invocation: str | None = _doc("digest of the invocation's identity: its matrix, cells and run settings "
+                                  "(bench.runner.matrix.invocation_digest); `bench run` resumes an unfinished context "
+                                  "only for the same invocation", None)
     started_at: float | None = _doc("Unix time the invocation started (orders runs: the latest is shown)", None)
 
     def to_json(self) -> dict:

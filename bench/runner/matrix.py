@@ -27,7 +27,22 @@ class RunSummary:
     skipped: int = 0  # already stored
     statuses: dict = field(default_factory=dict)  # status -> count of records written
     elapsed_s: float = 0.0
-    run_id: str = ""  # this invocation's run context
+    run_id: str = ""  # the run context this invocation's records carry ("" when it measures nothing)
+    resumed: bool = False  # run_id is an earlier, unfinished invocation of the same identity
+    processes: int = 0  # worker processes the matrix asks for (cells x runs x tuning builds)
+    to_measure: int = 0  # of them, those this invocation measures
+    why_new: str = ""  # why an earlier unfinished run was not resumed ("" when none was, or it was)
+
+    def context_line(self) -> str:
+        """Return what the console says of the run context: resumed, new, or nothing to measure."""
+        stored = self.processes - self.to_measure
+        if not self.to_measure:
+            return f"nothing to measure: all {self.processes} process(es) already stored"
+        if self.resumed:
+            return f"resuming run {self.run_id}: {stored} of {self.processes} processes stored"
+        return (f"new run {self.run_id}: {self.to_measure} process(es) to measure"
+                + (f", {stored} of {self.processes} already stored" if stored else "")
+                + (f" ({self.why_new})" if self.why_new else ""))
 
 
 @dataclass
@@ -39,54 +54,121 @@ class PlannedCell:
     runs: list[int]
 
 
+def invocation_digest(matrix: Matrix, artifacts: dict[str, str] | None = None) -> str:
+    """Return the identity of a `bench run` invocation: a digest of its matrix, cells and the settings that shape
+    what it measures (runs, trials, warm-up, tuning builds, memory cap, executor and devices, engine artifacts).
+
+    Timeouts and trust are left out: a longer timeout after a hang is the same invocation, resumed.
+    artifacts: {build key hash: digest} of the engines it loads (none: built here)."""
+    from bench.spec.cells import short_hash
+
+    st = matrix.settings
+    return short_hash({"matrix": matrix.name, "cells": sorted(c.cell_id for c in matrix.cells), "runs": st.runs,
+                       "trials": st.trials, "warmup": st.warmup, "tuning_builds": st.tuning_builds,
+                       "gpu_memory_gb": st.gpu_memory_gb, "executor": st.executor, "ray_address": st.ray_address,
+                       "devices": list(st.devices), "artifacts": sorted((artifacts or {}).items()),
+                       "retune_on_mismatch": st.retune_on_mismatch})
+
+
 def plan(matrix: Matrix, records, context: RunContext, redo: bool = False,
          artifacts: dict[str, str] | None = None) -> list[PlannedCell]:
     """Return the cells still to measure, in matrix order, each with its context and runs.
 
     A cell is done when its latest run context (at this memory cap) holds `runs` runs of `trials`
-    ok trials, or ended in a final failure (oom). An unfinished context measured at
-    this same commit is resumed (its missing runs join it); otherwise the cell starts afresh in
-    this invocation's context. A run (one worker process) counts only when all its trials are ok.
+    ok trials, or ended in a final failure (oom). The rest join one run context: the latest context of
+    the matrix's cells when it is this same invocation (invocation_digest, at the same commit), unfinished,
+    which is resumed (a cell's missing runs join it); else this invocation's new one (`context`, given its
+    identity), where every such cell starts afresh. So a new invocation never appends its processes to
+    an earlier one's context. A run (one worker process) counts only when all its trials are ok.
     A context counts only for the same kernels' source: as many tuning builds, and the same engine
     artifact (artifacts: {build key hash: digest}, or none: built here).
     """
-    from bench.results.selection import _contexts
+    from dataclasses import replace
 
     want_runs, trials = matrix.settings.runs * matrix.settings.tuning_builds, matrix.settings.trials
+    context = replace(context, invocation=invocation_digest(matrix, artifacts))
+    latest = latest_contexts(matrix, records)
+    wanted = {cell.cell_id: (artifacts or {}).get(cell.build_key().key_hash) for cell in matrix.cells}
+
+    def same_kernels(cell_id: str) -> bool:
+        ctx, recs = latest[cell_id]
+        return ctx.tuning_builds == matrix.settings.tuning_builds and all(
+            r.kernels.get("artifact") == wanted[cell_id] for r in recs if r.ok)
+
+    target = context
+    last = resumable_context(latest, context) if not redo else None
+    if last is not None and all(same_kernels(c) for c, (ctx, _) in latest.items() if ctx.run_id == last.run_id):
+        target = last
+    out = []
+    for cell in matrix.cells:
+        if redo or cell.cell_id not in latest:
+            out.append(PlannedCell(cell, context if redo else target, list(range(want_runs))))
+            continue
+        ctx, recs = latest[cell.cell_id]
+        if not any(r.ok for r in recs) and recs[-1].status in FINAL_FAILURES:
+            continue  # a batch that did not fit does not fit on a re-run (--redo measures again)
+        if not same_kernels(cell.cell_id):  # measured from other kernels (built here, another artifact, other builds)
+            out.append(PlannedCell(cell, target, list(range(want_runs))))
+            continue
+        ok_trials: dict[int, int] = {}
+        for r in recs:
+            if r.ok:
+                ok_trials[r.run] = ok_trials.get(r.run, 0) + 1
+        complete = sum(1 for n in ok_trials.values() if n >= min(trials, ctx.trials))
+        if complete >= want_runs:
+            continue
+        if ctx.run_id == target.run_id:  # the invocation resumed: the cell's missing runs join it
+            first = max(r.run for r in recs) + 1
+            out.append(PlannedCell(cell, target, list(range(first, first + want_runs - complete))))
+        else:
+            out.append(PlannedCell(cell, target, list(range(want_runs))))
+    return out
+
+
+def latest_contexts(matrix: Matrix, records) -> dict[str, tuple[RunContext, list]]:
+    """Return {cell_id: (its latest run context, that context's records)} of the matrix's cells' measurements at its
+    memory cap."""
+    from bench.results.selection import _contexts
+
     by_cell: dict[str, list] = {}
     for r in records:
         if r.kind == "measurement" and r.gpu_memory_gb == matrix.settings.gpu_memory_gb:
             by_cell.setdefault(r.cell_id, []).append(r)
-    out = []
-    for cell in matrix.cells:
-        recs = by_cell.get(cell.cell_id)
-        if redo or not recs:
-            out.append(PlannedCell(cell, context, list(range(want_runs))))
-            continue
-        latest, latest_recs = _contexts(recs)[0]
-        if not any(r.ok for r in latest_recs) and latest_recs[-1].status in FINAL_FAILURES:
-            continue  # a batch that did not fit does not fit on a re-run (--redo measures again)
-        wanted = (artifacts or {}).get(cell.build_key().key_hash)
-        same_kernels = latest.tuning_builds == matrix.settings.tuning_builds and all(
-            r.kernels.get("artifact") == wanted for r in latest_recs if r.ok)
-        if not same_kernels:  # measured from other kernels (built here, another artifact, other builds): afresh
-            out.append(PlannedCell(cell, context, list(range(want_runs))))
-            continue
-        ok_trials: dict[int, int] = {}
-        for r in latest_recs:
-            if r.ok:
-                ok_trials[r.run] = ok_trials.get(r.run, 0) + 1
-        complete = sum(1 for n in ok_trials.values() if n >= min(trials, latest.trials))
-        if complete >= want_runs:
-            continue
-        resumable = (latest.command == "run" and latest.commit == context.commit and latest.dirty == context.dirty
-                     and latest.trials == trials and latest.warmup == matrix.settings.warmup)
-        if resumable:
-            first = max(r.run for r in latest_recs) + 1
-            out.append(PlannedCell(cell, latest, list(range(first, first + want_runs - complete))))
-        else:
-            out.append(PlannedCell(cell, context, list(range(want_runs))))
-    return out
+    return {cell.cell_id: _contexts(by_cell[cell.cell_id])[0] for cell in matrix.cells if cell.cell_id in by_cell}
+
+
+def resumable_context(latest: dict, context: RunContext) -> RunContext | None:
+    """Return the latest run context of the matrix's cells when it is `context`'s invocation at the same commit (the
+    one to resume), else None. latest: {cell_id: (its latest context, its records)}."""
+    if not latest:
+        return None
+    last = max((ctx for ctx, _ in latest.values()), key=lambda c: c.started_at or 0.0)
+    same = (last.invocation is not None and last.invocation == context.invocation and last.command == context.command
+            and last.commit == context.commit and last.dirty == context.dirty)
+    return last if same else None
+
+
+def why_not_resumed(matrix: Matrix, records, context: RunContext, redo: bool = False,
+                    artifacts: dict[str, str] | None = None) -> str:
+    """Return why `plan` started a new run context rather than resume the latest one of the matrix's cells, in words
+    ("" when there is none)."""
+    from dataclasses import replace
+
+    if redo:
+        return "--redo"
+    latest = latest_contexts(matrix, records)
+    if not latest:
+        return ""
+    context = replace(context, invocation=invocation_digest(matrix, artifacts))
+    last = max((ctx for ctx, _ in latest.values()), key=lambda c: c.started_at or 0.0)
+    if resumable_context(latest, context) is not None:
+        return f"run {last.run_id} ran other kernels (its engine artifacts or tuning builds differ)"
+    changed = [f"{k} {getattr(last, k)} -> {getattr(context, k)}" for k in ("runs", "trials", "warmup", "tuning_builds")
+               if getattr(last, k) != getattr(context, k)]
+    if (last.commit, last.dirty) != (context.commit, context.dirty):
+        changed.append("another commit" if last.commit != context.commit else "the tree's dirty flag changed")
+    what = ", ".join(changed) if changed else "its cells or settings differ"
+    return f"run {last.run_id} is another invocation: {what}"
 
 
 def run_estimate(matrix, store: Path, history: list, redo: bool = False):
@@ -101,8 +183,9 @@ def run_estimate(matrix, store: Path, history: list, redo: bool = False):
     records = [r for recs in target + extra for r in recs]
     st = matrix.settings
     context = new_context("run", matrix=matrix.name, baseline=matrix.baseline, gpu_memory_gb=st.gpu_memory_gb,
-                          runs=st.runs, trials=st.trials, warmup=st.warmup)
-    planned = plan(matrix, [r for recs in target for r in recs], context, redo)
+                          runs=st.runs, trials=st.trials, warmup=st.warmup, tuning_builds=st.tuning_builds)
+    digests = _artifact_digests(matrix)
+    planned = plan(matrix, [r for recs in target for r in recs], context, redo, digests)
     tokens: dict = {}
 
     def output_tokens(spec):
@@ -111,6 +194,18 @@ def run_estimate(matrix, store: Path, history: list, redo: bool = False):
         return tokens[spec]
 
     return estimate_run(matrix, planned, records, output_tokens)
+
+
+def _artifact_digests(matrix: Matrix) -> dict[str, str]:
+    """Return {build key hash: digest} of the engine artifacts the matrix's cells load, from their manifests alone
+    (`run_matrix` checks each artifact whole before it runs)."""
+    from bench.backends import engine_artifact
+
+    if not matrix.settings.engines:
+        return {}
+    found = engine_artifact.find(matrix.settings.engines)
+    keys = {c.build_key().key_hash for c in matrix.cells}
+    return {h: manifest["digest"] for h, (_, manifest) in found.items() if h in keys}
 
 
 def statuses_text(statuses: dict) -> str:
@@ -158,8 +253,15 @@ def run_matrix(
         stored = load_cells(store.path, {c.cell_id for c in matrix.cells}) if store.path.exists() else []
         todo = plan(matrix, stored, context, redo, digests)
         total = len(matrix.cells) * settings.runs * settings.tuning_builds
-        summary = RunSummary(planned=total * settings.trials, run_id=context.run_id)
-        summary.skipped = summary.planned - sum(len(p.runs) for p in todo) * settings.trials
+        to_measure = sum(len(p.runs) for p in todo)
+        run_id = todo[0].context.run_id if todo else ""  # every planned cell joins one context (`plan`)
+        resumed = bool(todo) and run_id != context.run_id
+        summary = RunSummary(planned=total * settings.trials, run_id=run_id, resumed=resumed, processes=total,
+                             to_measure=to_measure,
+                             why_new=why_not_resumed(matrix, stored, context, redo, digests) if todo and not resumed else "")
+        summary.skipped = summary.planned - to_measure * settings.trials
+        if console is not None:
+            console.print(summary.context_line(), highlight=False, markup=False)
 
         # (build key, tuning build or None) -> its planned cells, in matrix order. Each tuning build is a
         # group of its own (its own engine folder), so an executor with several GPUs builds them at once.
@@ -185,7 +287,7 @@ def run_matrix(
         failed: set[str] = set()  # cells whose run failed: their later runs are not started
         rounds = max((len(p.runs) for p in todo), default=0)
         with MatrixProgress(total, total - sum(len(p.runs) for p in todo), enabled=show_progress, console=console,
-                            unit="run" if settings.runs * settings.tuning_builds > 1 else "cell") as progress:
+                            unit="process" if settings.runs * settings.tuning_builds > 1 else "cell") as progress:
 
             def chain(group, members: list[PlannedCell]):
                 key, build = group
@@ -231,6 +333,7 @@ def _group_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store:
     items = [GroupItem(p.cell, list(range(matrix.settings.trials)), str(workloads[p.cell.workload][1])) for p in planned]
     by_id = {p.cell.cell_id: p for p in planned}
     received = dict.fromkeys(by_id, 0)
+    ended: set[str] = set()  # cells of this round counted by the progress: a failed build fails every trial, once each
     state = group_state(key)
     runs = matrix.settings.runs
 
@@ -259,8 +362,9 @@ def _group_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store:
             # A failed trial ends its cell (the worker skips the remaining trials).
             if not record.ok:
                 failed.add(p.cell.cell_id)
-            if not record.ok or received[p.cell.cell_id] == matrix.settings.trials:
-                progress.advance(p.cell.label, record.status)
+            if p.cell.cell_id not in ended and (not record.ok or received[p.cell.cell_id] == matrix.settings.trials):
+                ended.add(p.cell.cell_id)
+                progress.advance(p.cell.label, record.status, record.error)
 
     job = GroupJob(
         build_key=key,

@@ -89,12 +89,14 @@ def _finite(o):
 
 
 def comparison_dict(comparison) -> dict:
-    """Return what `--json` writes: the exit status, each verdict row, and the attribution (attribution.to_dict)."""
+    """Return what `--json` writes: the exit status, the headline, each verdict row, the rows not judged by why, and
+    the attribution (attribution.to_dict)."""
     from bench.results.attribution import to_dict
 
     rows = [{"cell": r.label, "metric": r.metric, "verdict": r.verdict, "ratio": r.ratio, "note": r.note}
             for r in comparison.rows]
-    return {"exit_status": comparison.exit_status, "regressions": len(comparison.regressions), "rows": rows,
+    return {"exit_status": comparison.exit_status, "headline": comparison.headline(),
+            "regressions": len(comparison.regressions), "not_judged": comparison.not_judged, "rows": rows,
             "warnings": list(comparison.warnings), "attribution": to_dict(comparison.attribution)}
 
 

@@ -143,7 +143,7 @@ def _run(matrix, store: Path, redo: bool, show_progress: bool, console, command:
     console.print(f"[bold]study: run[/] ({command})")
     summary = run_matrix(matrix, store, redo=redo, show_progress=show_progress, console=console)
     console.print(f"run: {summary.elapsed_s:.0f} s: {summary.statuses or 'nothing new'}; {summary.skipped} trial(s) already "
-                  f"stored; run id {summary.run_id}")
+                  f"stored" + (f"; run id {summary.run_id}" if summary.run_id else ""))
     return summary.statuses.get("error", 0) + summary.statuses.get("timeout", 0)
 
 

@@ -68,7 +68,7 @@ def run_and_report(matrix, console, *, store: str | Path | None = None, report_d
         return RunAndReport(plan_text="\n".join([*lines, run_estimate(matrix, store, history, redo=redo).text()]))
     summary = run_matrix(matrix, store, redo=redo, show_progress=show_progress, console=console)
     console.print(f"done in {summary.elapsed_s:.1f} s: {statuses_text(summary.statuses)}; {summary.skipped} trial(s) "
-                  f"already stored; run id {summary.run_id}", highlight=False)
+                  "already stored" + (f"; run id {summary.run_id}" if summary.run_id else ""), highlight=False)
     return _with_report(summary, store, report_dir, chosen)
 
 
