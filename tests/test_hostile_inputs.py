@@ -200,7 +200,7 @@ CASES = [
     ("compare errors head", None, ["compare", "{tmp}/ok.jsonl", "{tmp}/err.jsonl"], 1, "holds only failures"),
     ("compare errors both", None, ["compare", "{tmp}/err.jsonl", "{tmp}/err.jsonl"], 0, "error on both sides"),
     ("compare oom both", None, ["compare", "{tmp}/oom.jsonl", "{tmp}/oom.jsonl"], 0, "oom on both sides"),
-    ("compare NaN head", None, ["compare", "{tmp}/ok.jsonl", "{tmp}/nan.jsonl"], 2, "no metric could be judged"),
+    ("compare NaN head", None, ["compare", "{tmp}/ok.jsonl", "{tmp}/nan.jsonl"], 4, "no metric could be judged"),
     ("compare binary", None, ["compare", "{tmp}/bin.jsonl", "{tmp}/ok.jsonl"], 2, "is not a bench result store"),
     ("compare ignore unknown", None, ["compare", "{tmp}/ok.jsonl", "{tmp}/ok.jsonl", "--ignore-option", "slowdwn"], 2,
      "valid option names are"),

@@ -122,7 +122,8 @@ class Comparison:
         judged = len(self.rows) - sum(not_judged.values())
         n_reg, n_imp = len(self.regressions), sum(r.verdict == stats.IMPROVED for r in self.rows)
         text = (f"{n_reg} regression(s), {n_imp} improvement(s) in {_rows(judged, 'judged ')}" if n_reg else
-                f"no regression in {_rows(judged, 'judged ')} ({n_imp} improvement(s))")
+                f"no regression in {_rows(judged, 'judged ')} ({n_imp} improvement(s))" if judged else
+                "no verdict: 0 judged rows")
         if not_judged:
             text += (f"; {_rows(sum(not_judged.values()))} not judged ("
                      + ", ".join(f"{n} {why}" for why, n in not_judged.items()) + ")")
@@ -405,9 +406,9 @@ def compare_stores(
                 row.verdict = KERNELS_DIFFER
             rows.append(row)
     judged = [r for r in rows if r.verdict not in (stats.INCONCLUSIVE, "missing")]
-    if not judged:
+    if not judged:  # the table is still shown, marked inconclusive; exit_status says not judged (4)
         reasons = sorted({r.note for r in rows if r.note})
-        raise BenchInputError("no metric could be judged, so there is no verdict: " + "; ".join(reasons[:3]))
+        warnings.append("no metric could be judged, so there is no verdict: " + "; ".join(reasons[:3]))
     inconclusive = [r for r in rows if r.verdict == stats.INCONCLUSIVE]
     if inconclusive:
         warnings.append(f"{len(inconclusive)} comparison(s) inconclusive (see notes): not judged, not passed")
