@@ -4,21 +4,27 @@ The JSON Lines file stays the source of truth (append-only, one fsync'd line per
 companion is a cache beside it that a large report or comparison reads instead of parsing every
 line. `<dir>/<store>.jsonl` has its companion in `<dir>/.bench-cache/<store>.jsonl.columns/`:
 
-    manifest.json                    what the parts cover: bytes, lines, records, a check of those bytes
+    manifest.json                    what the parts cover: bytes, lines, records, digests of those bytes and files
     <start>-<end>.records.parquet    one row per record: bench.results.rows.record_row, plus kind, byte
                                      range, position, run-context / cell / environment JSON
     <start>-<end>.samples.parquet    per-request samples of ok records (read only for the figures)
     <start>-<end>.telemetry.parquet  telemetry samples of ok records
 
-Staleness: the manifest holds the byte count it covered, a BLAKE2 digest of the first and the
-last MiB of those bytes, and a key of the code that made the rows (the source of this module's
-row writers, jsonl.py, rows.py and records.py). A store that grew (the append-only case) has only
-its new complete lines parsed, into a new part; one that shrank, whose covered bytes changed, or a
-key that differs, is rebuilt. Lines are read by bench.results.jsonl.read_lines, the one reader of
-stored lines. Bytes after the last newline (a torn or in-flight line) are never cached: they are
-parsed at each read. Parts are merged into one past `MAX_PARTS`. A folder that cannot be written gets no cache (the rows are built in memory).
-Stores holding schema-1 lines have no companion (their run contexts are reconstructed over the
-whole store), nor have compressed stores (.jsonl.gz): bench.results.query reads them through typed records.
+Staleness: the manifest holds, per part, the byte range of the store it covers, a BLAKE2 digest of the store's
+bytes in that range and a digest of each of its files; and a key of the code that made the rows (the source of
+this module's row writers, jsonl.py, rows.py, records.py and duplicates.py). Every open checks every covered byte
+(`_fresh_manifest`): a store that grew (the append-only case) has only its new complete lines parsed, into a new
+part; a part whose store bytes changed (an edit in place, at any offset and the same size; a store replaced or
+shrunk) is parsed again with every later part, the earlier ones kept; a part file missing or altered (garbage,
+truncated) is rebuilt with a warning; a key that differs rebuilds all. Lines are read by
+bench.results.jsonl.read_lines, the one reader of stored lines. Bytes after the last newline (a torn or in-flight
+line) are never cached: they are parsed at each read. Parts are merged into one past `MAX_PARTS`. A folder that
+cannot be written gets no cache (the rows are built in memory). Stores holding schema-1 lines have no companion
+(their run contexts are reconstructed over the whole store), nor have compressed stores (.jsonl.gz):
+bench.results.query reads them through typed records.
+
+Each record row also holds its line number, host and key (bench.results.duplicates.record_key): the table reader
+counts each record once, as the typed reader does.
 
 Readers never call this module: bench.results.query.table is the one way in. The store's writer
 (bench.results.store.ResultStore.writer, which sits above this module and imports it; this module
@@ -312,7 +318,7 @@ def open_store(path: Path) -> StoreColumns | None:
     """Return the store's companion brought up to date (extended with new lines, stale parts parsed again); None
     for a store holding schema-1 lines, or a compressed one (read as typed records). Warns once about torn or
     invalid lines, as bench.results.jsonl.read_lines does, and about a damaged companion (rebuilt)."""
-    from bench.results.jsonl import is_compressed
+    from bench.results.jsonl import LineCounts, is_compressed, judge
 
     if is_compressed(path):
         return None
@@ -359,9 +365,7 @@ def open_store(path: Path) -> StoreColumns | None:
             tail, _, tail_records, tail_bad = built
         else:
             tail_records = 0
-    bad = manifest["bad"] + tail_bad
-    if bad:
-        warnings.warn(f"{path}: skipped {bad} torn or invalid line(s)", stacklevel=3)
+    judge(path, LineCounts(records=manifest["records"] + tail_records, bad=manifest["bad"] + tail_bad), stacklevel=3)
     return StoreColumns(path, manifest["parts"], folder, tail, in_memory,
                         manifest["records"] + tail_records, manifest["sizes"])
 
