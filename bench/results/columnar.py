@@ -22,9 +22,7 @@ line) are never cached: they are parsed at each read. Parts are merged into one 
 cannot be written gets no cache (the rows are built in memory). Stores holding schema-1 lines have no companion
 (their run contexts are reconstructed over the whole store), nor have compressed stores (.jsonl.gz):
 bench.results.query reads them through typed records.
-
-Each record row also holds its line number, host and key (bench.results.duplicates.record_key): the table reader
-counts each record once, as the typed reader does.
+Each record row also holds its line, host and key (bench.results.duplicates.record_key): each record counts once.
 
 Readers never call this module: bench.results.query.table is the one way in. The store's writer
 (bench.results.store.ResultStore.writer, which sits above this module and imports it; this module
@@ -248,17 +246,23 @@ def _digest_file(path: Path) -> str | None:
 
 def _digests(jobs: list):
     """Return [fn(*args) for fn, *args in jobs], run on a few threads (hashlib releases the GIL on large updates)."""
-    if len(jobs) < 2:
-        return [fn(*args) for fn, *args in jobs]
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
         return list(pool.map(lambda job: job[0](*job[1:]), jobs))
 
 
-def _empty_manifest(key: str) -> dict:
+def _empty_manifest(key: str) -> dict:  # lines, records, bad: totals of the parts; checks: per part (open_store)
     return {"version": VERSION, "key": key, "covered": 0, "lines": 0, "records": 0, "bad": 0, "legacy": False,
             "parts": [], "sizes": {}, "checks": {}}
+
+
+def _cleared(folder: Path, key: str) -> dict:
+    """Remove the part files of a companion whose manifest cannot be used, and return an empty manifest."""
+    for f in folder.glob("*.parquet"):
+        with contextlib.suppress(OSError):
+            f.unlink()
+    return _empty_manifest(key)
 
 
 def _fresh_manifest(path: Path, folder: Path, key: str, size: int) -> dict:
@@ -272,9 +276,9 @@ def _fresh_manifest(path: Path, folder: Path, key: str, size: int) -> dict:
     except (OSError, ValueError):
         warnings.warn(f"{path}: the manifest of its columnar companion ({folder}) is unreadable: rebuilt from the "
                       "JSON lines", stacklevel=4)
-        return _empty_manifest(key)
+        return _cleared(folder, key)
     if not isinstance(manifest, dict) or manifest.get("key") != key:
-        return _empty_manifest(key)  # another harness's companion (or none): built again
+        return _cleared(folder, key)  # another harness's companion: built again
     if manifest.get("legacy") is True:
         return manifest
     try:
@@ -287,7 +291,7 @@ def _fresh_manifest(path: Path, folder: Path, key: str, size: int) -> dict:
     except (KeyError, TypeError, ValueError, IndexError, AttributeError):
         warnings.warn(f"{path}: the manifest of its columnar companion ({folder}) is damaged: rebuilt from the JSON "
                       "lines", stacklevel=4)
-        return _empty_manifest(key)
+        return _cleared(folder, key)
     jobs = [(_digest_range, path, a, b) if b <= size else (lambda: "",) for a, b in ranges]
     jobs += [(_digest_file, folder / f"{stem}.{kind}.parquet") for stem in stems for kind in KINDS]
     found = _digests(jobs)
