@@ -153,8 +153,7 @@ _NESTED = {
                 "env_digest": str, "gpu_memory_gb": _NUMBER, "workload_hash": str, "runs": int, "trials": int,
                 "warmup": int, "tuning_builds": int, "started_at": _NUMBER},
     "cell": {"workload": dict, "options": dict},
-    "extra": {"inductor": dict, "tuned": dict, "host_load": dict, "kernels": dict, "notes": list, "telemetry": (dict, list),
-              "probe": dict, "profile": dict, "capacity": dict, "accuracy": dict},
+    "extra": {"inductor": dict, "tuned": dict, "host_load": dict, "kernels": dict, "notes": list, "telemetry": (dict, list)},
     "settings": {"gpu_memory_gb": _NUMBER, "trials": int, "warmup": int},
 }
 
