@@ -234,7 +234,8 @@ def test_the_writer_keeps_the_companion_current_and_equal_to_a_rebuild(stores, t
     key = columnar.code_key()
     monkeypatch.setattr(columnar, "code_key", lambda: key)
     monkeypatch.setattr(columnar, "_parse", lambda *a: pytest.fail("a line parsed again"))  # warm: nothing left
-    assert len(query.table([store.path]).keys) == len(records) + 1
+    with pytest.warns(UserWarning, match=f"line {len(records) + 1} repeats the record of line 1 .*: counted once"):
+        assert len(query.table([store.path]).keys) == len(records)  # the record the failed invocation stored again
 
 
 def test_many_parts_are_compacted(stores, tmp_path, monkeypatch):

@@ -114,7 +114,7 @@ class _Inputs:
 def _record_inputs(stores, profiles, pool) -> _Inputs:
     from bench.results.records import Accuracy
 
-    loaded = [query.load([s]) for s in stores]
+    loaded = query.load_stores(stores)  # each record once across the stores; a store named twice read once
     # Accuracy records (`bench accuracy`) go beside the speedups, never into the comparison of stores.
     latest_accuracy = query.latest_accuracy([r for recs in loaded for r in recs])
     per_store = [recs for recs in loaded if not all(isinstance(r, Accuracy) for r in recs)] or loaded

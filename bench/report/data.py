@@ -138,7 +138,8 @@ def _check(data: ReportData, differing: list[str] | None = None) -> None:
         if len(labels) > 1:
             data.warnings.append(
                 f"workload {workload!r} mixes environments ({'; '.join(labels)}): results are not directly "
-                "comparable; the tables show an environment column"
+                "comparable; the environment note under the tables lists every value, and a table whose rows ran in "
+                "different environments (or a row that pools several) shows an environment column"
             )
 
 

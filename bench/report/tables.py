@@ -11,7 +11,7 @@ Figures are the mean of the runs' means (fresh worker processes, each the mean o
 `runs × trials` and `spread` columns say which, and a row whose runs disagree is flagged.
 Latency percentiles, peak memory, tokens per joule, % of speed-of-light and the GPU memory cap
 appear as columns when any cell has them; an environment column appears when a table mixes
-GPUs or library versions; a run column when its rows come from different runs. One table per
+GPUs or library versions (between rows, or inside a row); a run column when its rows come from different runs. One table per
 workload and length setting, each a SpeedupTable. Pure functions.
 
 The cells come from bench.report.cells.aggregate; bench.report.render writes the tables as
@@ -256,7 +256,8 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
         for metric, _, _ in OPTIONAL:
             if metric in g and g[metric].notna().any() and (serving or metric not in SERVING_ONLY):
                 table[metric] = g[metric]
-        if (g.environment != "").any() and g.environment.nunique() > 1:
+        # Rows that ran in different environments, or a row whose records span several (" + "): say which.
+        if (g.environment != "").any() and (g.environment.nunique() > 1 or g.environment.str.contains(" + ", regex=False).any()):
             table["environment"] = g.environment
         base_label = (cell_label(base.backend, base.precision, base.max_batch_size) if base is not None
                       else baseline_failed_text(g, baseline))

@@ -4,21 +4,25 @@ The JSON Lines file stays the source of truth (append-only, one fsync'd line per
 companion is a cache beside it that a large report or comparison reads instead of parsing every
 line. `<dir>/<store>.jsonl` has its companion in `<dir>/.bench-cache/<store>.jsonl.columns/`:
 
-    manifest.json                    what the parts cover: bytes, lines, records, a check of those bytes
+    manifest.json                    what the parts cover: bytes, lines, records, digests of those bytes and files
     <start>-<end>.records.parquet    one row per record: bench.results.rows.record_row, plus kind, byte
                                      range, position, run-context / cell / environment JSON
     <start>-<end>.samples.parquet    per-request samples of ok records (read only for the figures)
     <start>-<end>.telemetry.parquet  telemetry samples of ok records
 
-Staleness: the manifest holds the byte count it covered, a BLAKE2 digest of the first and the
-last MiB of those bytes, and a key of the code that made the rows (the source of this module's
-row writers, jsonl.py, rows.py and records.py). A store that grew (the append-only case) has only
-its new complete lines parsed, into a new part; one that shrank, whose covered bytes changed, or a
-key that differs, is rebuilt. Lines are read by bench.results.jsonl.read_lines, the one reader of
-stored lines. Bytes after the last newline (a torn or in-flight line) are never cached: they are
-parsed at each read. Parts are merged into one past `MAX_PARTS`. A folder that cannot be written gets no cache (the rows are built in memory).
-Stores holding schema-1 lines have no companion (their run contexts are reconstructed over the
-whole store), nor have compressed stores (.jsonl.gz): bench.results.query reads them through typed records.
+Staleness: the manifest holds, per part, the byte range of the store it covers, a BLAKE2 digest of the store's
+bytes in that range and a digest of each of its files; and a key of the code that made the rows (the source of
+this module's row writers, jsonl.py, rows.py, records.py and duplicates.py). Every open checks every covered byte
+(`_fresh_manifest`): a store that grew (the append-only case) has only its new complete lines parsed, into a new
+part; a part whose store bytes changed (an edit in place, at any offset and the same size; a store replaced or
+shrunk) is parsed again with every later part, the earlier ones kept; a part file missing or altered (garbage,
+truncated) is rebuilt with a warning; a key that differs rebuilds all. Lines are read by
+bench.results.jsonl.read_lines, the one reader of stored lines. Bytes after the last newline (a torn or in-flight
+line) are never cached: they are parsed at each read. Parts are merged into one past `MAX_PARTS`. A folder that
+cannot be written gets no cache (the rows are built in memory). Stores holding schema-1 lines have no companion
+(their run contexts are reconstructed over the whole store), nor have compressed stores (.jsonl.gz):
+bench.results.query reads them through typed records.
+Each record row also holds its line, host and key (bench.results.duplicates.record_key): each record counts once.
 
 Readers never call this module: bench.results.query.table is the one way in. The store's writer
 (bench.results.store.ResultStore.writer, which sits above this module and imports it; this module
@@ -28,6 +32,7 @@ the harness writes has its new lines in the companion before anyone reads it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import operator
@@ -38,7 +43,7 @@ from pathlib import Path
 
 from bench import SCHEMA_VERSION
 
-VERSION = 1
+VERSION = 2  # 2: per-part digests of every covered byte and of the part files; record key, line and host columns
 CACHE_DIR = ".bench-cache"
 CHECK_BYTES = 1 << 20
 SEGMENT_BYTES = 256 << 20  # new lines are parsed and written this many bytes at a time (~45,000 records)
@@ -47,7 +52,10 @@ MERGED_RECORDS = 50_000
 KINDS = ("records", "samples", "telemetry")
 # Columns the selection reads on every record (the rest are read only for the chosen records).
 KEY_COLUMNS = ("pos", "kind", "cell_id", "gpu_memory_gb", "run_id", "env_digest", "described", "run_started_at", "commit",
-               "status", "run", "planned_trials")
+               "status", "run", "planned_trials", "host", "record_key", "line")
+# Columns of the companion's record rows that are not the report row's (bench.results.rows.record_row).
+INTERNAL_COLUMNS = frozenset({"pos", "kind", "offset", "nbytes", "line", "host", "record_key", "context_json", "cell_json",
+                              "environment_json", "described"})
 
 
 def companion_dir(store: Path) -> Path:
@@ -111,12 +119,19 @@ class StoreColumns:
                 t = self.in_memory[stem].get(kind)
             else:
                 f = self.folder / f"{stem}.{kind}.parquet"
-                schema = pq.read_schema(f)
-                cols = [c for c in (columns or schema.names) if c in schema.names and c not in exclude]
-                if chosen is not None and "pos" not in cols:
-                    cols = ["pos", *cols]
-                text = [c for c in cols if pa.types.is_string(schema.field(c).type)]
-                t = pq.read_table(f, columns=cols, read_dictionary=text)
+                try:
+                    schema = pq.read_schema(f)
+                    cols = [c for c in (columns or schema.names) if c in schema.names and c not in exclude]
+                    if chosen is not None and "pos" not in cols:
+                        cols = ["pos", *cols]
+                    text = [c for c in cols if pa.types.is_string(schema.field(c).type)]
+                    t = pq.read_table(f, columns=cols, read_dictionary=text)
+                except (pa.ArrowException, OSError) as exc:  # damaged after open_store checked it (another process)
+                    from bench.errors import BenchInputError
+
+                    raise BenchInputError(
+                        f"{self.path}: part {f.name} of its columnar companion cannot be read ({exc}); the companion "
+                        f"is a cache: delete {self.folder} (or run again: the next read checks and rebuilds it)") from exc
             if t is None or not t.num_rows:
                 continue
             as_json.update(json_columns(t))
@@ -190,54 +205,132 @@ def code_key() -> str:
     (a change to how they are read does not)."""
     import inspect
 
-    from bench.results import jsonl, records, rows
+    from bench.results import duplicates, jsonl, records, rows
 
     h = hashlib.blake2b(digest_size=8)
     h.update(f"{VERSION}:{SCHEMA_VERSION}".encode())
-    for mod in (jsonl, records, rows):  # jsonl: which lines are records
+    for mod in (jsonl, records, rows, duplicates):  # jsonl: which lines are records; duplicates: the record key
         h.update(Path(mod.__file__).read_bytes())
     for writer in (_parse, _sample_values, _column_type, _columns_table, _table):
         h.update(inspect.getsource(writer).encode())
     return h.hexdigest()
 
 
-def _check(fh, covered: int) -> str:
-    """Return the digest of the first and last CHECK_BYTES of the covered bytes."""
+CHUNK_BYTES = 4 << 20  # digests read this many bytes at a time
+
+
+def _digest_range(path: Path, start: int, end: int) -> str:
+    """Return the BLAKE2 digest of the file's bytes in [start, end) (read CHUNK_BYTES at a time)."""
     h = hashlib.blake2b(digest_size=16)
-    fh.seek(0)
-    h.update(fh.read(min(covered, CHECK_BYTES)))
-    start = max(0, covered - CHECK_BYTES)
-    fh.seek(start)
-    h.update(fh.read(covered - start))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        pos = start
+        while pos < end:
+            chunk = os.pread(fd, min(CHUNK_BYTES, end - pos), pos)
+            if not chunk:  # the file is shorter than the range: no match
+                return ""
+            h.update(chunk)
+            pos += len(chunk)
+    finally:
+        os.close(fd)
     return h.hexdigest()
 
 
+def _digest_file(path: Path) -> str | None:
+    """Return the digest of a whole file, or None when it cannot be read."""
+    try:
+        return _digest_range(path, 0, os.stat(path).st_size)
+    except OSError:
+        return None
+
+
+def _digests(jobs: list):
+    """Return [fn(*args) for fn, *args in jobs], run on a few threads (hashlib releases the GIL on large updates)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        return list(pool.map(lambda job: job[0](*job[1:]), jobs))
+
+
+def _empty_manifest(key: str) -> dict:  # lines, records, bad: totals of the parts; checks: per part (open_store)
+    return {"version": VERSION, "key": key, "covered": 0, "lines": 0, "records": 0, "bad": 0, "legacy": False,
+            "parts": [], "sizes": {}, "checks": {}}
+
+
+def _cleared(folder: Path, key: str) -> dict:
+    """Remove the part files of a companion whose manifest cannot be used, and return an empty manifest."""
+    for f in folder.glob("*.parquet"):
+        with contextlib.suppress(OSError):
+            f.unlink()
+    return _empty_manifest(key)
+
+
+def _fresh_manifest(path: Path, folder: Path, key: str, size: int) -> dict:
+    """Return the companion's manifest less its stale parts: those past the first part whose store bytes changed
+    (a store edited, replaced or shrunk) or whose files are missing or altered (warned: the cache is damaged). A
+    manifest of another code key, or none, gives an empty one (everything parsed again)."""
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+    except FileNotFoundError:
+        return _empty_manifest(key)
+    except (OSError, ValueError):
+        warnings.warn(f"{path}: the manifest of its columnar companion ({folder}) is unreadable: rebuilt from the "
+                      "JSON lines", stacklevel=4)
+        return _cleared(folder, key)
+    if not isinstance(manifest, dict) or manifest.get("key") != key:
+        return _cleared(folder, key)  # another harness's companion: built again
+    if manifest.get("legacy") is True:
+        return manifest
+    try:
+        stems = [str(s) for s in manifest["parts"]]
+        checks = [manifest["checks"][s] for s in stems]
+        ranges = [(int(c["start"]), int(c["end"])) for c in checks]
+        files = [{kind: str(c["files"][kind]) for kind in KINDS} for c in checks]
+        for stem, c in zip(stems, checks, strict=True):
+            int(c["lines"]), int(c["bad"]), int(manifest["sizes"][stem]), str(c["digest"])
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+        warnings.warn(f"{path}: the manifest of its columnar companion ({folder}) is damaged: rebuilt from the JSON "
+                      "lines", stacklevel=4)
+        return _cleared(folder, key)
+    jobs = [(_digest_range, path, a, b) if b <= size else (lambda: "",) for a, b in ranges]
+    jobs += [(_digest_file, folder / f"{stem}.{kind}.parquet") for stem in stems for kind in KINDS]
+    found = _digests(jobs)
+    stored, parts = found[:len(stems)], found[len(stems):]
+    kept, covered = _empty_manifest(key), 0
+    for i, (stem, check, (start, end)) in enumerate(zip(stems, checks, ranges, strict=True)):
+        if start != covered or stored[i] != check["digest"]:
+            break  # the store's bytes changed under this part: it and every later part are parsed again
+        damaged = [kind for j, kind in enumerate(KINDS) if parts[i * len(KINDS) + j] != files[i][kind]]
+        if damaged:
+            warnings.warn(f"{path}: part {stem} of its columnar companion ({folder}) is missing, unreadable or altered "
+                          f"({', '.join(damaged)}): rebuilt from the JSON lines", stacklevel=4)
+            break
+        kept["parts"].append(stem)
+        kept["checks"][stem] = check
+        kept["sizes"][stem] = int(manifest["sizes"][stem])
+        kept.update(covered=end, lines=kept["lines"] + int(check["lines"]), records=kept["records"] + kept["sizes"][stem],
+                    bad=kept["bad"] + int(check["bad"]))
+        covered = end
+    for stem in stems[len(kept["parts"]):]:  # files of the parts dropped
+        for kind in KINDS:
+            with contextlib.suppress(OSError):
+                (folder / f"{stem}.{kind}.parquet").unlink(missing_ok=True)
+    return kept
+
+
 def open_store(path: Path) -> StoreColumns | None:
-    """Return the store's companion brought up to date (extended with new lines, or rebuilt); None for a
-    store holding schema-1 lines, or a compressed one (read as typed records). Warns once about torn or
-    invalid lines, as bench.results.jsonl.read_lines does."""
-    from bench.results.jsonl import is_compressed
+    """Return the store's companion brought up to date (extended with new lines, stale parts parsed again); None
+    for a store holding schema-1 lines, or a compressed one (read as typed records). Warns once about torn or
+    invalid lines, as bench.results.jsonl.read_lines does, and about a damaged companion (rebuilt)."""
+    from bench.results.jsonl import LineCounts, is_compressed, judge
 
     if is_compressed(path):
         return None
     folder = companion_dir(path)
-    manifest_path = folder / "manifest.json"
     key = code_key()
     with open(path, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
-        manifest = None
-        try:
-            manifest = json.loads(manifest_path.read_text())
-        except (OSError, ValueError):
-            pass
-        if manifest is not None and not (
-            manifest.get("key") == key and manifest.get("covered", -1) <= size
-            and manifest.get("check") == _check(fh, manifest["covered"])
-            and all((folder / f"{stem}.records.parquet").exists() for stem in manifest.get("parts", []))
-        ):
-            manifest = None  # stale: rebuilt from the first byte
-        if manifest is None:
-            manifest = {"key": key, "covered": 0, "lines": 0, "records": 0, "bad": 0, "legacy": False, "parts": []}
+        manifest = _fresh_manifest(path, folder, key, size)
         if manifest["legacy"]:
             return None
         end = _last_newline(fh, manifest["covered"], size)
@@ -250,20 +343,22 @@ def open_store(path: Path) -> StoreColumns | None:
                 stop = end
             built = _parse(fh, path, start, stop, manifest["lines"], manifest["records"])
             if built is None:
-                manifest["legacy"] = True
+                manifest = {**_empty_manifest(key), "legacy": True}
                 _write_manifest(folder, manifest)
                 return None
             tables, lines, records, bad = built
             stem = f"{start:012d}-{stop:012d}"
-            writable = writable and _write_parts(folder, stem, tables)
+            files = _write_parts(folder, stem, tables) if writable else None
+            writable = files is not None
             if not writable:
                 in_memory[stem] = tables
             manifest.update(covered=stop, lines=manifest["lines"] + lines, records=manifest["records"] + records,
                             bad=manifest["bad"] + bad, parts=[*manifest["parts"], stem],
-                            sizes={**manifest.get("sizes", {}), stem: records})
-            manifest["check"] = _check(fh, stop)
+                            sizes={**manifest["sizes"], stem: records})
+            manifest["checks"][stem] = {"start": start, "end": stop, "lines": lines, "bad": bad,
+                                        "digest": _digest_range(path, start, stop), "files": files}
             if writable:
-                _compact(folder, manifest)
+                _compact(path, folder, manifest)
                 _write_manifest(folder, manifest)
         tail = {}
         tail_bad = 0
@@ -274,11 +369,9 @@ def open_store(path: Path) -> StoreColumns | None:
             tail, _, tail_records, tail_bad = built
         else:
             tail_records = 0
-    bad = manifest["bad"] + tail_bad
-    if bad:
-        warnings.warn(f"{path}: skipped {bad} torn or invalid line(s)", stacklevel=3)
+    judge(path, LineCounts(records=manifest["records"] + tail_records, bad=manifest["bad"] + tail_bad), stacklevel=3)
     return StoreColumns(path, manifest["parts"], folder, tail, in_memory,
-                        manifest["records"] + tail_records, manifest.get("sizes", {}))
+                        manifest["records"] + tail_records, manifest["sizes"])
 
 
 def _last_newline(fh, start: int, size: int) -> int:
@@ -298,10 +391,12 @@ def _last_newline(fh, start: int, size: int) -> int:
 
 def _parse(fh, path: Path, start: int, end: int, line0: int, pos0: int):
     """Return ({kind: pa.Table}, lines, records, bad lines) of the lines in [start, end), or None at a schema-1 line."""
+    from bench.errors import BenchInputError
     from bench.machine.environment import COMPARABILITY_KEYS
+    from bench.results.duplicates import record_key
     from bench.results.jsonl import LineCounts, read_lines
     from bench.results.records import parse
-    from bench.results.rows import TELEMETRY_COLUMNS, number, record_row
+    from bench.results.rows import TELEMETRY_COLUMNS, number, record_host, record_row
 
     rows, samples, telemetry = [], {"pos": [], "in": [], "out": [], "ttft_ms": [], "e2el_ms": []}, \
         {"pos": [], "t_s": [], **{k: [] for k in TELEMETRY_COLUMNS}}
@@ -309,10 +404,13 @@ def _parse(fh, path: Path, start: int, end: int, line0: int, pos0: int):
     contexts: dict[tuple, str] = {}
     counts = LineCounts()
     pos = pos0
-    for line_offset, nbytes, _, raw in read_lines(path, start, end, fh=fh, first_line=line0 + 1, counts=counts):
+    for line_offset, nbytes, number_, raw in read_lines(path, start, end, fh=fh, first_line=line0 + 1, counts=counts):
         if raw["schema_version"] == 1:
             return None
-        rec = parse(raw)
+        try:
+            rec = parse(raw)
+        except BenchInputError as exc:  # a record kind this harness does not know
+            raise BenchInputError(f"{path}:{number_}: {exc}") from exc
         row = record_row(rec)
         del row["store"]  # a reader's label (the file's stem), set when read
         cell_json = cells.get(rec.cell_id)
@@ -324,7 +422,8 @@ def _parse(fh, path: Path, start: int, end: int, line0: int, pos0: int):
         if context_json is None:
             context_json = contexts[ctx_key] = json.dumps(rec.context.to_json(), sort_keys=True)
         row.update(
-            pos=pos, kind=rec.kind, offset=line_offset, nbytes=nbytes,
+            pos=pos, kind=rec.kind, offset=line_offset, nbytes=nbytes, line=number_,
+            host=record_host(rec), record_key=record_key(rec),
             context_json=context_json, cell_json=cell_json,
             environment_json=json.dumps(env, sort_keys=True),
             described=rec.context.env_digest is not None and any(env.get(k) is not None for k in COMPARABILITY_KEYS),
@@ -419,20 +518,28 @@ def json_columns(table) -> list[str]:
     return json.loads(meta.get(JSON_COLUMNS, b"[]"))
 
 
-def _write_parts(folder: Path, stem: str, tables: dict) -> bool:
-    """Write one part's tables (temp file, then rename); False when the folder cannot be written."""
+def _write_parts(folder: Path, stem: str, tables: dict) -> dict | None:
+    """Write one part's tables (temp file, then rename); return {kind: digest of its file}, or None when the folder
+    cannot be written."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    digests = {}
     try:
         folder.mkdir(parents=True, exist_ok=True)
         for kind, t in tables.items():
             final = folder / f"{stem}.{kind}.parquet"
             tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
-            pq.write_table(t, tmp, compression="zstd")
+            sink = pa.BufferOutputStream()
+            pq.write_table(t, sink, compression="zstd")
+            data = memoryview(sink.getvalue())
+            digests[kind] = hashlib.blake2b(data, digest_size=16).hexdigest()
+            with open(tmp, "wb") as out:
+                out.write(data)
             os.replace(tmp, final)
-        return True
+        return digests
     except OSError:
-        return False
+        return None
 
 
 def _write_manifest(folder: Path, manifest: dict) -> None:
@@ -445,12 +552,12 @@ def _write_manifest(folder: Path, manifest: dict) -> None:
         pass  # a read-only folder: the companion is rebuilt in memory at each read
 
 
-def _compact(folder: Path, manifest: dict) -> None:
+def _compact(path: Path, folder: Path, manifest: dict) -> None:
     """Merge adjacent small parts (appends of a few records) into parts of up to MERGED_RECORDS records once
     there are more than MAX_PARTS, and drop the files the manifest no longer names."""
     import pyarrow.parquet as pq
 
-    stems, sizes = manifest["parts"], manifest.get("sizes", {})
+    stems, sizes, checks = manifest["parts"], manifest["sizes"], manifest["checks"]
     if len(stems) <= MAX_PARTS:
         return
     groups: list[list[str]] = []
@@ -472,12 +579,18 @@ def _compact(folder: Path, manifest: dict) -> None:
             table = concat(parts)
             cols = sorted({c for t in [*parts, table] for c in json_columns(t)})
             tables[kind] = table.replace_schema_metadata({JSON_COLUMNS: json.dumps(cols).encode()} if cols else None)
-        if not _write_parts(folder, stem, tables):
+        files = _write_parts(folder, stem, tables)
+        if files is None:
             return
         merged.append(stem)
         sizes[stem] = sum(sizes.get(s, 0) for s in group)
+        first, last = checks[group[0]], checks[group[-1]]
+        checks[stem] = {"start": first["start"], "end": last["end"], "lines": sum(checks[s]["lines"] for s in group),
+                        "bad": sum(checks[s]["bad"] for s in group),
+                        "digest": _digest_range(path, first["start"], last["end"]), "files": files}
     manifest["parts"] = merged
     manifest["sizes"] = {s: sizes[s] for s in merged if s in sizes}
+    manifest["checks"] = {s: checks[s] for s in merged}
     keep = {f"{s}.{kind}.parquet" for s in merged for kind in KINDS}
     for f in folder.glob("*.parquet"):
         if f.name not in keep:

@@ -81,8 +81,8 @@ def read_lines(path: str | Path, start: int = 0, end: int | None = None, *, fh=N
                counts: LineCounts | None = None) -> Iterator[StoredLine]:
     """Yield the store's record lines in [start, end) (bytes; end None: to the end), in file order.
 
-    Blank lines are passed over; torn or invalid lines (not JSON, not an object with a cell_id) are
-    skipped and counted; a line of a newer schema than this harness writes raises BenchInputError
+    Blank lines are passed over; torn or invalid lines (not JSON, not an object with a cell_id, or fields of the
+    wrong type: `is_record`) are skipped and counted; a line of a newer schema than this harness writes raises BenchInputError
     (`path:line`). fh: the store opened in binary mode, read from `start` on wherever it stood (when
     None, the store is opened here, a .gz store decompressing); first_line: the number of the line at `start`.
 
@@ -111,7 +111,7 @@ def read_lines(path: str | Path, start: int = 0, end: int | None = None, *, fh=N
             except (json.JSONDecodeError, UnicodeDecodeError):
                 tally.bad += 1
                 continue
-            if not isinstance(rec, dict) or "cell_id" not in rec:
+            if not is_record(rec):
                 tally.bad += 1
                 continue
             version = rec.get("schema_version")
@@ -125,15 +125,69 @@ def read_lines(path: str | Path, start: int = 0, end: int | None = None, *, fh=N
     except (EOFError, gzip.BadGzipFile) as exc:  # a compressed store cut short, or not gzip after all
         raise BenchInputError(f"result store {str(path)!r} cannot be decompressed ({exc}): a .gz store must be "
                               "a complete gzip file (`gzip -t` checks one)") from exc
-    if counts is not None:
-        return
+    if counts is None:
+        judge(path, tally, stacklevel=3)
+
+
+def judge(path, tally: LineCounts, stacklevel: int = 2) -> None:
+    """Judge a whole read of a store's lines: no record among lines that are not blank -> BenchInputError (not a
+    bench store); skipped lines -> one warning naming how many. Every reader of a whole store judges so."""
     if tally.bad and not tally.records:
         raise BenchInputError(
             f"{path} is not a bench result store: none of its {tally.bad} line(s) is a result record (binary data, "
             "another program's JSON, or lines without a cell_id); give the .jsonl file `bench run --store` wrote"
         )
     if tally.bad:
-        warnings.warn(f"{path}: skipped {tally.bad} torn or invalid line(s)", stacklevel=2)
+        warnings.warn(f"{path}: skipped {tally.bad} torn or invalid line(s)", stacklevel=stacklevel + 1)
+
+
+_NUMBER = (int, float)
+# The types of a record's fields, as the harness writes them (None or absent: always allowed). A line whose object
+# holds another type (a list where a status goes, text where the context goes) is not a record this harness wrote:
+# it is skipped as invalid, as a line that is not JSON is. Nested: the fields the typed record and its report row read.
+_FIELDS = {"cell_id": str, "kind": str, "status": str, "context": dict, "cell": dict, "metrics": dict, "extra": dict,
+           "environment": dict, "workload": dict, "build": dict, "samples": list, "run": int, "trial": int, "error": str,
+           "started_at": _NUMBER, "ended_at": _NUMBER, "settings": dict}
+_NESTED = {
+    "context": {"run_id": str, "command": str, "matrix": str, "baseline": dict, "commit": str, "dirty": bool,
+                "env_digest": str, "gpu_memory_gb": _NUMBER, "workload_hash": str, "runs": int, "trials": int,
+                "warmup": int, "tuning_builds": int, "started_at": _NUMBER},
+    "cell": {"workload": dict, "options": dict},
+    "extra": {"inductor": dict, "tuned": dict, "host_load": dict, "kernels": dict, "notes": list, "telemetry": (dict, list)},
+    "settings": {"gpu_memory_gb": _NUMBER, "trials": int, "warmup": int},
+}
+
+
+def is_record(rec) -> bool:
+    """Return True for a JSON value shaped as a result record: an object with a `cell_id`, each known field of its
+    type (_FIELDS, _NESTED), samples and telemetry samples objects."""
+    if not isinstance(rec, dict) or not isinstance(rec.get("cell_id"), str):
+        return False
+    if not _typed(rec, _FIELDS):
+        return False
+    for key, kinds in _NESTED.items():
+        inner = rec.get(key)
+        if inner is not None and not _typed(inner, kinds):
+            return False
+    extra = rec.get("extra") or {}
+    if not isinstance((extra.get("inductor") or {}).get("tuned") or {}, dict):  # the tuned-kernel digest's place
+        return False
+    if not isinstance((extra.get("host_load") or {}).get("busy") or [], list):
+        return False
+    if not isinstance((extra.get("kernels") or {}).get("made_on") or {}, dict):
+        return False
+    telemetry = extra.get("telemetry")
+    if isinstance(telemetry, list) and not all(isinstance(t, dict) for t in telemetry):
+        return False
+    return all(isinstance(s, dict) for s in rec.get("samples") or ())
+
+
+def _typed(obj: dict, kinds: dict) -> bool:
+    for key, kind in kinds.items():
+        v = obj.get(key)
+        if v is not None and (not isinstance(v, kind) or (isinstance(v, bool) and kind in (int, _NUMBER))):
+            return False
+    return True
 
 
 def _until(fh, offset: int, end: int) -> Iterator[bytes]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -54,7 +55,7 @@ from bench.results.table import Table, TableSelection, select_table
 __all__ = [
     "TABLE_MIN_BYTES", "CellRuns", "Selection", "Table", "TableSelection", "accuracies", "capacity_probes",
     "check_store_path", "choose", "counted_records", "expand_stores", "latest_accuracy", "left_out_runs", "load",
-    "load_cells", "measurements", "partial_runs_warning", "prefer_table", "probes", "profiles", "select",
+    "load_cells", "load_stores", "measurements", "partial_runs_warning", "prefer_table", "probes", "profiles", "select",
     "select_table", "selection_warnings", "stored_baselines", "table", "with_commit",
 ]
 
@@ -82,26 +83,67 @@ def check_store_path(path: str | Path, *, must_exist: bool = True) -> Path:
 
 
 def load(paths: Iterable[str | Path]) -> list[Record]:
-    """Return the typed records of the given stores (.jsonl, or .jsonl.gz read as it is), in store order;
-    BenchInputError on a bad path."""
-    out: list[Record] = []
-    for path in paths:
-        p = check_store_path(path)
+    """Return the typed records of the given stores (.jsonl, or .jsonl.gz read as it is), in store order, each
+    record once (load_stores); BenchInputError on a bad path."""
+    return [r for recs in load_stores(paths) for r in recs]
+
+
+def load_stores(paths: Iterable[str | Path]) -> list[list[Record]]:
+    """Return the typed records of each store, in store order; BenchInputError on a bad path.
+
+    One record, one count (bench.results.duplicates): a store named twice is read once, and a record whose key an
+    earlier line holds (in this store or an earlier one) is left out, with one warning naming each such line (a
+    conflicting duplicate, whose figures differ, says so; the first is kept)."""
+    from bench.results.duplicates import distinct_stores, record_key, repeats_warning
+
+    checked = distinct_stores([check_store_path(path) for path in paths])
+    seen: dict[int, tuple[str, int, Record]] = {}
+    repeats: list = []
+    out: list[list[Record]] = []
+    for p in checked:
         try:
-            raws = [line.record for line in read_lines(p)]
+            lines = list(read_lines(p))
         except OSError as exc:
             raise BenchInputError(f"result store {str(p)!r} cannot be read: {exc}") from exc
         name = store_name(p)
-        legacy = _legacy_runs(raws, p.name.removesuffix(".gz"))  # a .gz store: the runs of its plain twin
-        records = [parse(raw, store=name, legacy_run=legacy.get(i)) for i, raw in enumerate(raws)]
+        legacy = _legacy_runs([line.record for line in lines], p.name.removesuffix(".gz"))  # .gz: its plain twin's runs
+        records = []
+        for i, line in enumerate(lines):
+            rec = _parse(p, line, name, legacy.get(i))
+            key = record_key(rec)
+            first = seen.get(key)
+            if first is None:
+                seen[key] = (str(p), line.number, rec)
+                records.append(rec)
+            else:
+                repeats.append(_repeat(str(p), line.number, rec, first))
         odd = sum(1 for r in records if r.extra.get("non_finite_metrics"))
         if odd:
-            import warnings
-
             warnings.warn(f"{p}: {odd} record(s) hold NaN or infinite metrics; those figures are treated as missing",
-                          stacklevel=2)
-        out.extend(records)
+                          stacklevel=3)
+        out.append(records)
+    message = repeats_warning(repeats)
+    if message:
+        warnings.warn(message, stacklevel=3)
     return out
+
+
+def _parse(path: Path, line, name: str, legacy_run=None) -> Record:
+    """Return the typed record of a stored line; BenchInputError naming path:line when it is none this harness reads."""
+    try:
+        return parse(line.record, store=name, legacy_run=legacy_run)
+    except BenchInputError as exc:  # a record kind this harness does not know
+        raise BenchInputError(f"{path}:{line.number}: {exc}") from exc
+
+
+def _repeat(store: str, line: int, rec: Record, first: tuple[str, int, Record]):
+    """Return the duplicates.Repeat of a record whose key `first` (store, line, record) holds."""
+    from bench.results.duplicates import Repeat, differences
+    from bench.results.rows import record_row
+
+    first_store, first_line, kept = first
+    return Repeat(store, line, first_store, first_line, rec.context.run_id, rec.cell_id, rec.run, rec.trial,
+                  differences(record_row(rec), record_row(kept)))
 
 
 def load_cells(path: str | Path, cell_ids: set[str]) -> list[Record]:
@@ -110,9 +152,14 @@ def load_cells(path: str | Path, cell_ids: set[str]) -> list[Record]:
     to the store (a year of nightly records in one store held 3.2 GB per 100,000 records as full typed records).
 
     Every line is still parsed once. A store holding schema-1 lines, whose runs are reconstructed across cells
-    (_legacy_runs), is read whole and then filtered."""
+    (_legacy_runs), is read whole and then filtered. A record whose key an earlier line holds counts once, as in
+    load_stores."""
+    from bench.results.duplicates import record_key, repeats_warning
+
     p = check_store_path(path)
-    raws: list[dict] = []
+    out: list[Record] = []
+    seen: dict[int, tuple[str, int, Record]] = {}
+    repeats: list = []
     try:
         for line in read_lines(p):
             raw = line.record
@@ -123,10 +170,19 @@ def load_cells(path: str | Path, cell_ids: set[str]) -> list[Record]:
             raw["samples"] = []  # the plan reads status, run and context, never the per-request samples
             if isinstance(raw.get("extra"), dict):
                 raw["extra"].pop("telemetry", None)
-            raws.append(raw)
+            rec = _parse(p, line, store_name(p))
+            key = record_key(rec)
+            if key in seen:
+                repeats.append(_repeat(str(p), line.number, rec, seen[key]))
+                continue
+            seen[key] = (str(p), line.number, rec)
+            out.append(rec)
     except OSError as exc:
         raise BenchInputError(f"result store {str(p)!r} cannot be read: {exc}") from exc
-    return [parse(raw, store=store_name(p)) for raw in raws]
+    message = repeats_warning(repeats)
+    if message:
+        warnings.warn(message, stacklevel=2)
+    return out
 
 
 def _legacy_runs(raws: list[dict], store_name: str) -> dict[int, tuple[str, float | None]]:
@@ -258,12 +314,14 @@ def prefer_table(paths: Sequence[str | Path], columnar: bool | None = None) -> b
 
 def table(paths: Sequence[str | Path]) -> Table | None:
     """Return the stores as columns (each companion extended or rebuilt first); None when a store holds
-    schema-1 lines or is compressed (read those through `load`). BenchInputError on a bad path."""
+    schema-1 lines or is compressed (read those through `load`). BenchInputError on a bad path. A store named
+    twice is read once, and each record counts once (bench.results.duplicates), as through `load`."""
     import pandas as pd
 
     from bench.results.columnar import KEY_COLUMNS, open_store
+    from bench.results.duplicates import distinct_stores, repeats_warning
 
-    checked = [check_store_path(p) for p in paths]
+    checked = distinct_stores([check_store_path(p) for p in paths])
     columns, keys = [], []
     for i, p in enumerate(checked):
         try:
@@ -276,13 +334,17 @@ def table(paths: Sequence[str | Path]) -> Table | None:
         t = sc.read("records", columns=list(KEY_COLUMNS))
         if t is not None:
             f = t.to_pandas()
-            for c in ("gpu_memory_gb", "env_digest", "commit", "run_started_at", "described"):
+            for c in ("gpu_memory_gb", "env_digest", "commit", "run_started_at", "described", "host"):
                 if c not in f:
                     f[c] = None
-            for c in ("kind", "cell_id", "run_id", "env_digest", "commit"):
+            for c in ("kind", "cell_id", "run_id", "env_digest", "commit", "host"):
                 f[c] = f[c].astype(object).where(f[c].notna(), None)
             f["ok"] = (f.pop("status") == "ok").to_numpy(dtype=bool)  # what the partial-run rule counts
             f.insert(0, "store", i)
             keys.append(f)
     frame = pd.concat(keys, ignore_index=True) if keys else pd.DataFrame(columns=["store", *KEY_COLUMNS])
-    return Table(checked, [store_name(p) for p in checked], columns, frame)
+    tbl, repeats = Table(checked, [store_name(p) for p in checked], columns, frame).without_repeats()
+    message = repeats_warning(repeats)
+    if message:
+        warnings.warn(message, stacklevel=2)
+    return tbl

@@ -62,6 +62,16 @@ def number(v):
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+def record_host(rec: Record) -> str | None:
+    """Return the host the record's worker ran on: its environment's, else its executor placement's (a worker that
+    died before describing itself); None when neither is known. A worker process runs on one host."""
+    env = rec.environment
+    host = env.get("host")
+    if host is None and isinstance(env.get("placement"), dict):
+        host = env["placement"].get("host")
+    return None if host is None else str(host)
+
+
 def record_row(rec: Record) -> dict:
     """Return the report row of one record: cell, run context, environment fields, numeric metrics."""
     cell = rec.cell

@@ -23,9 +23,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from bench.errors import BenchInputError
 from bench.results.records import Record, RunContext
+from bench.results.rows import record_host
 
 
 @dataclass(frozen=True)
@@ -192,52 +194,71 @@ def _cell_runs(cell_id: str, cap, records: Sequence[Record], contexts: tuple[Run
     return CellRuns(cell_id, cap, tuple(kept), contexts, tuple(left_out))
 
 
-def choose(keys: Iterable[tuple], pool: bool = False) -> tuple[list[tuple[tuple, list[list[int]]]], int]:
+class Splits(NamedTuple):
+    """How many cells `choose` found with one run id split into several rows' worth of records."""
+
+    environments: int = 0  # one invocation's runs in different environments (nodes whose GPU, driver or libraries differ)
+    hosts: int = 0         # one run id's run numbers on two hosts (two machines' runs under one id)
+
+
+def choose(keys: Iterable[tuple], pool: bool = False) -> tuple[list[tuple[tuple, list[list[int]]]], Splits]:
     """Return, per (cell_id, gpu_memory_gb) in first-seen order, its run contexts ranked latest first
-    (each a list of record positions in store order), and how many cells ran one invocation's runs in
-    different environments. The one rule both readers use (select, and query.table's selection).
+    (each a list of record positions in store order), and the cells whose run ids were split (Splits).
+    The one rule both readers use (select, and query.table's selection).
 
     keys: per record, in store order, (cell_id, gpu_memory_gb, run_id, env_digest, described, context
-    started_at); described: the record's environment holds a key that decides comparability. The runs of
-    one invocation are also told apart by environment digest, so runs on nodes that differ (an executor
-    spreading runs over a cluster) never make one figure.
+    started_at, host, run); described: the record's environment holds a key that decides comparability;
+    host: bench.results.rows.record_host. The runs of one invocation are also told apart by environment
+    digest, so runs on nodes that differ (an executor spreading runs over a cluster) never make one figure.
+    And a worker process runs on one host: where one run number of a run id was measured on two hosts
+    (stores of two machines merged, a run id reused), each host's records are a run context of their own,
+    never pooled into one row with the other's (runs of one invocation spread over identical nodes, each
+    run on one host, stay one context).
     """
     by_key: dict[tuple, list[tuple]] = {}
-    for i, (cell_id, cap, run_id, digest, described, started) in enumerate(keys):
-        by_key.setdefault((cell_id, cap), []).append((i, run_id, digest, described, started))
-    out, split = [], 0
+    for i, (cell_id, cap, run_id, digest, described, started, host, run) in enumerate(keys):
+        by_key.setdefault((cell_id, cap), []).append((i, run_id, digest, described, started, host, run))
+    out, split_env, split_host = [], 0, 0
     for key, recs in by_key.items():
         # A record whose worker never described itself (it died first: only the executor's placement
         # is known) joins its run's first known environment rather than making a group of its own.
         known: dict[str, str] = {}
-        for _, run_id, digest, described, _ in recs:
+        hosts: dict[tuple, set] = {}
+        first_host: dict[str, str] = {}
+        for _, run_id, digest, described, _, host, run in recs:
             if described:
                 known.setdefault(run_id, digest)
+            if host is not None:
+                hosts.setdefault((run_id, run), set()).add(host)
+                first_host.setdefault(run_id, host)
+        two_hosts = {run_id for (run_id, _), found in hosts.items() if len(found) > 1}
         groups: dict[tuple, list[int]] = {}
         started: dict[tuple, float | None] = {}
-        for i, run_id, digest, described, t in recs:
-            group = (run_id, digest if described else known.get(run_id))
+        for i, run_id, digest, described, t, host, _ in recs:
+            where = (host if host is not None else first_host.get(run_id)) if run_id in two_hosts else None
+            group = (run_id, digest if described else known.get(run_id), where)
             if group not in groups:
                 groups[group] = []
                 started[group] = t
             groups[group].append(i)
         order: dict[str, int] = {}  # first appearance breaks ties of start time
-        for rid, _ in groups:
+        for rid, _, _ in groups:
             order.setdefault(rid, len(order))
 
-        # Latest start first; first appearance breaks ties; one invocation split by environment: the
-        # environment with the most records leads.
+        # Latest start first; first appearance breaks ties; one invocation split by environment or host: the
+        # group with the most records leads (then the first seen).
         ranked = sorted(groups.items(), reverse=True, key=lambda item, started=started, order=order: (
             started[item[0]] if started[item[0]] is not None else float("-inf"), order[item[0][0]], len(item[1])))
-        split += len(order) < len(ranked)
+        split_host += bool(two_hosts)
+        split_env += len({(rid, digest) for rid, digest, _ in groups}) > len(order)
         out.append((key, [members for _, members in ranked]))
-    return out, split
+    return out, Splits(split_env, split_host)
 
 
 def _contexts(records: Sequence[Record]) -> list[tuple[RunContext, list[Record]]]:
     """Return the records of one cell grouped by run id, latest context first (the run driver's resume plan)."""
     records = list(records)
-    keys = ((None, None, r.context.run_id, None, False, r.context.started_at) for r in records)
+    keys = ((None, None, r.context.run_id, None, False, r.context.started_at, None, r.run) for r in records)
     cells, _ = choose(keys)
     return [(records[g[0]].context, [records[i] for i in g]) for _, groups in cells for g in groups]
 
@@ -255,8 +276,8 @@ def select(records: Iterable[Record], pool: bool = False) -> Selection:
     Pooling refuses (BenchInputError) contexts whose environment digest or workload differ.
     """
     records = list(records)
-    keys = ((r.cell_id, r.gpu_memory_gb, r.context.run_id, r.context.env_digest, _described(r), r.context.started_at)
-            for r in records)
+    keys = ((r.cell_id, r.gpu_memory_gb, r.context.run_id, r.context.env_digest, _described(r), r.context.started_at,
+             record_host(r), r.run) for r in records)
     cells, split = choose(keys)
     sel = Selection(rows=[])
     for (cell_id, cap), groups in cells:
@@ -276,13 +297,20 @@ def select(records: Iterable[Record], pool: bool = False) -> Selection:
     return sel
 
 
-def selection_warnings(split: int, history_keys: list[tuple], pool: bool) -> list[str]:
-    """Return the warnings a selection carries: split environments, history left out."""
+def selection_warnings(split: Splits, history_keys: list[tuple], pool: bool) -> list[str]:
+    """Return the warnings a selection carries: split environments or hosts, history left out."""
     out = []
-    if split:
+    if split.environments:
         out.append(
-            f"{split} cell(s) ran the runs of one invocation in different environments (nodes whose GPU, driver or "
-            "libraries differ): each environment's runs are shown apart, the latest as the row, never averaged together"
+            f"{split.environments} cell(s) ran the runs of one invocation in different environments (nodes whose GPU, "
+            "driver or libraries differ): each environment's runs are shown apart, the latest as the row, never "
+            "averaged together"
+        )
+    if split.hosts:
+        out.append(
+            f"{split.hosts} cell(s) hold runs of one run id measured on different hosts with the same run numbers (stores "
+            "of two machines merged, or a run id reused): each host's runs are a run of their own, the latest as the "
+            "row and the others as history, never averaged together (--pool refuses them)"
         )
     if history_keys and not pool:
         out.append(
@@ -317,6 +345,23 @@ def _check_poolable(ranked: list[tuple[RunContext, list[Record]]]) -> None:
             raise BenchInputError(
                 f"cannot pool the runs of {label}: they ran in different {what}{detail}; their figures are not "
                 "comparable. Drop --pool (each row then shows the latest run), or report the stores separately"
+            )
+    _check_one_host(ranked, label)
+
+
+def _check_one_host(ranked: list[tuple[RunContext, list[Record]]], label: str) -> None:
+    """Refuse to pool the run contexts of one run id that `choose` told apart by host (their run numbers clash)."""
+    seen: dict[str, list] = {}
+    for c, rs in ranked:
+        seen.setdefault(c.run_id, []).append(rs)
+    for run_id, parts in seen.items():
+        if len(parts) > 1:
+            hosts = sorted({str(record_host(r)) for rs in parts for r in rs})
+            raise BenchInputError(
+                f"cannot pool the runs of {label}: run {run_id} holds runs of the same number measured on different "
+                f"hosts ({', '.join(hosts)}): two machines' runs under one run id (stores of two machines merged, or a "
+                "run id reused), which pooled would count two worker processes as one. Drop --pool (each host's runs "
+                "are then shown apart, the latest as the row), or report the stores separately"
             )
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.results.columnar import INTERNAL_COLUMNS
 from bench.results.jsonl import read_lines
 from bench.results.records import Record, RunContext, parse
 from bench.results.selection import (
@@ -77,7 +78,7 @@ class Table:
 
         from bench.results.rows import ROW_FIELDS
 
-        hidden = {"pos", "kind", "offset", "nbytes", "context_json", "cell_json", "environment_json", "described"}
+        hidden = Table._INTERNAL
         parts = []
         for s, f in self._read("records", indices, exclude=hidden - {"pos"}).items():
             f.insert(0, "store", self.names[s])
@@ -157,7 +158,34 @@ class Table:
                         store=self.names[s])
         return [out[(int(s), int(p))] for s, p in zip(k.store.to_numpy()[list(indices)], k.pos.to_numpy()[list(indices)], strict=True)]
 
-    _INTERNAL = frozenset({"pos", "kind", "offset", "nbytes", "context_json", "cell_json", "environment_json", "described"})
+    _INTERNAL = INTERNAL_COLUMNS
+
+    def without_repeats(self) -> tuple[Table, list]:
+        """Return the table less the records whose key an earlier record holds (bench.results.duplicates: stores
+        in order, lines in file order), and those repeats (duplicates.Repeat), compared with the records kept."""
+        import numpy as np
+
+        from bench.results.duplicates import Repeat, differences
+
+        k = self.keys
+        if not len(k):
+            return self, []
+        again = k.record_key.duplicated(keep="first").to_numpy()
+        if not again.any():
+            return self, []
+        repeated = np.flatnonzero(again).tolist()
+        first_of = dict(zip(k.record_key.to_numpy()[~again].tolist(), np.flatnonzero(~again).tolist(), strict=True))
+        firsts = [first_of[key] for key in k.record_key.to_numpy()[repeated].tolist()]
+        wanted = sorted(set(repeated) | set(firsts))
+        rows = dict(zip(wanted, self.frame(wanted).to_dict("records"), strict=True))
+        stores, lines = k.store.to_numpy(), k.line.to_numpy()
+        repeats = []
+        for i, j in zip(repeated, firsts, strict=True):
+            r = rows[i]
+            repeats.append(Repeat(str(self.paths[stores[i]]), int(lines[i]), str(self.paths[stores[j]]), int(lines[j]),
+                                  r["run_id"], r["cell_id"], int(r["run"]), int(r["trial"]), differences(r, rows[j])))
+        kept = Table(self.paths, self.names, self.columns, k[~again].reset_index(drop=True))
+        return kept, repeats
 
     def distinct(self, column: str, indices: Sequence[int], ordered: bool = True) -> list:
         """Return the distinct parsed values of a JSON column (environment_json, context_json) of these
@@ -253,7 +281,8 @@ def select_table(tbl: Table, indices: Sequence[int] | None = None, pool: bool = 
     caps = k.gpu_memory_gb.to_numpy()[idx]
     keys = zip(k.cell_id.to_numpy()[idx], [None if c is None or c != c else float(c) for c in caps],
                k.run_id.to_numpy()[idx], k.env_digest.to_numpy()[idx], k.described.to_numpy()[idx],
-               [_float(t) for t in k.run_started_at.to_numpy()[idx]], strict=True)
+               [_float(t) for t in k.run_started_at.to_numpy()[idx]], k.host.to_numpy()[idx],
+               k.run.to_numpy()[idx].tolist(), strict=True)
     cells, split = choose(keys)
     sel = TableSelection(tbl, [], [])
     for (cell_id, cap), groups in cells:
