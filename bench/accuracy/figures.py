@@ -73,6 +73,7 @@ def position_stats(base_logits, cell_logits, targets) -> dict:
     import torch
 
     cell = cell_logits.float()
+    base_logits = base_logits.to(cell.device)  # a Reference's rows are on the CPU, a GPU cell's logits are not
     finite = torch.isfinite(cell).all(-1)
     keep = finite.nonzero()[:, 0] if not bool(finite.all()) else None
     if keep is not None:
