@@ -420,7 +420,7 @@ def _dashboard(data, cells: pd.DataFrame, tables: dict[str, SpeedupTable], kerne
         server = bool((c.backend == "openai").all())
         figs = [("Throughput vs max_batch_size", F.throughput_vs_batch(c, key), "")] if not server else []
         figs.append(("Speedup heatmap", speedup_heatmap(table, key), ""))
-        if not server:
+        if not server and (c.status != "ok").any():  # nothing failed: a frontier would show nothing
             figs.append(("OOM frontier", F.oom_frontier(c, key), ""))
         if table.accuracy:
             figs.append(("Accuracy vs speedup", accuracy_vs_speedup(table, key), ""))
@@ -451,8 +451,11 @@ def _dashboard(data, cells: pd.DataFrame, tables: dict[str, SpeedupTable], kerne
         sections.append({"key": key, "figures": figs, "table_html": to_html({key: table}, "", history)})
     env_html = to_html({}, env_note)
     precisions = sorted(str(p) for p in cells.precision.dropna().unique())
-    return dashboard_html(sections, _global_sections(kernels, tables_md, timelines), title, precisions, data.warnings,
-                          env_html)
+    # Each table's warnings are shown under it: the top of the page summarizes them and lists only the others.
+    under_tables = [w for t in tables.values() for w in t.warnings]
+    said = set(under_tables)
+    return dashboard_html(sections, _global_sections(kernels, tables_md, timelines), title, precisions,
+                          [w for w in dict.fromkeys(data.warnings) if w not in said], env_html, under_tables)
 
 
 def _kernel_figures(kernels: pd.DataFrame | None) -> list[tuple]:

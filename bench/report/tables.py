@@ -56,6 +56,8 @@ OPTIONAL = [
 ]
 # Shown only in tables with a serving row: every backend records them, offline ones always 0 / per step.
 SERVING_ONLY = {"failed", "itl_median_ms"}
+# Left out of tables whose rows all ran on the CPU.
+PER_GPU = {"output_throughput_per_gpu"}
 
 
 @dataclass(frozen=True)
@@ -260,8 +262,11 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
         if g.gpu_memory_gb.notna().any():
             table.insert(3, "gpu_memory_gb", g.gpu_memory_gb)
         serving = bool((g.backend == "openai").any())
+        # A CPU run has no GPU to divide by: its "per GPU" figure is its total again.
+        cpu_only = bool((g.get("device", pd.Series("cuda", index=g.index)).astype(str) == "cpu").all())
         for metric, _, _ in OPTIONAL:
-            if metric in g and g[metric].notna().any() and (serving or metric not in SERVING_ONLY):
+            if metric in g and g[metric].notna().any() and (serving or metric not in SERVING_ONLY) and not (
+                    cpu_only and metric in PER_GPU):
                 table[metric] = g[metric]
         if (g.environment != "").any() and g.environment.nunique() > 1:
             table["environment"] = g.environment
