@@ -32,8 +32,7 @@ def register(sub) -> None:
     r.add_argument("--trials", type=int, help="override the matrix's trials per worker process")
     r.add_argument("--requests", type=int, help="override every workload's num_requests")
     r.add_argument("--store", help="result store (default results/<matrix>-capacity.jsonl)")
-    r.add_argument("--report-dir", help="where capacity.md goes (default dashboards/<matrix>, or dashboards/<store name> "
-                   "with --store)")
+    r.add_argument("--report-dir", help="where capacity.md goes (default dashboards/<matrix>)")
     r.set_defaults(func=cmd_capacity)
 
 
@@ -46,6 +45,6 @@ def cmd_capacity(args) -> int:
     matrix = load_selected_matrix(args)
     store = Path(args.store or f"results/{matrix.name}-capacity.jsonl")
     missed, text = capacity_matrix(matrix, slo, args.axis, lower, args.upper, args.tolerance, args.strategy, store,
-                                   Console(stderr=True), Path(args.report_dir or f"dashboards/{Path(args.store).stem if args.store else matrix.name}"))
+                                   Console(stderr=True), Path(args.report_dir or f"dashboards/{matrix.name}"))
     print(text)
     return 1 if missed else 0
