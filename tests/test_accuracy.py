@@ -650,8 +650,11 @@ def test_parity_layers_input_is_checked_before_any_session():
 
 
 
-def test_parity_layers_on_trtllm_says_it_is_not_wired(tmp_path, capsys):
+def test_parity_layers_on_trtllm_says_it_is_not_wired(tmp_path, capsys, monkeypatch):
+    import bench.machine.environment as environment
     from bench.cli import main
+
+    monkeypatch.setattr(environment, "cuda_missing", lambda: None)  # as on a GPU machine, where the question arises
 
     (tmp_path / "t.toml").write_text("""
 backends = ["trtllm"]
@@ -755,8 +758,11 @@ def test_served_and_trtllm_cells_against_the_hf_baseline(tiny_trained, tmp_path,
     from bench.results import query
     from tests.support.model_server import ModelServer
 
+    import bench.machine.environment as environment
+
     fake = Path(__file__).parent / "fake_tensorrt_llm"
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(fake), os.environ["PYTHONPATH"])))  # the session's import
+    monkeypatch.setattr(environment, "cuda_missing", lambda: None)  # the stand-in's "cuda" cell computes on the CPU
     monkeypatch.setenv("FAKE_TRTLLM_CONFIG", json.dumps({"numerics": "hf", "step_ms": 0.1}))
     monkeypatch.setenv("FAKE_TRTLLM_LOG", str(tmp_path / "trtllm-calls.jsonl"))
 

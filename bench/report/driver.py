@@ -64,11 +64,13 @@ def report_stores(stores: list[str] = (), out: str | Path | None = None, *, base
         out = Path(out or ("dashboards/" + (_name(found[0]) if len(found) == 1 else "combined")))
         return [_build(found, out, baseline, kernels, profiles, pool)]
     by_matrix = matrix_groups(expand_stores(profiles)) if default_profiles and profiles else {}
+    # A matrix profiled but not run here: its kernel panel alone, in a folder of its own.
+    groups.update({name: members for name, members in by_matrix.items() if name not in groups})
     built = []
     for name, members in groups.items():
         folder = Path(out or "dashboards") / (members[0].name.removesuffix(".gz").removesuffix(".jsonl")
                                               if len(members) == 1 else name)
-        extra = by_matrix.get(name, []) if default_profiles else profiles
+        extra = [p for p in by_matrix.get(name, []) if p not in members] if default_profiles else profiles
         try:
             built.append(_build([str(m) for m in members], folder, baseline, kernels, [str(p) for p in extra], pool))
         except BenchInputError as exc:  # one matrix's bad report does not keep the others from theirs
