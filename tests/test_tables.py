@@ -42,7 +42,7 @@ def test_speedups_spread_and_oom_rows():
     # one process on each side: no interval, and the cell says why; the baseline's own row says nothing more
     assert "| trtllm | m | int4 | 2 | 0.500 | 333.6 | 520.0 | 4.17x (1 run) | 8.00x (1 run) | 1 × 1 | — / — |" in md
     assert "| hf | m | bf16 | 1 | 0.120 ± 0.000 | 61.0 ± 1.4 | 65.0 ± 1.4 | 1.00x | 1.00x |" in md
-    assert "(1 run): the row or the baseline ran in one process" in md
+    assert "`(1 run)`: the row or the baseline ran in one process" in md
 
 
 def test_runs_give_the_spread_between_processes():
@@ -234,7 +234,7 @@ def test_every_speedup_carries_its_interval_from_both_rows_spreads_between_proce
     assert low < f.generation_speedup[1] < high
     assert rows[0][col["generation speedup"]] == "1.00x"  # the baseline against itself: no interval to give
     md = to_markdown({"w": table})
-    assert "[low-high]: the 95% interval of a speedup" in md and "(1 run)" not in md
+    assert "`[low-high]`: the 95% interval of a speedup" in md and "(1 run)" not in md
 
 
 def test_a_speedup_over_an_unstable_or_busy_baseline_is_marked_in_its_cell():
@@ -245,7 +245,7 @@ def test_a_speedup_over_an_unstable_or_busy_baseline_is_marked_in_its_cell():
     assert rows[1][col["throughput speedup"]].startswith(f"{table.frame.throughput_speedup[1]:.2f}x* ")
     assert rows[1][col["generation speedup"]].endswith("* (1 run)")
     md = to_markdown({"w": table})
-    assert "* a speedup whose row or baseline is unstable" in md and "the baseline fake/bf16/bs1 is, so every speedup" in md
+    assert "`*`: a speedup whose row or baseline is unstable" in md and "the baseline fake/bf16/bs1 is, so every speedup" in md
     # a stable baseline, a busy row: only that row's speedups are marked, and the footnote points at the ⚠ lines
     busy = {"host_load": {"busy": ["other processes used 1.2 of 2 core(s)"]}}
     table = _sweep({1: [[100.0, 100.5, 100.2]], 8: [[700.0, 702.0, 701.0]]}, extra={8: busy})

@@ -121,7 +121,8 @@ def speedup_text(r: dict, name: str) -> str:
 
 
 def speedup_notes(table: SpeedupTable) -> list[str]:
-    """Return the lines under a table that say what its speedups' marks mean (empty when no speedup has one)."""
+    """Return the lines under a table that say what its speedups' marks mean (empty when no speedup has one); each
+    mark in backticks, so Markdown shows it as written (a leading '* ' is a list item, '[x]: ' a link definition)."""
     from bench.results.stats import MAX_CV, MAX_RUN_CV, SPEEDUP_CONFIDENCE
 
     f = table.frame
@@ -130,16 +131,16 @@ def speedup_notes(table: SpeedupTable) -> list[str]:
     if "speedup_unstable" in ok and ok.speedup_unstable.eq(True).any():
         who = (f"the baseline {table.baseline} is, so every speedup here is marked" if
                bool(ok.get("baseline_unstable", pd.Series(dtype=bool)).eq(True).any()) else "the ⚠ lines name which")
-        out.append(f"{UNSTABLE_MARK} a speedup whose row or baseline is unstable (runs differ by more than "
+        out.append(f"`{UNSTABLE_MARK}`: a speedup whose row or baseline is unstable (runs differ by more than "
                    f"{MAX_RUN_CV:.0%}, or trials inside a run by more than {MAX_CV:.0%}) or was measured on a busy "
                    f"machine ({who}): not a result; measure it again on an idle machine")
     has_interval = any(f"{n}_low" in ok and ok[f"{n}_low"].notna().any() for n in ("throughput_speedup", "generation_speedup"))
     if has_interval:
-        out.append(f"[low-high]: the {SPEEDUP_CONFIDENCE:.0%} interval of a speedup from both rows' spreads between "
+        out.append(f"`[low-high]`: the {SPEEDUP_CONFIDENCE:.0%} interval of a speedup from both rows' spreads between "
                    "processes (delta method on the ratio of the run means: docs/guide/reports.md)")
     one_run = pd.to_numeric(ok.get("speedup_runs", pd.Series(dtype=float)), errors="coerce") < 2
     if (one_run & ~ok.get("is_baseline", pd.Series(False, index=ok.index)).eq(True)).any():
-        out.append(f"{ONE_RUN_TEXT}: the row or the baseline ran in one process, so the spread between processes, "
+        out.append(f"`{ONE_RUN_TEXT}`: the row or the baseline ran in one process, so the spread between processes, "
                    "and a speedup's interval, are not measured (`--runs 2` or more gives them)")
     return out
 
