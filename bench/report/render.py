@@ -113,11 +113,16 @@ def speedup_text(r: dict, name: str) -> str:
         return text
     low, high = r.get(f"{name}_low"), r.get(f"{name}_high")
     if low is not None and high is not None and not pd.isna(low) and not pd.isna(high):
-        return text + f" [{low:.2f}-{high:.2f}]"
+        return text + f" [{_bound(low)}-{_bound(high)}]"
     runs = r.get("speedup_runs")
     if runs is not None and not pd.isna(runs) and runs < 2:
         return text + " " + ONE_RUN_TEXT
     return text
+
+
+def _bound(x: float) -> str:
+    """Return an interval bound as the ratio is written (two decimals), whole above 100 (two runs give wide ones)."""
+    return f"{x:.2f}" if x < 100 else f"{x:.0f}"
 
 
 def speedup_notes(table: SpeedupTable) -> list[str]:
