@@ -37,12 +37,18 @@ def load_selected_matrix(args, only: bool = True):
     from bench.spec.matrix import check_packages, load_matrix
     from bench.spec.narrow import narrow, parse_pairs
 
+    import warnings
+
+    from bench.spec.matrix import check_cuda
+
     if args.matrix and args.preset:
         raise BenchInputError("give either --matrix FILE or --preset NAME, not both")
     # Optional packages (torchao, gemlite, flash-attn) are checked for the cells --only keeps, not for the whole
     # matrix: a bf16 slice of a preset that also holds int4wo rows runs without torchao.
-    matrix = (load_matrix(args.matrix, check_installed=False) if args.matrix
-              else load_matrix(args.preset or "default", preset=True, check_installed=False))
+    with warnings.catch_warnings(record=True) as said:  # held back: a refusal below is then the one line printed
+        warnings.simplefilter("always")
+        matrix = (load_matrix(args.matrix, check_installed=False) if args.matrix
+                  else load_matrix(args.preset or "default", preset=True, check_installed=False))
     selected = narrow(matrix, only=parse_pairs(args.only, "--only") if only else None, requests=getattr(args, "requests", None),
                     trials=getattr(args, "trials", None), runs=getattr(args, "runs", None),
                     executor=getattr(args, "executor", None), ray_address=getattr(args, "ray_address", None),
@@ -51,6 +57,10 @@ def load_selected_matrix(args, only: bool = True):
                     trust=getattr(args, "trust", None), trust_files=getattr(args, "trust_file", None))
     if not getattr(args, "dry_run", False):
         check_packages(selected.cells)
+        if only:  # the cells that will run: GPU cells on a machine without CUDA are refused before any worker
+            check_cuda(selected.cells)
+    for w in dict.fromkeys(str(w.message) for w in said):
+        warnings.warn(w, stacklevel=2)
     return selected
 
 

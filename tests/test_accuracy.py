@@ -585,16 +585,23 @@ def test_speedup_table_shows_accuracy_and_flags_a_broken_speedup(tmp_path):
                          baseline={"backend": "fake", "precision": "bf16"})
     md = paths["markdown"].read_text()
     row = {line.split("|")[3].strip(): line for line in md.splitlines() if line.startswith("| fake")}
-    assert "1.60x ✗ broken" in row["int4wo"] and "| 0.145 | 25.8 | +0.5 | broken |" in row["int4wo"]
-    assert "1.50x |" in row["int8wo"] and "| aligned |" in row["int8wo"]  # an aligned speedup is shown plain
+    assert "1.60x (1 run) ✗ broken" in row["int4wo"] and "| 0.145 | 25.8 | +0.5 | broken |" in row["int4wo"]
+    assert "1.50x (1 run) |" in row["int8wo"] and "| aligned |" in row["int8wo"]  # an aligned speedup is shown plain
     assert "| baseline |" in row["bf16"]
-    assert "1.70x |" in row["fp8"] and "| not measured |" in row["fp8"]  # no accuracy record for this cell
+    assert "1.70x (1 run) |" in row["fp8"] and "| not measured |" in row["fp8"]  # no accuracy record for this cell
     assert "numerical fidelity only" in md  # random weights: said under the table
     assert "KL mean | top-1 % | ΔPPL | accuracy" in md
     report = paths["report"].read_text()
     assert "## Accuracy (bench accuracy)" in report and "(itself: noise floor)" in report
     page = paths["dashboard"].read_text()
     assert "Accuracy vs" in page and "broken" in page
+    # the baseline's KL 0 is drawn, on the line the axis labels 0 (a decade below the smallest KL), not left out
+    from tests.support.dashboard import dashboard_figures
+
+    (fig,) = [f for f in dashboard_figures(page) if f["layout"]["title"]["text"].startswith("Accuracy vs")]
+    by_name = {t["name"]: t for t in fig["data"]}
+    assert by_name["baseline"]["customdata"] == [0.0] and by_name["baseline"]["y"] == [0.001]
+    assert fig["layout"]["yaxis"]["ticktext"][0] == "0" and fig["layout"]["yaxis"]["tickvals"][0] == 0.001
     # no accuracy records: the table is as before (the golden files hold that layout)
     plain = build_report([tmp_path / "m.jsonl"], tmp_path / "plain", baseline={"backend": "fake", "precision": "bf16"})
     assert "KL mean" not in plain["markdown"].read_text() and "✗" not in plain["markdown"].read_text()
@@ -676,8 +683,11 @@ def test_parity_layers_input_is_checked_before_any_session():
 
 
 
-def test_parity_layers_on_trtllm_says_it_is_not_wired(tmp_path, capsys):
+def test_parity_layers_on_trtllm_says_it_is_not_wired(tmp_path, capsys, monkeypatch):
+    import bench.machine.environment as environment
     from bench.cli import main
+
+    monkeypatch.setattr(environment, "cuda_missing", lambda: None)  # as on a GPU machine, where the question arises
 
     (tmp_path / "t.toml").write_text("""
 backends = ["trtllm"]
@@ -781,8 +791,11 @@ def test_served_and_trtllm_cells_against_the_hf_baseline(tiny_trained, tmp_path,
     from bench.results import query
     from tests.support.model_server import ModelServer
 
+    import bench.machine.environment as environment
+
     fake = Path(__file__).parent / "fake_tensorrt_llm"
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(fake), os.environ["PYTHONPATH"])))  # the session's import
+    monkeypatch.setattr(environment, "cuda_missing", lambda: None)  # the stand-in's "cuda" cell computes on the CPU
     monkeypatch.setenv("FAKE_TRTLLM_CONFIG", json.dumps({"numerics": "hf", "step_ms": 0.1}))
     monkeypatch.setenv("FAKE_TRTLLM_LOG", str(tmp_path / "trtllm-calls.jsonl"))
 

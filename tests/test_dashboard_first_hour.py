@@ -81,3 +81,54 @@ def test_two_servers_with_different_labels_need_no_server_name(root):
     assert list(plotting.series_labels(cells)) == ["openai bf16", "openai fp8"]
     same = cells.assign(precision="bf16")
     assert list(plotting.series_labels(same)) == ["openai bf16 [server 1]", "openai bf16 [server 2]"]
+
+
+def _cpu_store(path, busy_bs=8):
+    """Write a CPU sweep of the fake backend: bs1 (the baseline), 2, 8, nothing failed; bs8's passes ran on a busy machine."""
+    from tests.support.records import make_record
+    from tests.support.synthetic import write_store
+
+    def cell(bs):
+        return {"backend": "fake", "model": "m", "precision": "bf16", "max_batch_size": bs, "device": "cpu",
+                "options": {}, "workload": {"name": "w"}}
+
+    busy = {"host_load": {"busy": ["other processes used 1.2 of 2 core(s)"]}}
+    recs = [make_record(f"c{bs}", cell=cell(bs), trial=t, request_throughput=bs * (1 + t / 100),
+                        output_throughput=10.0 * bs * (1 + t / 100), decode_throughput=11.0 * bs * (1 + t / 100),
+                        output_throughput_per_user=5.0 / bs, output_throughput_per_gpu=10.0 * bs,
+                        extra=busy if bs == busy_bs else None)
+            for bs in (1, 2, 8) for t in range(3)]
+    write_store(path, recs)
+    return path
+
+
+def test_a_cpu_run_dashboard_shows_no_empty_figure_no_gpu_column_and_one_warning_box(tmp_path):
+    paths = build_report([_cpu_store(tmp_path / "cpu.jsonl")], tmp_path / "out", {"backend": "fake", "max_batch_size": 1})
+    page = paths["dashboard"].read_text()
+    titles = [f["layout"]["title"]["text"] for f in dashboard_figures(page)]
+    assert not any(t.startswith("OOM frontier") for t in titles)  # nothing failed: nothing to draw
+    assert "tok/s per GPU" not in paths["markdown"].read_text()  # a CPU run has no GPU to divide by
+    pareto = next(f for f in dashboard_figures(page) if f["layout"]["title"]["text"].startswith("Interactivity"))
+    assert pareto["layout"]["yaxis"]["title"]["text"] == "output tok/s"
+    # the busy machine's warning: under its table once, counted (not repeated) in the one box at the top
+    warning = "fake/bf16/bs8 on w: 3 of 3 pass(es) measured on a busy machine"
+    assert page.count(warning) == 1 and page.count("class='warn'") == 2  # the summary and the table's list
+    assert "⚠ 1 warning(s): 1 under the speedup tables below (1 about a busy machine)" in page
+    # the wide table scrolls in its own box; the bs8 speedups are marked in the table and in the heatmap
+    assert "<div class='scroll'><table class='speedup'>" in page and ".scroll{overflow-x:auto" in page
+    heat = next(f for f in dashboard_figures(page) if f["layout"]["title"]["text"].startswith("Generation speedup"))
+    texts = [t for row in heat["data"][0]["text"] for t in row if t]
+    assert [t for t in texts if "*" in t] == ["8.00x*<br>(1 run)"] and "not a result" in heat["layout"]["title"]["text"]
+
+
+def test_an_oom_frontier_is_drawn_when_a_cell_failed(tmp_path):
+    from bench.results.store import ResultStore
+    from tests.support.records import make_record
+
+    store = _cpu_store(tmp_path / "cpu.jsonl")
+    cell = {"backend": "fake", "model": "m", "precision": "bf16", "max_batch_size": 16, "device": "cpu", "options": {},
+            "workload": {"name": "w"}}
+    ResultStore(store).append(make_record("c16", cell=cell, status="oom"))
+    paths = build_report([store], tmp_path / "out", {"backend": "fake", "max_batch_size": 1})
+    titles = [f["layout"]["title"]["text"] for f in dashboard_figures(paths["dashboard"].read_text())]
+    assert any(t.startswith("OOM frontier") for t in titles)

@@ -309,18 +309,53 @@ def test_an_unforeseen_file_system_error_is_a_message(monkeypatch, capsys):
     assert "I/O error on '/some/file'" in err and "Traceback" not in err
 
 
-def test_hf_matrix_on_cuda_without_cuda_reports_its_errors(tmp_path, tiny_sharegpt, capsys):
-    import torch
+@pytest.mark.parametrize("verb", ["run", "accuracy", "profile", "oom", "build"])
+def test_a_cuda_matrix_on_a_machine_without_cuda_is_refused_before_any_worker(tmp_path, tiny_sharegpt, capsys,
+                                                                              monkeypatch, verb):
+    """A new user's 2-core laptop: GPU cells are refused in one line (exit 2), not by workers' tracebacks."""
+    import bench.machine.environment as environment
 
-    if torch.cuda.is_available():
-        pytest.skip("this machine has CUDA: the cells would run")
+    monkeypatch.setattr(environment, "cuda_missing", lambda: "this Python's torch 2.13.0+cpu is built without CUDA")
     path = tmp_path / "m.toml"
     path.write_text(f'name = "hfcuda"\nbackends = ["hf"]\nmodel = "qwen-tiny"\ndevice = "cuda"\nprecisions = ["bf16"]\n'
                     f'max_batch_sizes = [1]\nworkloads = ["w"]\ntrials = 1\n[workload.w]\npath = "{tiny_sharegpt}"\n'
                     'num_requests = 2\nmax_input_len = 64\nmax_total_len = 128\nmax_output_len = 8\n')
-    assert main(["run", "--matrix", str(path), "--no-progress"]) == 1  # failed cells: exit 1, with their table
+    args = [verb, "--matrix", str(path)] + (["--store", str(tmp_path / "s.jsonl")] if verb != "build" else
+                                            ["--artifacts", str(tmp_path / "art")])
+    assert main(args) == 2
     out = capsys.readouterr()
-    assert "| ERROR | ERROR |" in out.out and "no cell ran ok (1 ERROR)" in out.out and "Traceback" not in out.err
+    (line,) = out.err.strip().splitlines()  # one line: the reason and the fix, no warning before it, no traceback
+    assert line.startswith("bench: error: 1 cell(s) (hf) run on device 'cuda', but this machine cannot run CUDA: "
+                           "this Python's torch 2.13.0+cpu is built without CUDA; run them on a machine with an NVIDIA GPU")
+    assert "--preset default" in line and not (tmp_path / "s.jsonl").exists() and not (tmp_path / "results").exists()
+    if verb == "run":  # planning needs no GPU, and a backend whose device is a label (fake) runs anywhere
+        assert main(args + ["--dry-run"]) == 0
+        fake = tmp_path / "fake.toml"
+        fake.write_text(path.read_text().replace('["hf"]', '["fake"]'))
+        assert main(["run", "--matrix", str(fake), "--store", str(tmp_path / "f.jsonl"), "--no-progress"]) == 0
+
+
+def test_why_a_machine_cannot_run_cuda(monkeypatch):
+    import bench.machine.environment as environment
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(environment, "installed_version", lambda *d: "2.13.0+cpu")
+    assert "built without CUDA" in environment.cuda_missing()
+    monkeypatch.setattr(environment, "installed_version", lambda *d: None)
+    assert environment.cuda_missing() == "torch is not installed"
+    monkeypatch.setattr(environment, "installed_version", lambda *d: "2.11.0")
+    monkeypatch.setattr(environment.sys, "platform", "linux")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert "hides every GPU" in environment.cuda_missing()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setattr(environment.os.path, "exists", lambda f: False)
+    monkeypatch.setattr(environment, "gpu_info", lambda d: {"gpu_count": 0})
+    assert "no NVIDIA GPU or driver" in environment.cuda_missing()
+    monkeypatch.setattr(environment, "gpu_info", lambda d: {"gpu_count": 8})
+    assert environment.cuda_missing() is None
+    monkeypatch.setattr(environment.os.path, "exists", lambda f: f == "/dev/nvidiactl")  # NVML absent, driver there
+    monkeypatch.setattr(environment, "gpu_info", lambda d: {"gpu_count": 0})
+    assert environment.cuda_missing() is None
 
 
 def test_without_plotly_run_keeps_its_records_and_report_names_the_fix(tmp_path, tiny_sharegpt, capsys, monkeypatch):

@@ -61,17 +61,33 @@ def test_other_gpu_processes_through_nvml_exclude_our_own(monkeypatch):
     assert "1 other process(es) on the GPU (pid 4000011)" in s.summary["busy"]
 
 
+BURN = "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass\n"
+
+
+def _orphans(code: str, n: int) -> list[int]:
+    """Return the pids of n processes running `code` that are not this process's descendants (their parent exited;
+    their output goes nowhere, so run() returns while they still run)."""
+    spawn = ("import subprocess, sys\n"
+             f"ps = [subprocess.Popen([sys.executable, '-c', {code!r}], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range({n})]\n"
+             "print(' '.join(str(p.pid) for p in ps), flush=True)\n")
+    out = subprocess.run([sys.executable, "-c", spawn], capture_output=True, text=True, timeout=60)
+    return [int(x) for x in out.stdout.split()]
+
+
+def _wait_gone(pids: list[int], timeout_s: float = 30.0) -> None:
+    import os
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while any(os.path.exists(f"/proc/{p}") for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
 def test_sampler_sees_other_processes_burning_cpu():
-    burn = "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass\n"
-    procs = [subprocess.Popen([sys.executable, "-c", burn]) for _ in range(2)]
-    try:
-        with LoadSampler("cpu", interval_s=0.2) as s:
-            for p in procs:
-                p.wait(timeout=30)
-    finally:
-        for p in procs:
-            p.kill()
+    pids = _orphans(BURN, 2)
+    with LoadSampler("cpu", interval_s=0.2) as s:
+        _wait_gone(pids)
     summary = s.summary
     assert summary["cores"] >= 1 and summary["steal_share"] is not None
     assert summary["own_cpu_cores"] < 0.3  # this process only waited
@@ -148,3 +164,81 @@ def test_container_pids_do_not_make_this_process_another():
     assert host_load.others_on_gpu(listed + [{"pid": 42, "used_memory_gb": 5.0}], {42}, lambda pid: False) == listed
     # every pid visible in our namespace and none ours: all are others
     assert host_load.others_on_gpu(listed, {42}, lambda pid: True) == listed
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
+def test_the_workers_own_children_are_the_measurement_not_load():
+    """A backend's helper processes (a tokenizer's, a compiler's workers) burn CPU for the measurement."""
+    child = subprocess.Popen([sys.executable, "-c", BURN])
+    try:
+        with LoadSampler("cpu", interval_s=0.2) as s:
+            child.wait(timeout=30)
+    finally:
+        child.kill()
+    assert s.summary["own_cpu_cores"] >= 0.3  # the child's second and a half of CPU, counted as ours
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
+def test_a_local_server_under_test_is_the_measurement_not_load():
+    """An openai cell against `transformers serve` on this machine: the server's CPU is the cell's, not others'."""
+    import socket
+
+    with socket.socket() as sock:  # this process listening: found by its port, through /proc/net/tcp
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        import os
+
+        assert host_load.listening_pids(f"http://127.0.0.1:{port}") == {os.getpid()}
+        assert host_load.listening_pids(f"http://localhost:{port}/v1") == {os.getpid()}
+    assert host_load.listening_pids(f"http://example.com:{port}") == set()  # a remote server: not this machine's
+    assert host_load.listening_pids(None) == set()
+    # a server that is no child of ours, listening and burning CPU while the pass runs (and serving on after it)
+    server = ("import socket, sys, time\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+              "open(sys.argv[1] + '.tmp', 'w').write(str(s.getsockname()[1])); __import__('os').rename(sys.argv[1] + "
+              "'.tmp', sys.argv[1])\nt = time.time()\nwhile time.time() - t < 1.5: pass\n"
+              "open(sys.argv[1] + '.burned', 'w').close()\ntime.sleep(60)\n")
+    import signal
+    import tempfile
+    import time
+
+    with tempfile.TemporaryDirectory() as d:
+        port_file = f"{d}/port"
+        spawn = ("import subprocess, sys\n"
+                 f"p = subprocess.Popen([sys.executable, '-c', {server!r}, {port_file!r}], stdout=subprocess.DEVNULL, "
+                 "stderr=subprocess.DEVNULL)\nprint(p.pid, flush=True)\n")  # its output not ours: run() returns at once
+        (pid,) = [int(x) for x in subprocess.run([sys.executable, "-c", spawn], capture_output=True, text=True,
+                                                 timeout=60).stdout.split()]
+        try:
+            deadline = time.monotonic() + 30
+            while not os.path.exists(port_file):
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            port = int(open(port_file).read())
+            with LoadSampler("cpu", interval_s=0.2, server=f"http://127.0.0.1:{port}") as s:
+                while not os.path.exists(port_file + ".burned"):
+                    assert time.monotonic() < deadline
+                    time.sleep(0.02)
+        finally:
+            os.kill(pid, signal.SIGKILL)
+    assert s.summary["server_pids"] == [pid]
+    assert s.summary["own_cpu_cores"] >= 0.3  # the server's CPU is the measurement's
+
+
+def test_others_competing_for_a_cpu_measurements_cores_is_a_busy_machine():
+    """Under half a core of others already takes from a CPU backend that uses every core."""
+    run = {"cores": 2, "load_1m_before": 2.0, "load_1m_max": 2.3, "own_cpu_cores": 1.8, "other_cpu_cores": 0.4,
+           "steal_share": 0.0, "gpu_other_processes": None}
+    assert busy_reasons(run) == ["other processes used 0.4 core(s) while the measurement used 1.8 of 2: they "
+                                 "competed for the cores"]
+    assert busy_reasons({**run, "other_cpu_cores": 0.1}) == []  # the system's own noise
+    assert busy_reasons({**run, "own_cpu_cores": 1.0}) == []  # room to spare: a GPU cell's host thread
+
+
+def test_bench_run_warns_when_a_cells_trials_spread_like_a_busy_machines():
+    """37-54 % between the trials of one process: said on the console as the cell ends, not only in the report."""
+    from bench.runner.matrix import trial_spread_warnings
+
+    (w,) = trial_spread_warnings([21.7, 9.3, 30.1])
+    assert "trials inside a run differ by" in w and "was the machine busy?" in w
+    assert trial_spread_warnings([100.0, 101.0, 99.5]) == [] and trial_spread_warnings([100.0]) == []

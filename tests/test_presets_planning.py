@@ -40,14 +40,17 @@ def test_study_plans_without_torchao_and_a_run_refuses(no_quantization_library, 
     assert "needs torchao: `pip install torchao`" in capsys.readouterr().err
 
 
-def test_a_slice_without_the_quantized_rows_needs_no_torchao(no_quantization_library, capsys):
+def test_a_slice_without_the_quantized_rows_needs_no_torchao(no_quantization_library, capsys, monkeypatch):
     """--only decides which optional packages a command needs: the study's bf16 batch sweep runs without torchao
     (on the H200, 2026-12-01, it stopped with "include rule #2: ... needs torchao" though --only had left int4wo out);
     a slice that keeps an int4wo row still refuses before any work."""
     import argparse
 
+    import bench.machine.environment as environment
     from bench.cli import load_selected_matrix
     from bench.errors import BenchInputError
+
+    monkeypatch.setattr(environment, "cuda_missing", lambda: None)  # as on the H200: the preset's cells are CUDA's
 
     def args(only):
         return argparse.Namespace(matrix=None, preset="h200-study", only=only)

@@ -169,6 +169,25 @@ def test_damaged_file_warns_with_counts_and_offset(tmp_path):
     assert pairs == [("a", "q", "r")] and rep.stopped_at_byte == 65
 
 
+def test_a_damaged_file_is_warned_about_once_per_invocation(tmp_path):
+    """Every command of a first hour repeated the truncated-ShareGPT warning: once per file and content now,
+    whatever warning filters ran in between; another damaged file (or this one changed) is said again."""
+    import warnings
+
+    p = tmp_path / "d.json"
+    p.write_bytes(b'[{"id": "a", "conversations": [{"value": "q"}, {"value": "r"}]}, {"id": "b", "conv')
+    said = []
+    for _ in range(3):
+        with warnings.catch_warnings(record=True) as caught:  # resets Python's own once-per-location memory
+            warnings.simplefilter("always")
+            read_first_turns(p)
+        said += [w for w in caught if issubclass(w.category, DatasetWarning)]
+    assert len(said) == 1
+    p.write_bytes(p.read_bytes() + b"x")
+    with pytest.warns(DatasetWarning):
+        read_first_turns(p)
+
+
 def test_empty_strings_are_kept_for_the_length_rules(tmp_path):
     # An empty turn is a valid record (vLLM keeps it too); the min_len rule drops it later.
     p = tmp_path / "e.json"

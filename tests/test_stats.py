@@ -125,3 +125,29 @@ def test_small_summaries_agree_with_numpy_to_the_bit(values):
                 float(np.median(np.abs(x - med))), float(q75 - q25), float(x.min()), float(x.max()))
     s = _summary_small([float(v) for v in values], "v")
     assert (s.n, s.median, s.mean, s.std, s.mad, s.iqr, s.minimum, s.maximum) == want
+
+
+def test_ratio_interval_hand_computed_and_one_run_gives_none():
+    # both sides with the same spread of run means (cv 0.0673, 2 runs): Welch's df is exactly 2, t_{0.975,2} = 4.302653
+    head, base = (100.0, 110.0), (50.0, 55.0)
+    sd_h, sd_b = stats.run_spread([[v] for v in head]).run_std, stats.run_spread([[v] for v in base]).run_std
+    low, high = stats.ratio_interval(105.0, sd_h, 2, 52.5, sd_b, 2)
+    se = math.sqrt(2 * (sd_h / 105.0) ** 2 / 2)
+    assert low == pytest.approx(2.0 * math.exp(-4.302652729 * se)) and high == pytest.approx(2.0 * math.exp(4.302652729 * se))
+    assert low < 2.0 < high and math.log(2.0 / low) == pytest.approx(math.log(high / 2.0))  # centred on a log scale
+    assert stats.ratio_interval(105.0, sd_h, 1, 52.5, sd_b, 2) is None  # one process: no spread between processes
+    assert stats.ratio_interval(105.0, None, 3, 52.5, sd_b, 2) is None
+    assert stats.ratio_interval(10.0, 0.0, 3, 5.0, 0.0, 3) == (2.0, 2.0)  # a virtual clock: exact
+
+
+def test_ratio_interval_covers_the_true_ratio_about_as_often_as_it_says():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    covered, n = 0, 800
+    for _ in range(n):
+        h = 200.0 * (1 + 0.05 * rng.standard_normal(4))  # 4 processes a side, 5 % spread between them
+        b = 100.0 * (1 + 0.03 * rng.standard_normal(3))
+        low, high = stats.ratio_interval(h.mean(), h.std(ddof=1), 4, b.mean(), b.std(ddof=1), 3)
+        covered += low <= 2.0 <= high
+    assert 0.915 <= covered / n <= 0.985

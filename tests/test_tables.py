@@ -39,7 +39,10 @@ def test_speedups_spread_and_oom_rows():
     assert rows[0][col["runs × trials"]] == "1 × 2" and rows[0][col["tok/s spread: runs / trials"]] == "— / 2.3%"
     assert rows[2][col["req/s"]:col["generation speedup"] + 1] == ["OOM"] * 5
     md = to_markdown({"w": t})
-    assert "| trtllm | m | int4 | 2 | 0.500 | 333.6 | 520.0 | 4.17x | 8.00x | 1 × 1 | — / — |" in md
+    # one process on each side: no interval, and the cell says why; the baseline's own row says nothing more
+    assert "| trtllm | m | int4 | 2 | 0.500 | 333.6 | 520.0 | 4.17x (1 run) | 8.00x (1 run) | 1 × 1 | — / — |" in md
+    assert "| hf | m | bf16 | 1 | 0.120 ± 0.000 | 61.0 ± 1.4 | 65.0 ± 1.4 | 1.00x | 1.00x |" in md
+    assert "`(1 run)`: the row or the baseline ran in one process" in md
 
 
 def test_runs_give_the_spread_between_processes():
@@ -153,7 +156,7 @@ def test_rows_show_model_lengths_and_only_the_options_that_vary():
     assert rows[0][col["tokens in / out: mean (limit)"]] == "412 (≤1024) / 32 (≤32)"
     assert rows[2][col["tokens in / out: mean (limit)"]] == "– (≤1024) / – (≤32)"
     # throughput speedup is end to end (5x); generation speedup the decode rate's (190 / 28)
-    assert rows[1][col["generation speedup"]] == f"{190 / 28:.2f}x" and table.frame.loc[1, "generation_speedup"] != 5.0
+    assert rows[1][col["generation speedup"]] == f"{190 / 28:.2f}x (1 run)" and table.frame.loc[1, "generation_speedup"] != 5.0
 
 
 def test_a_stability_warning_names_its_row_options_and_table():
@@ -201,3 +204,54 @@ def test_rows_order_numeric_options_as_numbers():
              "output_throughput": 10.0 * rate} for rate in (16.0, 2.0, 1.0, 4.0)]
     t = speedup_table(frame(rows), baseline={"backend": "openai", "request_rate": 1.0})["w"]
     assert list(t.frame.output_throughput) == [10.0, 20.0, 40.0, 160.0]
+
+
+def _sweep(values: dict, extra: dict | None = None):
+    """Return the speedup table of fake cells bs1 (the baseline) and bs8, their output tok/s per run and trial."""
+    from tests.support.records import make_record
+
+    def cell(bs):
+        return {"backend": "fake", "model": "m", "precision": "bf16", "max_batch_size": bs, "device": "cpu",
+                "options": {}, "workload": {"name": "w"}}
+
+    recs = [make_record(f"c{bs}", cell=cell(bs), run=run, trial=t, request_throughput=v / 10, output_throughput=v,
+                        decode_throughput=v, extra=(extra or {}).get(bs))
+            for bs, runs in values.items() for run, trials in enumerate(runs) for t, v in enumerate(trials)]
+    (table,) = speedup_table(report_data(recs).frame, {"backend": "fake", "max_batch_size": 1}).values()
+    return table
+
+
+def test_every_speedup_carries_its_interval_from_both_rows_spreads_between_processes():
+    from bench.results.stats import ratio_interval
+
+    table = _sweep({1: [[100.0, 101.0], [102.0, 103.0]], 8: [[700.0, 706.0], [712.0, 718.0]]})
+    headers, rows = render_rows(table)
+    col = {h: i for i, h in enumerate(headers)}
+    f = table.frame
+    low, high = ratio_interval(f.decode_throughput[1], f.decode_throughput__std[1], 2, f.decode_throughput[0],
+                               f.decode_throughput__std[0], 2)
+    assert rows[1][col["generation speedup"]] == f"{f.generation_speedup[1]:.2f}x [{low:.2f}-{high:.2f}]"
+    assert low < f.generation_speedup[1] < high
+    assert rows[0][col["generation speedup"]] == "1.00x"  # the baseline against itself: no interval to give
+    md = to_markdown({"w": table})
+    assert "`[low-high]`: the 95% interval of a speedup" in md and "(1 run)" not in md
+
+
+def test_a_speedup_over_an_unstable_or_busy_baseline_is_marked_in_its_cell():
+    """The first hour on a 2-core laptop: a bs8 speedup over a baseline whose trials spread 92 % is no result."""
+    table = _sweep({1: [[50.0, 150.0, 40.0]], 8: [[700.0, 702.0, 701.0]]})
+    headers, rows = render_rows(table)
+    col = {h: i for i, h in enumerate(headers)}
+    assert rows[1][col["throughput speedup"]].startswith(f"{table.frame.throughput_speedup[1]:.2f}x* ")
+    assert rows[1][col["generation speedup"]].endswith("* (1 run)")
+    md = to_markdown({"w": table})
+    assert "`*`: a speedup whose row or baseline is unstable" in md and "the baseline fake/bf16/bs1 is, so every speedup" in md
+    # a stable baseline, a busy row: only that row's speedups are marked, and the footnote points at the ⚠ lines
+    busy = {"host_load": {"busy": ["other processes used 1.2 of 2 core(s)"]}}
+    table = _sweep({1: [[100.0, 100.5, 100.2]], 8: [[700.0, 702.0, 701.0]]}, extra={8: busy})
+    headers, rows = render_rows(table)
+    assert "*" not in rows[0][col["generation speedup"]] and "x*" in rows[1][col["generation speedup"]]
+    assert "the ⚠ lines name which" in to_markdown({"w": table})
+    # stable on both sides: nothing marked, no footnote
+    table = _sweep({1: [[100.0, 100.5, 100.2]], 8: [[700.0, 702.0, 701.0]]})
+    assert "*" not in to_markdown({"w": table}).split("\n\n")[1]

@@ -135,6 +135,9 @@ class BackendConfig:
     # Tensor parallelism: True when a tp=N cell's worker runs as N processes under torchrun, one
     # per GPU (hf: transformers' tp_plan); False when the backend starts its ranks itself (trtllm).
     launches_ranks: ClassVar[bool] = False
+    # The worker computes on the cell's device (hf, trtllm): a CUDA cell is refused before any work on a
+    # machine without CUDA. False where the device is a label (fake: a simulation; openai: the server's).
+    computes_on_device: ClassVar[bool] = True
 
     @classmethod
     def normalize_options(cls, given: dict[str, Any]) -> dict[str, Any]:

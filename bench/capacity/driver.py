@@ -97,8 +97,10 @@ def capacity_matrix(matrix, slo: dict, axis: str, lower: float, upper: float, to
             result = search_capacity(runner, axis, lower, cell_upper, tolerance, strategy, slo)
             label = search_label(cell.backend, cell.model, cell.precision, cell.workload.name, cell.max_batch_size, axis)
             missed += result.capacity is None
+            busy = result.busy_text()
             console.print(f"{label}: capacity {result.capacity} (first miss {result.first_miss}) after "
-                          f"{len(result.probes)} probes")
+                          f"{len(result.probes)} probes" + (f"; not a result: {busy}" if busy else ""),
+                          style="yellow" if busy else None, highlight=False, markup=False)
             for p in result.probes:
                 if p.failed:
                     console.print(f"{label}: probe at {axis} {p.value:g}: {p.failed} pass(es) failed: {p.error} (whole "

@@ -83,15 +83,16 @@ class CapacityRunner:
         started = time.perf_counter()
         cell = probe_cell(self.base_cell, self.axis, value, self.slo)
         store = ResultStore(self.store_path)
-        oks, failures = [], []
+        oks, failures, busy = [], [], []
         for run in range(self.runs):
             for record in self._run(cell, run, value):
                 store.append(record)
                 if record.status == "ok":
                     oks.append(record.metrics or {})
+                    busy.append(record.busy_reasons)  # bench.machine.host_load's rule, as `bench run` applies it
                 else:
                     failures.append(f"{record.status}: {first_line(record.error)}")
-        result = judge(value, oks, failures, self.slo)
+        result = judge(value, oks, failures, self.slo, busy)
         return replace(result, seconds=time.perf_counter() - started)
 
     def _run(self, cell, run: int, value) -> list:

@@ -111,10 +111,16 @@ class ProbeResult:
     request_throughput: float | None = None
     seconds: float | None = 0.0  # the probe's wall time (None: rebuilt from stored records, which keep only passes)
     error: str | None = None
+    busy_passes: int = 0  # measured passes that ran on a busy machine (bench.machine.host_load's rule)
+    busy: str | None = None  # why, for the busiest of them: the figures may be high (latency) and low (throughput)
 
 
-def judge(value: float, pass_metrics: list[dict], failures: list[str], slo: dict[str, float]) -> ProbeResult:
-    """Return the ProbeResult of the measured passes at one load: meets iff every pass meets every bound."""
+def judge(value: float, pass_metrics: list[dict], failures: list[str], slo: dict[str, float],
+          busy: list[tuple[str, ...]] = ()) -> ProbeResult:
+    """Return the ProbeResult of the measured passes at one load: meets iff every pass meets every bound.
+
+    busy: per measured pass, why its machine was busy (bench.machine.host_load.busy_reasons; empty when it was not).
+    """
     worst: dict = {}
     violated = []
     for name, bound in slo.items():
@@ -126,10 +132,12 @@ def judge(value: float, pass_metrics: list[dict], failures: list[str], slo: dict
     goodputs = [m["request_goodput"] for m in pass_metrics if m.get("request_goodput") is not None]
     rates = [m["request_throughput"] for m in pass_metrics if m.get("request_throughput") is not None]
     meets = bool(pass_metrics) and not failures and not violated
+    loaded = [tuple(b) for b in busy if b]
     return ProbeResult(value, meets, worst, len(pass_metrics), len(failures), tuple(violated),
                        sum(goodputs) / len(goodputs) if goodputs else None,
                        sum(rates) / len(rates) if rates else None,
-                       error=failures[0] if failures else None)
+                       error=failures[0] if failures else None, busy_passes=len(loaded),
+                       busy="; ".join(max(loaded, key=len)) if loaded else None)
 
 
 @dataclass
@@ -150,6 +158,17 @@ class Capacity:
     def at_capacity(self) -> ProbeResult | None:
         hits = [p for p in self.probes if self.capacity is not None and p.value == self.capacity]
         return hits[-1] if hits else None
+
+    def busy_text(self) -> str | None:
+        """Return why the answer is not a result when a probe that decides it (the capacity, the first miss, or the
+        lower bound of a search that found none) ran on a busy machine, else None."""
+        deciding = {v for v in (self.capacity, self.first_miss) if v is not None} or {self.lower}
+        busy = [p for p in self.probes if p.value in deciding and p.busy_passes]
+        if not busy:
+            return None
+        said = "; ".join(f"{self.axis} {p.value:g}: {p.busy_passes} of {p.passes} pass(es) ({p.busy})" for p in busy)
+        return (f"measured on a busy machine ({said}): latency under load from other processes is not the "
+                "configuration's, so this answer may be too low; run the search again on an idle machine")
 
 
 def search_capacity(probe: Callable[[float], ProbeResult], axis: str, lower: float, upper: float,
@@ -184,6 +203,7 @@ def capacity_markdown(c: Capacity, label: str) -> str:
     """Return the capacity report of one configuration: the answer, its bracket, goodput there, every probe."""
     unit = {"request_rate": "req/s", "max_concurrency": "requests in flight", "max_batch_size": "batch size"}[c.axis]
     lines = [f"### {label}", "", f"SLO: {slo_text(c.slo)} (ms; every measured pass must meet every bound)", ""]
+    busy = c.busy_text()
     if c.capacity is None:
         lines.append(f"**capacity: none**: even {c.axis} = {c.lower:g} misses the SLO")
     else:
@@ -195,14 +215,17 @@ def capacity_markdown(c: Capacity, label: str) -> str:
         if at is not None and at.request_goodput is not None:
             lines.append(f"goodput at capacity: {at.request_goodput:.3f} req/s of {at.request_throughput or 0:.3f} req/s "
                          "completed (requests meeting every bound, taken per request)")
+    if busy:  # the answer's own next line: a capacity measured under others' load is not the configuration's
+        lines.append(f"⚠ not a result: {busy}")
     lines += ["", "| probe | " + c.axis + " | meets SLO | " + " | ".join(f"{k} (worst pass)" for k in c.slo)
-              + " | passes ok / failed | req/s | goodput (req/s) | seconds |",
-              "|" + "---|" * (8 + len(c.slo) - 1)]
+              + " | passes ok / failed | busy machine | req/s | goodput (req/s) | seconds |",
+              "|" + "---|" * (9 + len(c.slo) - 1)]
     for i, p in enumerate(c.probes):
         worst = [("—" if p.worst.get(k) is None else f"{p.worst[k]:.1f}") + (" ✗" if k in p.violated else "")
                  for k in c.slo]
         lines.append(f"| {i + 1} | {p.value:g} | {'yes' if p.meets else 'no'} | " + " | ".join(worst)
-                     + f" | {p.passes} / {p.failed} | " + ("—" if p.request_throughput is None else f"{p.request_throughput:.3f}")
+                     + f" | {p.passes} / {p.failed} | " + (f"⚠ {p.busy_passes} of {p.passes}" if p.busy_passes else "no")
+                     + " | " + ("—" if p.request_throughput is None else f"{p.request_throughput:.3f}")
                      + " | " + ("—" if p.request_goodput is None else f"{p.request_goodput:.3f}")
                      + " | " + ("—" if p.seconds is None else f"{p.seconds:.1f}") + " |")
     errors = [p for p in c.probes if p.error]
@@ -250,7 +273,8 @@ def stored_capacities(records) -> list[tuple[str, str, str, Capacity]]:
         for value, passes in by_value.items():
             oks = [r.metrics or {} for r in passes if r.status == "ok"]
             failures = [f"{r.status}: {first_line(r.error)}" for r in passes if r.status != "ok"]
-            probes.append(replace(judge(value, oks, failures, slo), seconds=None))
+            busy = [r.busy_reasons for r in passes if r.status == "ok"]
+            probes.append(replace(judge(value, oks, failures, slo, busy), seconds=None))
         missed = [p.value for p in probes if not p.meets]
         met = [p.value for p in probes if p.meets and all(p.value < m for m in missed)]
         capacity = max(met) if met else None

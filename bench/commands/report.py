@@ -1,6 +1,6 @@
 """`bench report`: rebuild tables and the dashboard from result stores (runs nothing).
 
-Parses the flags and calls bench.report.driver.report_stores; prints report.md and names the files.
+Parses the flags and calls bench.report.driver.report_stores; prints each report.md and names the files.
 """
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ import sys
 def register(sub) -> None:
     rep = sub.add_parser("report", help="rebuild tables and dashboard from result stores (runs nothing)")
     rep.add_argument("stores", nargs="*", help="result stores, folders of stores (their *.jsonl, e.g. one per night) or "
-                     "quoted globs (default: every results/*.jsonl); 2+ stores add a comparison view")
+                     "quoted globs (default: every results/*.jsonl); 2+ stores add a comparison view; a folder, glob or "
+                     "the default holding several matrices gets one report per matrix")
     rep.add_argument("--report-dir", "--out", dest="out", metavar="DIR",
                      help="output folder (default dashboards/<store> for one store, dashboards/combined for several: name one "
-                     "when you compare stores); --out is the same option")
+                     "when you compare stores; with several matrices, DIR/<store or matrix> each, DIR default "
+                     "dashboards); --out is the same option")
     rep.add_argument("--baseline", help="speedup baseline, e.g. backend=hf,precision=bf16,max_batch_size=1 "
                      "(default: the baseline the stored matrix named)")
     rep.add_argument("--pool", action="store_true",
@@ -34,9 +36,15 @@ def cmd_report(args) -> int:
 
     built = report_stores(args.stores, args.out, baseline=args.baseline, kernels=args.kernels, profiles=args.profiles,
                           pool=args.pool)
-    if built.printed:
-        print(built.printed)
-    for w in built.warnings:
-        print(f"warning: {w}", file=sys.stderr)
-    print(built.files_text(), file=sys.stderr)
-    return 0
+    for one in built:
+        if len(built) > 1:  # a folder of several matrices: one report each, each said apart
+            print(f"## {', '.join(one.stores)}\n", file=sys.stderr)
+        if one.error is not None:
+            print(f"bench: error: report of {', '.join(one.stores)} not built: {one.error}", file=sys.stderr)
+            continue
+        if one.printed:
+            print(one.printed)
+        for w in one.warnings:
+            print(f"warning: {w}", file=sys.stderr)
+        print(one.files_text(), file=sys.stderr)
+    return 2 if any(one.error is not None for one in built) else 0

@@ -30,7 +30,8 @@ def register(sub) -> None:
                    help="more result stores whose records the --dry-run estimate may use (repeatable; the target store "
                         "is always read)")
     r.add_argument("--no-progress", action="store_true")
-    r.add_argument("--report-dir", help="where tables and dashboard go (default dashboards/<matrix>)")
+    r.add_argument("--report-dir", help="where tables and dashboard go (default dashboards/<store name>: "
+                   "--store results/head.jsonl writes dashboards/head/)")
     r.add_argument("--baseline", help="speedup baseline, e.g. backend=hf,precision=bf16,max_batch_size=1")
     r.add_argument("--executor", choices=["local", "ray"],
                    help="where build groups run (default: the matrix's executor, else local); see docs/guide/scale-out.md")

@@ -166,7 +166,9 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
             started_at = time.time()
             try:
                 # How busy the machine was (load, steal, other GPU processes): recorded, warned about by the parent.
-                with LoadSampler(sampled) as load, Sampler(sampled) as sampler:  # NVML sampled in a thread; None on CPU
+                # A server of this machine under test (an openai cell's base_url) is the measurement, not load.
+                with LoadSampler(sampled, server=cell.options_dict.get("base_url")) as load, \
+                        Sampler(sampled) as sampler:  # NVML sampled in a thread; None on CPU
                     out = loaded.run(requests, cell.max_batch_size, cell.options_dict)
                 extra = {**out.extra, "warmup": warmup, "telemetry": sampler.timeline, "kernels": kernels,
                          "host_load": load.summary}

@@ -66,6 +66,30 @@ def installed_version(*dists: str) -> str | None:
     return None
 
 
+# Device files an NVIDIA driver makes (Linux; /dev/dxg: WSL's GPU paravirtualization).
+NVIDIA_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg", "/proc/driver/nvidia/version")
+
+
+def cuda_missing() -> str | None:
+    """Return why this machine cannot run a CUDA cell, or None when it may: a torch built for the CPU only,
+    CUDA_VISIBLE_DEVICES hiding every GPU, or no NVIDIA GPU or driver (NVML sees none and no driver device file
+    exists). Reads package metadata, the environment and NVML: never imports torch, never makes a CUDA context."""
+    torch = installed_version("torch")
+    if torch is None:
+        return "torch is not installed"
+    if "+cpu" in torch or sys.platform == "darwin":
+        return f"this Python's torch {torch} is built without CUDA (a CPU-only build)"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU"
+    if any(os.path.exists(f) for f in NVIDIA_DEVICE_FILES):
+        return None
+    info = gpu_info(None)
+    if info.get("gpu_count"):
+        return None
+    return "no NVIDIA GPU or driver is visible here (NVML sees none, no /dev/nvidia* device)"
+
+
 def major_minor(version: str) -> tuple[int, int]:
     """Return (major, minor) of a version string such as '2.13.0+cpu', '1.2.0rc5' or '5'."""
     parts = version.split(".")

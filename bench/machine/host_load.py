@@ -7,8 +7,11 @@ during it):
 
 - the load average (os.getloadavg) and the cores this process may use (sched_getaffinity);
 - CPU time from /proc/stat: the share the hypervisor stole (steal), and the cores' worth of CPU
-  the *other* processes used (all busy time minus this process's own, /proc/self/stat), so the
-  worker's own threads (a CPU backend uses every core) never count as load;
+  the *other* processes used (all busy time minus the measurement's own), so the worker's own
+  threads (a CPU backend uses every core) never count as load. The measurement is this process
+  and its descendants (a tokenizer's or a compiler's workers), plus, for a cell whose server
+  listens on this machine (an `openai` cell's loopback `base_url`), the server's process and its
+  descendants: the server under test is what is being measured, not load;
 - on CUDA, NVML's compute processes on the GPU other than this process (optimum-benchmark's
   device-isolation check, here a record instead of a kill).
 
@@ -28,8 +31,12 @@ import time
 MAX_LOAD_PER_CORE = 1.0
 # other processes used more than this share of those cores while the pass ran,
 MAX_OTHER_CPU_SHARE = 0.5
-# or the hypervisor stole more than this share of the CPU time (a busy VM host).
+# or the hypervisor stole more than this share of the CPU time (a busy VM host);
 MAX_STEAL = 0.05
+# or the measurement and the others together asked for more than the cores, the others using at least this
+# many cores' worth: a CPU backend uses every core, so less than half a core of others already takes from it
+# (a 2-core laptop's trial spreads of 37-54 % came from less than the share rule's one core).
+MIN_CONTENDING_CORES = 0.25
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -48,13 +55,93 @@ def cpu_times(stat_text: str) -> dict | None:
     return None
 
 
-def own_cpu_ticks(self_stat_text: str) -> int | None:
-    """Return utime + stime (clock ticks) of a process from the text of its /proc/<pid>/stat."""
+def own_cpu_ticks(self_stat_text: str, children: bool = False) -> int | None:
+    """Return utime + stime (clock ticks) of a process from the text of its /proc/<pid>/stat; children: plus
+    cutime + cstime (its children that ended and were waited for)."""
     try:
         fields = self_stat_text.rsplit(")", 1)[1].split()  # the command name may hold spaces
-        return int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5), counted from after the name
+        # fields 14-17 of proc(5), counted from after the name: utime, stime, cutime, cstime
+        return sum(int(f) for f in fields[11:15 if children else 13])
     except (IndexError, ValueError):
         return None
+
+
+def _parents() -> dict[int, int]:
+    """Return {pid: parent pid} of every process this one can see in /proc."""
+    out = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if name.isdigit():
+            parent = _parent_pid(int(name))
+            if parent is not None:
+                out[int(name)] = parent
+    return out
+
+
+def process_tree(roots: set[int]) -> set[int]:
+    """Return the roots and every live descendant of theirs (from /proc's parent ids)."""
+    parents = _parents()
+    tree, grew = set(roots), True
+    while grew:
+        found = {pid for pid, parent in parents.items() if parent in tree} - tree
+        tree |= found
+        grew = bool(found)
+    return tree
+
+
+def tree_ticks(roots: set[int]) -> int | None:
+    """Return the CPU clock ticks the processes of `roots` and their descendants used so far (those that ended
+    included, once waited for), or None when the first root's cannot be read (no /proc)."""
+    total = None
+    for pid in sorted(process_tree(roots)):
+        ticks = own_cpu_ticks(_read(f"/proc/{pid}/stat"), children=True)
+        if ticks is not None:
+            total = (total or 0) + ticks
+    return total
+
+
+def listening_pids(base_url: str | None) -> set[int]:
+    """Return the processes listening on a loopback URL's port (a server on this machine; /proc/net/tcp{,6} and
+    each process's open sockets), empty for a remote server, a URL without a port, or no /proc."""
+    from urllib.parse import urlsplit
+
+    if not base_url:
+        return set()
+    try:
+        parts = urlsplit(base_url)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return set()
+    if port is None or host not in ("localhost", "127.0.0.1", "::1", "0.0.0.0"):
+        return set()
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in _read(table).splitlines()[1:]:
+            f = line.split()
+            # local address HEX_IP:HEX_PORT, state 0A = LISTEN, inode in field 10
+            if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{f[9]}]")
+    if not inodes:
+        return set()
+    found = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{name}/fd")
+        except OSError:  # another user's process, or it ended
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{name}/fd/{fd}") in inodes:
+                    found.add(int(name))
+                    break
+            except OSError:
+                continue
+    return found
 
 
 def _read(path: str) -> str:
@@ -81,11 +168,11 @@ def _loadavg() -> float | None:
 
 
 class _Snapshot:
-    def __init__(self):
+    def __init__(self, measured: set[int]):
         self.t = time.monotonic()
         self.load_1m = _loadavg()
         self.cpu = cpu_times(_read("/proc/stat"))
-        self.own = own_cpu_ticks(_read("/proc/self/stat"))
+        self.own = tree_ticks(measured)
 
 
 def window_figures(before: _Snapshot, after: _Snapshot, cores: int) -> dict:
@@ -97,7 +184,7 @@ def window_figures(before: _Snapshot, after: _Snapshot, cores: int) -> dict:
         if total > 0:
             out["steal_share"] = (after.cpu["steal"] - before.cpu["steal"]) / total
             if before.own is not None and after.own is not None and wall > 0:
-                own = after.own - before.own
+                own = max(0, after.own - before.own)  # a measured process gone unreaped takes its ticks along
                 busy = after.cpu["busy"] - before.cpu["busy"]
                 # busy ticks over all cores -> cores' worth, on the same clock as the total
                 per_core = total / max(cores_in_stat(), 1)
@@ -172,9 +259,12 @@ def _parent_pid(pid: int) -> int | None:
 class LoadSampler:
     """Context manager: how busy the machine was around its block (`summary`, a dict for the record's extra)."""
 
-    def __init__(self, device: str | list[str] | None = None, interval_s: float = 1.0):
+    def __init__(self, device: str | list[str] | None = None, interval_s: float = 1.0, server: str | None = None):
+        """server: the cell's server address (an openai cell's base_url): a server listening on this machine is part
+        of the measurement, its CPU not counted as load."""
         self.device = device
         self.interval_s = interval_s
+        self.server = server
         self.summary: dict = {}
         self._loads: list[float] = []
         self._stop = threading.Event()
@@ -193,7 +283,9 @@ class LoadSampler:
     def __enter__(self) -> LoadSampler:
         self._cores = available_cores()
         self._gpu_before = self._gpu_others()
-        self._before = _Snapshot()
+        self._servers = listening_pids(self.server) - {os.getpid()}
+        self._measured = {os.getpid()} | self._servers
+        self._before = _Snapshot(self._measured)
         self._thread = threading.Thread(target=self._loop, name="load-sampler", daemon=True)
         self._thread.start()
         return self
@@ -207,7 +299,7 @@ class LoadSampler:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
-        after = _Snapshot()
+        after = _Snapshot(self._measured)
         gpu_after = self._gpu_others()
         figures = window_figures(self._before, after, self._cores)
         loads = [x for x in (self._before.load_1m, *self._loads, after.load_1m) if x is not None]
@@ -221,6 +313,7 @@ class LoadSampler:
             "load_1m_max": max(loads) if loads else None,
             **figures,
             "gpu_other_processes": others,
+            "server_pids": sorted(self._servers) or None,  # counted as the measurement's own, not as load
         }
         self.summary["busy"] = busy_reasons(self.summary)
 
@@ -239,6 +332,9 @@ def busy_reasons(s: dict) -> list[str]:
     other_cpu = s.get("other_cpu_cores")
     if other_cpu is not None and other_cpu > MAX_OTHER_CPU_SHARE * cores:
         out.append(f"other processes used {other_cpu:.1f} of {cores} core(s)")
+    elif other_cpu is not None and other_cpu >= MIN_CONTENDING_CORES and own + other_cpu > cores:
+        out.append(f"other processes used {other_cpu:.1f} core(s) while the measurement used {own:.1f} of {cores}: "
+                   "they competed for the cores")
     steal = s.get("steal_share")
     if steal is not None and steal > MAX_STEAL:
         out.append(f"the hypervisor stole {steal:.0%} of the CPU time")

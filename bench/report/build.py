@@ -238,6 +238,7 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool, columnar) 
     )
 
     stores = query.expand_stores(stores)
+    replaced = _replaced(Path(out_dir), stores)  # said before the folder's files are written over
     table = query.table(stores) if query.prefer_table(stores, columnar) else None
     inputs = _table_inputs(table, profiles, pool) if table is not None else _record_inputs(stores, profiles, pool)
     labels, probes, profiled = inputs.labels, inputs.probes, inputs.profiled
@@ -297,8 +298,10 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool, columnar) 
         if profiled or probes or inputs.accuracy or inputs.capacity or failed:
             extra_paths["dashboard"] = out / "dashboard.html"
             _write(extra_paths["dashboard"], _kernel_page(kernels, title, kernel_warnings, sections, timelines))
+        kernel_warnings = replaced + kernel_warnings
         for w in kernel_warnings:
             warnings.warn(w, stacklevel=3)
+        extra_paths["sources"] = _write_sources(out, stores)
         return {**frontier, **extra_paths, "warnings": kernel_warnings}
     if not inputs.has_runs:
         raise BenchInputError("the result store is empty: run `bench run` first (or pass a store that has results)")
@@ -327,9 +330,39 @@ def _build_report(stores, out_dir, baseline, kernels, profiles, pool, columnar) 
     _write(paths["html"], "<!DOCTYPE html><html><head><meta charset='utf-8'><title>speedup tables</title></head><body>"
            + to_html(tables, env_note, history) + "</body></html>\n")
     _write(paths["dashboard"], page)
+    data.warnings[:0] = replaced
     for w in data.warnings:
         warnings.warn(w, stacklevel=3)  # the caller of build_report
+    extra_paths["sources"] = _write_sources(out, stores)
     return {**paths, **frontier, **extra_paths, "warnings": list(data.warnings)}
+
+
+# The file in a report folder naming the stores its report was built from: a later report of other stores into the
+# same folder says what it replaced, never silently.
+SOURCES_FILE = "sources.json"
+
+
+def _replaced(out: Path, stores: list[Path]) -> list[str]:
+    """Return a warning when the folder holds the report of a store these stores leave out (it is replaced)."""
+    import json
+
+    try:
+        old = json.loads((out / SOURCES_FILE).read_text())["stores"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    new = {str(Path(s).resolve()) for s in stores}
+    lost = [s for s in old if isinstance(s, str) and s not in new] if isinstance(old, list) else []
+    if not lost:
+        return []
+    return [f"{out} held the report of {', '.join(lost)}; it now holds the report of "
+            f"{', '.join(str(s) for s in stores)}: give each its own folder (bench run --report-dir, bench report --out) "
+            "to keep both"]
+
+
+def _write_sources(out: Path, stores: list[Path]) -> Path:
+    import json
+
+    return _write(out / SOURCES_FILE, json.dumps({"stores": [str(Path(s).resolve()) for s in stores]}, indent=1) + "\n")
 
 
 # report.md's section of the files profile records name that were left out (refused, missing, unreadable).
@@ -428,7 +461,7 @@ def _dashboard(data, cells: pd.DataFrame, tables: dict[str, SpeedupTable], kerne
         server = bool((c.backend == "openai").all())
         figs = [("Throughput vs max_batch_size", F.throughput_vs_batch(c, key), "")] if not server else []
         figs.append(("Speedup heatmap", speedup_heatmap(table, key), ""))
-        if not server:
+        if not server and (c.status != "ok").any():  # nothing failed: a frontier would show nothing
             figs.append(("OOM frontier", F.oom_frontier(c, key), ""))
         if table.accuracy:
             figs.append(("Accuracy vs speedup", accuracy_vs_speedup(table, key), ""))
@@ -459,8 +492,11 @@ def _dashboard(data, cells: pd.DataFrame, tables: dict[str, SpeedupTable], kerne
         sections.append({"key": key, "figures": figs, "table_html": to_html({key: table}, "", history)})
     env_html = to_html({}, env_note)
     precisions = sorted(str(p) for p in cells.precision.dropna().unique())
-    return dashboard_html(sections, _global_sections(kernels, tables_md, timelines), title, precisions, data.warnings,
-                          env_html)
+    # Each table's warnings are shown under it: the top of the page summarizes them and lists only the others.
+    under_tables = [w for t in tables.values() for w in t.warnings]
+    said = set(under_tables)
+    return dashboard_html(sections, _global_sections(kernels, tables_md, timelines), title, precisions,
+                          [w for w in dict.fromkeys(data.warnings) if w not in said], env_html, under_tables)
 
 
 def _kernel_figures(kernels: pd.DataFrame | None) -> list[tuple]:

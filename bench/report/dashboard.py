@@ -62,7 +62,10 @@ body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
 .controls label{margin-right:1.5em}
 .warn{background:#fff4e5;border-left:4px solid #e69500;padding:.5em 1em;margin:.5em 0}
 .note{color:#666;font-style:italic;margin:1em 0}
-table.speedup{border-collapse:collapse;font-size:13px;margin:.5em 0 1.5em}
+.scroll{overflow-x:auto;max-width:100%;margin:.5em 0 1.5em}
+ul.warn{list-style:none}
+details.warn summary{cursor:pointer}
+table.speedup{border-collapse:collapse;font-size:13px}
 table.speedup td,table.speedup th{border:1px solid #ccc;padding:2px 6px;text-align:right}
 table.speedup tr.failed td{color:#b00020}
 .fig{min-height:300px}
@@ -158,6 +161,27 @@ def markdown_table_html(text: str) -> str:
     return "\n".join(out)
 
 
+def warnings_summary(warnings: list[str], table_warnings: list[str]) -> str:
+    """Return the page's one box of warnings: how many there are and where, the ones no table shows listed in it
+    (folded when long), '' when there are none."""
+    if not warnings and not table_warnings:
+        return ""
+    parts = []
+    if table_warnings:
+        kinds = [(sum("differ by" in w for w in table_warnings), "unstable figures"),
+                 (sum("busy machine" in w for w in table_warnings), "a busy machine")]
+        said = ", ".join(f"{n} about {what}" for n, what in kinds if n)
+        parts.append(f"{len(table_warnings)} under the speedup tables below" + (f" ({said})" if said else ""))
+    if warnings:
+        parts.append(f"{len(warnings)} about these results")
+    head = f"⚠ {len(warnings) + len(table_warnings)} warning(s): " + "; ".join(parts)
+    if not warnings:
+        return f"<div class='warn'>{html.escape(head)}</div>"
+    items = "".join(f"<li>{html.escape(w)}</li>" for w in warnings)
+    return (f"<details class='warn'{' open' if len(warnings) <= 3 else ''}><summary>{html.escape(head)}</summary>"
+            f"<ul>{items}</ul></details>")
+
+
 def require_plotly() -> None:
     """Raise BenchInputError naming the fix where plotly (the dashboard's figures) is not installed."""
     try:
@@ -174,12 +198,14 @@ def dashboard_html(
     precisions: list[str],
     warnings: list[str],
     environment_html: str,
+    table_warnings: list[str] = (),
 ) -> str:
     """Return the dashboard page.
 
     sections: one per workload table: {"key", "figures": [(heading, fig dict or None, note)], "table_html"};
     global_sections: {"heading", "figures": [...], "html": optional table HTML} shown under every workload
-    (the OOM frontier, kernels).
+    (the OOM frontier, kernels). warnings: those no table shows, listed at the top; table_warnings: those
+    shown under their tables, only counted at the top (warnings_summary).
     """
     import plotly.io as pio
     from plotly.offline import get_plotlyjs
@@ -206,7 +232,7 @@ def dashboard_html(
     wopts = "".join(f"<option value='{i}'>{html.escape(s['key'])}</option>" for i, s in enumerate(sections))
     popts = "<option value='all'>all</option>" + "".join(
         f"<option value='{html.escape(p, quote=True)}'>{html.escape(p)}</option>" for p in precisions)
-    warn = "".join(f"<div class='warn'>⚠ {html.escape(w)}</div>" for w in warnings)
+    warn = warnings_summary(list(warnings), list(table_warnings))
     template = pio.templates["plotly_white"].to_plotly_json()
     data = script_json({"figures": figures, "template": template})
     return (

@@ -214,6 +214,8 @@ def oom_frontier(cells: pd.DataFrame, title: str) -> dict:
             marker.update(opacity=0.45, pattern={"shape": "/"})
         data.append({"type": "bar", "orientation": "h", "y": [esc(label)], "x": [best], "name": esc(label), "showlegend": False,
                      "marker": marker, "text": [f"fits up to the largest tested ({best})" if untested_limit else f"{best}"],
+                     # dark text: plotly's white inside-label is unreadable on the pale hatched bar
+                     **({"textfont": {"color": "#222222"}} if untested_limit else {}),
                      "textposition": "inside", "insidetextanchor": "end",
                      "hovertext": [hover], "hoverinfo": "text", "meta": {"precision": precision}})
         if first_fail is not None:
@@ -305,6 +307,7 @@ def pareto_figure(cells: pd.DataFrame, title: str) -> dict | None:
     ok = ok.assign(_label=series_labels(ok))
     colors = series_colors(ok._label)
     records = hover_records(ok)
+    cpu = "device" in ok and bool((ok.device.astype(str) == "cpu").all())  # no GPU to divide by: the process's tok/s
 
     def point_name(r: dict) -> str:
         opts = json.loads(r.get("all_options") or r.get("options") or "{}")
@@ -337,7 +340,8 @@ def pareto_figure(cells: pd.DataFrame, title: str) -> dict | None:
                  "hovertext": [cell_hover(records[i]) for i in front]})
     return {"data": data, "layout": layout(f"Interactivity vs throughput — {title}",
             xaxis={"title": {"text": "output tok/s per user (mean over requests of output_len / E2E)"}, "rangemode": "tozero"},
-            yaxis={"title": {"text": "output tok/s per GPU"}, "rangemode": "tozero"}, legend=BELOW, height=520)}
+            yaxis={"title": {"text": "output tok/s" if cpu else "output tok/s per GPU"}, "rangemode": "tozero"},
+            legend=BELOW, height=520)}
 
 
 def telemetry_clocks(cells: pd.DataFrame, telemetry: pd.DataFrame, title: str) -> dict | None:

@@ -84,7 +84,7 @@ def render_rows(speedups: SpeedupTable) -> tuple[list[str], list[list[str]]]:
                    _num(r["output_throughput"], r["output_throughput__std"], "{:.1f}")]
         if show_decode:
             figures.append(_num(r.get("decode_throughput"), r.get("decode_throughput__std"), "{:.1f}"))
-        speedups = [_num(r["throughput_speedup"], None, "{:.2f}x"), _num(r["generation_speedup"], None, "{:.2f}x")]
+        speedups = [speedup_text(r, "throughput_speedup"), speedup_text(r, "generation_speedup")]
         if flag:  # a speedup of a wrong (or degraded) cell is never shown plain
             speedups = [f"{x} {flag}" if x else x for x in speedups]
         rows.append(head + figures + speedups + [
@@ -94,6 +94,60 @@ def render_rows(speedups: SpeedupTable) -> tuple[list[str], list[list[str]]]:
         ] + ([tuning_text(r)] if show_tuning else []) + acc
             + [sol_text(r[m], f) if m == "sol_pct" else _num(r[m], None, f) for m, _, f in extra] + tail)
     return headers, rows
+
+
+# What a speedup cell's marks mean, said under every table that has one.
+UNSTABLE_MARK = "*"
+ONE_RUN_TEXT = "(1 run)"
+
+
+def speedup_text(r: dict, name: str) -> str:
+    """Return a row's speedup as a table shows it: '7.39x [6.20-8.81]' (the interval of
+    bench.results.stats.ratio_interval), '2.14x* (1 run)' where a side ran in one process (no interval),
+    a * where the row's or the baseline's figures are unstable or were measured on a busy machine."""
+    value = r.get(name)
+    if value is None or pd.isna(value):
+        return ""
+    text = f"{value:.2f}x" + (UNSTABLE_MARK if r.get("speedup_unstable") is True else "")
+    if r.get("is_baseline") is True:
+        return text
+    low, high = r.get(f"{name}_low"), r.get(f"{name}_high")
+    if low is not None and high is not None and not pd.isna(low) and not pd.isna(high):
+        return text + f" [{_bound(low)}-{_bound(high)}]"
+    runs = r.get("speedup_runs")
+    if runs is not None and not pd.isna(runs) and runs < 2:
+        return text + " " + ONE_RUN_TEXT
+    return text
+
+
+def _bound(x: float) -> str:
+    """Return an interval bound as the ratio is written (two decimals), whole above 100 (two runs give wide ones)."""
+    return f"{x:.2f}" if x < 100 else f"{x:.0f}"
+
+
+def speedup_notes(table: SpeedupTable) -> list[str]:
+    """Return the lines under a table that say what its speedups' marks mean (empty when no speedup has one); each
+    mark in backticks, so Markdown shows it as written (a leading '* ' is a list item, '[x]: ' a link definition)."""
+    from bench.results.stats import MAX_CV, MAX_RUN_CV, SPEEDUP_CONFIDENCE
+
+    f = table.frame
+    ok = f[f.status == "ok"] if "status" in f else f
+    out = []
+    if "speedup_unstable" in ok and ok.speedup_unstable.eq(True).any():
+        who = (f"the baseline {table.baseline} is, so every speedup here is marked" if
+               bool(ok.get("baseline_unstable", pd.Series(dtype=bool)).eq(True).any()) else "the ⚠ lines name which")
+        out.append(f"`{UNSTABLE_MARK}`: a speedup whose row or baseline is unstable (runs differ by more than "
+                   f"{MAX_RUN_CV:.0%}, or trials inside a run by more than {MAX_CV:.0%}) or was measured on a busy "
+                   f"machine ({who}): not a result; measure it again on an idle machine")
+    has_interval = any(f"{n}_low" in ok and ok[f"{n}_low"].notna().any() for n in ("throughput_speedup", "generation_speedup"))
+    if has_interval:
+        out.append(f"`[low-high]`: the {SPEEDUP_CONFIDENCE:.0%} interval of a speedup from both rows' spreads between "
+                   "processes (delta method on the ratio of the run means: docs/guide/reports.md)")
+    one_run = pd.to_numeric(ok.get("speedup_runs", pd.Series(dtype=float)), errors="coerce") < 2
+    if (one_run & ~ok.get("is_baseline", pd.Series(False, index=ok.index)).eq(True)).any():
+        out.append(f"`{ONE_RUN_TEXT}`: the row or the baseline ran in one process, so the spread between processes, "
+                   "and a speedup's interval, are not measured (`--runs 2` or more gives them)")
+    return out
 
 
 def _accuracy_notes(table: SpeedupTable) -> list[str]:
@@ -196,6 +250,8 @@ def to_markdown(tables: dict[str, SpeedupTable], environment: str = "",
         parts.append(f"### {_title(workload, table)}\n")
         parts.extend(_markdown_table(headers, rows))
         parts.append("")
+        for n in speedup_notes(table):
+            parts.append(f"{n}\n")
         for w in table.warnings:
             parts.append(f"⚠ {w}\n")
         for n in table.notes:
@@ -213,11 +269,13 @@ def to_markdown(tables: dict[str, SpeedupTable], environment: str = "",
 
 def _html_table(headers: list[str], rows: list[list[str]], css: str) -> list[str]:
     e = html.escape
-    out = [f"<table class='{css}'><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in headers) + "</tr></thead><tbody>"]
+    # A wide table scrolls inside its own box, not the page.
+    out = [f"<div class='scroll'><table class='{css}'><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in headers)
+           + "</tr></thead><tbody>"]
     for row in rows:
         cls = " class='failed'" if any(c in ("OOM", "ERROR", "TIMEOUT", "UNSUPPORTED") for c in row) else ""
         out.append(f"<tr{cls}>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     return out
 
 
@@ -230,8 +288,10 @@ def to_html(tables: dict[str, SpeedupTable], environment: str = "",
         headers, rows = render_rows(table)
         parts.append(f"<h3>{e(_title(workload, table))}</h3>")
         parts.extend(_html_table(headers, rows, "speedup"))
-        for w in table.warnings:
-            parts.append(f"<p class='warn'>⚠ {e(w)}</p>")
+        for n in speedup_notes(table):
+            parts.append(f"<p class='note'>{e(n)}</p>")
+        if table.warnings:  # one box of this table's warnings, a line each
+            parts.append("<ul class='warn'>" + "".join(f"<li>⚠ {e(w)}</li>" for w in table.warnings) + "</ul>")
         for n in table.notes:
             parts.append(f"<p class='note'>Note: {e(n)}</p>")
         h = (history or {}).get(workload)

@@ -56,6 +56,8 @@ OPTIONAL = [
 ]
 # Shown only in tables with a serving row: every backend records them, offline ones always 0 / per step.
 SERVING_ONLY = {"failed", "itl_median_ms"}
+# Left out of tables whose rows all ran on the CPU.
+PER_GPU = {"output_throughput_per_gpu"}
 
 
 @dataclass(frozen=True)
@@ -238,6 +240,7 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
         base_decode = base.get("decode_throughput") if base is not None else None
         table["generation_speedup"] = (pd.to_numeric(table.decode_throughput, errors="coerce") / base_decode
                                        if base_decode is not None and not pd.isna(base_decode) else None)
+        _add_intervals(table, g, base)
         table["output_throughput__run_cv"] = g.get("output_throughput__run_cv")
         table["output_throughput__trial_cv"] = g.get("output_throughput__trial_cv")
         if "tuning_builds" in g and g.tuning_builds.notna().any():
@@ -246,6 +249,12 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
             table["tuned_digests"] = g.tuned_digests
         table["stability"] = g.get("stability")
         table["busy"] = g.get("busy")
+        # A speedup is as trustworthy as the less stable of its two rows: its own and the baseline's.
+        base_unstable = base is not None and unstable(base)
+        flags = g[[c for c in ("status", "stability", "busy") if c in g]].to_dict("records")
+        table["speedup_unstable"] = [base is not None and r["status"] == "ok" and (base_unstable or unstable(r))
+                                     for r in flags]
+        table["baseline_unstable"] = base_unstable
         # Which run each row is: shown when the rows come from different runs, or a row is pooled.
         table["run"] = [f"pooled from {int(n)} runs" if n and n > 1 else lbl
                         for n, lbl in zip(g.contexts, g.run_label, strict=True)]
@@ -253,8 +262,11 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
         if g.gpu_memory_gb.notna().any():
             table.insert(3, "gpu_memory_gb", g.gpu_memory_gb)
         serving = bool((g.backend == "openai").any())
+        # A CPU run has no GPU to divide by: its "per GPU" figure is its total again.
+        cpu_only = bool((g.get("device", pd.Series("cuda", index=g.index)).astype(str) == "cpu").all())
         for metric, _, _ in OPTIONAL:
-            if metric in g and g[metric].notna().any() and (serving or metric not in SERVING_ONLY):
+            if metric in g and g[metric].notna().any() and (serving or metric not in SERVING_ONLY) and not (
+                    cpu_only and metric in PER_GPU):
                 table[metric] = g[metric]
         # Rows that ran in different environments, or a row whose records span several (" + "): say which.
         if (g.environment != "").any() and (g.environment.nunique() > 1 or g.environment.str.contains(" + ", regex=False).any()):
@@ -296,6 +308,46 @@ def speedup_table(frame: pd.DataFrame, baseline: dict | None = None, cells: pd.D
             accuracy=bool(accuracy), random_weights=random_weights,
             outputs=bool(outputs) and "outputs_vs_baseline" in table and table.outputs_vs_baseline.notna().any())
     return out
+
+
+# The speedups a table shows, each with the metric whose run means give its interval.
+SPEEDUP_METRICS = (("throughput_speedup", "request_throughput"), ("generation_speedup", "decode_throughput"))
+
+
+def unstable(r) -> bool:
+    """Return whether a row's figures are not a result: its runs or trials spread past the limits of
+    bench.results.stats (its `stability` warning), or its passes ran on a busy machine (`busy`)."""
+    return any(isinstance(r.get(k), str) and bool(r.get(k)) for k in ("stability", "busy"))
+
+
+def _add_intervals(table: pd.DataFrame, g: pd.DataFrame, base) -> None:
+    """Add `<speedup>_low` / `_high` (bench.results.stats.ratio_interval from both rows' run means) and
+    `speedup_runs` (the fewer runs of a row and the baseline's: below 2 there is no interval) to a table."""
+    from bench.results.stats import ratio_interval
+
+    def num(row, key):
+        v = row.get(key) if row is not None else None
+        return None if v is None or pd.isna(v) else float(v)
+
+    runs = [int(r) if r is not None and not pd.isna(r) else 0 for r in g.runs]
+    base_runs = int(num(base, "runs") or 0)
+    table["speedup_runs"] = [min(n, base_runs) if base is not None else None for n in runs]
+    # The baseline's own row: a ratio of a row with itself has no interval to give.
+    table["is_baseline"] = [base is not None and c == base.cell_id and str(m) == str(base.gpu_memory_gb)
+                            for c, m in zip(g.cell_id, g.gpu_memory_gb, strict=True)]
+    columns = ["status"] + [c for _, m in SPEEDUP_METRICS for c in (m, f"{m}__std") if c in g]
+    rows = g[columns].to_dict("records")
+    for speedup, metric in SPEEDUP_METRICS:
+        lows, highs = [], []
+        for n, r in zip(runs, rows, strict=True):
+            found = None
+            if base is not None and r["status"] == "ok" and num(r, metric) is not None and num(base, metric) is not None:
+                found = ratio_interval(num(r, metric), num(r, f"{metric}__std"), n, num(base, metric),
+                                       num(base, f"{metric}__std"), base_runs)
+            lows.append(found[0] if found else None)
+            highs.append(found[1] if found else None)
+        table[f"{speedup}_low"] = pd.to_numeric(pd.Series(lows, index=table.index, dtype=object), errors="coerce")
+        table[f"{speedup}_high"] = pd.to_numeric(pd.Series(highs, index=table.index, dtype=object), errors="coerce")
 
 
 def load_warnings(r) -> list[str]:

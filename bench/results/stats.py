@@ -343,6 +343,37 @@ def ratio_test(base: Sequence[float], head: Sequence[float], confidence: float =
                      int(b.size), int(h.size))
 
 
+# The confidence of the interval a speedup table prints beside each speedup (ratio_interval).
+SPEEDUP_CONFIDENCE = 0.95
+
+
+def ratio_interval(head_mean: float, head_sd: float | None, head_runs: int, base_mean: float, base_sd: float | None,
+                   base_runs: int, confidence: float = SPEEDUP_CONFIDENCE) -> tuple[float, float] | None:
+    """Return the (low, high) confidence interval of head_mean / base_mean, or None when it cannot be had.
+
+    Each side is the mean of its runs' means, with sd the standard deviation of those run means
+    (the spread between processes) over `runs` processes. The delta method on the log of the
+    ratio: var(log ratio) ~ (sd_h / mean_h)^2 / runs_h + (sd_b / mean_b)^2 / runs_b, with
+    Student's t at the Welch-Satterthwaite degrees of freedom; the interval is exp(log ratio
+    +- t * se), so it is centred (on a log scale) on the ratio a table prints. None with fewer
+    than 2 runs on a side (no spread between processes: one run says nothing about the next),
+    a missing sd or a mean that is not positive.
+    """
+    if head_runs < 2 or base_runs < 2 or head_sd is None or base_sd is None:
+        return None
+    values = (head_mean, head_sd, base_mean, base_sd)
+    if any(v is None or not math.isfinite(v) for v in values) or head_mean <= 0 or base_mean <= 0:
+        return None
+    ratio = head_mean / base_mean
+    a = (head_sd / head_mean) ** 2 / head_runs
+    b = (base_sd / base_mean) ** 2 / base_runs
+    if a + b == 0.0:
+        return ratio, ratio
+    df = (a + b) ** 2 / (a * a / (head_runs - 1) + b * b / (base_runs - 1))
+    half = t_ppf(0.5 + confidence / 2.0, df) * math.sqrt(a + b)
+    return ratio * math.exp(-half), ratio * math.exp(half)
+
+
 # The power a comparison should have to call a change of the size it looks for: 80 %, the
 # usual convention (a real change of that size is missed one time in five).
 POWER = 0.80

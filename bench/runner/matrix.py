@@ -334,6 +334,7 @@ def _group_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store:
     by_id = {p.cell.cell_id: p for p in planned}
     received = dict.fromkeys(by_id, 0)
     ended: set[str] = set()  # cells of this round counted by the progress: a failed build fails every trial, once each
+    tok_s: dict[str, list] = {}  # each cell's output tok/s of this run's ok trials: their spread is warned about
     state = group_state(key)
     runs = matrix.settings.runs
 
@@ -359,6 +360,11 @@ def _group_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store:
                 progress.warn(note)
             summary.statuses[record.status] = summary.statuses.get(record.status, 0) + 1
             received[p.cell.cell_id] += 1
+            if record.ok:
+                tok_s.setdefault(p.cell.cell_id, []).append((record.metrics or {}).get("output_throughput"))
+            if received[p.cell.cell_id] == matrix.settings.trials:  # the run's trials of this cell are in
+                for w in trial_spread_warnings(tok_s.pop(p.cell.cell_id, [])):
+                    progress.warn(f"{p.cell.label}: {w}", key=f"spread {p.cell.cell_id}")
             # A failed trial ends its cell (the worker skips the remaining trials).
             if not record.ok:
                 failed.add(p.cell.cell_id)
@@ -379,6 +385,17 @@ def _group_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store:
     )
     group = GroupRun(job=job, gpus=gpus_needed(key), on_event=on_event)
     return group
+
+
+def trial_spread_warnings(values: list) -> list[str]:
+    """Return the warning of a run's trials of a cell whose output tok/s differ past pyperf's 10 % rule
+    (bench.results.stats.run_warnings), a sign of a busy machine the load figures may have missed."""
+    from bench.results.stats import run_spread
+
+    known = [v for v in values if isinstance(v, (int, float))]
+    if len(known) < 2:
+        return []
+    return [w for w in run_spread([known], "output_throughput").warnings if "trials inside" in w]
 
 
 def group_state(key) -> dict:

@@ -60,6 +60,24 @@ def check_packages(cells) -> None:
             raise BenchInputError(req.message)
 
 
+def check_cuda(cells) -> None:
+    """Raise BenchInputError, naming the reason and the fix, when cells that compute on a CUDA device would run on
+    a machine without CUDA (bench.machine.environment.cuda_missing): refused before any worker starts."""
+    from bench.machine.environment import cuda_missing
+
+    gpu = [c for c in cells if str(c.device).startswith("cuda") and backend_config(c.backend).computes_on_device]
+    if not gpu:
+        return
+    why = cuda_missing()
+    if why is None:
+        return
+    backends = ", ".join(sorted({c.backend for c in gpu}))
+    raise BenchInputError(
+        f"{len(gpu)} cell(s) ({backends}) run on device {gpu[0].device!r}, but this machine cannot run CUDA: {why}; "
+        "run them on a machine with an NVIDIA GPU and a CUDA build of torch, or run CPU cells here (device = \"cpu\" in "
+        "the matrix, --only device=cpu, or --preset default; `bench presets` says what each preset needs)")
+
+
 def list_presets() -> list[str]:
     return sorted(p.stem for p in PRESETS_DIR.glob("*.toml"))
 

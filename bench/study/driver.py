@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -52,7 +53,7 @@ def run_study(console, *, preset: str | None = None, matrix_file: str | None = N
               history: list = (), show_progress: bool = True, report_dir: str | Path | None = None) -> StudyOutcome:
     """Check the study of a matrix with a [study] table, then run its steps (`steps`: 'run,oom'; None: all, in order)."""
     from bench.spec.baseline import check_baseline
-    from bench.spec.matrix import load_matrix
+    from bench.spec.matrix import check_cuda, load_matrix
     from bench.spec.narrow import narrow
     from bench.study.plan import dry_run_text, step_commands, study_plan, study_source
 
@@ -62,7 +63,13 @@ def run_study(console, *, preset: str | None = None, matrix_file: str | None = N
         raise BenchInputError(f"--steps: unknown step {bad[0] if bad else '(none)'!r}; steps are {choices(STEPS)}")
     path = study_source(preset, matrix_file)
     # Planning (--dry-run) needs no optional package (torchao, ...); a real run checks them here, before any work.
-    matrix = narrow(load_matrix(path, check_installed=not dry_run), requests=requests, runs=runs)
+    with warnings.catch_warnings(record=True) as said:  # held back: a refusal below is then the one line printed
+        warnings.simplefilter("always")
+        matrix = narrow(load_matrix(path, check_installed=not dry_run), requests=requests, runs=runs)
+    if not dry_run:  # GPU cells on a machine without CUDA: refused before any step
+        check_cuda(matrix.cells)
+    for w in dict.fromkeys(str(w.message) for w in said):
+        warnings.warn(w, stacklevel=2)
     plan = study_plan(path, matrix, check_devices=not dry_run)
     check_baseline(matrix.baseline, matrix.cells)
     name = matrix.name

@@ -37,7 +37,9 @@ class RunAndReport:
 def run_and_report(matrix, console, *, store: str | Path | None = None, report_dir: str | Path | None = None,
                    baseline: str | None = None, all_cells=None, redo: bool = False, dry_run: bool = False,
                    history: list = (), show_progress: bool = True) -> RunAndReport:
-    """Run the matrix into its store (default results/<matrix>.jsonl) and build its report (default dashboards/<matrix>).
+    """Run the matrix into its store (default results/<matrix>.jsonl) and build its report (default
+    dashboards/<store name>: `--store results/head.jsonl` reports into dashboards/head/, never over another
+    store's report).
 
     baseline: the --baseline text (default: the matrix's); a named one must match a cell of all_cells
     (the matrix before --only). Progress and the run's lines go to `console`.
@@ -52,8 +54,11 @@ def run_and_report(matrix, console, *, store: str | Path | None = None, report_d
     check_baseline(chosen, matrix.cells)  # an ambiguous baseline fails now, not after the run
     if baseline:  # a named baseline must name a cell of the matrix (before --only: a slice may leave it out)
         check_baseline(chosen, all_cells if all_cells is not None else matrix.cells, must_match=True)
+    from bench.results.jsonl import store_name
+
     store = Path(store or f"results/{matrix.name}.jsonl")
-    report_dir = check_output_dir(report_dir or f"dashboards/{matrix.name}", "--report-dir")  # before the run
+    # The report is the store's: named after it, so two stores of one matrix never share a folder.
+    report_dir = check_output_dir(report_dir or f"dashboards/{store_name(store)}", "--report-dir")  # before the run
     st = matrix.settings
     where = f"executor {st.executor}" + (f" on {','.join(st.devices)}" if st.devices else "") + (
         f" at {st.ray_address}" if st.ray_address else "")

@@ -250,5 +250,14 @@ def read_first_turns(path: str | Path | None) -> tuple[list[tuple[str, str, str]
                 '{"id": ..., "conversations": [{"from": ..., "value": ...}, ...]} records'
             ) from exc
     if report.damaged:
-        warnings.warn(f"ShareGPT file {source!r} read in part: {report.summary()}", DatasetWarning, stacklevel=2)
+        # Once per file and content in a process: a command that builds several workloads from one file (a preset's
+        # two lengths, a study's run and OOM steps) says it once, whatever warning filters ran in between.
+        said = (str(Path(path).expanduser().resolve()) if path is not None else source, report.sha256)
+        if said not in _WARNED:
+            _WARNED.add(said)
+            warnings.warn(f"ShareGPT file {source!r} read in part: {report.summary()}", DatasetWarning, stacklevel=2)
     return pairs, report, source
+
+
+# The damaged files read_first_turns has warned about in this process: (path or source, SHA-256).
+_WARNED: set[tuple[str, str]] = set()

@@ -12,6 +12,7 @@ from bench.backends.declaration import (
 
 class FakeConfig(BackendConfig):
     name = "fake"
+    computes_on_device = False  # a simulation: its device is a label, tests place it on any
     precisions = ("fp32", "fp16", "bf16", "int8", "int4")
     options = {
         "step_ms": Option(10.0, kind=(int, float), minimum=0, help="fixed cost of one decode step"),

@@ -17,6 +17,7 @@ PRECISION_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
 
 class OpenAIConfig(BackendConfig):
     name = "openai"
+    computes_on_device = False  # the server computes, wherever it runs
     precisions = ("server",)  # canonical label; any label matching PRECISION_RE is accepted
     tolerate_request_errors = True
     paces_requests = True  # arrivals (request_rate, burstiness) and concurrency are what it measures under
