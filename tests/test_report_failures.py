@@ -13,8 +13,8 @@ def cell(precision, bs=1):
             "options": {}, "workload": {"name": "w"}}
 
 
-def failed(cell_id, precision, kind, error, *, run_id="run-2", started_at=2.0, extra=None, bs=1):
-    rec = make_record(cell_id, status="error", kind=kind, cell=cell(precision, bs), run_id=run_id, started_at=started_at,
+def failed(cell_id, precision, kind, error, *, run_id="run-2", started_at=2.0, extra=None, bs=1, trial=0):
+    rec = make_record(cell_id, trial, status="error", kind=kind, cell=cell(precision, bs), run_id=run_id, started_at=started_at,
                       extra=extra)
     return dataclasses.replace(rec, error=error)
 
@@ -34,7 +34,7 @@ def test_a_failed_accuracy_profile_and_capacity_record_each_show_with_their_firs
                          extra={"tool": "torch"})
     cap = {"capacity": {"axis": "max_batch_size", "value": 4, "slo": {"tpot_p99_ms": 10.0}}}
     cap_failed = [failed("int8-4", "int8", "capacity-probe", "RuntimeError: fake backend: injected error\n" + TRACE,
-                         extra=cap, bs=4, started_at=2.0 + k) for k in range(2)]  # two passes, not one stored twice
+                         extra=cap, bs=4, trial=k) for k in range(2)]  # two passes, not one stored twice
     write_store(tmp_path / "s.jsonl", speed + [superseded, acc_ok, acc_failed, prof_failed, *cap_failed])
 
     paths = build_report([tmp_path / "s.jsonl"], tmp_path / "out", baseline={"backend": "fake", "precision": "bf16"})
