@@ -1051,6 +1051,61 @@ def test_an_identical_cell_on_16_tokens_is_not_judged(tmp_path, monkeypatch, cap
 
 
 @pytest.mark.slow
+def test_accuracy_prompts_longer_than_the_timed_static_cache_grow_it_and_say_so(tmp_path, monkeypatch, capsys):
+    """More accuracy prompts than the speed run had (`--requests 2`, 6 prompts): a later prompt longer than the speed
+    run's static cache grows the cache for the session, and the record says so (found on an H100: the study's
+    compiled rows failed with 'prompt 691 + output 1 exceeds the static cache length 640')."""
+    from bench.cli import main
+    from bench.results import query
+    from bench.workloads.workload import cached_workload
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.toml").write_text("""
+name = "grow"
+backends = ["hf"]
+model = "qwen-tiny-trained"
+device = "cpu"
+precisions = ["fp32", "bf16"]
+max_batch_sizes = [2]
+workloads = ["w"]
+baseline = { precision = "fp32" }
+[options]
+cache = "static"
+decode_loop = "harness"
+[accuracy]
+prompts = 6
+answer_tokens = 16
+generate_tokens = 8
+prefix_k = 4
+[workload.w]
+source = "sharegpt"
+tokenizer = "qwen-tiny-trained"
+num_requests = 2
+seed = 26
+max_input_len = 256
+max_total_len = 512
+max_output_len = 8
+""")
+    import dataclasses
+    import tomllib
+
+    from bench.backends.hf.backend import static_cache_len
+    from bench.spec.matrix import parse_matrix
+    from bench.workloads.workload import batches
+
+    spec = parse_matrix(tomllib.loads((tmp_path / "m.toml").read_text())).cells[0].workload
+    speed = cached_workload(spec, tmp_path / "wl")[0].requests
+    more = cached_workload(dataclasses.replace(spec, num_requests=6), tmp_path / "wl")[0].requests
+    assert max(r.input_len for r in more) + 1 > static_cache_len(batches(list(speed), 2, "dataset"))  # the case itself
+    assert main(["accuracy", "--matrix", str(tmp_path / "m.toml")]) == 0, capsys.readouterr().out
+    recs = query.accuracies(query.load([Path("results/grow-accuracy.jsonl")]))
+    assert len(recs) == 2 and all(r.ok for r in recs)
+    for r in recs:
+        acc = r.accuracy
+        assert acc["static_cache_len"] > acc["timed_static_cache_len"] and "static cache grown to" in acc["measured_through"]
+
+
+@pytest.mark.slow
 def test_parity_layers_of_two_model_folders_and_of_the_decode_path(tmp_path, monkeypatch, capsys):
     """--layers model=A model=B compares two folders of one shape; the decode path's table finds a fault that lives
     in the static cache (kv-negate), which a cacheless forward never sees."""

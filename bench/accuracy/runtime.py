@@ -65,7 +65,7 @@ def baseline_reference(loaded, cell, requests, answers: dict | None, settings: d
 
     _runtime(loaded)
     opts, size = cell.options_dict, cell.max_batch_size
-    loaded.fix_cache_len(speed_requests, size, opts)
+    timed_len = _fix_cache(loaded, cell, speed_requests, requests, settings)
     t0 = time.perf_counter()
     n = settings["generate_tokens"]
     seqs, kind = sequences_for(requests, answers, settings, cell.workload.max_total_len,
@@ -109,7 +109,7 @@ def baseline_reference(loaded, cell, requests, answers: dict | None, settings: d
     figures = {"parity": self_parity, "floor": floor, "generation_floor": generation_floor,
                "determinism": differing_tokens(base_out, _ordered(second, requests)), "greedy": base_out,
                "greedy_ids": first, "reference": kind, "sequences": len(seqs), "answer_positions": sum(fed),
-               "measure_s": time.perf_counter() - t0, "static_cache_len": getattr(loaded, "cache_len", None)}
+               "measure_s": time.perf_counter() - t0, **_cache_figures(loaded, timed_len)}
     write_meta(folder, {"baseline": cell.to_dict(), "settings": settings, "sequences": seqs, "reference": kind,
                         "tensors_sha256": digest, "greedy_ids": first, "request_ids": [r.id for r in requests],
                         "floor": floor, "generation_floor": generation_floor})
@@ -128,7 +128,7 @@ def cell_figures(loaded, cell, reference, requests, settings: dict, speed_reques
 
     _runtime(loaded)
     opts, size = cell.options_dict, cell.max_batch_size
-    loaded.fix_cache_len(speed_requests, size, opts)
+    timed_len = _fix_cache(loaded, cell, speed_requests, requests, settings)
     t0 = time.perf_counter()
     scorer = Scorer(reference, hold=2 * size)
     fed = loaded.teacher_forced(reference.sequences, size, opts, scorer)
@@ -142,7 +142,22 @@ def cell_figures(loaded, cell, reference, requests, settings: dict, speed_reques
     return {"parity": parity, "answer_positions": sum(fed),
             "generation": generation_parity(cell_out, base_out, references, settings["prefix_k"], decode, window),
             "determinism": differing_tokens(cell_out, _ordered(second, requests)), "greedy": cell_out,
-            "greedy_ids": first, "measure_s": time.perf_counter() - t0,
-            "static_cache_len": getattr(loaded, "cache_len", None)}
+            "greedy_ids": first, "measure_s": time.perf_counter() - t0, **_cache_figures(loaded, timed_len)}
+
+
+def _fix_cache(loaded, cell, speed_requests, requests, settings: dict) -> int | None:
+    """Fix the cell's static cache as its speed run did; grow it only where an accuracy prompt (one the speed run did
+    not have) would leave no room: return the speed run's own length."""
+    opts, size = cell.options_dict, cell.max_batch_size
+    timed = loaded.fix_cache_len(speed_requests, size, opts)
+    need = max(settings["answer_tokens"], settings["generate_tokens"])
+    loaded.fix_cache_len(speed_requests, size, opts, also=requests, also_tokens=need)
+    return timed
+
+
+def _cache_figures(loaded, timed_len: int | None) -> dict:
+    """The static cache length the session ran at, and the timed pass's where they differ (said in the record)."""
+    used = getattr(loaded, "cache_len", None)
+    return {"static_cache_len": used, **({"timed_static_cache_len": timed_len} if used != timed_len else {})}
 
 

@@ -131,7 +131,26 @@ def _decoder(cell):
         tok = load_tokenizer(cell.workload.tokenizer)
     except Exception:  # noqa: BLE001 - a tokenizer that cannot load leaves the token-id ROUGE alone, said in the record
         return None
-    return lambda ids: tok.decode(list(ids))
+    undecodable = (KeyError, ValueError, IndexError, OverflowError, TypeError)
+
+    def decode(ids) -> str:
+        # A model's vocabulary can be larger than its tokenizer's (Qwen-7B: 151,936 rows, 151,851 ids tiktoken
+        # decodes): a random-weight or broken model may emit an id no tokenizer can decode. Those ids are left
+        # out of the text (the token-id ROUGE still counts them), never a failed session.
+        ids = [int(i) for i in ids]
+        try:
+            return tok.decode(ids)
+        except undecodable:
+            kept = []
+            for i in ids:
+                try:
+                    tok.decode([i])
+                except undecodable:
+                    continue
+                kept.append(i)
+            return tok.decode(kept)
+
+    return decode
 
 
 def _cell_figures(cell, job, reference, requests, refs, speed_requests, loaded, load_s: float) -> dict:
