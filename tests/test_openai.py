@@ -332,3 +332,20 @@ def test_which_features_a_refusal_names():
     assert refused_features("http_400: bad request", plan) == []
     text = RequestPlan(prompt="text", ignore_eos=False, min_tokens=False, include_usage=True)
     assert refused_features("http_400: prompt must be a string.", text) == []  # nothing it names was sent
+
+
+def test_a_matrix_cannot_name_another_secret_as_its_bearer_token(monkeypatch):
+    """api_key_env names what is sent to base_url: only OPENAI_API_KEY unless the user allows more."""
+    from bench.spec.matrix import parse_matrix
+
+    def matrix(name):
+        return {"backends": ["openai"], "model": "qwen-tiny", "precisions": ["server"], "max_batch_sizes": [1],
+                "workloads": ["w"], "device": "cpu", "options": {"api_key_env": name},
+                "workload": {"w": {"source": "synthetic", "input_len": 4, "output_len": 4, "num_requests": 2}}}
+
+    monkeypatch.delenv("BENCH_ALLOW_API_KEY_ENV", raising=False)
+    parse_matrix(matrix("OPENAI_API_KEY"))
+    with pytest.raises(BenchInputError, match="AWS_SECRET_ACCESS_KEY.*export BENCH_ALLOW_API_KEY_ENV=AWS_SECRET"):
+        parse_matrix(matrix("AWS_SECRET_ACCESS_KEY"))
+    monkeypatch.setenv("BENCH_ALLOW_API_KEY_ENV", "MY_SERVER_KEY, OTHER")
+    assert parse_matrix(matrix("MY_SERVER_KEY")).cells[0].options_dict["api_key_env"] == "MY_SERVER_KEY"

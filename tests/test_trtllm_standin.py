@@ -237,10 +237,15 @@ def test_fp8_kv_cache_holds_twice_the_tokens():
     assert abs(fp8["max_tokens"] - 2 * fp16["max_tokens"]) <= 1  # floor division
 
 
-def test_local_remote_code_model_gets_trust_remote_code(tmp_path, standin):
-    """A local Qwen-7B-Chat directory (model_type "qwen", auto_map) needs trust_remote_code to convert."""
+def test_local_remote_code_model_gets_trust_remote_code(tmp_path, standin, monkeypatch):
+    """A local Qwen-7B-Chat directory (model_type "qwen", auto_map) needs trust_remote_code to convert, which runs
+    the folder's Python: refused before any work unless the user (BENCH_TRUST_REMOTE_CODE=1, never the matrix) trusts it."""
     model = local_model(tmp_path, "qwen-chat", architectures=["QWenLMHeadModel"], model_type="qwen",
                         auto_map={"AutoConfig": "configuration_qwen.QWenConfig"})
+    monkeypatch.delenv("BENCH_TRUST_REMOTE_CODE", raising=False)
+    with pytest.raises(BenchInputError, match="maps to custom code.*BENCH_TRUST_REMOTE_CODE=1"):
+        _cell(model, 1)
+    monkeypatch.setenv("BENCH_TRUST_REMOTE_CODE", "1")
     _measure(T.TRTLLMBackend(), _cell(model, 1), _requests(1), tmp_path / "engines")
     (init,) = standin.calls("llm_init")
     assert init["trust_remote_code"] is True

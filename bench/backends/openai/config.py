@@ -75,6 +75,7 @@ class OpenAIConfig(BackendConfig):
         conc = opts["max_concurrency"]
         if (isinstance(conc, str) and conc not in ("batch", "none")) or isinstance(conc, bool) or (isinstance(conc, int) and conc <= 0):
             raise BenchInputError(f"option max_concurrency={conc!r} for backend 'openai' must be 'batch', 'none' or a positive integer")
+        check_api_key_env(opts["api_key_env"])
         for key in ("burstiness", "timeout_s"):
             if not opts[key] > 0:
                 raise BenchInputError(f"option {key}={opts[key]!r} for backend 'openai' must be positive")
@@ -119,3 +120,22 @@ def normalize_base_url(url: str) -> str:
         raise BenchInputError(f"option base_url={url!r} for backend 'openai' has a bad port: {exc}") from None
     out = url.rstrip("/")
     return out[: -len("/v1")] if out.endswith("/v1") else out
+
+
+API_KEY_ENV_DEFAULT = "OPENAI_API_KEY"
+API_KEY_ENV_ALLOW = "BENCH_ALLOW_API_KEY_ENV"  # the user's own list of further variables a matrix may name
+
+
+def check_api_key_env(name: str) -> None:
+    """Refuse a matrix that names an environment variable other than OPENAI_API_KEY as its bearer token, unless the
+    user (not the matrix) allowed it in BENCH_ALLOW_API_KEY_ENV: a matrix from elsewhere could otherwise send any
+    secret of this environment (AWS_SECRET_ACCESS_KEY, HF_TOKEN, ...) to a server of its choosing."""
+    import os
+
+    allowed = {API_KEY_ENV_DEFAULT} | {n.strip() for n in os.environ.get(API_KEY_ENV_ALLOW, "").split(",") if n.strip()}
+    if name not in allowed:
+        raise BenchInputError(
+            f"option api_key_env={name!r} for backend 'openai' would send that environment variable's value to the "
+            f"server as its bearer token; only {API_KEY_ENV_DEFAULT} is sent unless you allow another: "
+            f"export {API_KEY_ENV_ALLOW}={name} if you trust this matrix and its base_url"
+        )

@@ -409,10 +409,14 @@ def _profiling_env(nvtx: bool) -> None:
 
 
 def needs_remote_code(model: str) -> bool:
-    """Return True if the model's config.json maps to custom code (auto_map), e.g. a local Qwen-7B-Chat."""
+    """Return True if the model's config.json maps to custom code (auto_map), e.g. a local Qwen-7B-Chat: only
+    where the user trusts it (BENCH_TRUST_REMOTE_CODE=1; the parent refused the cell otherwise, see check_remote_code)."""
+    from bench.backends.trtllm.config import check_remote_code
     from bench.models import resolve_model
 
-    return bool(resolve_model(model).config.get("auto_map"))
+    config = resolve_model(model).config
+    check_remote_code(config, model)
+    return bool(config.get("auto_map"))
 
 
 def engine_llm_kwargs(key, model_dir: Path, folder: Path, workload_files: list) -> dict:
@@ -471,7 +475,9 @@ def write_calibration_set(calib_dir: Path, model_dir: Path, workload_files: list
     prompts = []
     for f in workload_files:
         prompts.extend(r.prompt_ids for r in Workload.from_json(Path(f).read_text()).requests)
-    tok = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=True)
+    from bench.backends.trtllm.config import remote_code_trusted
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=remote_code_trusted())
     calib_dir.mkdir(parents=True, exist_ok=True)
     with open(calib_dir / "train.jsonl", "w") as fh:
         for ids in prompts[:n]:

@@ -102,6 +102,7 @@ class TRTLLMConfig(BackendConfig):
 
         ref = resolve_model(cell.model)
         check_architecture(ref.config, cell.model, runtime)
+        check_remote_code(ref.config, cell.model)
         if PRECISIONS[cell.precision][3] and ref.path is None and not opts.get("engine_dir"):
             raise BenchInputError(
                 f"precision {cell.precision!r} needs calibration, which runs through the model's Hugging Face "
@@ -110,6 +111,26 @@ class TRTLLMConfig(BackendConfig):
             )
         if opts.get("engine_dir"):
             check_prebuilt_engine(Path(opts["engine_dir"]), cell)
+
+
+REMOTE_CODE_ENV = "BENCH_TRUST_REMOTE_CODE"
+
+
+def remote_code_trusted() -> bool:
+    """Whether the user (their environment, never a matrix) lets a model folder's own Python run."""
+    import os
+
+    return os.environ.get(REMOTE_CODE_ENV) == "1"
+
+
+def check_remote_code(config: dict, model: str) -> None:
+    """Refuse a model folder whose config.json maps to custom code (auto_map, e.g. Qwen-7B-Chat's modeling_qwen.py)
+    unless the user trusts it: TensorRT-LLM and transformers load it with trust_remote_code, which runs its Python."""
+    if config.get("auto_map") and not remote_code_trusted():
+        raise BenchInputError(
+            f"model {model!r} maps to custom code (config.json auto_map): loading it for TensorRT-LLM runs that "
+            f"folder's Python. Read it, then run with {REMOTE_CODE_ENV}=1 if you trust it"
+        )
 
 
 def check_fp8_capability(capability: str | None) -> None:
