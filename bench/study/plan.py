@@ -45,10 +45,11 @@ STEPS = ("run", "oom", "profile", "accuracy", "report")
 # 2026-12-02: a 7B-shape worker imported torch and transformers in 10.2 s and made its CUDA context in 0.3 s.
 IMPORTS_S = 10.2
 CUDA_INIT_S = 0.3
-# From the launcher's start to the worker's main (a record's startup.spawn_s), on the 2-core CPU machine, 2026-12-06:
-# a fork of the zygote 0.02-0.11 s, a fresh interpreter 0.2-0.4 s (without the imports).
-FORK_S = 0.1
-EXEC_S = 0.3
+# From the launcher's start to the worker's main (a record's startup.spawn_s), on the 2-core CPU VM, 2026-12-06
+# (docs/measurements/2026-12-06-cpu-worker-startup.md): a fork of the zygote 0.02-0.07 s, a fresh interpreter
+# 0.06-0.09 s without the imports.
+FORK_S = 0.05
+EXEC_S = 0.1
 OOM_KEYS = {"only", "strategy", "confirm", "decode_steps", "searches"}
 SEARCH_KEYS = {"lengths", "lower", "upper"}
 PROFILE_KEYS = {"only", "decode_steps", "warmup", "batches", "tool"}
