@@ -247,3 +247,27 @@ def test_oom_probes_are_forked_workers_each_in_a_process_of_its_own(tmp_path, mo
     recs = query.probes(query.load([tmp_path / "oom.jsonl"]))
     assert [r.build["startup"]["launch"] for r in recs] == ["fork", "fork"]
     assert len({r.environment["pid"] for r in recs}) == 2
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_forked_workers_make_their_own_cuda_context_and_hold_the_same_weights(tmp_path, monkeypatch):
+    """The zygote never touched CUDA: each fork makes its context, on the GPU CUDA_VISIBLE_DEVICES gives it."""
+    monkeypatch.delenv(zygote.SWITCH_ENV, raising=False)
+    monkeypatch.setattr(zygote, "_shared", None)
+    m = parse_matrix({"backends": ["hf"], "model": "qwen-tiny", "precisions": ["bf16"], "max_batch_sizes": [1],
+                      "workloads": ["w"], "device": "cuda", "trials": 1, "warmup": 0,
+                      "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 4, "num_requests": 2}}})
+    _, wl_file = cached_workload(m.cells[0].workload, tmp_path / "cache")
+    built, results = [], []
+    for run in range(2):
+        job = GroupJob(m.cells[0].build_key(), [GroupItem(m.cells[0], [0], str(wl_file))], tmp_path / "engines",
+                       warmup=0, build_timeout_s=600, cell_timeout_s=600, log_dir=tmp_path / "logs",
+                       log_prefix=f"run{run}", env={"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0")})
+        events = []
+        supervise_group(job, events.append)
+        built += [e for e in events if e["event"] == "built"]
+        results += [e for e in events if e["event"] == "result"]
+    assert [r["status"] for r in results] == ["ok", "ok"], [r.get("error") for r in results]
+    assert [b["startup"]["launch"] for b in built] == ["fork", "fork"]
+    assert all(b["startup"]["cuda_init_s"] > 0 for b in built)
+    assert built[0]["weights_digest"] == built[1]["weights_digest"] is not None
