@@ -22,6 +22,11 @@ which does not initialise CUDA. A request whose environment differs from the zyg
 variable that is read at import (anything but `LATE_KEYS` and `BENCH_*`) is refused, as is a
 Python other than this one or an argv that is not `python -m MODULE ...` / `python -c CODE ...`.
 
+A fork is not a fresh process in what was fixed before it: the hash seed (PYTHONHASHSEED) and
+the addresses of the imported libraries are the zygote's in every worker of an invocation;
+everything after the fork (the CUDA context, the weights, allocations, compilation and tuning) is
+the worker's own. BENCH_ZYGOTE=0 gives pyperf's fully fresh processes where that matters.
+
 Lifetime: the zygote dies with the process that started it (PR_SET_PDEATHSIG from the thread that
 reads its socket, which lives as long as the zygote; and the socket's end-of-file), killing the
 process groups of its children; a child dies with the zygote (PR_SET_PDEATHSIG). A zygote that dies
@@ -251,6 +256,9 @@ def _run_child(sock: socket.socket, request: dict, fds: list[int], preload_s: fl
     os.chdir(request["cwd"])
     signal.signal(signal.SIGINT, signal.default_int_handler)
     FORKED = {"zygote_pid": zygote_pid, "preload_s": preload_s}
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:  # as a fresh process seeds it (Python's `random` reseeds itself after a fork)
+        numpy.random.seed()
     flag, target, *args = request["argv"]
     try:
         if flag == "-c":
