@@ -1,6 +1,5 @@
 """The fork server (bench.execution.zygote): a forked worker keeps the launcher's contract, and the fallback is today's."""
 
-import json
 import os
 import signal
 import sys

@@ -505,6 +505,7 @@ def shared(env: dict[str, str], open_log, cwd: str) -> Zygote:
 
 
 if __name__ == "__main__":
-    from bench.execution import zygote as _module  # the state (FORKED) lives in the importable module, not __main__
+    # The state (FORKED) lives in the importable module, not in __main__.
+    from bench.execution import zygote as _module
 
     raise SystemExit(_module.main(sys.argv[1:]))

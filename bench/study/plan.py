@@ -238,11 +238,11 @@ def _run_starts(matrix, est) -> tuple[int, int, bool]:
 
 def dry_run_text(plan: StudyPlan, steps: list[str], stores: dict, history: list, commands: dict, redo: bool) -> str:
     """Return the study's plan: each step's command line, cells, searches and sessions, and the estimate."""
+    from bench.execution.zygote import not_forkable
     from bench.oom.driver import plan_searches
     from bench.oom.search import probe_budget
     from bench.results import query
     from bench.results.estimate import estimate_probes, estimate_profiles
-    from bench.execution.zygote import not_forkable
     from bench.runner.matrix import run_estimate
 
     zygote = not_forkable([sys.executable, "-m", "bench.execution.worker"]) is None
