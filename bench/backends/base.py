@@ -26,6 +26,10 @@ class RunOutput:
 class Loaded:
     """A built-and-loaded model, ready to replay requests."""
 
+    # A digest of the weights as loaded (bench.backends.hf.weights.weights_digest), equal in every process that
+    # loaded the same weights; None where the backend holds no weights of its own (a server, an engine).
+    weights_digest: str | None = None
+
     def run(self, requests, max_batch_size: int, options: dict) -> RunOutput:  # pragma: no cover
         """Replay requests in batches of at most max_batch_size; options = the cell's options."""
         raise NotImplementedError

@@ -17,7 +17,13 @@ this module, which:
 - writes each child's log to a file created new (`new_log`, `replace_log`), never appended to
   by another process, so a death is judged from that process's own output;
 - classifies a death (`death`): bench.machine.failures.classify_exit on the log's tail, with the
-  kernel OOM killer's counter as the evidence a SIGKILL needs to count as an out-of-memory.
+  kernel OOM killer's counter as the evidence a SIGKILL needs to count as an out-of-memory;
+- forks a worker from this invocation's zygote where the caller asks (`start(..., preload=...)`:
+  bench.execution.zygote, the modules a worker imports loaded once), with the same group, log,
+  environment and exit status; else, or where the zygote cannot (BENCH_ZYGOTE=0, another
+  Python, an environment that differs in what is read at import, a dead zygote), a fresh process.
+  The child's environment says when it was started (BENCH_LAUNCHED_AT) and, if fresh, why
+  (BENCH_LAUNCH), for the worker's start-up breakdown.
 """
 
 from __future__ import annotations
@@ -27,15 +33,17 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from bench.execution import zygote
+from bench.execution.zygote import PARENT_PID_ENV, parent_death_signal
 from bench.machine.failures import classify_exit, killed_by_sigkill
 
-PARENT_PID_ENV = "BENCH_PARENT_PID"
+LAUNCHED_AT_ENV = "BENCH_LAUNCHED_AT"  # time.time() when the launcher started the child
+LAUNCH_ENV = "BENCH_LAUNCH"  # a fresh child asked to fork: "exec (why not forked)"
 # The folder holding the `bench` package this process runs: the child imports the same one.
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -59,20 +67,12 @@ def child_env(extra: dict | None = None, *, drop: tuple[str, ...] = (), watch_pa
 def die_with_parent() -> None:
     """In a child: ask Linux to SIGKILL this process when its parent dies; exit now if the parent is already gone.
 
-    The parent is the process named by BENCH_PARENT_PID (`child_env`); without it, nothing is asked.
+    The parent is the process named by BENCH_PARENT_PID (`child_env`; a zygote's child: the zygote);
+    without it, nothing is asked.
     """
     parent_pid = os.environ.get(PARENT_PID_ENV)
-    if not sys.platform.startswith("linux") or not parent_pid:
-        return
-    import ctypes
-
-    PR_SET_PDEATHSIG = 1
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != int(parent_pid):  # it died before prctl: nobody would ever read our results
-        os._exit(1)
+    if parent_pid:
+        parent_death_signal(int(parent_pid))
 
 
 def new_log(log_dir: Path, prefix: str, first: int = 1) -> tuple[Path, BinaryIO]:
@@ -106,12 +106,24 @@ def replace_log(path: Path) -> BinaryIO:
     raise FileExistsError(f"{path} is created again as soon as it is removed: is another bench writing there?")
 
 
-def start(argv: list[str], log: BinaryIO, env: dict[str, str], *, events: bool = False) -> subprocess.Popen:
-    """Start argv in a process group of its own, writing its output to `log`.
+def start(argv: list[str], log: BinaryIO, env: dict[str, str], *, events: bool = False,
+          preload: tuple[str, ...] | None = None):
+    """Start argv in a process group of its own, writing its output to `log`; return its Popen (or ForkedProcess).
 
     events: a worker's shape: stdin and stdout are pipes (its job in, its event stream out) and only
     stderr goes to the log; otherwise stdout and stderr both go to the log and stdin is empty.
+    preload: fork it from this invocation's zygote after importing these modules there (a worker's
+    backend runtime); None: a fresh process. A fork that cannot be made starts a fresh process and
+    says why on the log's first line.
     """
+    env = {**env, LAUNCHED_AT_ENV: repr(time.time())}
+    if preload is not None:
+        proc, reason = _fork(argv, log, env, events, preload)
+        if proc is not None:
+            return proc
+        log.write(f"[bench launcher] a fresh process, not a fork of the zygote: {reason}\n".encode())
+        log.flush()
+        env[LAUNCH_ENV] = f"exec ({reason})"
     return subprocess.Popen(
         argv,
         stdin=subprocess.PIPE if events else subprocess.DEVNULL,
@@ -122,8 +134,47 @@ def start(argv: list[str], log: BinaryIO, env: dict[str, str], *, events: bool =
     )
 
 
-def kill_group(proc: subprocess.Popen) -> None:
-    """Kill a process started by `start` and every process of its group (SIGKILL); wait for it."""
+def _fork(argv: list[str], log: BinaryIO, env: dict[str, str], events: bool, preload: tuple[str, ...]):
+    """Return (the worker forked from the zygote, None), or (None, why it was not)."""
+    reason = zygote.not_forkable(argv)
+    log_name = getattr(log, "name", None)
+    if reason is None and not isinstance(log_name, str):
+        reason = "its log is not a named file"
+    # The zygote's environment is this process's (child_env), not this request's: a job's own variables that are read at
+    # import or at the interpreter's start (PYTHONPATH, sitecustomize) make that job's workers fresh processes instead.
+    base = child_env()
+    if reason is None and (name := zygote.difference(env, base)) is not None:
+        reason = f"its {name} differs from this process's and is read at import"
+    if reason is not None:
+        return None, reason
+    server = zygote.shared(base, lambda: new_log(Path(log_name).parent, "zygote")[1], PACKAGE_ROOT)
+    if events:
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        child_ends, ours = (in_r, out_w), (in_w, out_r)
+        fds = (in_r, out_w, log.fileno())
+    else:
+        null = os.open(os.devnull, os.O_RDONLY)
+        child_ends, ours = (null,), ()
+        fds = (null, log.fileno(), log.fileno())
+    log.flush()
+    try:
+        proc = server.spawn(argv, fds, env, tuple(preload))
+    except zygote.Unavailable as exc:
+        for fd in ours:
+            os.close(fd)
+        return None, str(exc)
+    finally:
+        for fd in child_ends:  # the child holds its own copies now
+            os.close(fd)
+    if events:
+        proc.stdin, proc.stdout = os.fdopen(in_w, "wb"), os.fdopen(out_r, "rb")
+    return proc, None
+
+
+def kill_group(proc) -> None:
+    """Kill a process started by `start` and every process of its group (SIGKILL); wait for it (a fork: its
+    exit status comes from the zygote, which reaps it)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -131,7 +182,7 @@ def kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def wait_or_kill(proc: subprocess.Popen, grace_s: float) -> None:
+def wait_or_kill(proc, grace_s: float) -> None:
     """Wait up to grace_s for a process to exit, then kill its group."""
     try:
         proc.wait(timeout=grace_s)
@@ -237,12 +288,14 @@ class SessionOutcome:
 
 
 def run_session(argv: list[str], result_file: Path, log_path: Path, *, timeout: float, what: str = "session",
-                extra_env: dict | None = None, drop_env: tuple[str, ...] = (), watch_parent: bool = True) -> SessionOutcome:
+                extra_env: dict | None = None, drop_env: tuple[str, ...] = (), watch_parent: bool = True,
+                preload: tuple[str, ...] | None = None) -> SessionOutcome:
     """Run one session-style child (it writes one JSON result file) to its end or its timeout; return its outcome.
 
     The result file is removed first (an earlier run's must not pass for this one's) and the log is
     a new file at log_path. On the timeout, or Ctrl-C (KeyboardInterrupt is raised again), the
-    child's whole process group is killed. `what` names the child in the error text.
+    child's whole process group is killed. `what` names the child in the error text. preload: fork it
+    from the zygote (`start`); None, the default: a fresh process.
     """
     result_file = Path(result_file)
     result_file.unlink(missing_ok=True)
@@ -250,7 +303,7 @@ def run_session(argv: list[str], result_file: Path, log_path: Path, *, timeout: 
     kills = oom_kill_counter()
     t0 = time.perf_counter()
     with replace_log(log_path) as log:
-        proc = start(argv, log, env)
+        proc = start(argv, log, env, preload=preload)
         try:
             returncode = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -13,8 +13,11 @@ never appended to by another process), so a death is classified from that proces
 and output only, never from what an earlier worker printed. What is the supervisor's own: the
 event stream, the progress timeouts, and turning a hang or a death into its cell's outcome.
 
-A tensor-parallel group of a backend that launches ranks (hf) runs its worker as one process
-per GPU under torchrun; the job then travels in a file beside the log, and rank 0 reports.
+A worker is a fork of the invocation's zygote (bench.execution.zygote: the backend's runtime
+imported once), except a tensor-parallel group of a backend that launches ranks (hf), which runs
+its worker as one process per GPU under torchrun (the job then travels in a file beside the log,
+and rank 0 reports), a job that asks for fresh processes (`zygote = False`: the Ray executor), a
+backend not in FORKED_BACKENDS, and whatever the launcher cannot fork.
 Executors run several groups at once, each from its own thread: `stop` ends a group's worker
 at once (Ctrl-C, or another group's failure) and supervise_group raises GroupStopped.
 """
@@ -34,6 +37,9 @@ from bench.execution import launcher
 
 # How long a worker may take to exit after its last event before it is killed.
 EXIT_GRACE_S = 30.0
+# Backends whose workers are forked from the zygote. Not trtllm: TensorRT-LLM starts MPI and CUDA when
+# imported, runs in its own environment, and has never run forked.
+FORKED_BACKENDS = ("hf", "fake", "openai")
 
 
 @dataclass
@@ -58,6 +64,7 @@ class GroupJob:
     # {"artifact": path, "digest": its trusted digest, "retune_on_mismatch": bool, "tuning_build": k, "export_dir": path}
     engine: dict = field(default_factory=dict)
     logs: list[Path] = field(default_factory=list)  # the files this job's workers wrote, in order
+    zygote: bool = True  # fork its workers from the invocation's zygote where the launcher can (False: fresh processes)
 
     def new_log(self):
         """Return (path, open binary file) of a log file no other process has written: created here, exclusively."""
@@ -110,6 +117,16 @@ def worker_ranks(build_key) -> int:
     return tp if tp > 1 and backend_config(build_key.backend).launches_ranks else 1
 
 
+def worker_preload(job: GroupJob, ranks: int) -> tuple[str, ...] | None:
+    """Return what the zygote imports before forking this job's worker (its backend's runtime module), or None: fresh."""
+    from bench.backends.registry import BACKENDS
+
+    backend = job.build_key.backend
+    if ranks > 1 or not job.zygote or backend not in FORKED_BACKENDS:
+        return None
+    return (BACKENDS[backend][1].split(":")[0],)
+
+
 def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event, stop=None) -> bool:
     """Run one worker over items. Return True if the group cannot go on (failure in the build)."""
     log_path, log = job.new_log()
@@ -120,7 +137,7 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event, s
         job_file = log_path.with_suffix(".job.json")
         job_file.write_bytes(payload)
         command += ["--ranks", str(ranks), str(job_file)]
-    proc = launcher.start(command, log, launcher.child_env(job.env), events=True)
+    proc = launcher.start(command, log, launcher.child_env(job.env), events=True, preload=worker_preload(job, ranks))
     oom_kills = launcher.oom_kill_counter()  # the kernel OOM killer's count when the worker started
     events: queue.Queue = queue.Queue()
 

@@ -12,6 +12,15 @@ PR_SET_PDEATHSIG), so a parent killed with SIGKILL leaves no worker behind holdi
 Events: {"event": "env"}, {"event": "built"}, {"event": "start", cell_id, trial},
 {"event": "result", cell_id, trial, status, ...}, {"event": "skipped", cell_id, trials}
 (trials not run after a failed one), {"event": "fatal", ...}.
+
+Start-up breakdown (`startup`, in the built event, hence every record's `build`, and with the
+cell's warm-up in each result's `extra`): `launch` ("fork": from the zygote; "exec", or "exec
+(why not forked)"), `spawn_s` (the launcher's start to this process's main, less the imports the
+zygote did for it), `imports_s` (the backend's runtime and the libraries its PRELOAD names: in a
+fork, what the zygote imported for this request, 0 once it has them), `cuda_init_s` (a CUDA
+context on the cell's device; None off CUDA), `build_s`, `load_s`, and per cell `warmup_s`.
+The built event also carries `weights_digest` (bench.backends.hf.weights: equal in every process
+that loaded the same weights).
 """
 
 from __future__ import annotations
@@ -65,6 +74,50 @@ def _compile_phases(utils, shown: int = 6) -> str:
     return ("; longest compile phases: " + ", ".join(f"{k} {t:.1f} s" for t, k in totals)) if totals else ""
 
 
+_entered_at: float | None = None  # time.time() when main() began; None: measure_group called in this process
+
+
+def launch_info() -> dict:
+    """Return how this worker process started: `launch`, `spawn_s` and the imports the zygote made for it (`imports_s`)."""
+    from bench.execution.launcher import LAUNCH_ENV, LAUNCHED_AT_ENV
+    from bench.execution.zygote import forked
+
+    fork = forked()
+    imports_s = fork["preload_s"] if fork else 0.0
+    launched = os.environ.get(LAUNCHED_AT_ENV)
+    spawn_s = None
+    if launched and _entered_at is not None:
+        spawn_s = max(0.0, _entered_at - float(launched) - imports_s)
+    return {"launch": "fork" if fork else os.environ.get(LAUNCH_ENV, "exec"), "spawn_s": spawn_s, "imports_s": imports_s}
+
+
+def import_runtime(backend_cls) -> float:
+    """Import the libraries the backend's runtime module lists in PRELOAD (torch, transformers, ...); return the seconds."""
+    import importlib
+
+    t0 = time.perf_counter()
+    for name in getattr(sys.modules[backend_cls.__module__], "PRELOAD", ()):
+        importlib.import_module(name)
+    return time.perf_counter() - t0
+
+
+def init_cuda(backend_cls, device: str) -> float | None:
+    """Return the seconds a CUDA context on `device` took to create, for a backend that runs torch; None elsewhere.
+
+    A failure is left to the backend, which raises it where it always did (the load)."""
+    if not device.startswith("cuda") or "torch" not in getattr(sys.modules[backend_cls.__module__], "PRELOAD", ()):
+        return None
+    import torch
+
+    t0 = time.perf_counter()
+    try:
+        torch.empty(1, device=device)
+        torch.cuda.synchronize(device)
+    except Exception:  # noqa: BLE001 - no CUDA here: the load says so
+        return None
+    return time.perf_counter() - t0
+
+
 def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
     """Build the job's artifact once, then warm up and measure each cell's trials, emitting events."""
     from bench.backends.registry import backend_class
@@ -75,7 +128,10 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
     from bench.spec.cells import BuildKey, Cell
     from bench.workloads.workload import Workload
 
+    startup = launch_info()
     key = BuildKey.from_dict(job["build_key"])
+    backend_cls = backend_class(key.backend)
+    startup["imports_s"] += import_runtime(backend_cls)
     device = rank_device(key.device)  # under torchrun: this rank's GPU
     if device != key.device:
         import torch
@@ -89,7 +145,8 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
         environment["tensor_parallel_gpus"] = [str(nvml_device(d)) for d in sampled] if isinstance(sampled, list) \
             else [device] * world
     emit({"event": "env", "environment": environment})
-    backend = backend_class(key.backend)()
+    startup["cuda_init_s"] = init_cuda(backend_cls, device)
+    backend = backend_cls()
     # Backends that calibrate while building (trtllm) read the group's requests from these files.
     backend.workload_files = sorted({item["workload_file"] for item in job["cells"]})
     # What this process does with its engine: load an artifact, build it as tuning build k, export it.
@@ -122,7 +179,9 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
     t2 = time.perf_counter()
     _phase(f"loaded in {t2 - t1:.1f} s")
     build_info = artifact.get("build_info", {}) if isinstance(artifact, dict) else {}
-    emit({"event": "built", "build_s": t1 - t0, "load_s": t2 - t1, **build_info, **memory_cap})
+    startup.update(build_s=t1 - t0, load_s=t2 - t1)
+    emit({"event": "built", "build_s": t1 - t0, "load_s": t2 - t1, **build_info, **memory_cap, "startup": startup,
+          "weights_digest": loaded.weights_digest})
 
     workloads: dict[str, Workload] = {}
     export_failed = False
@@ -140,7 +199,8 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
             _phase(f"cell {cell.cell_id}: warm-up (compilation and tuning happen here)")
             t_warm = time.perf_counter()
             warmup = loaded.warmup(requests, cell.max_batch_size, cell.options_dict, settings["warmup"])
-            _phase(f"cell {cell.cell_id}: warm-up done in {time.perf_counter() - t_warm:.1f} s{_compile_cache_counts()}")
+            cell_startup = {**startup, "warmup_s": time.perf_counter() - t_warm}
+            _phase(f"cell {cell.cell_id}: warm-up done in {cell_startup['warmup_s']:.1f} s{_compile_cache_counts()}")
         except Exception as exc:
             if not item["trials"]:  # a build without measurement (bench build): no artifact of a failed warm-up
                 emit({"event": "warmup_failed", "cell_id": cell.cell_id, "status": classify_exception(exc),
@@ -171,7 +231,7 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
                         Sampler(sampled) as sampler:  # NVML sampled in a thread; None on CPU
                     out = loaded.run(requests, cell.max_batch_size, cell.options_dict)
                 extra = {**out.extra, "warmup": warmup, "telemetry": sampler.timeline, "kernels": kernels,
-                         "host_load": load.summary}
+                         "host_load": load.summary, "startup": cell_startup}
                 # The GPUs the pass ran on: this process's tensor-parallel ranks, or what the backend says (a server's)
                 gpus = extra.pop("gpus", world)
                 metrics = pass_result(out, extra.pop("metrics", {}), sampler.summary, gpus, extra).to_dict()
@@ -194,7 +254,8 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
                 peak = device_peak_bytes()  # how far the failed pass got (an OOM's "peak memory seen")
                 emit({"event": "result", "cell_id": cell.cell_id, "trial": trial, "status": status,
                       "error": _describe(exc), "started_at": started_at, "ended_at": time.time(),
-                      "extra": {} if peak is None else {"peak_memory_bytes_at_failure": peak}})
+                      "extra": {"startup": cell_startup,
+                                **({} if peak is None else {"peak_memory_bytes_at_failure": peak})}})
                 loaded.recover()
                 failed = True
     if engine.get("export_dir") and not export_failed:
@@ -315,6 +376,8 @@ def _launch_ranks(ranks: int, job_file: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global _entered_at
+    _entered_at = time.time()
     argv = sys.argv[1:] if argv is None else argv
     ranks = 1
     if argv[:1] == ["--ranks"]:

@@ -6,6 +6,12 @@ probe is stored as an OomProbe record (bench.results.records.new_record) carryin
 oom` invocation's run context and extra.probe = the worst case it stands for. Stored probes
 are reused (same cell, trial, cap and environment) unless `redo`, so a re-run of `bench oom`
 costs nothing.
+
+Each probe is a worker process of its own, forked from the invocation's zygote (bench.execution.zygote:
+torch and transformers imported once per `bench oom`, not per probe); its record's `build.startup`
+says so. A probe compiles only where its cell does (compile != off): the compiled step's CUDA-graph
+pool is part of the peak it measures (docs/guide/oom.md); with warmup 0 nothing else runs before its
+one pass.
 """
 
 from __future__ import annotations

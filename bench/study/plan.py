@@ -26,17 +26,30 @@ measure (e.g. the fake backend) has no accuracy step unless [study.accuracy] ask
 the reason is an error before any step runs).
 
 `study_plan` reads and checks it (`StudyPlan`), `step_commands` gives each step's equivalent
-command line, and `dry_run_text` the plan with an estimate from stored records (`--dry-run`).
+command line, and `dry_run_text` the plan with an estimate (`--dry-run`): per pass and per compile
+(the warm-up) from stored records (bench.results.estimate), per hf worker start from the model
+below (`worker_starts`), whose constants docs/guide/gpu-study.md dates and sources.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.errors import BenchInputError, choices
 
 STEPS = ("run", "oom", "profile", "accuracy", "report")
+
+# The start of an hf worker process, which stored records leave out (docs/guide/gpu-study.md). Measured on the H200,
+# 2026-12-02: a 7B-shape worker imported torch and transformers in 10.2 s and made its CUDA context in 0.3 s.
+IMPORTS_S = 10.2
+CUDA_INIT_S = 0.3
+# From the launcher's start to the worker's main (a record's startup.spawn_s), on the 2-core CPU VM, 2026-12-06
+# (docs/measurements/2026-12-06-cpu-worker-startup.md): a fork of the zygote 0.02-0.07 s, a fresh interpreter
+# 0.06-0.09 s without the imports.
+FORK_S = 0.05
+EXEC_S = 0.1
 OOM_KEYS = {"only", "strategy", "confirm", "decode_steps", "searches"}
 SEARCH_KEYS = {"lengths", "lower", "upper"}
 PROFILE_KEYS = {"only", "decode_steps", "warmup", "batches", "tool"}
@@ -188,14 +201,52 @@ def step_commands(plan: StudyPlan, preset: str | None, matrix_file: str | None, 
     return out
 
 
+def worker_starts(forked: int, fresh: int, cuda: bool, zygote: bool = True, imported: bool = False) -> tuple[float, str]:
+    """Return (seconds, words) for hf worker starts: `forked` from the zygote (its imports once per invocation, unless an
+    earlier step of it paid them: `imported`; then a fork each), `fresh` (tensor-parallel ranks, or all with
+    BENCH_ZYGOTE=0: the imports each); a CUDA context each on a GPU. The build, load, warm-up (compilation) and passes
+    are the stored records' part."""
+    context = CUDA_INIT_S if cuda else 0.0
+    if not zygote:
+        forked, fresh = 0, forked + fresh
+    once = IMPORTS_S if forked and not imported else 0.0
+    total = once + forked * (FORK_S + context) + fresh * (EXEC_S + IMPORTS_S + context)
+    parts = []
+    if forked:
+        parts.append((f"imports {IMPORTS_S:g} s once (the zygote) + " if once else "")
+                     + f"{forked} fork(s) x ({FORK_S:g} s + CUDA context {context:g} s)")
+    if fresh:
+        parts.append(f"{fresh} fresh process(es) x ({EXEC_S:g} s + imports {IMPORTS_S:g} s + CUDA context {context:g} s)")
+    return total, f"hf worker starts, which the stored records leave out: {' + '.join(parts)} = {total:.0f} s"
+
+
+def _run_starts(matrix, est) -> tuple[int, int, bool]:
+    """Return (forked, fresh, on CUDA) worker starts of the hf build groups still to run: each group's most runs."""
+    from bench.backends.declaration import tensor_parallel_size
+
+    runs = {c.label: c.runs for c in est.cells}
+    groups: dict[str, tuple[int, int]] = {}
+    for cell in matrix.cells:
+        if cell.backend == "hf" and runs.get(cell.label):
+            key = cell.build_key()
+            ranks = tensor_parallel_size(key.options)
+            groups[key.key_hash] = (max(groups.get(key.key_hash, (0, ranks))[0], runs[cell.label]), ranks)
+    forked = sum(n for n, ranks in groups.values() if ranks == 1)
+    fresh = sum(n * ranks for n, ranks in groups.values() if ranks > 1)
+    return forked, fresh, any(c.device.startswith("cuda") for c in matrix.cells if c.backend == "hf")
+
+
 def dry_run_text(plan: StudyPlan, steps: list[str], stores: dict, history: list, commands: dict, redo: bool) -> str:
     """Return the study's plan: each step's command line, cells, searches and sessions, and the estimate."""
+    from bench.execution.zygote import not_forkable
     from bench.oom.driver import plan_searches
     from bench.oom.search import probe_budget
     from bench.results import query
     from bench.results.estimate import estimate_probes, estimate_profiles
     from bench.runner.matrix import run_estimate
 
+    zygote = not_forkable([sys.executable, "-m", "bench.execution.worker"]) is None
+    imported = False  # whether an earlier step of this study has paid the zygote's imports
     extra = [r for h in history for r in query.load([h])]
     lines = [f"study of matrix {plan.matrix.name!r}: steps {', '.join(steps)}"]
     known = 0.0
@@ -208,6 +259,12 @@ def dry_run_text(plan: StudyPlan, steps: list[str], stores: dict, history: list,
         est = run_estimate(plan.matrix, stores["run"], history, redo)
         known += est.known_s
         lines += ["  " + x for x in est.text().splitlines()]
+        forked, fresh, cuda = _run_starts(plan.matrix, est)
+        if forked or fresh:
+            seconds, text = worker_starts(forked, fresh, cuda, zygote)
+            imported = bool(forked)  # the steps of one `bench study` share its zygote
+            known += seconds
+            lines.append("  " + text)
     if "oom" in steps and plan.oom:
         oom_records = (query.load([stores["oom"]]) if stores["oom"].exists() else []) + extra
         for i, s in enumerate(plan.oom):
@@ -217,6 +274,13 @@ def dry_run_text(plan: StudyPlan, steps: list[str], stores: dict, history: list,
             known += most * len(searches) * per if per else 0.0
             lines += ["", f"oom: {commands[f'oom{i}']}", f"  {len(searches)} search(es), batch sizes {lower}..{upper}, "
                       f"cap {cap or 'none'} GB", "  " + text]
+            hf = [c for c, _, _ in searches.values() if c.backend == "hf"]
+            if hf:  # each probe is a worker: forked from `bench oom`'s own zygote
+                seconds, text = worker_starts(most * len(hf), 0, any(c.device.startswith("cuda") for c in hf), zygote,
+                                              imported)
+                imported = True
+                known += seconds
+                lines.append("  " + text)
     if "profile" in steps and plan.profile is not None:
         prof_records = (query.load([stores["profile"]]) if stores["profile"].exists() else []) + extra
         total, text = estimate_profiles(plan.profile_matrix.cells, prof_records)
@@ -239,6 +303,6 @@ def dry_run_text(plan: StudyPlan, steps: list[str], stores: dict, history: list,
             lines += [f"    {c.label}" for c in cells]
     if "report" in steps:
         lines += ["", f"report: {commands['report']}"]
-    lines += ["", f"known from stored records: {known:.0f} s ({known / 60:.1f} min); parts with no stored figure are "
-              "listed above as not known"]
+    lines += ["", f"known from stored records and the worker-start model: {known:.0f} s ({known / 60:.1f} min); parts "
+              "with no stored figure are listed above as not known"]
     return "\n".join(lines)

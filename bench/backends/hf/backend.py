@@ -9,6 +9,7 @@ synchronisation: on CUDA each step records an event, read once after the batch.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import time
@@ -32,6 +33,11 @@ from bench.workloads.request import RequestTiming
 
 # Static-cache lengths are rounded up so cells with similar workloads share compiled shapes.
 CACHE_LEN_ROUND = 128
+# What a worker of this backend imports before its first pass: the fork server imports these once per
+# invocation and forks each worker from there (bench.execution.zygote); a fresh worker times them (`imports_s`).
+PRELOAD = ("torch", "transformers", "transformers.models.auto.modeling_auto",
+           "transformers.models.qwen2.modeling_qwen2", "transformers.generation", "bench.backends.hf.loop",
+           "bench.backends.hf.weights")
 
 
 class HFBackend(HFConfig, Backend):
@@ -116,13 +122,15 @@ class HFLoaded(Loaded):
         kwargs[dtype_kw] = self.dtype
         if self.tensor_parallel > 1:
             self.model = load_tensor_parallel(ref, self.tensor_parallel, kwargs)
-        elif ref.path:
-            self.model = AutoModelForCausalLM.from_pretrained(ref.path, **kwargs).to(self.device)
+        elif ref.path:  # a checkpoint's tensors go straight to the device where transformers can place them
+            placed = major_minor(transformers.__version__) >= (5, 0) or importlib.util.find_spec("accelerate")
+            placement = {"device_map": {"": str(self.device)}} if placed else {}
+            self.model = AutoModelForCausalLM.from_pretrained(ref.path, **kwargs, **placement).to(self.device)
         else:
-            config = AutoConfig.for_model(**ref.config)
-            torch.manual_seed(0)
-            with self.device:  # initialise the random weights directly on the device
-                self.model = AutoModelForCausalLM.from_config(config, **kwargs)
+            from bench.backends.hf.weights import random_model
+
+            torch.manual_seed(0)  # the global generator as before; the weights draw from their own (weights.py)
+            self.model = random_model(AutoConfig.for_model(**ref.config), self.device, **kwargs)
         self.model.eval()
         if opts.get("corrupt_layer", -1) != -1:  # tests only: a known-broken model (the declaration refuses it elsewhere)
             from bench.backends.hf.corrupt import corrupt_layer
@@ -142,6 +150,10 @@ class HFLoaded(Loaded):
 
             plant(self.model, *parse_plant(opts["plant"]))
         self.num_parameters = sum(p.numel() for p in self.model.parameters())  # the model's, before quantization
+        if self.tensor_parallel == 1:  # a rank's shards are not the model's weights: no digest for them
+            from bench.backends.hf.weights import weights_digest
+
+            self.weights_digest = weights_digest(self.model)  # before quantization: the weights it started from
         self.quantize_s = None
         self.quant: dict | None = None
         if self.precision in TORCHAO:

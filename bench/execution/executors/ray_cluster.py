@@ -84,7 +84,8 @@ class GroupActor:
             files[name] = str(path)
         items = [GroupItem(it.cell, it.trials, files[Path(it.workload_file).name]) for it in job.items]
         self.job = replace(job, items=items, engines_dir=node_dir(Path(job.engines_dir), "engines"),
-                           log_dir=node_dir(Path(job.log_dir), "logs"), logs=[])
+                           log_dir=node_dir(Path(job.log_dir), "logs"), logs=[],
+                           zygote=False)  # an actor's workers are fresh processes (the launcher's fallback)
         self.events: queue.Queue = queue.Queue()
         self.stop_event = threading.Event()
         self.thread: threading.Thread | None = None

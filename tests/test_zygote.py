@@ -1,0 +1,272 @@
+"""The fork server (bench.execution.zygote): a forked worker keeps the launcher's contract, and the fallback is today's."""
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.execution import launcher, zygote
+from bench.execution.supervisor import GroupItem, GroupJob, supervise_group
+from bench.spec.matrix import parse_matrix
+from bench.workloads.workload import cached_workload
+
+pytestmark = pytest.mark.skipif(zygote.not_forkable([sys.executable, "-c", "pass"]) not in (None, "BENCH_ZYGOTE=0"),
+                                reason="no fork server on this platform")
+
+# A session-style child: it writes what it was started with to argv[1].
+SAYS_WHO_IT_IS = """
+import json, os, sys
+from bench.execution.zygote import forked
+json.dump({"env": {k: os.environ.get(k) for k in ("BENCH_PARENT_PID", "BENCH_EXTRA", "CUDA_VISIBLE_DEVICES", "BENCH_LAUNCH")},
+           "pid": os.getpid(), "pgid": os.getpgid(0), "ppid": os.getppid(), "cwd": os.getcwd(), "forked": forked(),
+           "argv": sys.argv}, open(sys.argv[1], "w"))
+print("said on stdout"); print("said on stderr", file=sys.stderr)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def _session(tmp_path, code, *args, timeout=60, **kwargs):
+    result, log = tmp_path / "r.json", tmp_path / "logs" / "s.log"
+    out = launcher.run_session([sys.executable, "-c", code, str(result), *args], result, log, timeout=timeout,
+                               preload=(), **kwargs)
+    return out, log
+
+
+def test_a_fork_gets_its_own_group_log_environment_and_folder(tmp_path, monkeypatch):
+    monkeypatch.delenv(zygote.SWITCH_ENV, raising=False)
+    out, log = _session(tmp_path, SAYS_WHO_IT_IS, "x", extra_env={"BENCH_EXTRA": "e", "CUDA_VISIBLE_DEVICES": "3"})
+    assert out.status == "ok" and out.returncode == 0, out.error
+    me = out.result
+    assert me["forked"] is not None, me["env"]["BENCH_LAUNCH"]  # a fork of the zygote, not a fresh interpreter
+    assert me["pgid"] == me["pid"] != os.getpgid(0)  # setsid: the launcher's kill reaches its whole group
+    assert me["env"]["BENCH_PARENT_PID"] == str(me["ppid"]) != str(os.getpid())  # it dies with the zygote
+    assert me["env"]["BENCH_EXTRA"] == "e" and me["env"]["CUDA_VISIBLE_DEVICES"] == "3" and me["env"]["BENCH_LAUNCH"] is None
+    assert me["cwd"] == str(tmp_path) and me["argv"] == ["-c", str(tmp_path / "r.json"), "x"]
+    assert "said on stdout" in log.read_text() and "said on stderr" in log.read_text()
+    # a variable read at import (here PYTHONPATH) makes a fresh process, with the reason on its log's first line
+    out, log = _session(tmp_path, SAYS_WHO_IT_IS, extra_env={"PYTHONPATH": str(tmp_path) + os.pathsep + os.environ["PYTHONPATH"]})
+    assert out.status == "ok" and out.result["forked"] is None
+    assert out.result["env"]["BENCH_LAUNCH"].startswith("exec (its PYTHONPATH differs")
+    assert log.read_text().startswith("[bench launcher] a fresh process, not a fork of the zygote: its PYTHONPATH")
+
+
+@pytest.mark.parametrize("switch", ["1", "0"])
+def test_an_exit_status_and_a_signal_read_the_same_forked_or_not(tmp_path, monkeypatch, switch):
+    monkeypatch.setenv(zygote.SWITCH_ENV, switch)
+    out, log = _session(tmp_path, "import sys; print('torch.OutOfMemoryError: CUDA out of memory.'); sys.exit(1)")
+    assert out.status == "oom" and out.returncode == 1 and "CUDA out of memory" in out.error
+    out, _ = _session(tmp_path, "import os; os._exit(3)")
+    assert out.status == "error" and out.returncode == 3 and "session exited with status 3" in out.error
+    out, _ = _session(tmp_path, "import os; os.kill(os.getpid(), 9)")
+    assert out.status == "error" and out.returncode == -signal.SIGKILL and "killed by SIGKILL" in out.error
+    out, log = _session(tmp_path, "raise ValueError('boom')")
+    assert out.returncode == 1 and "ValueError: boom" in log.read_text()
+    forked = "BENCH_ZYGOTE=0" not in log.read_text()
+    assert forked == (switch == "1")
+
+
+def test_a_timeout_kills_the_forked_child_and_its_whole_group(tmp_path, monkeypatch):
+    monkeypatch.delenv(zygote.SWITCH_ENV, raising=False)
+    code = ("import os, subprocess, sys, time\n"
+            "child = subprocess.Popen(['sleep', '300'])\n"
+            "open(sys.argv[1] + '.pids', 'w').write(f'{os.getpid()} {child.pid}')\n"
+            "time.sleep(300)\n")
+    t0 = time.monotonic()
+    out, _ = _session(tmp_path, code, timeout=2, what="probe")
+    assert out.status == "timeout" and out.returncode is None and time.monotonic() - t0 < 30
+    assert out.error.startswith("probe ran past 2 s; log ")
+    pids = [int(p) for p in (tmp_path / "r.json.pids").read_text().split()]
+    time.sleep(0.2)
+    assert not any(_alive(p) for p in pids)
+
+
+def _group(tmp_path, fail, cell_timeout_s=30.0, sizes=(1,)):
+    m = parse_matrix({
+        "backends": ["fake"], "model": "qwen-tiny", "precisions": ["bf16"], "max_batch_sizes": list(sizes),
+        "workloads": ["w"], "device": "cpu", "trials": 2, "warmup": 0, "options": {"fail": fail},
+        "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 4, "num_requests": 2}},
+    })
+    _, wl_file = cached_workload(m.cells[0].workload, tmp_path / "cache")
+    job = GroupJob(m.cells[0].build_key(), [GroupItem(c, [0, 1], str(wl_file)) for c in m.cells], tmp_path / "engines",
+                   warmup=0, build_timeout_s=30, cell_timeout_s=cell_timeout_s, log_dir=tmp_path / "logs",
+                   log_prefix="store-key")
+    events = []
+    supervise_group(job, events.append)
+    return job, events
+
+
+@pytest.mark.parametrize("switch", ["1", "0"])
+def test_a_hanging_crashing_or_killed_worker_ends_its_cell_as_without_the_zygote(tmp_path, monkeypatch, switch):
+    monkeypatch.setenv(zygote.SWITCH_ENV, switch)
+    launch = "fork" if switch == "1" else "exec (BENCH_ZYGOTE=0)"
+    job, events = _group(tmp_path / "hang", "hang", cell_timeout_s=1.0)
+    built = next(e for e in events if e["event"] == "built")
+    assert built["startup"]["launch"] == launch
+    result = next(e for e in events if e["event"] == "result")
+    assert result["status"] == "timeout" and result["error"].startswith("timeout: no progress within 1 s; worker killed")
+    assert [e["trials"] for e in events if e["event"] == "skipped"] == [[1]]
+    for fail, needle in (("crash", "worker exited with status 3"), ("sigkill", "worker killed by SIGKILL")):
+        job, events = _group(tmp_path / fail, fail)
+        result = next(e for e in events if e["event"] == "result")
+        assert result["status"] == "error" and result["error"].startswith(needle), result["error"]
+        assert str(job.logs[0]) in result["error"]
+
+
+def test_every_record_says_how_its_worker_started(tmp_path, monkeypatch):
+    monkeypatch.delenv(zygote.SWITCH_ENV, raising=False)
+    _, events = _group(tmp_path, "none", sizes=(1, 2))
+    built = next(e for e in events if e["event"] == "built")
+    startup = built["startup"]
+    assert startup["launch"] == "fork" and startup["cuda_init_s"] is None  # on the CPU: no CUDA context
+    assert all(startup[k] >= 0 for k in ("spawn_s", "imports_s", "build_s", "load_s"))
+    results = [e for e in events if e["event"] == "result"]
+    assert len(results) == 4 and all(r["status"] == "ok" for r in results)
+    for r in results:
+        assert r["extra"]["startup"] == {**startup, "warmup_s": r["extra"]["startup"]["warmup_s"]}
+    assert built["weights_digest"] is None  # the fake backend holds no weights
+
+
+def test_a_zygote_that_dies_leaves_fresh_processes(tmp_path, monkeypatch):
+    monkeypatch.delenv(zygote.SWITCH_ENV, raising=False)
+    monkeypatch.setattr(zygote, "_shared", None)  # a zygote of this test's own
+    out, _ = _session(tmp_path, SAYS_WHO_IT_IS)
+    assert out.result["forked"] is not None
+    server = zygote._shared
+    os.kill(server.proc.pid, signal.SIGKILL)
+    server.proc.wait()
+    deadline = time.monotonic() + 10
+    while server.dead is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    out, log = _session(tmp_path, SAYS_WHO_IT_IS)
+    assert out.status == "ok" and out.result["forked"] is None
+    assert "the zygote exited with status -9" in out.result["env"]["BENCH_LAUNCH"]
+    assert "the zygote exited with status -9" in log.read_text().splitlines()[0]
+
+
+def test_the_zygote_refuses_to_fork_once_a_thread_exists_and_lets_only_late_variables_differ():
+    import threading
+
+    before = threading.active_count()
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert f"{before + 1} Python threads" in zygote.cuda_state()
+    finally:
+        stop.set()
+        thread.join()
+    assert zygote.difference({"A": "1", "CUDA_VISIBLE_DEVICES": "0", "BENCH_X": "1"}, {"A": "1"}) is None
+    assert zygote.difference({"A": "1", "PYTHONPATH": "/x"}, {"A": "1"}) == "PYTHONPATH"
+
+
+def test_the_random_weights_are_the_same_in_every_process_and_every_order(tmp_path):
+    torch = pytest.importorskip("torch")
+    from transformers import AutoConfig
+
+    from bench.backends.hf.weights import random_model, tensor_seed, weights_digest
+    from bench.models import NAMED_MODELS
+
+    config = dict(NAMED_MODELS["qwen-tiny"])
+    model = random_model(AutoConfig.for_model(**config), torch.device("cpu"), dtype=torch.float32)
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # tied stays tied
+    assert all(bool((m.weight == 1).all()) for name, m in model.named_modules() if type(m).__name__.endswith("RMSNorm"))
+    assert all(bool((p == 0).all()) for name, p in model.named_parameters() if name.endswith("bias"))
+    up = model.model.layers[1].mlp.up_proj.weight
+    assert abs(float(up.detach().std()) - 0.02) < 0.002
+    # one tensor's values depend on its name only: drawn alone, it is the same tensor (load order does not matter)
+    alone = torch.empty_like(up).normal_(0.0, 0.02, generator=torch.Generator().manual_seed(
+        tensor_seed("model.layers.1.mlp.up_proj.weight")))
+    assert torch.equal(alone, up)
+    # the rotary frequencies are computed, not left on the meta device: as transformers computes them
+    from transformers import AutoModelForCausalLM
+
+    reference = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config), dtype=torch.float32)
+    assert torch.equal(model.model.rotary_emb.inv_freq, reference.model.rotary_emb.inv_freq)
+    with torch.inference_mode():
+        assert torch.isfinite(model(torch.tensor([[1, 2, 3]])).logits).all()
+    # another process (a fresh one: no state shared with this one) computes the same digest
+    code = ("import json, torch; from transformers import AutoConfig; from bench.backends.hf.weights import random_model, "
+            "weights_digest; from bench.models import NAMED_MODELS\n"
+            "m = random_model(AutoConfig.for_model(**NAMED_MODELS['qwen-tiny']), torch.device('cpu'), dtype=torch.float32)\n"
+            "print(weights_digest(m))")
+    import subprocess
+
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                           env=launcher.child_env())
+    assert other.returncode == 0, other.stderr[-2000:]
+    digest = weights_digest(model)
+    assert other.stdout.split()[-1] == digest
+    with torch.no_grad():
+        up.view(-1)[0] += 1.0  # the first element is always among the sampled ones
+    assert weights_digest(model) != digest
+
+
+def test_a_trained_model_loads_its_own_weights(tmp_path):
+    pytest.importorskip("torch")
+    from safetensors.torch import load_file
+
+    from bench.backends.hf.backend import HFBackend
+    from bench.models import shipped_folder
+
+    m = parse_matrix({"backends": ["hf"], "model": "qwen-tiny-trained", "precisions": ["fp32"], "max_batch_sizes": [1],
+                      "workloads": ["w"], "device": "cpu",
+                      "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 4, "num_requests": 1,
+                                         "tokenizer": "qwen-tiny-trained"}}})
+    backend = HFBackend()
+    loaded = backend.load(backend.build(m.cells[0].build_key(), tmp_path / "engines"))
+    stored = load_file(str(shipped_folder("qwen-tiny-trained") / "model.safetensors"))
+    params = dict(loaded.model.named_parameters())
+    assert stored and all(name in params for name in stored)
+    assert all(bool((params[name].detach().float() == t.float()).all()) for name, t in stored.items())
+    again = backend.load(backend.build(m.cells[0].build_key(), tmp_path / "engines"))
+    assert loaded.weights_digest == again.weights_digest and len(loaded.weights_digest) == 16
+
+
+def test_oom_probes_are_forked_workers_each_in_a_process_of_its_own(tmp_path, monkeypatch):
+    from bench.oom.probes import ProbeRunner
+    from bench.results import query
+
+    monkeypatch.delenv(zygote.SWITCH_ENV, raising=False)
+    monkeypatch.setattr(zygote, "_shared", None)  # started with this test's environment (an hf build sets Inductor's)
+    m = parse_matrix({"backends": ["fake"], "model": "qwen-tiny", "precisions": ["bf16"], "max_batch_sizes": [1],
+                      "workloads": ["w"], "device": "cpu",
+                      "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 4, "num_requests": 1}}})
+    runner = ProbeRunner(m.cells[0], 16, 16, tmp_path / "oom.jsonl", engines_dir=tmp_path / "engines",
+                         workload_cache=tmp_path / "cache")
+    assert [runner(b).status for b in (1, 2)] == ["ok", "ok"]
+    recs = query.probes(query.load([tmp_path / "oom.jsonl"]))
+    assert [r.build["startup"]["launch"] for r in recs] == ["fork", "fork"]
+    assert len({r.environment["pid"] for r in recs}) == 2
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_forked_workers_make_their_own_cuda_context_and_hold_the_same_weights(tmp_path, monkeypatch):
+    """The zygote never touched CUDA: each fork makes its context, on the GPU CUDA_VISIBLE_DEVICES gives it."""
+    monkeypatch.delenv(zygote.SWITCH_ENV, raising=False)
+    monkeypatch.setattr(zygote, "_shared", None)
+    m = parse_matrix({"backends": ["hf"], "model": "qwen-tiny", "precisions": ["bf16"], "max_batch_sizes": [1],
+                      "workloads": ["w"], "device": "cuda", "trials": 1, "warmup": 0,
+                      "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 4, "num_requests": 2}}})
+    _, wl_file = cached_workload(m.cells[0].workload, tmp_path / "cache")
+    built, results = [], []
+    for run in range(2):
+        job = GroupJob(m.cells[0].build_key(), [GroupItem(m.cells[0], [0], str(wl_file))], tmp_path / "engines",
+                       warmup=0, build_timeout_s=600, cell_timeout_s=600, log_dir=tmp_path / "logs",
+                       log_prefix=f"run{run}", env={"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0")})
+        events = []
+        supervise_group(job, events.append)
+        built += [e for e in events if e["event"] == "built"]
+        results += [e for e in events if e["event"] == "result"]
+    assert [r["status"] for r in results] == ["ok", "ok"], [r.get("error") for r in results]
+    assert [b["startup"]["launch"] for b in built] == ["fork", "fork"]
+    assert all(b["startup"]["cuda_init_s"] > 0 for b in built)
+    assert built[0]["weights_digest"] == built[1]["weights_digest"] is not None
