@@ -251,7 +251,7 @@ def test_oom_probes_are_forked_workers_each_in_a_process_of_its_own(tmp_path, mo
 @pytest.mark.gpu
 def test_on_a_gpu_forked_workers_make_their_own_cuda_context_and_hold_the_same_weights(tmp_path, monkeypatch):
     """The zygote never touched CUDA: each fork makes its context, on the GPU CUDA_VISIBLE_DEVICES gives it."""
-    monkeypatch.delenv(zygote.SWITCH_ENV, raising=False)
+    monkeypatch.setenv(zygote.SWITCH_ENV, "1")  # CUDA workers fork only when asked, until this test has passed on a GPU
     monkeypatch.setattr(zygote, "_shared", None)
     m = parse_matrix({"backends": ["hf"], "model": "qwen-tiny", "precisions": ["bf16"], "max_batch_sizes": [1],
                       "workloads": ["w"], "device": "cuda", "trials": 1, "warmup": 0,
@@ -270,3 +270,13 @@ def test_on_a_gpu_forked_workers_make_their_own_cuda_context_and_hold_the_same_w
     assert [b["startup"]["launch"] for b in built] == ["fork", "fork"]
     assert all(b["startup"]["cuda_init_s"] > 0 for b in built)
     assert built[0]["weights_digest"] == built[1]["weights_digest"] is not None
+
+
+def test_cuda_workers_fork_only_when_asked(monkeypatch):
+    """Until a GPU session has run the test above, a CUDA cell's worker is a fresh process unless BENCH_ZYGOTE=1."""
+    monkeypatch.delenv(zygote.SWITCH_ENV, raising=False)
+    assert zygote.forks_on_device("cpu") and not zygote.forks_on_device("cuda") and not zygote.forks_on_device("cuda:1")
+    monkeypatch.setenv(zygote.SWITCH_ENV, "1")
+    assert zygote.forks_on_device("cuda") and zygote.forks_on_device("cpu")
+    monkeypatch.setenv(zygote.SWITCH_ENV, "0")
+    assert not zygote.forks_on_device("cpu") and not zygote.forks_on_device("cuda")

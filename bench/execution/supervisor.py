@@ -121,9 +121,13 @@ def worker_preload(job: GroupJob, ranks: int) -> tuple[str, ...] | None:
     """Return what the zygote imports before forking this job's worker (its backend's runtime module), or None: fresh."""
     from bench.backends.registry import BACKENDS
 
+    from bench.execution.zygote import forks_on_device
+
     backend = job.build_key.backend
-    if ranks > 1 or not job.zygote or backend not in FORKED_BACKENDS:
-        return None
+    device = str(job.build_key.device)
+    if ranks > 1 or not job.zygote or backend not in FORKED_BACKENDS or (device.startswith("cuda") and
+                                                                         not forks_on_device(device)):
+        return None  # (BENCH_ZYGOTE=0 on a CPU is the launcher's to say, in the worker's log)
     return (BACKENDS[backend][1].split(":")[0],)
 
 

@@ -473,6 +473,15 @@ _shared: Zygote | None = None
 _shared_lock = threading.Lock()
 
 
+def forks_on_device(device: str) -> bool:
+    """Whether a worker of a cell on `device` is forked from the zygote. CPU: yes (BENCH_ZYGOTE=0 says no). CUDA: only
+    with BENCH_ZYGOTE=1, until a GPU session has run tests/test_zygote.py's GPU test (a fork that makes its own CUDA
+    context after the zygote imported torch): this code has not yet run on a GPU (2026-12-06)."""
+    if str(device).startswith("cuda"):
+        return os.environ.get(SWITCH_ENV) == "1"
+    return os.environ.get(SWITCH_ENV, "1") != "0"
+
+
 def not_forkable(argv: list[str]) -> str | None:
     """Return why `argv` cannot be forked from a zygote here (the switch, the platform, the argv's shape), or None."""
     if os.environ.get(SWITCH_ENV, "1") == "0":
