@@ -34,12 +34,10 @@ def load_selected_matrix(args, only: bool = True):
     """Return the matrix named by --matrix / --preset, narrowed by --only (and --requests/--trials/--runs and the
     executor flags if the command has them); only=False: without --only's narrowing. A --dry-run plans without
     the optional packages the cells need."""
-    from bench.spec.matrix import check_packages, load_matrix
-    from bench.spec.narrow import narrow, parse_pairs
-
     import warnings
 
-    from bench.spec.matrix import check_cuda
+    from bench.spec.matrix import check_cuda, check_packages, load_matrix
+    from bench.spec.narrow import narrow, parse_pairs
 
     if args.matrix and args.preset:
         raise BenchInputError("give either --matrix FILE or --preset NAME, not both")

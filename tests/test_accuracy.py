@@ -787,11 +787,10 @@ def test_served_and_trtllm_cells_against_the_hf_baseline(tiny_trained, tmp_path,
     weights (numerics "hf"): its context logits are read from an engine built with gather_context_logits."""
     import os
 
+    import bench.machine.environment as environment
     from bench.cli import main
     from bench.results import query
     from tests.support.model_server import ModelServer
-
-    import bench.machine.environment as environment
 
     fake = Path(__file__).parent / "fake_tensorrt_llm"
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(fake), os.environ["PYTHONPATH"])))  # the session's import
@@ -1087,6 +1086,7 @@ max_total_len = 512
 max_output_len = 8
 """)
     import dataclasses
+
     import tomllib
 
     from bench.backends.hf.backend import static_cache_len

@@ -216,6 +216,7 @@ def sessions(base, cells: list, measure_baseline: bool = True) -> list[tuple[str
 def _session(mode: str, base, cells: list, matrix, settings, folder: Path, timeout: float) -> dict:
     """Return one accuracy session's result (its figures, or its failure), with when it started and ended."""
     from bench.execution.launcher import run_session
+    from bench.execution.supervisor import session_preload
     from bench.machine.memory_cap import ENV_VAR
     from bench.workloads.references import answers_path
     from bench.workloads.workload import cached_workload
@@ -235,7 +236,8 @@ def _session(mode: str, base, cells: list, matrix, settings, folder: Path, timeo
     # No memory cap: the baseline's session holds its fp32 twin to measure the noise floor; the matrix's
     # gpu_memory_gb is for the speed run, and a cell is measured at its own batch size (docs/guide/accuracy.md).
     run = run_session([sys.executable, "-m", SESSION, str(job_file), str(result_file)], result_file, log_path,
-                      timeout=timeout, what="accuracy session", drop_env=(ENV_VAR,))
+                      timeout=timeout, what="accuracy session", drop_env=(ENV_VAR,),
+                      preload=session_preload([base, *cells], SESSION))
     session = run.result if run.status == "ok" else {"status": run.status, "error": run.error}
     return {**session, "log": str(log_path), "_started": started, "_ended": time.time(), "workload": wl.summary()}
 

@@ -145,6 +145,7 @@ def layer_parity(matrix, a_text: str, b_text: str, settings: LayerSettings, out:
     """Run A and B of the matrix's cell in one layers session; return the per-layer table or the failure."""
     from bench.accuracy.layers import LayerError, markdown
     from bench.execution.launcher import run_session
+    from bench.execution.supervisor import session_preload
     from bench.workloads.workload import cached_workload
 
     settings = settings.checked()
@@ -160,7 +161,7 @@ def layer_parity(matrix, a_text: str, b_text: str, settings: LayerSettings, out:
     job_file, result_file, log = out_dir / f"{name}.job.json", out_dir / f"{name}.json", out_dir / f"{name}.log"
     job_file.write_text(json.dumps(job, indent=1))
     run = run_session([sys.executable, "-m", SESSION, str(job_file), str(result_file)], result_file, log,
-                      timeout=settings.timeout, what="the session")
+                      timeout=settings.timeout, what="the session", preload=session_preload([a, b], SESSION))
     if run.status == "timeout":
         return LayerParity(None, result_file, run.error)
     if run.status != "ok":

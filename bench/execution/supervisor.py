@@ -120,7 +120,6 @@ def worker_ranks(build_key) -> int:
 def worker_preload(job: GroupJob, ranks: int) -> tuple[str, ...] | None:
     """Return what the zygote imports before forking this job's worker (its backend's runtime module), or None: fresh."""
     from bench.backends.registry import BACKENDS
-
     from bench.execution.zygote import forks_on_device
 
     backend = job.build_key.backend
@@ -129,6 +128,18 @@ def worker_preload(job: GroupJob, ranks: int) -> tuple[str, ...] | None:
                                                                          not forks_on_device(device)):
         return None  # (BENCH_ZYGOTE=0 on a CPU is the launcher's to say, in the worker's log)
     return (BACKENDS[backend][1].split(":")[0],)
+
+
+def session_preload(cells: list, module: str) -> tuple[str, ...] | None:
+    """What the zygote imports before forking a session of these cells (accuracy, parity, profile): the hf runtime and
+    the session's module; None (a fresh process) unless every cell is hf on a device whose workers fork (see
+    worker_preload and bench.execution.zygote.forks_on_device)."""
+    from bench.backends.registry import BACKENDS
+    from bench.execution.zygote import forks_on_device
+
+    if any(c.backend != "hf" or not forks_on_device(c.device) for c in cells):
+        return None
+    return (BACKENDS["hf"][1].split(":")[0], module)
 
 
 def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event, stop=None) -> bool:

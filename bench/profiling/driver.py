@@ -153,6 +153,7 @@ def profile_cell(cell, settings: ProfileSettings, out_root: Path, context):
     settings: as profile_matrix passes them (patterns filled in, the tool's executable found).
     """
     from bench.execution.launcher import run_session
+    from bench.execution.supervisor import session_preload
     from bench.profiling.readback import read_ncu, read_nsys, write_side_tables
     from bench.results.records import new_record
     from bench.workloads.workload import cached_workload
@@ -188,7 +189,8 @@ def profile_cell(cell, settings: ProfileSettings, out_root: Path, context):
     try:
         # Under nsys or ncu the session's parent is the profiler: the kill of the whole process group reaches it.
         run = run_session(argv, result_file, out_dir / "session.log", timeout=settings.timeout,
-                          what="profiling session", watch_parent=not wrapped)
+                          what="profiling session", watch_parent=not wrapped,
+                          preload=None if wrapped else session_preload([cell], SESSION))  # nsys/ncu start it
         if run.status == "timeout":
             outcome.update(status="timeout", error=run.error)
         elif run.status != "ok":  # the text stored since the session's death was raised as a RuntimeError
