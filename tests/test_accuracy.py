@@ -245,6 +245,7 @@ def test_a_session_that_dies_out_of_memory_is_each_cells_stored_reason(monkeypat
         return real(argv, *args, **kw)
 
     monkeypatch.setattr(launcher.subprocess, "Popen", session_dies)
+    monkeypatch.setenv("BENCH_ZYGOTE", "0")  # a fresh process (Popen), not a fork of the zygote
     from bench.results.store import ResultStore
 
     settings = AccuracySpec(prompts=2)

@@ -116,7 +116,7 @@ def test_report_is_identical_through_the_companion(stores, tmp_path, monkeypatch
     assert "OOM" in made[True]["markdown"] and "Earlier runs" in made[True]["markdown"]  # failures and history
     assert "Comparison" in made[True]["dashboard"]
     assert (tmp_path / ".bench-cache" / "base.jsonl.columns" / "manifest.json").exists()
-    pooled = reports([base], tmp_path, pool=True)
+    pooled = reports([base], tmp_path / "pooled", pool=True)  # its own folders: no "held the report of" warning
     assert pooled[True] == pooled[False] and "pooled" in pooled[True]["markdown"]
 
 

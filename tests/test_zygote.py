@@ -27,6 +27,17 @@ print("said on stdout"); print("said on stderr", file=sys.stderr)
 """
 
 
+
+@pytest.fixture(autouse=True)
+def own_zygote(monkeypatch):
+    """Each test starts a zygote of its own, from its own environment: an earlier test's zygote was started from
+    another (the Ray tests leave PYTHONBREAKPOINT set), which its workers would rightly refuse to fork from."""
+    monkeypatch.setattr(zygote, "_shared", None)
+    yield
+    if zygote._shared is not None:
+        zygote._shared.close()
+
+
 def _alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] not in ("Z", "X")
