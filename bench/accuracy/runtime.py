@@ -150,8 +150,7 @@ def _fix_cache(loaded, cell, speed_requests, requests, settings: dict) -> int | 
     not have) would leave no room: return the speed run's own length."""
     opts, size = cell.options_dict, cell.max_batch_size
     timed = loaded.fix_cache_len(speed_requests, size, opts)
-    need = max(settings["answer_tokens"], settings["generate_tokens"])
-    loaded.fix_cache_len(speed_requests, size, opts, also=requests, also_tokens=need)
+    loaded.grow_cache_len(requests, size, opts, max(settings["answer_tokens"], settings["generate_tokens"]))
     return timed
 
 

@@ -299,27 +299,28 @@ class HFLoaded(Loaded):
                 gen["max_cache_len"] = cache_len
         return gen
 
-    def fix_cache_len(self, requests, max_batch_size: int, options: dict, also=(), also_tokens: int = 1) -> int | None:
-        """Fix the static cache length from a workload's batches, as warmup does for the speed run; return it.
+    def fix_cache_len(self, requests, max_batch_size: int, options: dict) -> int | None:
+        """Fix the static cache length from a workload's batches, as warmup does for the speed run; return it."""
+        from bench.workloads.workload import batches
 
-        also: more requests (an accuracy session's prompts) that must fit too. The speed run's length is kept
-        (outputs are cut to its room, see _fitted) unless one of their batches' padded prompts leaves no room
-        for a token; then the length grows to hold those prompts plus also_tokens, rounded as the run rounds it.
-        """
+        plan = batches(list(requests), max_batch_size, options.get("batching", "dataset"))
+        self.cache_len = static_cache_len(plan) if self.cache == "static" else None
+        return self.cache_len
+
+    def grow_cache_len(self, requests, max_batch_size: int, options: dict, tokens: int) -> int | None:
+        """Grow the fixed static cache where a batch of `requests` (an accuracy session's prompts, which the speed run
+        may not have had) leaves no room for a token: to hold those prompts plus `tokens`, rounded as the run rounds
+        it. Else the length stays (outputs are cut to its room, see _fitted). Return the length now fixed."""
         from dataclasses import replace
 
         from bench.workloads.workload import batches
 
-        batching = options.get("batching", "dataset")
-        if self.cache != "static":
-            self.cache_len = None
-            return None
-        length = static_cache_len(batches(list(requests), max_batch_size, batching))
-        extra = batches([replace(r, output_len=also_tokens) for r in also], max_batch_size, batching) if also else []
-        if extra and max(max(r.input_len for r in b) for b in extra) + 1 > length:
-            length = max(length, static_cache_len(extra))
-        self.cache_len = length
-        return length
+        if not self.cache_len or not requests:
+            return self.cache_len
+        plan = batches([replace(r, output_len=tokens) for r in requests], max_batch_size, options.get("batching", "dataset"))
+        if max(max(r.input_len for r in b) for b in plan) + 1 > self.cache_len:
+            self.cache_len = max(self.cache_len, static_cache_len(plan))
+        return self.cache_len
 
     def _fitted(self, reqs, max_batch_size: int, options: dict) -> list[list]:
         """Return the batches the speed run's rule makes of reqs, each request's output cut to fit the fixed static cache
