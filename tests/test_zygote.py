@@ -242,6 +242,26 @@ def test_a_trained_model_loads_its_own_weights(tmp_path):
     assert loaded.weights_digest == again.weights_digest and len(loaded.weights_digest) == 16
 
 
+def test_a_checkpoint_loads_without_accelerate(tmp_path, monkeypatch):
+    """The README's install has no accelerate, and transformers (5 too) refuses a device_map without it: the shipped
+    checkpoint of the default matrix must still load (a fresh clone's `nox -s bench-matrix` failed every cell)."""
+    pytest.importorskip("torch")
+    import transformers.integrations.accelerate as hf_accelerate
+    import transformers.utils
+
+    from bench.backends.hf.backend import HFBackend
+
+    monkeypatch.setattr(transformers.utils, "is_accelerate_available", lambda *a, **k: False)
+    monkeypatch.setattr(hf_accelerate, "is_accelerate_available", lambda *a, **k: False)
+    m = parse_matrix({"backends": ["hf"], "model": "qwen-tiny-trained", "precisions": ["fp32"], "max_batch_sizes": [1],
+                      "workloads": ["w"], "device": "cpu",
+                      "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 4, "num_requests": 1,
+                                         "tokenizer": "qwen-tiny-trained"}}})
+    backend = HFBackend()
+    loaded = backend.load(backend.build(m.cells[0].build_key(), tmp_path / "engines"))
+    assert loaded.model.device.type == "cpu" and loaded.weights_digest
+
+
 def test_oom_probes_are_forked_workers_each_in_a_process_of_its_own(tmp_path, monkeypatch):
     from bench.oom.probes import ProbeRunner
     from bench.results import query

@@ -9,7 +9,6 @@ synchronisation: on CUDA each step records an event, read once after the batch.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import time
@@ -123,8 +122,11 @@ class HFLoaded(Loaded):
         if self.tensor_parallel > 1:
             self.model = load_tensor_parallel(ref, self.tensor_parallel, kwargs)
         elif ref.path:  # a checkpoint's tensors go straight to the device where transformers can place them
-            placed = major_minor(transformers.__version__) >= (5, 0) or importlib.util.find_spec("accelerate")
-            placement = {"device_map": {"": str(self.device)}} if placed else {}
+            # device_map needs accelerate (transformers 5 too), which the README's install does not bring: without it
+            # the checkpoint loads on the CPU and moves to the device.
+            from transformers.utils import is_accelerate_available
+
+            placement = {"device_map": {"": str(self.device)}} if is_accelerate_available() else {}
             self.model = AutoModelForCausalLM.from_pretrained(ref.path, **kwargs, **placement).to(self.device)
         else:
             from bench.backends.hf.weights import random_model
