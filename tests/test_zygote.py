@@ -311,3 +311,39 @@ def test_cuda_workers_fork_only_when_asked(monkeypatch):
     assert zygote.forks_on_device("cuda") and zygote.forks_on_device("cpu")
     monkeypatch.setenv(zygote.SWITCH_ENV, "0")
     assert not zygote.forks_on_device("cpu") and not zygote.forks_on_device("cuda")
+
+
+def test_imports_that_ask_the_gpu_its_capability_get_nvmls_answer_and_torchs_own_functions_after(tmp_path, monkeypatch):
+    """torchao asks at import what the GPU can do (H100, 2026-12-06: the zygote then held a CUDA context and never
+    forked). During the zygote's imports the answer comes from NVML; afterwards torch's own functions are back, also
+    through a reference an import kept. Here on a CPU torch, whose own functions refuse: the import fails without the
+    NVML answer."""
+    import torch
+
+    (tmp_path / "asks_capability.py").write_text(
+        "import torch\nfrom torch.cuda import get_device_capability as kept\n"
+        "CAP = torch.cuda.get_device_capability()\nMAJOR = torch.cuda.get_device_properties().major\n")
+    (tmp_path / "a_backend.py").write_text("PRELOAD = ('torch', 'asks_capability')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("asks_capability", "a_backend"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setattr(zygote, "_imported", set())
+    monkeypatch.setattr(zygote, "_failed", {})
+    before = (torch.cuda.get_device_capability, torch.cuda.get_device_properties, torch.cuda.current_device)
+
+    monkeypatch.setattr(zygote, "_nvml_capability", lambda: None)  # no NVML answer: torch's own function runs
+    if not torch.cuda.is_available():
+        with pytest.raises(ImportError, match="asks_capability|a_backend"):
+            zygote._preload(["a_backend"])
+        monkeypatch.setattr(zygote, "_failed", {})
+        monkeypatch.delitem(sys.modules, "asks_capability", raising=False)
+
+    monkeypatch.setattr(zygote, "_nvml_capability", lambda: (9, 0))
+    zygote._preload(["a_backend"])
+    module = sys.modules["asks_capability"]
+    assert (module.CAP, module.MAJOR) == ((9, 0), 9)
+    assert (torch.cuda.get_device_capability, torch.cuda.get_device_properties, torch.cuda.current_device) == before
+    assert not torch.cuda.is_initialized()
+    if not torch.cuda.is_available():
+        with pytest.raises((AssertionError, RuntimeError)):
+            module.kept()  # the kept reference is torch's own function again: on a CPU torch it refuses
