@@ -58,6 +58,8 @@ def test_the_baselines_reference_and_its_floors(reference):
     assert set(figures["floor"]) == {"cacheless", "compute_dtype", "attention"}
     assert figures["floor"]["cacheless"]["kl_mean"] < 1e-6  # fp32: the runtime path agrees with a plain forward
     assert figures["generation_floor"]["second_pass"]["identical_prefix_rate"] == 1.0
+    # the twin generates in the baseline's own batches (its max_batch_size, 1 here), as its runtime greedy did
+    assert figures["generation_floor"]["compute_dtype"]["what"].endswith("(greedy, model.generate, batches of 1)")
     assert figures["determinism"]["differing_tokens"] == 0
     assert sorted(ref.meta["greedy_ids"]) == ["0", "1", "2", "3"]
 
@@ -114,3 +116,31 @@ def test_text_rouge_decodes_around_ids_the_tokenizer_lacks():
     assert decode is not None
     assert decode([9707, 1879]) == "Hello world"
     assert decode([9707, 151855, 1879, 10**7]) == "Hello world"
+
+
+def test_the_twins_greedy_batch_fits_its_kv_cache_in_half_the_free_memory():
+    """The Qwen-7B shape's fp32 twin on an 80 GB H100 beside the bf16 baseline (2026-12-06): 16 prompts of 2048
+    tokens in one batch need a 35 GB cache, which did not fit; the batch shrinks to what fits, and never below 1."""
+    import torch
+    from transformers import Qwen2Config
+
+    from bench.accuracy.capture import greedy_batch, kv_cache_bytes
+
+    class Twin:
+        config = Qwen2Config(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
+                             intermediate_size=11008, vocab_size=151936)
+
+        def parameters(self):
+            return iter([torch.empty(0, dtype=torch.float32)])
+
+    twin = Twin()
+    assert kv_cache_bytes(twin, 1) == 2 * 32 * 4096 * 4  # keys and values, 32 layers, 4096 wide, fp32
+    prompts = [[1] * 2048] * 16
+    per_sequence = kv_cache_bytes(twin, 2048 + 24)
+    assert 16 * per_sequence > 34e9
+    free = 80 * 2**30 - 46 * 2**30  # an H100's memory less the two models' weights
+    batch = greedy_batch(twin, prompts, 24, 16, free)
+    assert batch == (free // 2) // per_sequence and 1 < batch < 16
+    assert greedy_batch(twin, prompts, 24, 4, free) == 4  # the baseline's own batch size where it fits
+    assert greedy_batch(twin, prompts, 24, 16, None) == 16  # no free-memory figure (a CPU): the asked batch
+    assert greedy_batch(twin, prompts, 24, 16, 1) == 1

@@ -53,9 +53,9 @@ def base_perplexity(base: LogitSource, sequences) -> TokenParity:
     return compare_sources(base, {"self": base}, sequences)["self"]
 
 
-def greedy(model, prompts: list[list[int]], new_tokens: int, pad_id: int, device, generate_kwargs: dict | None = None
-           ) -> list[list[int]]:
-    """Return the greedy continuation (exactly new_tokens ids) of each prompt, in batches of GEN_BATCH, left-padded."""
+def greedy(model, prompts: list[list[int]], new_tokens: int, pad_id: int, device, generate_kwargs: dict | None = None,
+           batch: int = GEN_BATCH) -> list[list[int]]:
+    """Return the greedy continuation (exactly new_tokens ids) of each prompt, in batches of `batch`, left-padded."""
     import torch
 
     from bench.backends.hf.backend import left_padded
@@ -64,13 +64,37 @@ def greedy(model, prompts: list[list[int]], new_tokens: int, pad_id: int, device
     gen = {"do_sample": False, "num_beams": 1, "pad_token_id": pad_id, **(generate_kwargs or {}),
            "max_new_tokens": new_tokens, "min_new_tokens": new_tokens}
     out: list[list[int]] = []
-    for i in range(0, len(prompts), GEN_BATCH):
-        chunk = [Request(str(j), tuple(p), new_tokens) for j, p in enumerate(prompts[i:i + GEN_BATCH])]
+    for i in range(0, len(prompts), batch):
+        chunk = [Request(str(j), tuple(p), new_tokens) for j, p in enumerate(prompts[i:i + batch])]
         ids, mask = left_padded(chunk, pad_id, device)
         with torch.inference_mode():
             tokens = model.generate(input_ids=ids, attention_mask=mask, **gen)[:, ids.shape[1]:]
         out.extend(row[:new_tokens] for row in tokens.tolist())
     return out
+
+
+def kv_cache_bytes(model, tokens: int) -> int:
+    """Return the bytes of a transformers model's KV cache for one sequence of `tokens` tokens (keys and values of
+    every layer, in the dtype of its weights)."""
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    heads = getattr(cfg, "num_attention_heads", 1)
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    itemsize = next(model.parameters()).element_size()
+    return 2 * cfg.num_hidden_layers * kv_heads * head_dim * tokens * itemsize
+
+
+def greedy_batch(model, prompts: list[list[int]], new_tokens: int, wanted: int, free_bytes: int | None) -> int:
+    """Return the largest batch <= wanted whose KV cache for the longest prompt takes at most half of `free_bytes`
+    (None: no limit known, e.g. on a CPU), and at least 1.
+
+    The baseline's fp32 twin generates beside the baseline itself: on an 80 GB H100 its 16-prompt batches of 2048-token
+    prompts (a 35 GB cache beside 46 GB of weights) ran out of memory (2026-12-06). Half the free memory leaves room
+    for the activations and the allocator's blocks."""
+    if free_bytes is None or not prompts:
+        return max(1, wanted)
+    per_sequence = kv_cache_bytes(model, max(len(p) for p in prompts) + new_tokens)
+    return max(1, min(wanted, (free_bytes // 2) // max(1, per_sequence)))
 
 
 @contextmanager

@@ -60,7 +60,7 @@ def baseline_reference(loaded, cell, requests, answers: dict | None, settings: d
     """Measure the baseline through its own runtime, write its Reference into `folder`; return its figures."""
     import gc
 
-    from bench.accuracy.capture import attention, floor_variants, greedy, hf_logits
+    from bench.accuracy.capture import attention, floor_variants, greedy, greedy_batch, hf_logits
     from bench.accuracy.reference import LogitsWriter, write_meta
 
     _runtime(loaded)
@@ -93,8 +93,10 @@ def baseline_reference(loaded, cell, requests, answers: dict | None, settings: d
                                               **prefix_parity(_ordered(second, requests), base_out, settings["prefix_k"])}}
     for name, (what, twin) in floor_variants(model, loaded.dtype).items():
         floor[name] = {"what": what, **against_runtime(hf_logits(twin, loaded.device))}
-        twin_out = greedy(twin, prompts, n, loaded.pad_id, loaded.device)
-        generation_floor[name] = {"what": what + " (greedy, model.generate)",
+        # In the baseline's own batches (its max_batch_size), fewer where its cache would not fit beside the two models.
+        batch = greedy_batch(twin, prompts, n, size, _free_bytes(loaded.device))
+        twin_out = greedy(twin, prompts, n, loaded.pad_id, loaded.device, batch=batch)
+        generation_floor[name] = {"what": what + f" (greedy, model.generate, batches of {batch})",
                                   **prefix_parity(twin_out, base_out, settings["prefix_k"])}
         del twin
         gc.collect()
@@ -143,6 +145,16 @@ def cell_figures(loaded, cell, reference, requests, settings: dict, speed_reques
             "generation": generation_parity(cell_out, base_out, references, settings["prefix_k"], decode, window),
             "determinism": differing_tokens(cell_out, _ordered(second, requests)), "greedy": cell_out,
             "greedy_ids": first, "measure_s": time.perf_counter() - t0, **_cache_figures(loaded, timed_len)}
+
+
+def _free_bytes(device) -> int | None:
+    """Return the free memory of a CUDA device (torch's own cached blocks freed first), or None elsewhere."""
+    import torch
+
+    if not str(device).startswith("cuda"):
+        return None
+    torch.cuda.empty_cache()
+    return torch.cuda.mem_get_info(torch.device(device))[0]
 
 
 def _fix_cache(loaded, cell, speed_requests, requests, settings: dict) -> int | None:
