@@ -60,7 +60,13 @@ def baseline_reference(loaded, cell, requests, answers: dict | None, settings: d
     """Measure the baseline through its own runtime, write its Reference into `folder`; return its figures."""
     import gc
 
-    from bench.accuracy.capture import attention, floor_variants, greedy, greedy_batch, hf_logits
+    from bench.accuracy.capture import (
+        attention,
+        floor_variants,
+        greedy,
+        greedy_batch,
+        hf_logits,
+    )
     from bench.accuracy.reference import LogitsWriter, write_meta
 
     _runtime(loaded)
