@@ -5,6 +5,7 @@ import math
 import resource
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -185,7 +186,8 @@ def test_bench_oom_end_to_end_with_the_fake_backend(tmp_path, capsys):
     assert [(r["largest_fit"], r["smallest_oom"]) for r in rows] == [(14, 15)]
     out = capsys.readouterr().out
     assert "| fake | bf16 | memory_gb=2.0 | 64/64 | device | 14 | 15 (OOM) |" in out
-    assert (tmp_path / "dashboards" / "fk" / "oom-frontier.md").is_file()
+    # its store's name: a second store (results/head-oom.jsonl) never overwrites the first one's table
+    assert (tmp_path / "dashboards" / "s" / "oom-frontier.md").is_file()
     # A re-run reuses every stored probe.
     n = len(recs)
     assert run_cli(tmp_path, "--lengths", "64x64") == 0
@@ -245,3 +247,12 @@ def test_a_failed_probe_prints_the_first_line_of_its_error(tmp_path, capsys):
                          "the store)") and "Traceback" not in err
     (rec,) = query.load([tmp_path / "s.jsonl"])
     assert "Traceback" in rec.error  # the record keeps the whole text
+
+
+def test_a_search_table_goes_beside_its_matrix_report_for_the_default_store_and_by_store_name_otherwise():
+    from bench.results.jsonl import search_report_dir
+
+    assert search_report_dir("results/fk-oom.jsonl", "fk", "oom") == Path("dashboards/fk")
+    assert search_report_dir(Path("results/fk-capacity.jsonl"), "fk", "capacity") == Path("dashboards/fk")
+    assert search_report_dir("results/head-oom.jsonl", "fk", "oom") == Path("dashboards/head-oom")
+    assert search_report_dir("elsewhere/fk-oom.jsonl", "fk", "oom") == Path("dashboards/fk-oom")

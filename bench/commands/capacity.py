@@ -32,7 +32,7 @@ def register(sub) -> None:
     r.add_argument("--trials", type=int, help="override the matrix's trials per worker process")
     r.add_argument("--requests", type=int, help="override every workload's num_requests")
     r.add_argument("--store", help="result store (default results/<matrix>-capacity.jsonl)")
-    r.add_argument("--report-dir", help="where capacity.md goes (default dashboards/<matrix>)")
+    r.add_argument("--report-dir", help="where capacity.md goes (default dashboards/<matrix> for the default store, else dashboards/<store name>)")
     r.set_defaults(func=cmd_capacity)
 
 
@@ -40,11 +40,12 @@ def cmd_capacity(args) -> int:
     from rich.console import Console
 
     from bench.capacity.driver import capacity_matrix, check_search
+    from bench.results.jsonl import search_report_dir
 
     slo, lower = check_search(args.slo, args.axis, args.lower, args.upper, args.tolerance)  # exit 2 before any work
     matrix = load_selected_matrix(args)
     store = Path(args.store or f"results/{matrix.name}-capacity.jsonl")
     missed, text = capacity_matrix(matrix, slo, args.axis, lower, args.upper, args.tolerance, args.strategy, store,
-                                   Console(stderr=True), Path(args.report_dir or f"dashboards/{matrix.name}"))
+                                   Console(stderr=True), Path(args.report_dir or search_report_dir(store, matrix.name, "capacity")))
     print(text)
     return 1 if missed else 0

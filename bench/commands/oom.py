@@ -28,7 +28,7 @@ def register(sub) -> None:
     r.add_argument("--gpu-memory-gb", type=float, help="emulate a smaller device: cap the memory a cell may use (GB)")
     r.add_argument("--no-confirm", action="store_true", help="skip re-probing the largest fitting size")
     r.add_argument("--store", help="result store (default results/<matrix>-oom.jsonl)")
-    r.add_argument("--report-dir", help="where oom-frontier.md goes (default dashboards/<matrix>)")
+    r.add_argument("--report-dir", help="where oom-frontier.md goes (default dashboards/<matrix> for the default store, else dashboards/<store name>)")
     r.add_argument("--redo", action="store_true", help="probe again even where a probe is stored")
     r.set_defaults(func=cmd_oom)
 
@@ -37,6 +37,7 @@ def cmd_oom(args) -> int:
     from rich.console import Console
 
     from bench.oom.driver import OomSettings, parse_lengths, search_matrix
+    from bench.results.jsonl import search_report_dir
 
     matrix = load_selected_matrix(args)
     settings = OomSettings(lengths=tuple(parse_lengths(args.lengths)) if args.lengths else None, lower=args.lower,
@@ -44,6 +45,6 @@ def cmd_oom(args) -> int:
                            confirm=not args.no_confirm, gpu_memory_gb=args.gpu_memory_gb, redo=args.redo)
     store = Path(args.store or f"results/{matrix.name}-oom.jsonl")
     failed, table = search_matrix(matrix, settings, store, Console(stderr=True, soft_wrap=True),
-                                  Path(args.report_dir or f"dashboards/{matrix.name}"))
+                                  Path(args.report_dir or search_report_dir(store, matrix.name, "oom")))
     print(table)
     return 1 if failed else 0

@@ -66,6 +66,17 @@ def store_name(path: str | Path) -> str:
     return Path(Path(path).name.removesuffix(".gz")).stem
 
 
+def search_report_dir(store: str | Path, matrix_name: str, kind: str) -> Path:
+    """Return the default folder of a search's table (`bench oom`: kind "oom", `bench capacity`: "capacity").
+
+    The matrix's own store (results/<matrix>-<kind>.jsonl) writes into dashboards/<matrix>, beside its run's report;
+    any other store into dashboards/<store name>, so a second store never overwrites the first one's table (the rule
+    `bench run` follows for its tables)."""
+    if Path(store) == Path(f"results/{matrix_name}-{kind}.jsonl"):
+        return Path("dashboards") / matrix_name
+    return Path("dashboards") / store_name(store)
+
+
 def refuse_compressed(path: str | Path) -> None:
     """Raise BenchInputError when a store to append to is compressed: it is read as it is, never written."""
     if is_compressed(path):
