@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.execution import launcher, zygote
+from bench.execution import launcher, preload, zygote
 from bench.execution.supervisor import GroupItem, GroupJob, supervise_group
 from bench.spec.matrix import parse_matrix
 from bench.workloads.workload import cached_workload
@@ -171,7 +171,7 @@ def test_the_zygote_refuses_to_fork_once_a_thread_exists_and_lets_only_late_vari
     thread = threading.Thread(target=stop.wait)
     thread.start()
     try:
-        assert f"{before + 1} Python threads" in zygote.cuda_state()
+        assert f"{before + 1} Python threads" in preload.cuda_state()
     finally:
         stop.set()
         thread.join()
@@ -327,19 +327,19 @@ def test_imports_that_ask_the_gpu_its_capability_get_nvmls_answer_and_torchs_own
     monkeypatch.syspath_prepend(str(tmp_path))
     for name in ("asks_capability", "a_backend"):
         monkeypatch.delitem(sys.modules, name, raising=False)
-    monkeypatch.setattr(zygote, "_imported", set())
-    monkeypatch.setattr(zygote, "_failed", {})
+    monkeypatch.setattr(preload, "_imported", set())
+    monkeypatch.setattr(preload, "_failed", {})
     before = (torch.cuda.get_device_capability, torch.cuda.get_device_properties, torch.cuda.current_device)
 
-    monkeypatch.setattr(zygote, "_nvml_capability", lambda: None)  # no NVML answer: torch's own function runs
+    monkeypatch.setattr(preload, "_nvml_capability", lambda: None)  # no NVML answer: torch's own function runs
     if not torch.cuda.is_available():
         with pytest.raises(ImportError, match="asks_capability|a_backend"):
-            zygote._preload(["a_backend"])
-        monkeypatch.setattr(zygote, "_failed", {})
+            preload.preload(["a_backend"])
+        monkeypatch.setattr(preload, "_failed", {})
         monkeypatch.delitem(sys.modules, "asks_capability", raising=False)
 
-    monkeypatch.setattr(zygote, "_nvml_capability", lambda: (9, 0))
-    zygote._preload(["a_backend"])
+    monkeypatch.setattr(preload, "_nvml_capability", lambda: (9, 0))
+    preload.preload(["a_backend"])
     module = sys.modules["asks_capability"]
     assert (module.CAP, module.MAJOR) == ((9, 0), 9)
     assert (torch.cuda.get_device_capability, torch.cuda.get_device_properties, torch.cuda.current_device) == before

@@ -59,8 +59,9 @@ def searched_upper(cell, axis: str, lower: float, upper: float) -> tuple[float, 
 
 
 def capacity_matrix(matrix, slo: dict, axis: str, lower: float, upper: float, tolerance: float | None,
-                    strategy: str, store: Path, console, report_dir: Path) -> tuple[int, str]:
-    """Run each configuration's capacity search (every probe stored); write report_dir/capacity.md.
+                    strategy: str, store: Path, console, report_dir: Path | None = None) -> tuple[int, str]:
+    """Run each configuration's capacity search (every probe stored); write report_dir/capacity.md (default:
+    bench.results.jsonl.search_report_dir).
 
     Return (how many configurations had no load meeting the SLO, the report's Markdown).
     """
@@ -73,9 +74,11 @@ def capacity_matrix(matrix, slo: dict, axis: str, lower: float, upper: float, to
         slo_text,
     )
     from bench.results import query
+    from bench.results.jsonl import search_report_dir
     from bench.results.records import new_context
     from bench.results.store import ResultStore
 
+    report_dir = Path(report_dir or search_report_dir(store, matrix.name, "capacity"))
     cells = plan_searches(matrix, axis)
     uppers = [searched_upper(cell, axis, lower, upper) for cell in cells]  # before any work
     store = query.check_store_path(store, must_exist=False)

@@ -40,12 +40,10 @@ def cmd_capacity(args) -> int:
     from rich.console import Console
 
     from bench.capacity.driver import capacity_matrix, check_search
-    from bench.results.jsonl import search_report_dir
-
     slo, lower = check_search(args.slo, args.axis, args.lower, args.upper, args.tolerance)  # exit 2 before any work
     matrix = load_selected_matrix(args)
     store = Path(args.store or f"results/{matrix.name}-capacity.jsonl")
     missed, text = capacity_matrix(matrix, slo, args.axis, lower, args.upper, args.tolerance, args.strategy, store,
-                                   Console(stderr=True), Path(args.report_dir or search_report_dir(store, matrix.name, "capacity")))
+                                   Console(stderr=True), args.report_dir)
     print(text)
     return 1 if missed else 0

@@ -37,14 +37,12 @@ def cmd_oom(args) -> int:
     from rich.console import Console
 
     from bench.oom.driver import OomSettings, parse_lengths, search_matrix
-    from bench.results.jsonl import search_report_dir
-
     matrix = load_selected_matrix(args)
     settings = OomSettings(lengths=tuple(parse_lengths(args.lengths)) if args.lengths else None, lower=args.lower,
                            upper=args.upper, strategy=args.strategy, decode_steps=args.decode_steps,
                            confirm=not args.no_confirm, gpu_memory_gb=args.gpu_memory_gb, redo=args.redo)
     store = Path(args.store or f"results/{matrix.name}-oom.jsonl")
     failed, table = search_matrix(matrix, settings, store, Console(stderr=True, soft_wrap=True),
-                                  Path(args.report_dir or search_report_dir(store, matrix.name, "oom")))
+                                  args.report_dir)
     print(table)
     return 1 if failed else 0

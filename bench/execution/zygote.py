@@ -19,7 +19,7 @@ it never runs a torch op and no CUDA context exists in it (checked after every i
 lazy state, and the CUDA driver's own count, which fails until cuInit ran); it runs one Python
 thread; torch's import-time availability check goes through NVML (PYTORCH_NVML_BASED_CUDA_CHECK),
 which does not initialise CUDA, and so do the compute-capability questions torchao asks at import
-(`_device_properties_from_nvml`). A request whose environment differs from the zygote's in a
+(bench.execution.preload). A request whose environment differs from the zygote's in a
 variable that is read at import (anything but `LATE_KEYS` and `BENCH_*`) is refused, as is a
 Python other than this one or an argv that is not `python -m MODULE ...` / `python -c CODE ...`.
 
@@ -46,7 +46,8 @@ import socket
 import subprocess
 import sys
 import threading
-import time
+
+from bench.execution.preload import cuda_state, preload
 
 PARENT_PID_ENV = "BENCH_PARENT_PID"
 SWITCH_ENV = "BENCH_ZYGOTE"  # "0": never fork workers from a zygote
@@ -57,10 +58,8 @@ LATE_KEYS = ("CUDA_VISIBLE_DEVICES", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DI
 LATE_PREFIX = "BENCH_"
 # Set in the zygote only: torch.cuda.is_available() during an import then asks NVML, which does not initialise CUDA.
 NVML_CHECK_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
-ALWAYS_PRELOAD = ("bench.execution.worker",)
 REPLY_TIMEOUT_S = 900.0  # the first request waits for the zygote's imports (10 s on the H200, minutes on a slow disk)
 MAX_MESSAGE = 1 << 20
-CUDA_ERROR_NOT_INITIALIZED = 3
 
 
 def late(name: str) -> bool:
@@ -98,133 +97,6 @@ def forked() -> dict | None:
 
 
 # --- the zygote process --------------------------------------------------------------------------
-
-_imported: set[str] = set()
-_failed: dict[str, str] = {}
-
-
-def _preload(names: list[str]) -> float:
-    """Import every module the request names and the modules their PRELOAD lists; return the seconds it took."""
-    import importlib
-
-    t0 = time.perf_counter()
-    for name in (*ALWAYS_PRELOAD, *names):
-        if name in _imported:
-            continue
-        if name in _failed:
-            raise ImportError(_failed[name])
-        try:
-            with _device_properties_from_nvml():
-                module = importlib.import_module(name)
-            for dep in getattr(module, "PRELOAD", ()):
-                with _device_properties_from_nvml():  # from the import after torch's on (hf: "torch" comes first)
-                    importlib.import_module(dep)
-        except BaseException as exc:  # noqa: BLE001 - any import failure: a fresh process reports it as a worker would
-            _failed[name] = f"importing {name} in the zygote failed: {type(exc).__name__}: {exc}"
-            raise ImportError(_failed[name]) from exc
-        _imported.add(name)
-    return time.perf_counter() - t0
-
-
-class _NvmlProperties:
-    """What an import-time check reads of a CUDA device's properties, from NVML: its compute capability."""
-
-    def __init__(self, major: int, minor: int):
-        self.major, self.minor = major, minor
-
-
-def _nvml_capability() -> tuple[int, int] | None:
-    """Return the compute capability every GPU NVML sees shares (no CUDA context made); None without NVML, without
-    GPUs, or where they differ (a worker's CUDA_VISIBLE_DEVICES may pick any of them: no one answer is true)."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - no NVML library or driver: nothing to answer with
-        return None
-    try:
-        caps = {tuple(pynvml.nvmlDeviceGetCudaComputeCapability(pynvml.nvmlDeviceGetHandleByIndex(i)))
-                for i in range(pynvml.nvmlDeviceGetCount())}
-    except Exception:  # noqa: BLE001
-        return None
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass
-    return caps.pop() if len(caps) == 1 else None
-
-
-class _device_properties_from_nvml:
-    """During an import in the zygote, torch answers "which device, what compute capability" from NVML.
-
-    Importing transformers imports torchao where it is installed, and torchao asks at import what the GPU can do:
-    whether Triton can run (torch.utils._triton.has_triton, through torch._dynamo's device interface) and whether it
-    is sm_100 (torchao.utils.is_sm_at_least_100, torch.cuda.get_device_capability). Both initialise CUDA: measured on
-    the H100 (torch 2.11, torchao 0.17, transformers 5.17, 2026-12-06), every zygote then refused to fork ("torch
-    initialised CUDA during an import") and each 7B worker paid its imports again (11-17 s). NVML gives the same
-    capability without a CUDA context, where every GPU shares one (see _nvml_capability). The functions are put back
-    after the import; what the import computed from them is what a fresh worker computes on these GPUs. An import
-    that reads any other property raises AttributeError: the zygote then refuses, and the worker starts fresh.
-    Written after that measurement; not yet run on a GPU (forking CUDA workers stays behind BENCH_ZYGOTE=1)."""
-
-    def __enter__(self):
-        self.saved: list[tuple[object, str, object]] = []
-        torch = sys.modules.get("torch")
-        if torch is None or torch.cuda.is_initialized():
-            return self
-        cap = _nvml_capability()
-        if cap is None:
-            return self
-        from torch._dynamo.device_interface import CudaInterface
-
-        def answer(original, value):
-            # Forwards to the original once this import is over: a module that kept a reference (`from torch.cuda
-            # import get_device_capability`) gets torch's own function in the worker.
-            return lambda *args, **kwargs: value if self.active else original(*args, **kwargs)
-
-        self.active = True
-        worker, cuda = CudaInterface.Worker, torch.cuda
-        for owner, name, value, static in ((worker, "get_device_properties", _NvmlProperties(*cap), True),
-                                           (worker, "current_device", 0, True),
-                                           (cuda, "get_device_properties", _NvmlProperties(*cap), False),
-                                           (cuda, "get_device_capability", cap, False),
-                                           (cuda, "current_device", 0, False)):
-            saved = owner.__dict__[name]
-            original = saved.__func__ if static else saved
-            self.saved.append((owner, name, saved))
-            replacement = answer(original, value)
-            setattr(owner, name, staticmethod(replacement) if static else replacement)
-        return self
-
-    def __exit__(self, *exc):
-        self.active = False
-        for owner, name, value in reversed(self.saved):
-            setattr(owner, name, value)
-        return False
-
-
-def cuda_state() -> str | None:
-    """Return why this process must not fork workers (a CUDA context or a second Python thread), or None."""
-    if threading.active_count() > 1:
-        return f"{threading.active_count()} Python threads after the imports (fork copies only the calling one)"
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        return "torch initialised CUDA during an import"
-    try:
-        with open("/proc/self/maps") as fh:
-            mapped = "libcuda.so" in fh.read()
-    except OSError:
-        mapped = False
-    if mapped:  # the driver is loaded: its device count fails with NOT_INITIALIZED until someone called cuInit
-        import ctypes
-
-        count = ctypes.c_int()
-        status = ctypes.CDLL("libcuda.so.1").cuDeviceGetCount(ctypes.byref(count))
-        if status != CUDA_ERROR_NOT_INITIALIZED:
-            return f"the CUDA driver was initialised during an import (cuDeviceGetCount returned {status})"
-    return None
-
 
 def _send(sock: socket.socket, message: dict) -> bool:
     try:
@@ -278,7 +150,7 @@ def _serve(sock: socket.socket, parent_pid: int):
             break
         request = json.loads(data)
         try:
-            preload_s = _preload(request.get("preload") or [])
+            preload_s = preload(request.get("preload") or [])
             unsafe = cuda_state()
         except ImportError as exc:
             _close(fds)
@@ -558,7 +430,7 @@ def forks_on_device(device: str) -> bool:
     """Whether a worker of a cell on `device` is forked from the zygote. CPU: yes (BENCH_ZYGOTE=0 says no). CUDA: only
     with BENCH_ZYGOTE=1, until tests/test_zygote.py's GPU test passes on a GPU. On the H100 (2026-12-06) it failed:
     torchao's imports initialised CUDA in the zygote, which then refused to fork (every worker started fresh, which is
-    safe); `_device_properties_from_nvml`, written since, has not yet run on a GPU."""
+    safe); the NVML answers of bench.execution.preload, written since, have not yet run on a GPU."""
     if str(device).startswith("cuda"):
         return os.environ.get(SWITCH_ENV) == "1"
     return os.environ.get(SWITCH_ENV, "1") != "0"

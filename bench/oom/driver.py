@@ -81,17 +81,20 @@ def plan_searches(matrix, settings: OomSettings, check_devices: bool = True) -> 
     return searches, (lower, upper), cap
 
 
-def search_matrix(matrix, settings: OomSettings, store: Path, console, report_dir: Path) -> tuple[int, str]:
-    """Run the matrix's boundary searches, storing every probe; write report_dir/oom-frontier.md.
+def search_matrix(matrix, settings: OomSettings, store: Path, console, report_dir: Path | None = None) -> tuple[int, str]:
+    """Run the matrix's boundary searches, storing every probe; write report_dir/oom-frontier.md (default:
+    bench.results.jsonl.search_report_dir).
 
     Return (how many searches could not be decided, the frontier table of the whole store).
     """
     from bench.oom.search import frontier_markdown, frontier_rows
     from bench.results import query
+    from bench.results.jsonl import search_report_dir
     from bench.results.records import new_context
     from bench.results.store import ResultStore
 
     searches, (lower, upper), cap = plan_searches(matrix, settings)
+    report_dir = Path(report_dir or search_report_dir(store, matrix.name, "oom"))
     store = query.check_store_path(store, must_exist=False)
     check_output_dir(report_dir, "--report-dir")
     console.print(f"OOM search: {len(searches)} configuration(s), batch sizes {lower}..{upper} ({settings.strategy}), "
