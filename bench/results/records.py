@@ -76,7 +76,10 @@ class RunContext:
     @property
     def label(self) -> str:
         """Return a short human label: date, commit (and dirty), e.g. '2026-12-01 14:02 ab12cd3+dirty'."""
-        when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(self.started_at)) if self.started_at else "undated"
+        try:
+            when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(self.started_at)) if self.started_at else "undated"
+        except (OverflowError, OSError, ValueError):  # a time no calendar date shows (a store is untrusted input)
+            when = "undated"
         commit = (self.commit or "commit?")[:7] + ("+dirty" if self.dirty else "")
         return f"{when} {commit}"
 
