@@ -8,6 +8,7 @@ from bench.results.estimate import estimate_run
 from bench.results.records import new_context
 from bench.runner.matrix import plan, run_matrix
 from bench.spec.matrix import load_matrix
+from tests.support.records import make_record
 
 MATRIX = """
 name = "est"
@@ -98,3 +99,31 @@ def test_dry_run_prints_the_estimate_and_runs_nothing(tmp_path, capsys, monkeypa
     assert main(["run", "--matrix", "m.toml", "--dry-run", "--redo"]) == 0
     out = capsys.readouterr().out
     assert "2 of 2 cell(s)" in out and "this cell's records" in out
+
+
+def test_the_accuracy_step_is_estimated_from_each_sessions_latest_stored_time():
+    """A session's records carry the session process's own start and end; the latest ok run of it is its estimate,
+    a failed one (it stopped early) is not, and a session with no stored record is named as not known."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from bench.results.estimate import estimate_accuracy
+
+    def cell(cid):
+        return SimpleNamespace(cell_id=cid, label=f"hf/bf16/{cid}")
+
+    def acc(cid, start, end, status="ok"):
+        return replace(make_record(cid, kind="accuracy", status=status), started_at=start, ended_at=end)
+
+    base, bs8, compiled, int8 = cell("bs1"), cell("bs8"), cell("compiled"), cell("int8")
+    planned = [(base, "baseline", [bs8]), (base, "cells", [compiled]), (base, "cells", [int8])]
+    records = [acc("bs1", 100.0, 170.0), acc("bs8", 100.0, 170.0),  # one baseline session, 70 s
+               acc("compiled", 10.0, 50.0), acc("compiled", 200.0, 230.0),  # measured twice: the latest, 30 s
+               acc("int8", 300.0, 305.0, status="oom")]  # failed: not an estimate
+    total, text = estimate_accuracy(planned, records)
+    assert total == 100.0
+    assert text == ("accuracy: 3 session(s); stored session times cover 2: 100 s; "
+                    "not known: the session of hf/bf16/int8")
+    assert estimate_accuracy(planned, []) == (None, "accuracy: 3 session(s); stored session times cover 0: 0 s; not known: "
+                                              "the baseline session of hf/bf16/bs1; the session of hf/bf16/compiled; "
+                                              "the session of hf/bf16/int8")

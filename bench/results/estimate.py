@@ -183,3 +183,35 @@ def estimate_profiles(cells, records) -> tuple[float | None, str]:
     if missing:
         text += "; not known: " + "; ".join(missing)
     return (total if known else None), text
+
+
+def estimate_accuracy(planned: list[tuple], records) -> tuple[float | None, str]:
+    """Return (stored seconds for the sessions, or None, a line of text) for `bench accuracy`'s sessions.
+
+    planned: [(baseline cell, mode, cells)] as bench.accuracy.driver.sessions makes them. A session's time is its
+    records' ended_at - started_at (every record of one session carries the session process's own times, its start
+    and its model loads included), from the latest ok record of each of its cells; a session none of whose cells
+    has one is not known. A failed session's time (it stopped early) is not an estimate of a whole one.
+    """
+    from bench.results.records import Accuracy
+
+    latest: dict[str, Accuracy] = {}
+    for r in records:
+        if (isinstance(r, Accuracy) and r.status == "ok" and r.started_at is not None and r.ended_at is not None
+                and r.ended_at >= r.started_at):
+            if r.cell_id not in latest or r.started_at > latest[r.cell_id].started_at:
+                latest[r.cell_id] = r
+    total, covered, missing = 0.0, 0, []
+    for base, mode, cells in planned:
+        ids = ([base.cell_id] if mode == "baseline" else []) + [c.cell_id for c in cells]
+        spans = [latest[i].ended_at - latest[i].started_at for i in ids if i in latest]
+        if spans:
+            total += max(spans)
+            covered += 1
+        else:
+            missing.append(f"{'the baseline session of ' if mode == 'baseline' else 'the session of '}"
+                           f"{(base if mode == 'baseline' else cells[0]).label}")
+    text = f"accuracy: {len(planned)} session(s); stored session times cover {covered}: {total:.0f} s"
+    if missing:
+        text += "; not known: " + "; ".join(missing)
+    return (total if covered else None), text

@@ -246,7 +246,11 @@ def dry_run_text(plan: StudyPlan, steps: list[str], stores: dict, history: list,
     from bench.oom.driver import plan_searches
     from bench.oom.search import probe_budget
     from bench.results import query
-    from bench.results.estimate import estimate_probes, estimate_profiles
+    from bench.results.estimate import (
+        estimate_accuracy,
+        estimate_probes,
+        estimate_profiles,
+    )
     from bench.runner.matrix import run_estimate
 
     zygote = not_forkable([sys.executable, "-m", "bench.execution.worker"]) is None
@@ -300,11 +304,15 @@ def dry_run_text(plan: StudyPlan, steps: list[str], stores: dict, history: list,
         lines += ["", f"accuracy: {commands['accuracy']}",
                   f"  {len(pairs)} cell(s) in {len(planned)} session(s), each through its own "
                   f"runtime ({a.prompts} prompts x up to {a.answer_tokens} answer tokens teacher-forced, "
-                  f"{a.generate_tokens} greedy tokens each); time not estimated"]
+                  f"{a.generate_tokens} greedy tokens each)"]
         for base, mode, cells in planned:
             lines.append(f"  session: {base.label} (baseline: its reference and noise floor)" if mode == "baseline"
                          else f"  session: against {base.label}")
             lines += [f"    {c.label}" for c in cells]
+        acc_records = (query.load([stores["accuracy"]]) if stores["accuracy"].exists() else []) + extra
+        total, text = estimate_accuracy(planned, acc_records)
+        known += total or 0.0
+        lines.append("  " + text)
     if "report" in steps:
         lines += ["", f"report: {commands['report']}"]
     lines += ["", f"known from stored records and the worker-start model: {known:.0f} s ({known / 60:.1f} min); parts "
