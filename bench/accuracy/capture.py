@@ -74,14 +74,12 @@ def greedy(model, prompts: list[list[int]], new_tokens: int, pad_id: int, device
 
 
 def kv_cache_bytes(model, tokens: int) -> int:
-    """Return the bytes of a transformers model's KV cache for one sequence of `tokens` tokens (keys and values of
-    every layer, in the dtype of its weights)."""
+    """Return the bytes of a transformers model's KV cache for one sequence of `tokens` tokens, in the dtype of its
+    weights (bench.models.kv_bytes_per_token, the rule the backends use)."""
+    from bench.models import kv_bytes_per_token
+
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    heads = getattr(cfg, "num_attention_heads", 1)
-    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    itemsize = next(model.parameters()).element_size()
-    return 2 * cfg.num_hidden_layers * kv_heads * head_dim * tokens * itemsize
+    return kv_bytes_per_token(cfg.to_dict(), next(model.parameters()).element_size()) * tokens
 
 
 def greedy_batch(model, prompts: list[list[int]], new_tokens: int, wanted: int, free_bytes: int | None) -> int:
