@@ -221,6 +221,15 @@ def test_the_random_weights_are_the_same_in_every_process_and_every_order(tmp_pa
     assert weights_digest(model) != digest
 
 
+def _shipped_key():
+    """The build key of the default matrix's model: the shipped qwen-tiny-trained checkpoint, fp32 on the CPU."""
+    m = parse_matrix({"backends": ["hf"], "model": "qwen-tiny-trained", "precisions": ["fp32"], "max_batch_sizes": [1],
+                      "workloads": ["w"], "device": "cpu",
+                      "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 4, "num_requests": 1,
+                                         "tokenizer": "qwen-tiny-trained"}}})
+    return m.cells[0].build_key()
+
+
 def test_a_trained_model_loads_its_own_weights(tmp_path):
     pytest.importorskip("torch")
     from safetensors.torch import load_file
@@ -228,17 +237,13 @@ def test_a_trained_model_loads_its_own_weights(tmp_path):
     from bench.backends.hf.backend import HFBackend
     from bench.models import shipped_folder
 
-    m = parse_matrix({"backends": ["hf"], "model": "qwen-tiny-trained", "precisions": ["fp32"], "max_batch_sizes": [1],
-                      "workloads": ["w"], "device": "cpu",
-                      "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 4, "num_requests": 1,
-                                         "tokenizer": "qwen-tiny-trained"}}})
-    backend = HFBackend()
-    loaded = backend.load(backend.build(m.cells[0].build_key(), tmp_path / "engines"))
+    backend, key = HFBackend(), _shipped_key()
+    loaded = backend.load(backend.build(key, tmp_path / "engines"))
     stored = load_file(str(shipped_folder("qwen-tiny-trained") / "model.safetensors"))
     params = dict(loaded.model.named_parameters())
     assert stored and all(name in params for name in stored)
     assert all(bool((params[name].detach().float() == t.float()).all()) for name, t in stored.items())
-    again = backend.load(backend.build(m.cells[0].build_key(), tmp_path / "engines"))
+    again = backend.load(backend.build(key, tmp_path / "engines"))
     assert loaded.weights_digest == again.weights_digest and len(loaded.weights_digest) == 16
 
 
@@ -253,12 +258,8 @@ def test_a_checkpoint_loads_without_accelerate(tmp_path, monkeypatch):
 
     monkeypatch.setattr(transformers.utils, "is_accelerate_available", lambda *a, **k: False)
     monkeypatch.setattr(hf_accelerate, "is_accelerate_available", lambda *a, **k: False)
-    m = parse_matrix({"backends": ["hf"], "model": "qwen-tiny-trained", "precisions": ["fp32"], "max_batch_sizes": [1],
-                      "workloads": ["w"], "device": "cpu",
-                      "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 4, "num_requests": 1,
-                                         "tokenizer": "qwen-tiny-trained"}}})
-    backend = HFBackend()
-    loaded = backend.load(backend.build(m.cells[0].build_key(), tmp_path / "engines"))
+    backend, key = HFBackend(), _shipped_key()
+    loaded = backend.load(backend.build(key, tmp_path / "engines"))
     assert loaded.model.device.type == "cpu" and loaded.weights_digest
 
 
@@ -347,3 +348,14 @@ def test_imports_that_ask_the_gpu_its_capability_get_nvmls_answer_and_torchs_own
     if not torch.cuda.is_available():
         with pytest.raises((AssertionError, RuntimeError)):
             module.kept()  # the kept reference is torch's own function again: on a CPU torch it refuses
+
+
+def test_the_nvml_answer_is_the_capability_every_gpu_shares_or_none(monkeypatch):
+    import bench.machine.environment as environment
+
+    for caps, want in ((["9.0", "9.0"], (9, 0)), (["9.0", "8.0"], None), ([], None), ([None], None)):
+        monkeypatch.setattr(environment, "gpu_info", lambda i, caps=caps: {"gpu_count": len(caps),
+                                                                           "compute_capability": caps[i] if caps else None})
+        preload._nvml_capability.cache_clear()
+        assert preload._nvml_capability() == want, caps
+    preload._nvml_capability.cache_clear()

@@ -9,6 +9,7 @@ standard-library imports at module level: the launcher imports the zygote, which
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 import time
@@ -50,26 +51,18 @@ class _NvmlProperties:
         self.major, self.minor = major, minor
 
 
+@functools.lru_cache(maxsize=1)
 def _nvml_capability() -> tuple[int, int] | None:
-    """Return the compute capability every GPU NVML sees shares (no CUDA context made); None without NVML, without
-    GPUs, or where they differ (a worker's CUDA_VISIBLE_DEVICES may pick any of them: no one answer is true)."""
-    try:
-        import pynvml
+    """Return the compute capability every GPU NVML sees shares (no CUDA context made; read once per zygote); None
+    without NVML, without GPUs, or where they differ (a worker's CUDA_VISIBLE_DEVICES may pick any of them: no one
+    answer is true)."""
+    from bench.machine.environment import gpu_info
 
-        pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - no NVML library or driver: nothing to answer with
+    caps = {gpu_info(i).get("compute_capability") for i in range(gpu_info(0)["gpu_count"])}
+    if len(caps) != 1 or None in caps:
         return None
-    try:
-        caps = {tuple(pynvml.nvmlDeviceGetCudaComputeCapability(pynvml.nvmlDeviceGetHandleByIndex(i)))
-                for i in range(pynvml.nvmlDeviceGetCount())}
-    except Exception:  # noqa: BLE001
-        return None
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass
-    return caps.pop() if len(caps) == 1 else None
+    major, minor = caps.pop().split(".")
+    return int(major), int(minor)
 
 
 class _device_properties_from_nvml:
