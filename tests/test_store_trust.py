@@ -313,6 +313,7 @@ def test_a_row_pooled_from_two_environments_shows_its_environment_column():
 def test_a_start_time_past_any_calendar_date_reads_as_undated_in_both_readers(tmp_path):
     """Found by the property below (2026-12-06): a context's started_at of 6.78e16 s made time.gmtime raise in the
     columnar reader's run label (OverflowError, or OSError EOVERFLOW) while the plain reader counted the record."""
+    from bench.cli import main
     from bench.results.records import RunContext
 
     base = json.loads(_SAMPLE[0])
@@ -321,6 +322,9 @@ def test_a_start_time_past_any_calendar_date_reads_as_undated_in_both_readers(tm
     path.write_text(json.dumps(base) + "\n")
     assert len(query.load([path])) == len(query.table([path]).keys) == 1
     assert RunContext("r", "run", started_at=6.77680361916768e16, commit="0123456").label == "undated 0123456"
+    # and the report's title, which dates the runs it shows the same way
+    assert main(["report", str(path), "--out", str(tmp_path / "r")]) == 0
+    assert (tmp_path / "r" / "report.md").read_text().splitlines()[0].endswith("· undated")
 
 
 # ---- random and torn lines -------------------------------------------------------------------------------

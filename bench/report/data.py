@@ -158,7 +158,7 @@ def source_label(records: list[Record]) -> str:
 
 
 def _source_label(environments, contexts) -> str:
-    import time
+    from bench.results.records import utc_minute
 
     envs = [e for e in environments if e]
     hosts = sorted({str(e.get("host")) for e in envs if e.get("host")})
@@ -168,7 +168,7 @@ def _source_label(environments, contexts) -> str:
         machine += f" ({', '.join(gpus)})"
     commits = sorted({(c.commit or "commit?")[:7] + ("+dirty" if c.dirty else "") for c in contexts})
     starts = sorted(c.started_at for c in contexts if c.started_at is not None)
-    dates = [time.strftime("%Y-%m-%d %H:%M", time.gmtime(t)) for t in (starts[0], starts[-1])] if starts else []
+    dates = [utc_minute(t) for t in (starts[0], starts[-1])] if starts else []
     when = "undated" if not dates else dates[0] if dates[0] == dates[1] else f"{dates[0]} to {dates[1]}"
     return f"{machine} · {', '.join(commits) or 'commit?'} · {when}"
 

@@ -39,6 +39,15 @@ def _doc(text: str, default: Any = MISSING) -> Any:
     return field(default=default, metadata={"doc": text})
 
 
+def utc_minute(t: float) -> str:
+    """Return a Unix time as "YYYY-MM-DD HH:MM" (UTC), or "undated" for a time no calendar date shows (a store is
+    untrusted input: 6.78e16 s made time.gmtime raise OverflowError, or OSError EOVERFLOW)."""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M", time.gmtime(t))
+    except (OverflowError, OSError, ValueError):
+        return "undated"
+
+
 @dataclass(frozen=True)
 class RunContext:
     """Where a record comes from: the invocation, the code, the environment and the settings."""
@@ -76,10 +85,7 @@ class RunContext:
     @property
     def label(self) -> str:
         """Return a short human label: date, commit (and dirty), e.g. '2026-12-01 14:02 ab12cd3+dirty'."""
-        try:
-            when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(self.started_at)) if self.started_at else "undated"
-        except (OverflowError, OSError, ValueError):  # a time no calendar date shows (a store is untrusted input)
-            when = "undated"
+        when = utc_minute(self.started_at) if self.started_at else "undated"
         commit = (self.commit or "commit?")[:7] + ("+dirty" if self.dirty else "")
         return f"{when} {commit}"
 
