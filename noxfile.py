@@ -183,17 +183,18 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(name="gpu-tests", venv_backend="none")
 def gpu_tests(session: nox.Session) -> None:
-    """Run the tests marked `gpu` (tests/test_gpu.py) on this machine's GPU, in the existing environment.
+    """Run the tests marked `gpu` (tests/test_gpu.py, tests/test_accuracy.py, tests/test_zygote.py) on this machine's
+    GPU, in the existing environment.
 
     GPU machines come with torch (CUDA build) and transformers installed and may have no
     network, so this session installs nothing and runs the interpreter nox runs in (start it
     as `python3 -m nox -s gpu-tests` with the Python that has torch); it fails at once where
     torch sees no GPU (instead of reporting skipped tests as a pass). Same as:
-    `python3 -m pytest -m gpu tests/test_gpu.py -v -rs`.
+    `python3 -m pytest -m gpu tests -v -rs`.
     """
     session.run(sys.executable, "-c", "import sys, torch; sys.exit(0 if torch.cuda.is_available() else "
                 "'gpu-tests: torch sees no CUDA device here (run on the GPU machine)')", external=True)
-    session.run(sys.executable, "-m", "pytest", "-m", "gpu", "tests/test_gpu.py", "-v", "-rs", "-p", "no:cacheprovider",
+    session.run(sys.executable, "-m", "pytest", "-m", "gpu", "tests", "-v", "-rs", "-p", "no:cacheprovider",
                 *session.posargs, external=True)
 
 

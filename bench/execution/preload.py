@@ -76,7 +76,8 @@ class _device_properties_from_nvml:
     capability without a CUDA context, where every GPU shares one (see _nvml_capability). The functions are put back
     after the import; what the import computed from them is what a fresh worker computes on these GPUs. An import
     that reads any other property raises AttributeError: the zygote then refuses, and the worker starts fresh.
-    Written after that measurement; not yet run on a GPU (forking CUDA workers stays behind BENCH_ZYGOTE=1)."""
+    Run on the H100 since (2026-12-06): the zygote's GPU test passed and all 30 worker processes of the h200-study
+    preset forked (docs/measurements/2026-12-06-h100-study-forked-workers.md); CUDA workers now fork by default."""
 
     def __enter__(self):
         self.saved: list[tuple[object, str, object]] = []

@@ -120,24 +120,19 @@ def worker_ranks(build_key) -> int:
 def worker_preload(job: GroupJob, ranks: int) -> tuple[str, ...] | None:
     """Return what the zygote imports before forking this job's worker (its backend's runtime module), or None: fresh."""
     from bench.backends.registry import BACKENDS
-    from bench.execution.zygote import forks_on_device
 
     backend = job.build_key.backend
-    device = str(job.build_key.device)
-    if ranks > 1 or not job.zygote or backend not in FORKED_BACKENDS or (device.startswith("cuda") and
-                                                                         not forks_on_device(device)):
-        return None  # (BENCH_ZYGOTE=0 on a CPU is the launcher's to say, in the worker's log)
+    if ranks > 1 or not job.zygote or backend not in FORKED_BACKENDS:
+        return None  # (BENCH_ZYGOTE=0 is the launcher's to say, in the worker's log: bench.execution.zygote.not_forkable)
     return (BACKENDS[backend][1].split(":")[0],)
 
 
 def session_preload(cells: list, module: str) -> tuple[str, ...] | None:
     """What the zygote imports before forking a session of these cells (accuracy, parity, profile): the hf runtime and
-    the session's module; None (a fresh process) unless every cell is hf on a device whose workers fork (see
-    worker_preload and bench.execution.zygote.forks_on_device)."""
+    the session's module; None (a fresh process) unless every cell is hf (see worker_preload)."""
     from bench.backends.registry import BACKENDS
-    from bench.execution.zygote import forks_on_device
 
-    if any(c.backend != "hf" or not forks_on_device(c.device) for c in cells):
+    if any(c.backend != "hf" for c in cells):
         return None
     return (BACKENDS["hf"][1].split(":")[0], module)
 

