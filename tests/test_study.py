@@ -160,3 +160,43 @@ def test_the_cpu_twin_of_the_study_runs_end_to_end(tmp_path):
         status = browser.page_status(tmp_path / "dashboards" / "cpu-study" / "dashboard.html", "#all")
         assert status["state"] == "ok", status
         assert "OOM frontier (bench oom)" in status["dom"] and "decode step (x2)" in status["dom"]
+
+
+def test_a_study_stopped_by_sigterm_keeps_the_part_it_ran_and_the_step_that_finishes_it_counts_it(
+        tmp_path, monkeypatch, capsys):
+    """study.json is written after every step; a SIGTERM (`timeout`) in a step keeps that part's seconds in cut_s, and
+    the invocation that finishes the step adds them: a study resumed across calls is timed whole, not only its last
+    part (on the H100, 2026-12-06, a cut call lost its OOM, profile and half its accuracy step's times)."""
+    import signal
+    import time
+
+    from bench.cli import main
+    from bench.study import driver
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "twin.toml").write_text(TWIN)
+    calls = []
+
+    def fake_step(step, *args):
+        calls.append(step)
+        time.sleep(0.2)
+        if step == "oom" and calls.count("oom") == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # as `timeout` stops the study
+            time.sleep(5)  # never reached: the handler raises here
+        return None
+
+    monkeypatch.setattr(driver, "_step", fake_step)
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["study", "--matrix", "twin.toml", "--steps", "run,oom,profile"]) == 130
+    assert signal.getsignal(signal.SIGTERM) is before  # the study's handler is gone once it returns
+    assert "interrupted; every finished cell is in the store" in capsys.readouterr().err
+    study = json.loads((tmp_path / "dashboards" / "cpu-study" / "study.json").read_text())
+    assert calls == ["run", "oom"] and list(study["steps_s"]) == ["run"] and study["steps_s"]["run"] >= 0.2
+    assert len(study["cut_s"]["oom"]) == 1 and 0.2 <= study["cut_s"]["oom"][0] < 5
+    cut = study["cut_s"]["oom"][0]
+
+    assert main(["study", "--matrix", "twin.toml", "--steps", "oom,profile"]) == 0
+    study = json.loads((tmp_path / "dashboards" / "cpu-study" / "study.json").read_text())
+    assert study["cut_s"] == {} and set(study["steps_s"]) == {"run", "oom", "profile"}
+    assert study["steps_s"]["oom"] >= cut + 0.2  # the cut part and the part that finished it
+    assert "all steps so far" in capsys.readouterr().err

@@ -14,9 +14,12 @@ before it runs:
 
 What steps 2-4 cover comes from the matrix file's [study] table (bench.study.plan). Everything is
 checked before the first step runs. A step that fails (a cell's error or timeout, an undecided
-search, a failed session) does not stop the later steps; the exit status is then 1. Each
-invocation adds its steps' times and failures to <report dir>/study.json (a study run in parts
-keeps every part's figures). A dry run returns the plan and an estimate from stored records.
+search, a failed session) does not stop the later steps; the exit status is then 1. Each step's
+time and failures go to <report dir>/study.json as soon as it ends (a study run in parts keeps
+every part's figures). A study stopped by SIGTERM (`timeout`, a job scheduler) or Ctrl-C writes the
+time its unfinished step had run as a cut part; the invocation that finishes the step adds it, so
+a step resumed across calls is timed whole (`cut_s` holds the parts of steps not yet finished).
+A dry run returns the plan and an estimate from stored records.
 """
 
 from __future__ import annotations
@@ -92,31 +95,21 @@ def run_study(console, *, preset: str | None = None, matrix_file: str | None = N
     timings: dict[str, float] = {}
     failed: dict[str, int] = {}
     report = None
-    for step in steps:
-        if step == "accuracy" and plan.accuracy_matrix is None:
-            console.print(f"[yellow]study: {plan.accuracy_note}", highlight=False)
-            continue  # cells bench accuracy cannot measure, and no [study.accuracy] table asked for them
-        t0 = time.monotonic()
-        if step == "run":
-            failed["run"] = _run(plan.matrix, stores["run"], redo, show_progress, console, commands["run"])
-        elif step == "oom":
-            failed["oom"] = _oom(plan, stores["oom"], redo, console, commands, report_dir)
-        elif step == "profile" and plan.profile is not None:
-            from bench.profiling.driver import profile_matrix
-
-            console.print(f"[bold]study: profile[/] ({commands['profile']})")
-            _, failed["profile"] = profile_matrix(plan.profile_matrix, plan.profile, Path("profiles"), stores["profile"],
-                                                  printer=_to_stderr)
-        elif step == "accuracy":
-            from bench.accuracy.driver import accuracy_matrix
-
-            console.print(f"[bold]study: accuracy[/] ({commands['accuracy']})")
-            _, failed["accuracy"] = accuracy_matrix(plan.accuracy_matrix, plan.matrix.cells, plan.matrix.accuracy,
-                                                    stores["accuracy"], redo=redo, printer=_to_stderr)
-        elif step == "report":
-            failed["report"], report = _report(stores, report_dir, plan.matrix, console, commands["report"])
-        timings[step] = time.monotonic() - t0
-    path, summary = _summarize(report_dir, name, timings, failed, commands, stores)
+    record = _Summary(report_dir, name, commands, stores)
+    with _stopped_by_sigterm():
+        for step in steps:
+            if step == "accuracy" and plan.accuracy_matrix is None:
+                console.print(f"[yellow]study: {plan.accuracy_note}", highlight=False)
+                continue  # cells bench accuracy cannot measure, and no [study.accuracy] table asked for them
+            t0 = time.monotonic()
+            try:
+                report = _step(step, plan, stores, commands, report_dir, redo, show_progress, console, failed) or report
+            except BaseException:  # stopped (SIGTERM, Ctrl-C) or crashed: the part it ran is kept as cut
+                record.cut(step, time.monotonic() - t0)
+                raise
+            timings[step] = time.monotonic() - t0
+            record.done(step, timings[step], failed.get(step, 0))
+    path, summary = record.path, record.summary
     console.print("study: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
                   + f"; this invocation {sum(timings.values()):.0f} s; all steps so far "
                   f"{sum(summary['steps_s'].values()):.0f} s; {path}")
@@ -128,20 +121,88 @@ def _to_stderr(text: str) -> None:
     print(text, file=sys.stderr)
 
 
-def _summarize(report_dir: Path, name: str, timings: dict, failed: dict, commands: dict, stores: dict) -> tuple[Path, dict]:
-    """Write report_dir/study.json and return (its path, what it holds): every step's time and failures so far
-    (earlier invocations' kept), the commands, the stores."""
-    report_dir.mkdir(parents=True, exist_ok=True)
-    path = report_dir / "study.json"
-    # A study run in parts (--steps run, then --steps oom,profile,report) keeps every part's figures.
-    summary = json.loads(path.read_text()) if path.is_file() else {}
-    if summary.get("matrix") != name:
-        summary = {}
-    summary = {"matrix": name, "steps_s": {**summary.get("steps_s", {}), **timings},
-               "failed": {**summary.get("failed", {}), **failed}, "commands": commands,
-               "stores": {k: str(v) for k, v in stores.items()}}
-    path.write_text(json.dumps(summary, indent=1))
-    return path, summary
+def _step(step: str, plan, stores: dict, commands: dict, report_dir: Path, redo: bool, show_progress: bool, console,
+          failed: dict) -> str | None:
+    """Run one step through its command's driver; its failures go to `failed`. Return the report's text (report step)."""
+    if step == "run":
+        failed["run"] = _run(plan.matrix, stores["run"], redo, show_progress, console, commands["run"])
+    elif step == "oom":
+        failed["oom"] = _oom(plan, stores["oom"], redo, console, commands, report_dir)
+    elif step == "profile" and plan.profile is not None:
+        from bench.profiling.driver import profile_matrix
+
+        console.print(f"[bold]study: profile[/] ({commands['profile']})")
+        _, failed["profile"] = profile_matrix(plan.profile_matrix, plan.profile, Path("profiles"), stores["profile"],
+                                              printer=_to_stderr)
+    elif step == "accuracy":
+        from bench.accuracy.driver import accuracy_matrix
+
+        console.print(f"[bold]study: accuracy[/] ({commands['accuracy']})")
+        _, failed["accuracy"] = accuracy_matrix(plan.accuracy_matrix, plan.matrix.cells, plan.matrix.accuracy,
+                                                stores["accuracy"], redo=redo, printer=_to_stderr)
+    elif step == "report":
+        failed["report"], report = _report(stores, report_dir, plan.matrix, console, commands["report"])
+        return report
+    return None
+
+
+class _Summary:
+    """report_dir/study.json, written after every step: each finished step's seconds (with the cut parts of it that
+    earlier invocations ran) and failures, the cut parts of unfinished steps, the commands and the stores. A study
+    run in parts (--steps run, then --steps oom,profile,report) keeps every part's figures."""
+
+    def __init__(self, report_dir: Path, name: str, commands: dict, stores: dict):
+        report_dir.mkdir(parents=True, exist_ok=True)
+        self.path = report_dir / "study.json"
+        summary = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        if summary.get("matrix") != name:
+            summary = {}
+        self.summary = {"matrix": name, "steps_s": summary.get("steps_s", {}), "failed": summary.get("failed", {}),
+                        "cut_s": summary.get("cut_s", {}), "commands": commands,
+                        "stores": {k: str(v) for k, v in stores.items()}}
+        self._write()
+
+    def done(self, step: str, seconds: float, failed: int) -> None:
+        """A step ended: its time is this part plus the cut parts earlier invocations ran of it."""
+        self.summary["steps_s"][step] = sum(self.summary["cut_s"].pop(step, [])) + seconds
+        self.summary["failed"][step] = failed
+        self._write()
+
+    def cut(self, step: str, seconds: float) -> None:
+        """A step was stopped: the seconds it ran wait in cut_s for the invocation that finishes it."""
+        self.summary["cut_s"].setdefault(step, []).append(seconds)
+        self._write()
+
+    def _write(self) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(self.summary, indent=1))
+        tmp.replace(self.path)  # never half a file, whenever the study is stopped
+
+
+class _stopped_by_sigterm:
+    """While the study runs, SIGTERM (`timeout`, a scheduler) raises KeyboardInterrupt in the main thread, as Ctrl-C
+    does (bench.serving.transformers_serve does the same): the step in progress is written as cut, its workers are
+    stopped by the Ctrl-C cleanup, and bench says what it says on Ctrl-C (every finished cell is in the store)."""
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        self.saved = None
+        if threading.current_thread() is threading.main_thread():
+            self.saved = signal.signal(signal.SIGTERM, _interrupt)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        if self.saved is not None:
+            signal.signal(signal.SIGTERM, self.saved)
+        return False
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _run(matrix, store: Path, redo: bool, show_progress: bool, console, command: str) -> int:
