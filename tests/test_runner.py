@@ -47,6 +47,10 @@ def test_oom_cell_recorded_and_matrix_goes_on(tiny_sharegpt, tmp_path):
     store = tmp_path / "s.jsonl"
     run_matrix(m, store, show_progress=False)
     assert statuses(store) == [(1, 0, "ok"), (1, 1, "ok"), (4, 0, "oom")]
+    # The OOM came in the warm-up: its record still says what the worker's start cost and how long the warm-up ran
+    oom = [r for r in ResultStore(store).records() if r["status"] == "oom"][0]
+    assert oom["error"].startswith("warm-up: ") and oom["extra"]["startup"]["launch"].startswith(("fork", "exec"))
+    assert oom["extra"]["startup"]["warmup_s"] >= 0 and "load_s" in oom["extra"]["startup"]
     assert run_matrix(m, store, show_progress=False).statuses == {}  # OOM is final
 
 

@@ -208,10 +208,14 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
                 export_failed = True
                 loaded.recover()
                 continue
-            # One record for the failure; the cell's other trials are not run.
+            # One record for the failure, with the start-up it paid and how far the warm-up got (an OOM's peak);
+            # the cell's other trials are not run.
             first, rest = item["trials"][0], item["trials"][1:]
+            peak = device_peak_bytes()
             emit({"event": "result", "cell_id": cell.cell_id, "trial": first, "status": classify_exception(exc),
-                  "error": "warm-up: " + _describe(exc), "ended_at": time.time()})
+                  "error": "warm-up: " + _describe(exc), "ended_at": time.time(),
+                  "extra": {"startup": {**startup, "warmup_s": time.perf_counter() - t_warm},
+                            **({} if peak is None else {"peak_memory_bytes_at_failure": peak})}})
             if rest:
                 emit({"event": "skipped", "cell_id": cell.cell_id, "trials": rest})
             loaded.recover()
