@@ -88,7 +88,8 @@ def greedy_batch(model, prompts: list[list[int]], new_tokens: int, wanted: int, 
 
     The baseline's fp32 twin generates beside the baseline itself: on an 80 GB H100 its 16-prompt batches of 2048-token
     prompts (a 35 GB cache beside 46 GB of weights) ran out of memory (2026-12-06). Half the free memory leaves room
-    for the activations and the allocator's blocks."""
+    for the activations and the allocator's blocks. With this rule all three sharegpt-2048 sessions finished on the
+    same card (docs/measurements/2026-12-06-h100-study-forked-workers.md)."""
     if free_bytes is None or not prompts:
         return max(1, wanted)
     per_sequence = kv_cache_bytes(model, max(len(p) for p in prompts) + new_tokens)
