@@ -21,11 +21,16 @@ MARK = "BENCH_RAY_TEST_MARK"  # in the Ray processes' environment: lets a test f
 
 @pytest.fixture(scope="module")
 def local_ray():
+    before = dict(os.environ)
     os.environ[MARK] = str(os.getpid())  # raylet and its workers inherit the environment at ray.init
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
-    os.environ.pop(MARK, None)
+    # ray.init sets variables of its own (PYTHONBREAKPOINT, read at import): left set, every later test's workers would
+    # differ from the zygote's environment and start as fresh processes (tests/test_zygote.py's own_zygote says so),
+    # each paying torch's and transformers' imports again (the suite took 38 s longer on the 2-core machine).
+    os.environ.clear()
+    os.environ.update(before)
 
 
 def matrix(**over):

@@ -70,6 +70,29 @@ def test_a_fork_gets_its_own_group_log_environment_and_folder(tmp_path, monkeypa
     assert log.read_text().startswith("[bench launcher] a fresh process, not a fork of the zygote: its PYTHONPATH")
 
 
+def test_a_zygote_of_an_environment_this_process_has_since_changed_is_replaced_once_idle(tmp_path, monkeypatch):
+    """This process changes a variable read at import after its zygote started (a test's PYTHONPATH, ray.init's
+    PYTHONBREAKPOINT): the next worker is a fork of a new zygote of the present environment, not a fresh process
+    (in the test suite every later worker paid the imports again: 36 s for one attribution test instead of 13 s).
+    While a worker of the old zygote runs, it stays and the request starts fresh, as before."""
+    monkeypatch.delenv(zygote.SWITCH_ENV, raising=False)
+    out, _ = _session(tmp_path, SAYS_WHO_IT_IS)
+    first = zygote._shared
+    assert out.result["forked"] is not None and first is not None
+    slow = launcher.start([sys.executable, "-c", "import time; time.sleep(30)"], open(tmp_path / "slow.log", "wb"),
+                          launcher.child_env({}), preload=())
+    monkeypatch.setenv("PYTHONBREAKPOINT", "0")  # read at the interpreter's start: not one of the late variables
+    out, log = _session(tmp_path, SAYS_WHO_IT_IS)
+    assert zygote._shared is first and not first.idle()  # a worker in flight: the old zygote stays, this one is fresh
+    assert out.result["forked"] is None and log.read_text().startswith("[bench launcher] a fresh process")
+    launcher.kill_group(slow)
+    slow.wait()
+    out, log = _session(tmp_path, SAYS_WHO_IT_IS)
+    assert out.result["forked"] is not None, log.read_text()  # a fork, of a new zygote
+    assert zygote._shared is not first and first.proc.poll() is not None  # the old one ended
+    assert zygote._shared.env["PYTHONBREAKPOINT"] == "0"
+
+
 @pytest.mark.parametrize("switch", ["1", "0"])
 def test_an_exit_status_and_a_signal_read_the_same_forked_or_not(tmp_path, monkeypatch, switch):
     monkeypatch.setenv(zygote.SWITCH_ENV, switch)

@@ -409,6 +409,11 @@ class Zygote:
             raise Unavailable(proc.refused)
         return proc
 
+    def idle(self) -> bool:
+        """Whether no worker of this zygote is asked for or running (closing it then ends nobody's work)."""
+        with self._lock:
+            return not self._waiting and not self._running
+
     def close(self) -> None:
         """End the zygote (its socket's end-of-file; SIGKILL if it lingers) and reap it."""
         try:
@@ -447,9 +452,17 @@ def difference(env: dict[str, str], base: dict[str, str]) -> str | None:
 
 
 def shared(env: dict[str, str], open_log, cwd: str) -> Zygote:
-    """Return this invocation's zygote, started now (with env, writing to open_log()) if it is the first request."""
+    """Return this invocation's zygote, started now (with env, writing to open_log()) if it is the first request.
+
+    A zygote started from an environment that has since changed in a variable read at import (this process set one:
+    a test's PYTHONPATH, a library's PYTHONBREAKPOINT) would refuse every later worker, each then a fresh process
+    paying the imports again: when it has no worker in flight it is replaced by one of the present environment
+    (the imports once more, once); with workers in flight it stays, and the request starts fresh, as before."""
     global _shared
     with _shared_lock:
+        if _shared is not None and not _shared.dead and _shared.difference(env) is not None and _shared.idle():
+            _shared.close()
+            _shared = None
         if _shared is None:
             import atexit
 
