@@ -127,3 +127,20 @@ def test_the_accuracy_step_is_estimated_from_each_sessions_latest_stored_time():
     assert estimate_accuracy(planned, []) == (None, "accuracy: 3 session(s); stored session times cover 0: 0 s; not known: "
                                               "the baseline session of hf/bf16/bs1; the session of hf/bf16/compiled; "
                                               "the session of hf/bf16/int8")
+
+
+def test_a_cell_whose_warm_up_ran_out_of_memory_costs_one_process_up_to_the_failure(tmp_path):
+    """On the H100 (2026-12-06) the study's 7 cells that ran out of memory under its 24 GB cap were 'not known' or
+    estimated from a sibling that fits; their own records say what they cost: one process, the warm-up up to the OOM."""
+    path = tmp_path / "m.toml"
+    path.write_text(MATRIX.format(sizes="1, 2", workloads='"a"').replace("step_ms = 1.0", "step_ms = 1.0\nmemory_gb = 1.02"))
+    matrix = load_matrix(path)  # the fake device: batch 1 fits (1.013 GB), batch 2 does not (1.025 GB)
+    store = tmp_path / "s.jsonl"
+    run_matrix(matrix, store, show_progress=False)
+    oom = [r for r in query.load([store]) if r.status == "oom"]
+    assert len(oom) == 1 and oom[0].error.startswith("warm-up: ") and oom[0].extra["startup"]["warmup_s"] > 0
+    est = _estimate(matrix, store, redo=True)  # the same matrix again, from these records
+    bs2 = next(c for c in est.cells if "/bs2/" in c.label)
+    assert bs2.source == "this cell's warm-up, which ended in oom: one process" and (bs2.runs, bs2.trials) == (1, 0)
+    assert bs2.total_s == pytest.approx(oom[0].extra["startup"]["warmup_s"])
+    assert "not known" not in est.text() and "1 run(s) x (warm-up" in est.text()

@@ -6,6 +6,8 @@ and `trials` measured passes; per build group and run, a worker loads (build + l
 best first:
 
 1. the same cell's own records (its latest context): its trials' wall time, its warm-up passes;
+   or, where its warm-up ended in a final failure (an OOM under a memory cap), one process up to
+   that failure and no measured pass (a re-run would not measure it either);
 2. a record of the same build key and max_batch_size (another workload, or options outside
    the build key): its output tok/s scaled to this cell's output tokens, its warm-up passes
    (which include compilation where the cell compiles, so they stand for the cold cost);
@@ -86,6 +88,11 @@ def _warmup_s(rec) -> float | None:
     return float(sum(passes)) if isinstance(passes, list) else None
 
 
+def _failed_warmup_s(rec) -> float | None:
+    seconds = (rec.extra.get("startup") or {}).get("warmup_s")
+    return float(seconds) if isinstance(seconds, (int, float)) else None
+
+
 def _latest(records):
     return max(records, key=lambda r: (r.context.started_at or 0.0, r.ended_at or 0.0))
 
@@ -96,9 +103,17 @@ def estimate_run(matrix, planned, records, output_tokens) -> Estimate:
     output_tokens(workload spec) -> its output tokens, for the scaling of source 2 (called only
     for cells that need it: building a workload tokenizes its source).
     """
-    from bench.results.records import Measurement
+    from bench.results.records import FINAL_FAILURES, Measurement
 
     ok = [r for r in records if isinstance(r, Measurement) and r.ok]
+    # A cell whose warm-up ended in a final failure (an OOM) costs one process up to that failure: its record keeps the
+    # warm-up's seconds (extra.startup.warmup_s) since 2026-12-06; older failure records do not, and stay unknown.
+    failed: dict[str, object] = {}
+    for r in records:
+        if (isinstance(r, Measurement) and r.status in FINAL_FAILURES and str(r.error or "").startswith("warm-up: ")
+                and _failed_warmup_s(r) is not None):
+            if r.cell_id not in failed or (r.ended_at or 0.0) > (failed[r.cell_id].ended_at or 0.0):
+                failed[r.cell_id] = r
     by_cell: dict[str, list] = {}
     by_key_bs: dict[tuple, list] = {}
     loads: dict[str, list[float]] = {}
@@ -122,6 +137,12 @@ def estimate_run(matrix, planned, records, output_tokens) -> Estimate:
             ce.trial_s = sum(trials) / len(trials) if trials else None
             ce.warmup_s = _warmup_s(ref) if settings.warmup else 0.0
             ce.source, ce.cache = "this cell's records", ref.build.get("compile_cache")
+        elif p.cell.cell_id in failed:  # before a sibling's figures: this cell's own run ended in its warm-up
+            ref = failed[p.cell.cell_id]
+            # the failure is final (bench.runner.matrix.plan): one process, its warm-up up to the failure, no trials
+            ce.runs, ce.trials, ce.trial_s, ce.warmup_s = 1, 0, 0.0, _failed_warmup_s(ref)
+            ce.source = f"this cell's warm-up, which ended in {ref.status}: one process"
+            ce.cache = ref.build.get("compile_cache")
         else:
             similar = by_key_bs.get((key, p.cell.max_batch_size))
             tokens = output_tokens(p.cell.workload) if similar else None
