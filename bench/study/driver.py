@@ -189,7 +189,8 @@ class _stopped_by_sigterm:
         import threading
 
         self.saved = None
-        if threading.current_thread() is threading.main_thread():
+        # the main thread only (signals reach no other), and never where SIGTERM was set to be ignored (nohup-like)
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
             self.saved = signal.signal(signal.SIGTERM, _interrupt)
         return self
 
