@@ -144,3 +144,16 @@ def test_a_cell_whose_warm_up_ran_out_of_memory_costs_one_process_up_to_the_fail
     assert bs2.source == "this cell's warm-up, which ended in oom: one process" and (bs2.runs, bs2.trials) == (1, 0)
     assert bs2.total_s == pytest.approx(oom[0].extra["startup"]["warmup_s"])
     assert "not known" not in est.text() and "1 run(s) x (warm-up" in est.text()
+
+
+@pytest.mark.parametrize("startup", [{"warmup_s": float("nan")}, {"warmup_s": -1.0}, {"warmup_s": float("inf")},
+                                     {"warmup_s": True}, {"warmup_s": "3"}, ["not", "a", "dict"], None])
+def test_a_failed_warm_up_without_a_usable_figure_stays_not_known(startup):
+    """A store is untrusted input: a failed warm-up's seconds that are not a finite non-negative number are no figure."""
+    from dataclasses import replace
+
+    from bench.results.estimate import _failed_warmup_s
+
+    rec = make_record("c", status="oom")
+    assert _failed_warmup_s(replace(rec, extra={"startup": startup})) is None
+    assert _failed_warmup_s(replace(rec, extra={"startup": {"warmup_s": 2.5}})) == 2.5

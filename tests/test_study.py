@@ -200,3 +200,28 @@ def test_a_study_stopped_by_sigterm_keeps_the_part_it_ran_and_the_step_that_fini
     assert study["cut_s"] == {} and set(study["steps_s"]) == {"run", "oom", "profile"}
     assert study["steps_s"]["oom"] >= cut + 0.2  # the cut part and the part that finished it
     assert "all steps so far" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, said", [
+    ("{not json", "is not a study summary bench wrote"),
+    ('["a list"]', "not an object of steps_s, failed, cut_s"),
+    ('{"matrix": "cpu-study", "steps_s": {"run": NaN}}', "steps_s['run'] must be a finite number"),
+    ('{"matrix": "cpu-study", "steps_s": {"run": -5}}', "steps_s['run'] must be a non-negative number"),
+    ('{"matrix": "cpu-study", "failed": {"run": "x"}}', "failed['run'] must be a non-negative integer"),
+    ('{"matrix": "cpu-study", "cut_s": {"oom": 3.0}}', "cut_s['oom'] must be a list of seconds"),
+    ('{"matrix": "cpu-study", "cut_s": {"oom": [1e999]}}', "cut_s['oom'] must be a finite number"),
+])
+def test_a_hostile_study_json_is_refused_before_any_step_and_left_as_it_is(tmp_path, monkeypatch, capsys, text, said):
+    from bench.cli import main
+    from bench.study import driver
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "twin.toml").write_text(TWIN)
+    summary = tmp_path / "dashboards" / "cpu-study" / "study.json"
+    summary.parent.mkdir(parents=True)
+    summary.write_text(text)
+    monkeypatch.setattr(driver, "_step", lambda *a: pytest.fail("a step ran"))
+    assert main(["study", "--matrix", "twin.toml", "--steps", "run"]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "move dashboards/cpu-study/study.json away or delete it" in err, err
+    assert "Traceback" not in err and summary.read_text() == text

@@ -20,6 +20,7 @@ record's `build.compile_cache` says which).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
@@ -89,8 +90,12 @@ def _warmup_s(rec) -> float | None:
 
 
 def _failed_warmup_s(rec) -> float | None:
-    seconds = (rec.extra.get("startup") or {}).get("warmup_s")
-    return float(seconds) if isinstance(seconds, (int, float)) else None
+    """The seconds a failed warm-up ran, or None where its record has no usable figure (a store is untrusted input)."""
+    startup = rec.extra.get("startup")
+    seconds = startup.get("warmup_s") if isinstance(startup, dict) else None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < math.inf:
+        return None
+    return float(seconds)
 
 
 def _latest(records):

@@ -21,6 +21,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.interrupts import sigterm_as_ctrl_c
+
 
 def free_port() -> int:
     """Return a loopback port nobody listens on (bound, then released)."""
@@ -117,10 +119,6 @@ def _wait_ready(server: ServeProcess, ready_timeout_s: float) -> ServeProcess:
                        f"{server.log_tail()}")
 
 
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     """Serve MODEL_DIR with `transformers serve` on 127.0.0.1 until Ctrl-C (the recipe the docs give)."""
     import argparse
@@ -139,23 +137,26 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.log).parent.mkdir(parents=True, exist_ok=True)
     # SIGTERM (kill, a CI job's end, systemd) runs the same cleanup as Ctrl-C: the server has its own process
     # group, so without this it would outlive us, holding its port.
-    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        server = start(args.model_dir, args.log, port=args.port, device=args.device,
-                       continuous_batching=not args.no_continuous_batching)  # stops its server if interrupted
-        print(f"serving {args.model_dir} at {server.base_url} (log {args.log}); in the matrix: base_url = "
-              f"\"{server.base_url}\", model_name = \"{args.model_dir}\"; Ctrl-C stops it", flush=True)
-        try:
-            while server.proc.poll() is None:
-                time.sleep(1.0)
-            print(f"the server exited with status {server.proc.returncode}; log {args.log}:\n{server.log_tail()}")
-            return 1
-        finally:
-            server.stop()
+        with sigterm_as_ctrl_c():
+            return _serve(args)
     except KeyboardInterrupt:
         return 0
+
+
+def _serve(args) -> int:
+    """Start the server and wait for it; Ctrl-C (or SIGTERM, through bench.interrupts) stops it."""
+    server = start(args.model_dir, args.log, port=args.port, device=args.device,
+                   continuous_batching=not args.no_continuous_batching)  # stops its server if interrupted
+    print(f"serving {args.model_dir} at {server.base_url} (log {args.log}); in the matrix: base_url = "
+          f"\"{server.base_url}\", model_name = \"{args.model_dir}\"; Ctrl-C stops it", flush=True)
+    try:
+        while server.proc.poll() is None:
+            time.sleep(1.0)
+        print(f"the server exited with status {server.proc.returncode}; log {args.log}:\n{server.log_tail()}")
+        return 1
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        server.stop()
 
 
 if __name__ == "__main__":

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from bench.errors import BenchInputError, choices
+from bench.files import write_atomic
+from bench.interrupts import sigterm_as_ctrl_c
 from bench.study.plan import STEPS
 
 
@@ -96,7 +98,7 @@ def run_study(console, *, preset: str | None = None, matrix_file: str | None = N
     failed: dict[str, int] = {}
     report = None
     record = _Summary(report_dir, name, commands, stores)
-    with _stopped_by_sigterm():
+    with sigterm_as_ctrl_c():  # `timeout` stops a study as Ctrl-C does: the step in progress is kept as cut
         for step in steps:
             if step == "accuracy" and plan.accuracy_matrix is None:
                 console.print(f"[yellow]study: {plan.accuracy_note}", highlight=False)
@@ -119,6 +121,27 @@ def run_study(console, *, preset: str | None = None, matrix_file: str | None = N
 def _to_stderr(text: str) -> None:
     """Print a step's per-cell text on stderr: the study's stdout is its report's."""
     print(text, file=sys.stderr)
+
+
+def _read_summary(path: Path) -> dict:
+    """Return an earlier study.json, checked: the figures it adds to are numbers (a file is untrusted input); a
+    BenchInputError that names it and the fix otherwise, before any step runs and with the file left as it is."""
+    from bench.checks import check_number
+
+    fix = f"move {path} away or delete it (it holds only the earlier steps' times), or pass another --report-dir"
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise BenchInputError(f"{path} is not a study summary bench wrote ({exc}): {fix}") from exc
+    shapes = ("steps_s", "failed", "cut_s")  # {step: seconds}, {step: count}, {step: [seconds, ...]}
+    if not isinstance(summary, dict) or not all(isinstance(summary.get(k, {}), dict) for k in shapes):
+        raise BenchInputError(f"{path} is not a study summary bench wrote (not an object of steps_s, failed, cut_s): {fix}")
+    for key, step, value in ((k, st, v) for k in shapes for st, v in summary.get(k, {}).items()):
+        if key == "cut_s" and not isinstance(value, list):
+            raise BenchInputError(f"{path}: cut_s[{step!r}] must be a list of seconds, got {value!r}: {fix}")
+        for number in (value if key == "cut_s" else [value]):
+            check_number(number, f"{path}: {key}[{step!r}]", integer=key == "failed", minimum=0, hint=fix)
+    return summary
 
 
 def _step(step: str, plan, stores: dict, commands: dict, report_dir: Path, redo: bool, show_progress: bool, console,
@@ -154,7 +177,7 @@ class _Summary:
     def __init__(self, report_dir: Path, name: str, commands: dict, stores: dict):
         report_dir.mkdir(parents=True, exist_ok=True)
         self.path = report_dir / "study.json"
-        summary = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        summary = _read_summary(self.path) if self.path.is_file() else {}
         if summary.get("matrix") != name:
             summary = {}
         self.summary = {"matrix": name, "steps_s": summary.get("steps_s", {}), "failed": summary.get("failed", {}),
@@ -174,36 +197,7 @@ class _Summary:
         self._write()
 
     def _write(self) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(self.summary, indent=1))
-        tmp.replace(self.path)  # never half a file, whenever the study is stopped
-
-
-class _stopped_by_sigterm:
-    """While the study runs, SIGTERM (`timeout`, a scheduler) raises KeyboardInterrupt in the main thread, as Ctrl-C
-    does (bench.serving.transformers_serve does the same): the step in progress is written as cut, its workers are
-    stopped by the Ctrl-C cleanup, and bench says what it says on Ctrl-C (every finished cell is in the store)."""
-
-    def __enter__(self):
-        import signal
-        import threading
-
-        self.saved = None
-        # the main thread only (signals reach no other), and never where SIGTERM was set to be ignored (nohup-like)
-        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
-            self.saved = signal.signal(signal.SIGTERM, _interrupt)
-        return self
-
-    def __exit__(self, *exc):
-        import signal
-
-        if self.saved is not None:
-            signal.signal(signal.SIGTERM, self.saved)
-        return False
-
-
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
+        write_atomic(self.path, json.dumps(self.summary, indent=1))  # never half a file, whenever the study is stopped
 
 
 def _run(matrix, store: Path, redo: bool, show_progress: bool, console, command: str) -> int:
