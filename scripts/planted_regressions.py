@@ -18,8 +18,9 @@ Environment: DEVICE (cuda | cpu), CHANGES (comma-separated names; default: every
 `CHANGES=list`), PART (1-4: the ten changes in four parts, each estimated under 10 minutes on the H200, about 25
 minutes in all, most of it the compiled cells' cold builds and coordinate-descent's tuning), WORK (stores, profiles, engines; default /tmp/planted-work: kept between calls, so a second call
 resumes: `bench run` skips the stored cells and `bench compare` finds the stored profiles), OUT (summary.md and
-each change's compare.md / compare.json; default WORK), RUNS (2), CONFIDENCE (0.99 on cuda, 0.95 on cpu: with 2
-runs a side a shared CPU's spread between processes hides even a 9x change at 99 %).
+each change's compare.md / compare.json; default WORK), RUNS (processes a side; default RUNS_OF
+below on cuda, 2 on cpu), CONFIDENCE (0.99 on cuda, 0.95 on cpu: with 2 runs a side a shared CPU's spread between
+processes hides even a 9x change at 99 %).
 
 On a machine without git (the GPU machine's copy of the tree) BENCH_COMMIT is set to "planted-tree" unless given:
 `bench compare --profile` profiles a side only where its records name this checkout's commit.
@@ -30,6 +31,10 @@ without CUDA graphs: `compile-off` covers the step without them), int8wo with an
 (`freeze-off`: another compiled graph of one cell, which `bench compare` marks "kernels differ" and still
 explains), the LM head in fp32 (`linears-twice`: every matmul reads its weights twice), padding to a larger batch
 (the harness cuts batches of the requests there are and pads none: `flex-attention`, another real configuration).
+Two of the issue's are measured the other way round or not at all, as the H100 showed (2026-12-06): static -> dynamic
+cache made transformers' eager `generate` 13 % faster, so the regression is `static-cache` (dynamic -> static); sdpa
+-> eager attention moved the batch-1 eager step by under 5 % (no regression to explain at this shape), so its place
+is taken by `activation-repeated` (the MLP's SiLU run 20 times: one small elementwise kernel a layer each).
 """
 
 from __future__ import annotations
@@ -44,42 +49,49 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Baseline cells: bf16 (fp32 on the CPU), batch 1, static cache.
+# Baseline cells: bf16 (fp32 on the CPU), batch 1, static cache (generate-dynamic: transformers' own default).
 BASELINES = {
     "eager": {"attn_implementation": "sdpa", "cache": "static", "compile": "off", "decode_loop": "harness"},
     "compiled": {"attn_implementation": "sdpa", "cache": "static", "compile": "reduce-overhead", "decode_loop": "harness"},
     "compiled-frozen": {"attn_implementation": "sdpa", "cache": "static", "compile": "reduce-overhead",
                         "decode_loop": "harness", "freeze_weights": "on"},
-    "generate": {"attn_implementation": "sdpa", "cache": "static", "compile": "off", "decode_loop": "generate"},
+    "generate-dynamic": {"attn_implementation": "sdpa", "cache": "dynamic", "compile": "off", "decode_loop": "generate"},
 }
+# Options at their defaults name the same cell as no option at all (bench/backends/hf/config.py: keeps_ids_at_default):
+# a changed cell equal to a baseline once these are dropped is that baseline's store, measured once.
+DEFAULTS = {"freeze_weights": "off", "compile_tuning": "default"}
 # name -> (baseline, changed options, rows that name it (module range or kernel category), devices,
-#          estimated seconds on the H200 for the changed cell's runs and its profile)
+#          estimated seconds on the GPU for the changed cell's runs and its profile)
 CHANGES = {
-    "eager-attention": ("eager", {"attn_implementation": "eager"}, {"attention"}, ("cuda", "cpu"), 75),
-    "flex-attention": ("eager", {"attn_implementation": "flex_attention"}, {"attention"}, ("cuda",), 90),
-    "mlp-twice": ("eager", {"plant": "Qwen2MLP:{n}"}, {"MLP"}, ("cuda", "cpu"), 75),
-    "extra-rmsnorm": ("eager", {"plant": "Qwen2RMSNorm:{n}"}, {"RMSNorm"}, ("cuda", "cpu"), 75),
-    "rotary-outside": ("eager", {"plant": "Qwen2RotaryEmbedding:{n}"}, {"outside any range"}, ("cuda", "cpu"), 75),
-    "linears-twice": ("eager", {"plant": "Linear:{n}"}, {"gemm"}, ("cuda", "cpu"), 80),
-    "dynamic-cache": ("generate", {"cache": "dynamic"}, {"attention", "copy"}, ("cuda", "cpu"), 75),
+    "mlp-twice": ("eager", {"plant": "Qwen2MLP:{n}"}, {"MLP"}, ("cuda", "cpu"), 55),
+    "extra-rmsnorm": ("eager", {"plant": "Qwen2RMSNorm:{n}"}, {"RMSNorm"}, ("cuda", "cpu"), 55),
+    "rotary-outside": ("eager", {"plant": "Qwen2RotaryEmbedding:{n}"}, {"outside any range"}, ("cuda", "cpu"), 55),
+    "linears-twice": ("eager", {"plant": "Linear:{n}"}, {"gemm"}, ("cuda", "cpu"), 55),
+    "activation-repeated": ("eager", {"plant": "SiLUActivation:{n}"}, {"MLP", "elementwise"}, ("cuda", "cpu"), 55),
+    "flex-attention": ("eager", {"attn_implementation": "flex_attention"}, {"attention"}, ("cuda",), 60),
+    "static-cache": ("generate-dynamic", {"cache": "static"}, {"attention", "copy"}, ("cuda", "cpu"), 55),
     "compile-off": ("compiled", {"compile": "off"}, {"launch gaps and idle"}, ("cuda",), 40),
-    "freeze-off": ("compiled-frozen", {"freeze_weights": "off"}, {"gemm"}, ("cuda",), 40),
+    "freeze-off": ("compiled-frozen", {"freeze_weights": "off"}, {"gemm"}, ("cuda",), 30),
     "coordinate-descent": ("compiled", {"compile_tuning": "coordinate-descent"}, {"gemm", "norm/reduction"},
-                           ("cuda",), 420),
+                           ("cuda",), 300),
 }
-# How many times a plant runs its module: twice on the GPU; on the CPU qwen-tiny's MLPs, norms and rotary are about
-# 1 % of a step each (its 151,936-row lm_head is most of it), so they run enough times to be most of the step.
-PLANT_N = {"cuda": {"Linear": 2, "Qwen2RotaryEmbedding": 50}, "cpu": {"Linear": 5, "Qwen2RotaryEmbedding": 1000}}
+# How many times a plant runs its module: twice on the GPU (an activation 20 times: one small kernel a layer); on the
+# CPU qwen-tiny's MLPs, norms and rotary are about 1 % of a step each (its 151,936-row lm_head is most of it), so they
+# run enough times to be most of the step.
+PLANT_N = {"cuda": {"Linear": 2, "Qwen2RotaryEmbedding": 50, "SiLUActivation": 20},
+           "cpu": {"Linear": 5, "Qwen2RotaryEmbedding": 1000}}
 PLANT_DEFAULT = {"cuda": 2, "cpu": 300}
-# Estimated seconds on the H200 for a baseline's runs and its profile: about 20 s a process for an eager 7B-shape
-# cell (start, load, two passes), 100 s for a compiled one built cold, 35-50 s a torch.profiler session (34-41 s
-# measured for the study's cells, docs/measurements/2026-12-02-h200-profilers-side-by-side.md). Estimates, not
-# measurements: the run prints its own times.
-BASELINE_S = {"eager": 75, "compiled": 190, "compiled-frozen": 190, "generate": 75}
+# Estimated seconds on the GPU for a baseline's runs and its profile, from the H100 (2026-12-06, forked workers): an
+# eager 7B-shape `bench run` of 5 processes about 50 s (12 s of the zygote's imports, then 5-8 s a process), its
+# torch.profiler session 15 s; a compiled cell built cold about 100 s. The run prints its own times.
+BASELINE_S = {"eager": 65, "compiled": 110, "compiled-frozen": 110, "generate-dynamic": 65}
+# Processes a side (RUNS overrides): the eager 7B cells are host-bound on the GPU (the GPU busy about half the step),
+# so their runs differ by 4-15 % between processes, and 2 a side at 99 % confidence missed a +19 % step (2026-12-06).
+RUNS_OF = {"eager": 5, "generate-dynamic": 5, "compiled": 2, "compiled-frozen": 2}
 # The ten changes in parts of under 10 minutes each (one device call each; WORK kept between them): PART=1..4.
 PARTS = {
-    "1": ["eager-attention", "mlp-twice", "extra-rmsnorm", "rotary-outside", "linears-twice"],
-    "2": ["flex-attention", "dynamic-cache", "compile-off"],
+    "1": ["mlp-twice", "extra-rmsnorm", "rotary-outside", "linears-twice", "activation-repeated"],
+    "2": ["flex-attention", "static-cache", "compile-off"],
     "3": ["freeze-off"],
     "4": ["coordinate-descent"],
 }
@@ -143,7 +155,7 @@ def main() -> int:
         return 2
     work = Path(os.environ.get("WORK", "/tmp/planted-work")).resolve()
     out = Path(os.environ.get("OUT", str(work))).resolve()
-    runs = os.environ.get("RUNS", "2")
+    runs = os.environ.get("RUNS")
     confidence = os.environ.get("CONFIDENCE", "0.99" if device == "cuda" else "0.95")
     work.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -153,7 +165,7 @@ def main() -> int:
 
     baselines = sorted({CHANGES[c][0] for c in chosen})
     estimate = sum(BASELINE_S[b] for b in baselines) + sum(CHANGES[c][4] for c in chosen)
-    scale = "" if device == "cuda" else " (the H200's figures; a CPU takes longer per cell, a loaded one several times)"
+    scale = "" if device == "cuda" else " (the GPU's figures; a CPU takes longer per cell, a loaded one several times)"
     print(f"{len(chosen)} change(s) on {device} over {len(baselines)} baseline cell(s): about {estimate // 60} min "
           f"{estimate % 60} s{scale}, less what {work} already holds", flush=True)
     if device == "cuda" and estimate > 540 and part is None and "CHANGES" not in os.environ:
@@ -164,9 +176,10 @@ def main() -> int:
     statuses = {}
     for change in chosen:
         base_name, base_opts, head_opts = options_of(change, device)
+        n_runs = int(runs) if runs else RUNS_OF[base_name] if device == "cuda" else 2
         files = {}
-        for name, opts in ((f"planted-{base_name}", base_opts), (f"planted-{change}", head_opts)):
-            (work / f"{name}.toml").write_text(matrix_text(name, opts, device, int(runs)))
+        for name, opts in ((f"planted-{base_name}", base_opts), (head_name(change, device), head_opts)):
+            (work / f"{name}.toml").write_text(matrix_text(name, opts, device, n_runs))
             files[name] = f"results/{name}.jsonl"
             if bench(["run", "--matrix", f"{name}.toml", "--no-progress"], work, log) != 0:
                 print(f"  bench run {name} failed: see {out / 'planted.log'}", flush=True)
@@ -176,13 +189,14 @@ def main() -> int:
         status = bench(["compare", *files.values(), "--ignore-option", ",".join(keys), "--profile", "--confidence",
                         confidence, "--markdown", str(report), "--json", str(data)], work, log)
         statuses[change] = status
-        print(f"  {change}: {row(change, status, data, CHANGES[change][2])[1:]} ({time.time() - t0:.0f} s so far)",
+        print(f"  {change}: {row(change, status, data, CHANGES[change][2], head_name(change, device))[1:]} ({time.time() - t0:.0f} s so far)",
               flush=True)
     # every change compared into OUT so far, this call's and earlier parts'
-    summary = [row(c, statuses.get(c), out / f"{c}.compare.json", CHANGES[c][2]) for c in CHANGES
+    summary = [row(c, statuses.get(c), out / f"{c}.compare.json", CHANGES[c][2], head_name(c, device)) for c in CHANGES
                if c in statuses or (out / f"{c}.compare.json").is_file()]
     table = ["| change | compare exit | first row (module range, else category) | first category | expected | names it | "
-             "share of the step-time change explained | unexplained µs |", "|---|---|---|---|---|---|---|---|"]
+             "share of the step-time change explained | unexplained µs | profiled by this comparison (s) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     table += ["| " + " | ".join(r) + " |" for r in summary]
     named = sum(r[5] == "yes" for r in summary)
     text = (f"# Planted regressions on {device} ({SCALE[device]['model']})\n\n{named} of {len(summary)} planted "
@@ -193,24 +207,36 @@ def main() -> int:
     return 0
 
 
-def row(change: str, status: int | None, data: Path, expected: set[str]) -> list[str]:
+def head_name(change: str, device: str) -> str:
+    """Return the changed cell's matrix name: a baseline's where its options are that baseline's (measured once)."""
+    _, _, head_opts = options_of(change, device)
+    def bare(opts):
+        return {k: v for k, v in opts.items() if DEFAULTS.get(k) != v}
+    same = [b for b, opts in BASELINES.items() if bare(opts) == bare(head_opts)]
+    return f"planted-{same[0]}" if same else f"planted-{change}"
+
+
+def row(change: str, status: int | None, data: Path, expected: set[str], head: str) -> list[str]:
     """Return one summary row from `bench compare --json`: its first rows, whether one names the change, the share."""
     if not data.is_file():
-        return [change, str(status), "-", "-", ", ".join(sorted(expected)), "no (compare failed)", "-", "-"]
+        return [change, str(status), "-", "-", ", ".join(sorted(expected)), "no (compare failed)", "-", "-", "-"]
     got = json.loads(data.read_text())
+    # what `bench compare --profile` spent profiling each side (a side profiled for an earlier change is reused)
+    cost = ", ".join(f"{'head' if p['matrix'] == head else 'base'} {p['seconds']:.0f}"
+                     for p in got.get("profiled", [])) or "none (stored)"
     status = got["exit_status"] if status is None else status
     cells = got["attribution"]["attributions"]
     if not cells:
         why = "no regression" if not got["regressions"] else "not attributed: " + "; ".join(
             [m["reason"] for m in got["attribution"]["missing"]] + got["attribution"]["notes"])[:200]
-        return [change, str(status), "-", "-", ", ".join(sorted(expected)), f"no ({why})", "-", "-"]
+        return [change, str(status), "-", "-", ", ".join(sorted(expected)), f"no ({why})", "-", "-", cost]
     cell = cells[0]
     first, category = (cell["first"] or {}).get("name", "-"), cell["first_category"] or "-"
     share = cell["explained_share"]
     unexplained = cell["unexplained_us"]
     names = "yes" if first in expected or category in expected else "no"
     return [change, str(status), first, category, ", ".join(sorted(expected)), names,
-            "-" if share is None else f"{100 * share:.0f} %", "-" if unexplained is None else f"{unexplained:+.0f}"]
+            "-" if share is None else f"{100 * share:.0f} %", "-" if unexplained is None else f"{unexplained:+.0f}", cost]
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 from bench.errors import BenchInputError
@@ -58,8 +59,9 @@ def compare(base: str, head: str, *, profile: bool = False, profiles: tuple | No
     args = {"markdown_file": markdown_file, "metrics": metrics, "ignore_options": ignore_options, **options}
     hint = PROFILED_HINT if profile else PROFILE_HINT
     comparison, markdown, warns = compare_report(base, head, profiles=_existing(profiles), profile_hint=hint, **args)
+    profiled = []
     if profile:
-        made, notes = profile_missing(comparison, settings, profiles, printer)
+        made, notes, profiled = profile_missing(comparison, settings, profiles, printer)
         warns += notes
         if made:
             comparison, markdown, more = compare_report(base, head, profiles=_existing(profiles), profile_hint=hint,
@@ -73,7 +75,8 @@ def compare(base: str, head: str, *, profile: bool = False, profiles: tuple | No
     if json_file:
         from bench.files import write_atomic
 
-        write_atomic(json_file, json.dumps(_finite(comparison_dict(comparison)), indent=1, allow_nan=False))
+        write_atomic(json_file, json.dumps(_finite({**comparison_dict(comparison), "profiled": profiled}), indent=1,
+                                           allow_nan=False))
     return comparison, markdown, warns
 
 
@@ -118,9 +121,10 @@ def _settings(tool: str, decode_steps: int):
     return settings
 
 
-def profile_missing(comparison, settings, profiles: tuple | None, printer) -> tuple[int, list[str]]:
+def profile_missing(comparison, settings, profiles: tuple | None, printer) -> tuple[int, list[str], list[dict]]:
     """Profile the sides of regressed cells that have no profile, where this checkout stands for them; return (how many
-    sessions ran, notes on the sides it could not profile and the commands that would)."""
+    sessions ran, notes on the sides it could not profile and the commands that would, and what each side's profiling
+    cost: matrix, store, cells, seconds of wall time, workers included)."""
     from bench.backends.registry import backend_config
     from bench.machine.environment import project_commit
     from bench.profiling.driver import check_profilable, profile_matrix
@@ -153,15 +157,19 @@ def profile_missing(comparison, settings, profiles: tuple | None, printer) -> tu
             continue
         store = Path(profiles[0 if m.side == "base" else 1]) if profiles else Path("profiles") / f"{m.matrix or 'compare'}.jsonl"
         plans.setdefault((store, m.matrix or "compare"), {})[cell.cell_id] = cell
-    made = 0
+    made, costs = 0, []
     for (store, matrix), cells in plans.items():
         printer(f"bench compare --profile: profiling {len(cells)} cell(s) of {matrix} into {store}")
+        t0 = time.perf_counter()
         records, failed = profile_matrix(Matrix(matrix, tuple(cells.values())), settings, store.parent, store,
                                          printer=lambda text: None)
+        seconds = time.perf_counter() - t0
+        printer(f"bench compare --profile: {matrix} profiled in {seconds:.1f} s")
+        costs.append({"matrix": matrix, "store": str(store), "cells": len(cells), "failed": failed, "seconds": seconds})
         made += len(records) - failed
         if failed:
             notes.append(f"{failed} profiling session(s) of {matrix} failed: see the records in {store}")
-    return made, notes
+    return made, notes, costs
 
 
 def _not_here(commits: tuple[str, ...], here: dict) -> str:
