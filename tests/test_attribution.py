@@ -10,8 +10,10 @@ from bench.cli import main
 from bench.errors import BenchInputError
 from bench.profiling.kernels import (
     AttributedKernel,
+    RangeSpan,
     build_kernel_table,
     decode_step_breakdown,
+    host_time_by_module,
 )
 from bench.results import attribution as A
 from bench.results.records import new_context, new_record
@@ -106,6 +108,67 @@ def test_rows_shares_gaps_and_unexplained_by_hand():
     # an improvement ranks the rows that carry the decrease first
     back = A.attribute("k", "x", ["improved: tpot_median_ms"], head, base, (1000.0, 600.0))
     assert back.modules[0].name == "MLP" and back.modules[0].share == pytest.approx(0.8)
+
+
+def spans_of(attn_us: float) -> list[RangeSpan]:
+    """Two decode steps of 1000 µs on the host: the layer from 100 to 900, attention from 200 for attn_us inside it,
+    the MLP from 600 to 800; the lm_head from 900 to 950."""
+    out = []
+    for k, t in ((1, 0.0), (2, 1000.0)):
+        out += [RangeSpan(f"decode_step:{k}", t, t + 1000), RangeSpan(LAYER, t + 100, t + 900),
+                RangeSpan(ATTN, t + 200, t + 200 + attn_us), RangeSpan(MLP, t + 600, t + 800),
+                RangeSpan("lm_head", t + 900, t + 950)]
+    return out + [RangeSpan("batch:0", -10.0, 2010.0)]  # a phase range around the steps: no module
+
+
+def test_host_time_per_module_range_is_each_range_own_by_hand():
+    host = host_time_by_module(spans_of(300.0))
+    # per step: layer 800 less attention 300 and MLP 200 = 300; outside = 1000 - layer 800 - lm_head 50 = 150
+    assert host == {"": 300.0, "Qwen2Attention": 600.0, "Qwen2DecoderLayer": 600.0, "Qwen2MLP": 400.0,
+                    "lm_head": 100.0}
+    assert host_time_by_module([RangeSpan(MLP, 0.0, 1.0)]) is None  # no decode step: nothing
+
+
+def test_a_host_bound_regression_names_the_range_whose_host_time_moved():
+    """The same kernels on both sides, the step 300 µs longer (the GPU waited for the host): no module's kernels
+    explain it, the gaps row does, and the attention range's host time (+300 µs a step) names the cause."""
+    def host_figures(attn_us, step_ms, with_spans=True):
+        kernels = window(1, False)
+        instances = {}
+        for k in kernels:
+            for label, key in k.ranges:
+                instances.setdefault(label, set()).add(key)
+        t = build_kernel_table(kernels, instances, source="torch", unit="gpu_kernel",
+                               spans=spans_of(attn_us) if with_spans else None).to_dict()
+        t = json.loads(json.dumps(t))  # as stored
+        return A.step_figures(t, {"step_ms": step_ms, "window": {"kind": "decode", "decode_steps": 2}}, "torch", "t")
+
+    base, head = host_figures(100.0, 0.600), host_figures(400.0, 0.900)
+    assert base.host["attention"] == 100.0 and base.host["decoder layer"] == 500.0
+    a = A.attribute("k", "x", ["regressed: tpot_median_ms"], base, head, (600.0, 900.0))
+    assert a.modules[0].delta_us == 0.0 and a.categories[0].name == A.GAPS and a.categories[0].delta_us == 300.0
+    first, table_name = a.first_of
+    assert (first.name, table_name, first.delta_us) == ("attention", "host time", 300.0)
+    assert first.share == pytest.approx(1.0) and a.host[-1].name == "decoder layer"  # the layer's own lost 300
+    md = A.attribution_markdown(a)
+    assert "**First row: attention (host time in the range), +300.0 µs per step, 100 % of the change" in md
+    assert "| attention | 100.0 | 400.0 | +300.0 |  |  |  | 100 % |" in md
+    assert A.to_dict(A.Explanation(attributions=[a]))["attributions"][0]["first"]["table"] == "host time"
+    # a table without host spans (an nsys or older profile): the gaps row itself comes first, not a module's 0 µs
+    plain = A.attribute("k", "x", ["regressed"], host_figures(100.0, 0.600, False), host_figures(400.0, 0.900, False),
+                        (600.0, 900.0))
+    assert plain.host is None and plain.first_of[0].name == A.GAPS and plain.first_of[1] == "kernel category"
+    # where a module's kernels carry more than the gaps, that module stays first
+    assert A.attribute("k", "x", [], figures(1, False, 0.600), figures(2, True, 0.950), (600.0, 1000.0)).first.name \
+        == "MLP"
+    # a stored host_us is untrusted: what is not a map of finite µs is refused with the fix
+    bad = json.loads(json.dumps(table(window(1, False))))
+    bad["meta"]["decode_steps"]["host_us"] = {"Qwen2MLP": float("nan")}
+    with pytest.raises(BenchInputError, match="host_us.*re-run `bench profile`"):
+        A.step_figures(bad, {"step_ms": 0.6}, "torch", "t")
+    bad["meta"]["decode_steps"]["host_us"] = ["Qwen2MLP", 3]
+    with pytest.raises(BenchInputError, match="host_us"):
+        A.step_figures(bad, {"step_ms": 0.6}, "torch", "t")
 
 
 def test_without_a_step_time_or_module_ranges_it_says_so():
@@ -306,6 +369,14 @@ def test_a_planted_mlp_regression_is_caught_and_explained_by_one_command(tmp_pat
     modules = cell.split("| module range |", 1)[1].split("\n\n", 1)[0].splitlines()
     assert modules[2].startswith("| MLP |") and "| 10 | 3000 | +2990 |" in modules[2]  # 5 aten ops a call, 2 layers, x300
     assert Path("profiles/planted-base.jsonl").is_file() and Path("profiles/planted-head.jsonl").is_file()
+    # the real profiler's windows carry the host time per module range too: the planted MLPs hold far more of it
+    host = {}
+    for side in ("base", "head"):
+        record = json.loads(Path(f"profiles/planted-{side}.jsonl").read_text().splitlines()[-1])
+        kernel_table = json.loads(Path(record["extra"]["kernel_table"]).read_text())
+        host[side] = kernel_table["meta"]["decode_steps"]["host_us"]
+    assert host["head"]["Qwen2MLP"] > 50 * host["base"]["Qwen2MLP"] > 0, host
+    assert "module range (host time)" in cell
     # a second call finds the stored profiles and profiles nothing again
     n = len(Path("profiles/planted-head.jsonl").read_text().splitlines())
     assert main(["compare", "results/planted-base.jsonl", "results/planted-head.jsonl", "--ignore-option", "plant",

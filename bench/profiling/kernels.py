@@ -227,12 +227,55 @@ PHASE_GROUPS = ("decode_step", "prefill", "batch")  # ranges around whole forwar
 DECODE_STEPS_VERSION = 1
 
 
-def decode_step_breakdown(kernels: list[AttributedKernel], instances: dict[str, set]) -> dict | None:
+@dataclass(frozen=True)
+class RangeSpan:
+    """One range instance on the host's timeline (one thread): the launches inside it were issued between start and
+    end. Collectors that see the host (torch.profiler's record_function events, nsys's NVTX rows) give these."""
+
+    label: str
+    start_us: float
+    end_us: float
+
+
+def host_time_by_module(spans: list[RangeSpan]) -> dict[str, float] | None:
+    """Return the host time inside the decode-step ranges by innermost module range group ("" outside every module
+    range), summed over the steps; None when there is no step.
+
+    Where the GPU waits for the host (launch gaps), kernel time cannot say which module's host code is slow: the host
+    time each module range holds exclusively (its span less its module children's) can. Spans nest by time.
+    """
+    steps = [s for s in spans if range_group(s.label) == STEP_GROUP]
+    if not steps:
+        return None
+    modules = sorted((s for s in spans if range_group(s.label) not in PHASE_GROUPS),
+                     key=lambda s: (s.start_us, -s.end_us))
+    out: dict[str, float] = defaultdict(float)
+    for step in steps:
+        inside = [m for m in modules if m.start_us >= step.start_us and m.end_us <= step.end_us]
+        stack: list[RangeSpan] = []
+        top_level = 0.0
+        for m in inside:
+            while stack and m.start_us >= stack[-1].end_us:
+                stack.pop()
+            length = max(0.0, m.end_us - m.start_us)
+            if stack:  # the parent's exclusive time loses this child's
+                out[range_group(stack[-1].label)] -= length
+            else:
+                top_level += length
+            out[range_group(m.label)] += length
+            stack.append(m)
+        out[""] += max(0.0, (step.end_us - step.start_us) - top_level)
+    return {k: max(0.0, v) for k, v in sorted(out.items())}
+
+
+def decode_step_breakdown(kernels: list[AttributedKernel], instances: dict[str, set],
+                          spans: list[RangeSpan] | None = None) -> dict | None:
     """Return the kernels inside decode-step ranges by innermost module range, or None when the window has no step.
 
     {"version", "steps": decode-step range instances, "module_ranges": whether any module range was pushed,
     "rows": [[module group ("" outside every module range), kernel name, category, launches, us], ...]}: all
-    steps together, each kernel once, in the innermost module range enclosing its launch inside its step.
+    steps together, each kernel once, in the innermost module range enclosing its launch inside its step; with the
+    ranges' host spans, also "host_us": {module group: host µs over all steps} (host_time_by_module).
     """
     steps = {(label, key) for label, keys in instances.items() if range_group(label) == STEP_GROUP for key in keys}
     if not steps:
@@ -246,9 +289,13 @@ def decode_step_breakdown(kernels: list[AttributedKernel], instances: dict[str, 
         slot = per[(modules[-1] if modules else "", k.name)]
         slot[0] += 1
         slot[1] += k.duration_us
-    return {"version": DECODE_STEPS_VERSION, "steps": len(steps),
-            "module_ranges": any(range_group(label) not in PHASE_GROUPS for label in instances),
-            "rows": [[module, name, categorize(name), n, us] for (module, name), (n, us) in sorted(per.items())]}
+    out = {"version": DECODE_STEPS_VERSION, "steps": len(steps),
+           "module_ranges": any(range_group(label) not in PHASE_GROUPS for label in instances),
+           "rows": [[module, name, categorize(name), n, us] for (module, name), (n, us) in sorted(per.items())]}
+    host = host_time_by_module(spans) if spans else None
+    if host is not None:
+        out["host_us"] = host
+    return out
 
 
 def build_kernel_table(
@@ -259,13 +306,15 @@ def build_kernel_table(
     unit: str,
     innermost_only: bool = False,
     meta: dict | None = None,
+    spans: list[RangeSpan] | None = None,
 ) -> KernelTable:
     """Return the KernelTable of a window from its attributed kernels and range instances.
 
     `instances` maps each range label to the instance keys seen (instances that launched no
     kernel count too: they make the per-instance figures honest). With innermost_only, a
     kernel counts only in its innermost range (exclusive view); otherwise in every enclosing
-    range group once (the nvtx_kern_sum view).
+    range group once (the nvtx_kern_sum view). `spans`, the range instances' host spans where the collector saw them,
+    add the host time per module range to meta["decode_steps"].
     """
     group_instances: dict[str, set] = defaultdict(set)
     for label, keys in instances.items():
@@ -325,7 +374,7 @@ def build_kernel_table(
         for cat in CATEGORIES if cat in cats
     ]
     meta = dict(meta or {})
-    steps = decode_step_breakdown(kernels, instances)
+    steps = decode_step_breakdown(kernels, instances, spans)
     if steps is not None:
         meta["decode_steps"] = steps
     return KernelTable(

@@ -20,7 +20,12 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.profiling.kernels import AttributedKernel, KernelTable, build_kernel_table
+from bench.profiling.kernels import (
+    AttributedKernel,
+    KernelTable,
+    RangeSpan,
+    build_kernel_table,
+)
 
 TRACE_LIMIT_BYTES = 16 * 1024 * 1024  # larger Chrome traces are gzipped (Perfetto opens .json.gz)
 
@@ -182,8 +187,14 @@ def attribute_events(events, labels: set[str], unit: str) -> tuple[list[Attribut
     return kernels, instances, unlinked
 
 
+def range_spans(events, labels: set[str]) -> list[RangeSpan]:
+    """Return the host spans of the range instances among a profiler's events (record_function events, µs)."""
+    return [RangeSpan(fe.name, float(fe.time_range.start), float(fe.time_range.end)) for fe in events
+            if fe.name in labels and not _is_device(fe)]
+
+
 def table_from_events(events, labels: set[str], unit: str, meta: dict | None = None) -> KernelTable:
-    """Return the KernelTable of a profiler's events (see attribute_events)."""
+    """Return the KernelTable of a profiler's events (see attribute_events), with the ranges' host time per step."""
     kernels, instances, unlinked = attribute_events(events, labels, unit)
     return build_kernel_table(kernels, instances, source="torch.profiler", unit=unit,
-                              meta={**(meta or {}), "unlinked_kernels": unlinked})
+                              meta={**(meta or {}), "unlinked_kernels": unlinked}, spans=range_spans(events, labels))

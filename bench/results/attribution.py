@@ -15,6 +15,9 @@ for the cell on each side. For each such cell:
   (harness-loop windows' `step_ms`) less the kernel time of a step, where both sides' profiles have
   a step time (the time no kernel ran belongs to no module range, so the module table leaves it to
   its unexplained rest);
+- where the harness loop's torch.profiler windows recorded them, each module range's own host time per step
+  (meta["decode_steps"]["host_us"], bench.profiling.kernels.host_time_by_module): when the gaps grew more than any
+  module's kernels, the GPU waited for the host, and the range whose host time moved most is the first row;
 - ranked by how much of the change each row carries, with its share of the measured change, and what
   is left unexplained (measured change less the rows' sum: noise, or what the profile window did not
   reproduce); the kernels that ran on one side only, by name.
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +74,7 @@ class StepFigures:
     busy_us: float  # kernel time of a step
     wall_us: float | None  # the unprofiled step time, where the window measured one
     source: str  # the kernel table file, for the reader
+    host: dict[str, float] | None = None  # module row -> host µs per step inside it; None: the table has none
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,7 @@ class Attribution:
     added: list[tuple[str, float, float]]  # (kernel, launches, µs) per step, head only
     removed: list[tuple[str, float, float]]
     notes: list[str] = field(default_factory=list)
+    host: list[Row] | None = None  # host time per module range, ranked; None: a side's profile has none
 
     @property
     def measured_delta_us(self) -> float | None:
@@ -119,9 +125,23 @@ class Attribution:
 
     @property
     def first(self) -> Row | None:
-        """Return the row that carries most of the change: the first module row, else the first category row."""
+        """Return the row that carries most of the change (first_of)."""
+        return self.first_of[0]
+
+    @property
+    def first_of(self) -> tuple[Row | None, str]:
+        """Return (the row that carries most of the change, its table): the first module row, else the first category
+        row; but where the launch gaps moved more than any module's kernels (the GPU waited for the host), the module
+        range whose host time moved most ("host time"), else the gaps row itself: no module's kernels explain it."""
         rows = self.modules or self.categories
-        return rows[0] if rows else None
+        if not rows:
+            return None, ""
+        gaps = next((r for r in self.categories if r.name == GAPS), None)
+        if self.modules and gaps is not None:
+            sign = -1.0 if (self.measured_delta_us if self.measured_delta_us is not None else gaps.delta_us) < 0 else 1.0
+            if sign * gaps.delta_us > sign * rows[0].delta_us:
+                return (self.host[0], "host time") if self.host else (gaps, "kernel category")
+        return rows[0], "module range" if self.modules else "kernel category"
 
     @property
     def explained_share(self) -> float | None:
@@ -237,9 +257,20 @@ def step_figures(table: dict, profile: dict, tool: str, source: str) -> StepFigu
         slot[1] += us / n
     busy = sum(us for _, us in categories.values())
     wall = profile.get("step_ms") * 1e3 if profile.get("step_ms") and per == "decode step" else None
+    host = None
+    if with_modules and steps_meta.get("host_us") is not None:
+        raw = steps_meta["host_us"]
+        if not isinstance(raw, dict) or not all(
+                isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                and v >= 0 for k, v in raw.items()):
+            raise BenchInputError(f"kernel table {source}: meta.decode_steps.host_us must map range groups to finite "
+                                  "µs of 0 or more: re-run `bench profile`")
+        host = {}
+        for group, us in raw.items():
+            host[module_row(group)] = host.get(module_row(group), 0.0) + us / n
     return StepFigures(tool, table.get("unit", "?"), per, n, {k: tuple(v) for k, v in modules.items()} if with_modules
                        else None, {k: tuple(v) for k, v in categories.items()},
-                       {k: tuple(v) for k, v in kernels.items()}, busy, wall, source)
+                       {k: tuple(v) for k, v in kernels.items()}, busy, wall, source, host)
 
 
 def _rows(base: dict, head: dict, measured_delta: float | None, gaps: tuple[float, float] | None) -> list[Row]:
@@ -278,12 +309,16 @@ def attribute(key: str, label: str, verdicts: list[str], base: StepFigures, head
         notes.append("no module rows: a side's profile has no module ranges (a compiled step, or ncu): the kernel "
                      "categories say where the time went")
     categories = _rows(base.categories, head.categories, delta, gaps)
+    host = None
+    if modules is not None and base.host is not None and head.host is not None:
+        host = _rows({k: (0.0, v) for k, v in base.host.items()}, {k: (0.0, v) for k, v in head.host.items()}, delta,
+                     None)
 
     def only(a: StepFigures, b: StepFigures) -> list[tuple[str, float, float]]:
         return sorted(((n, k, us) for n, (k, us, _) in a.kernels.items() if n not in b.kernels), key=lambda x: -x[2])
 
     return Attribution(key, label, verdicts, base, head, mb, mh, modules, categories, only(head, base), only(base, head),
-                       notes)
+                       notes, host)
 
 
 def _measured_us(comparison, key: str, side: str) -> float | None:
@@ -406,17 +441,17 @@ def to_dict(e: Explanation) -> dict:
 
     cells = []
     for a in e.attributions:
-        first = a.first
+        first, table = a.first_of
         cells.append({
             "label": a.label, "verdicts": a.verdicts, "tool": a.base.tool, "unit": a.base.unit, "per": a.base.per,
             "measured_base_us": a.measured_base_us, "measured_head_us": a.measured_head_us,
             "measured_delta_us": a.measured_delta_us, "explained_share": a.explained_share,
             "profile_step_us": {"base": a.base.wall_us, "head": a.head.wall_us},
             "first": None if first is None else {"name": first.name, "delta_us": first.delta_us, "share": first.share,
-                                                 "table": "module range" if a.modules else "kernel category"},
+                                                 "table": table},
             "first_category": None if not a.categories else a.categories[0].name,
             "unexplained_us": a.unexplained_us(a.categories),
-            "modules": rows(a.modules), "categories": rows(a.categories),
+            "modules": rows(a.modules), "categories": rows(a.categories), "host": rows(a.host),
             "added": [list(k) for k in a.added], "removed": [list(k) for k in a.removed], "notes": a.notes,
             "profiles": {"base": a.base.source, "head": a.head.source}})
     return {"attributions": cells, "missing": [{"label": m.label, "side": m.side, "reason": m.reason} for m in e.missing],
@@ -437,12 +472,13 @@ def _count(x: float) -> str:
     return f"{x:.1f}" if x != int(x) else f"{x:.0f}"
 
 
-def _table(heading: str, rows: list[Row], unexplained: float | None, delta: float | None) -> list[str]:
+def _table(heading: str, rows: list[Row], unexplained: float | None, delta: float | None,
+           kernels_too: bool = True) -> list[str]:
     out = [f"| {heading} | µs per step: base | head | change | kernels per step: base | head | change | share of the "
            "change |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         share = "" if r.share is None else f"{100 * r.share:.0f} %"
-        kernels = ("", "", "") if r.name == GAPS else (_count(r.base_kernels), _count(r.head_kernels),
+        kernels = ("", "", "") if r.name == GAPS or not kernels_too else (_count(r.base_kernels), _count(r.head_kernels),
                                                        ("+" if r.delta_kernels >= 0 else "") + _count(r.delta_kernels))
         out.append(f"| {r.name} | {_us(r.base_us)} | {_us(r.head_us)} | {_signed(r.delta_us)} | {kernels[0]} | "
                    f"{kernels[1]} | {kernels[2]} | {share} |")
@@ -469,15 +505,21 @@ def attribution_markdown(a: Attribution) -> str:
         # the rows sum to this change; where it is far from the runs' change, the window did not reproduce the runs
         lines.append(f"The profile windows' own unprofiled step: {_us(a.base.wall_us)} → {_us(a.head.wall_us)} µs "
                      f"({_signed(a.head.wall_us - a.base.wall_us)} µs).")
-    first, share = a.first, a.explained_share
+    (first, table), share = a.first_of, a.explained_share
     if first is not None:
         lines.append("")
-        lines.append(f"**First row: {first.name}, {_signed(first.delta_us)} µs per step"
+        lines.append(f"**First row: {first.name}{' (host time in the range)' if table == 'host time' else ''}, "
+                     f"{_signed(first.delta_us)} µs per step"
                      + (f", {100 * first.share:.0f} % of the change" if first.share is not None else "")
                      + (f"; the category rows explain {100 * share:.0f} %" if share is not None else "") + ".**")
     if a.modules is not None:
         lines += ["", *_table("module range", a.modules, a.unexplained_us(a.modules), d)]
     lines += ["", *_table("kernel category", a.categories, a.unexplained_us(a.categories), d)]
+    if a.host is not None:
+        lines += ["", f"Host time per decode step inside each module range (its own, its module children's left out), "
+                  f"in the profiled window: where the GPU waits for the host ({GAPS}), the range whose host time "
+                  "moved is the cause. The profiler's overhead lengthens every range: compare the changes, not the "
+                  "levels.", "", *_table("module range (host time)", a.host, None, d, kernels_too=False)]
     for what, kernels in (("head side only (added)", a.added), ("base side only (removed)", a.removed)):
         if kernels:
             shown = ", ".join(f"`{n[:80]}` ({_count(k)} per step, {_us(us)} µs)" for n, k, us in kernels[:TOP_KERNELS])
