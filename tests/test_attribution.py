@@ -361,8 +361,13 @@ def test_a_planted_mlp_regression_is_caught_and_explained_by_one_command(tmp_pat
         assert main(["run", "--matrix", str(tmp_path / f"{side}.toml"), "--no-progress"]) == 0
     md = tmp_path / "why.md"
     assert main(["compare", "results/planted-base.jsonl", "results/planted-head.jsonl", "--ignore-option", "plant",
-                 "--profile", "--decode-steps", "2", "--confidence", "0.95", "--markdown", str(md)]) == 1
+                 "--profile", "--decode-steps", "2", "--confidence", "0.95", "--markdown", str(md),
+                 "--json", str(tmp_path / "why.json")]) == 1
     text = md.read_text()
+    # --json says what profiling each side cost, for the record of what an attribution costs
+    spent = json.loads((tmp_path / "why.json").read_text())["profiled"]
+    assert [(p["matrix"], p["cells"], p["failed"]) for p in spent] == [("planted-base", 1, 0), ("planted-head", 1, 0)]
+    assert all(0 < p["seconds"] < 600 for p in spent)
     cell = text.split("### Where the time went", 1)[1].split("#### ", 1)[1]
     assert cell.startswith("hf/fp32/bs1/syn: regressed"), text
     assert "**First row: MLP, +" in cell, cell
