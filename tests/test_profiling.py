@@ -296,6 +296,13 @@ def test_bench_profile_end_to_end(tmp_path):
     assert extra["profile"]["profiled_window_s"] > 0 and extra["profile"]["unprofiled_window_s"] > 0
     assert (Path(extra["kernel_table"]).parent / "categories.csv").is_file()
     assert extra["profile"]["session_wall_s"] > extra["profile"]["profiled_window_s"]
+    # a generate window's decode step, unprofiled: the window less its batches generating one token, per step;
+    # the reference is the median of three unprofiled windows
+    prof = extra["profile"]
+    assert len(prof["unprofiled_windows_s"]) == 3 and prof["unprofiled_window_s"] in prof["unprofiled_windows_s"]
+    assert 0 < prof["prefill_window_s"] < prof["unprofiled_window_s"]
+    assert prof["step_ms"] == pytest.approx((prof["unprofiled_window_s"] - prof["prefill_window_s"]) / 2 * 1e3)
+    assert prof["step_ms_from"].startswith("the generate window's")
 
 
 def test_bench_profile_bad_input(tmp_path):
@@ -430,6 +437,7 @@ max_total_len = 520
     assert table.range("decode_step").instances == 3 and "prefill" not in groups
     assert table.range("Qwen2RMSNorm").instances == 3 * 5  # decode steps only: 3 forwards x 5 norms
     assert rec["extra"]["profile"]["step_ms"] > 0
+    assert rec["extra"]["profile"]["step_ms_from"].startswith("the harness window's")
 
 
 def test_ncu_metrics_flag_reaches_ncus_command_line(tmp_path):

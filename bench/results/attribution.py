@@ -12,7 +12,8 @@ for the cell on each side. For each such cell:
   each kernel counted once, in the innermost module range that launched it (the table's
   meta["decode_steps"], bench.profiling.kernels.decode_step_breakdown);
 - "launch gaps and idle", a row of the category table: the profile's unprofiled step time
-  (harness-loop windows' `step_ms`) less the kernel time of a step, where both sides' profiles have
+  (`step_ms`: harness-loop windows' and uncompiled generate windows') less the kernel time of a step, where both
+  sides' profiles have
   a step time (the time no kernel ran belongs to no module range, so the module table leaves it to
   its unexplained rest);
 - where the harness loop's torch.profiler windows recorded them, each module range's own host time per step
@@ -299,8 +300,8 @@ def attribute(key: str, label: str, verdicts: list[str], base: StepFigures, head
     if base.wall_us is not None and head.wall_us is not None:
         gaps = (base.wall_us - base.busy_us, head.wall_us - head.busy_us)
     else:
-        notes.append(f"no {GAPS} row: a side's profile has no unprofiled step time (a `generate` window); the "
-                     "harness loop's windows (decode_loop = \"harness\") measure one")
+        notes.append(f"no {GAPS} row: a side's profile has no unprofiled step time (a compiled `generate` window, or "
+                     "a generate window profiled before 2026-12-06: `bench profile` again measures one)")
     if base.per != "decode step":
         notes.append(f"the profiles have no decode-step ranges (a compiled `generate` cell): figures are per {base.per}")
     modules = _rows(base.modules, head.modules, delta, None) if base.modules is not None and head.modules is not None \
