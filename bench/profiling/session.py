@@ -22,7 +22,8 @@ Two windows:
   compiled generate cells get no module or phase hooks for the same reason.
 
 Order: warm-up windows, UNPROFILED_REPEATS unprofiled windows (the median wall time is the
-reference: one window of a few host-bound steps moved by 10 % or more between repeats on an H100),
+reference, so one hiccup of the host does not set it; a profile is still one process, and
+host-bound steps differ between processes: docs/measurements/2026-12-06-h100-planted-regressions.md),
 then the profiled window. The unprofiled decode step (`step_ms`, the reference of the attribution's
 launch-gaps row and of % SOL): a harness window's time over its steps; a generate window's time less
 that of the same batches generating one token (their prefill), over its decode steps, which also
