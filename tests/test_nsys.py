@@ -144,6 +144,10 @@ def test_built_schema_nvtx_kern_sum_semantics(tmp_path):
     assert "unclosed" not in names and "a mark" not in names
     cats = {c.category: c.kernels for c in t.categories}
     assert cats == {"norm": 2, "gemm": 3, "attention": 1}
+    # host time per module range inside the step, the main thread's ranges only (ns -> µs): the layer's own
+    # 500 - 90 - 90 ns, the three norms 280 ns, outside any module 1000 - 500 - 100 ns
+    host = t.meta["decode_steps"]["host_us"]
+    assert host == pytest.approx({"": 0.4, "Qwen2DecoderLayer": 0.32, "Qwen2RMSNorm": 0.28})
     inner = table_from_sqlite(tmp_path / "r.sqlite", innermost_only=True)
     assert inner.range("Qwen2DecoderLayer").kernels_per_instance == 1  # the gemm at 400
     assert inner.range("decode_step").kernels_per_instance == 1  # flash at 900

@@ -37,7 +37,14 @@ from collections import defaultdict
 from pathlib import Path
 
 from bench.errors import BenchInputError
-from bench.profiling.kernels import AttributedKernel, KernelTable, build_kernel_table
+from bench.profiling.kernels import (
+    STEP_GROUP,
+    AttributedKernel,
+    KernelTable,
+    RangeSpan,
+    build_kernel_table,
+    range_group,
+)
 
 # 2022.2 is the oldest nsys whose export the reader has been tested on; --capture-range,
 # --cuda-graph-trace and `nsys export --type sqlite` all exist there.
@@ -351,10 +358,26 @@ def nvtx_ranges(con) -> tuple[list[tuple], dict]:
 
 
 def table_from_sqlite(path: str | Path, *, innermost_only: bool = False, meta: dict | None = None) -> KernelTable:
-    """Return the KernelTable of an nsys SQLite export (GPU kernels, nvtx_kern_sum attribution)."""
+    """Return the KernelTable of an nsys SQLite export (GPU kernels, nvtx_kern_sum attribution), with the host time
+    of each module range per decode step where the export has decode-step ranges (nvtx_spans)."""
     kernels, instances, info = read_sqlite(path)
     return build_kernel_table(kernels, instances, source="nsys", unit="gpu_kernel", innermost_only=innermost_only,
-                              meta={**(meta or {}), **info, "sqlite": str(path)})
+                              meta={**(meta or {}), **info, "sqlite": str(path)}, spans=nvtx_spans(path))
+
+
+def nvtx_spans(path: str | Path) -> list[RangeSpan]:
+    """Return the host spans (µs) of the NVTX ranges on the threads that pushed decode-step ranges (ranges of other
+    threads would nest into the steps by time alone); [] for an export without NVTX_EVENTS."""
+    con = sqlite3.connect(f"file:{Path(path)}?mode=ro", uri=True)
+    try:
+        if "NVTX_EVENTS" not in _tables(con):
+            return []
+        rows, _ = nvtx_ranges(con)
+    finally:
+        con.close()
+    step_tids = {tid for _, _, _, tid, label in rows if isinstance(label, str) and range_group(label) == STEP_GROUP}
+    return [RangeSpan(label, start / 1e3, end / 1e3) for _, start, end, tid, label in rows
+            if tid in step_tids and isinstance(label, str) and end is not None and end >= start]
 
 
 def timeline_spans(path: str | Path, group: str | None = "decode_step", limit: int = 3) -> dict:

@@ -16,7 +16,7 @@ for the cell on each side. For each such cell:
   sides' profiles have
   a step time (the time no kernel ran belongs to no module range, so the module table leaves it to
   its unexplained rest);
-- where the harness loop's torch.profiler windows recorded them, each module range's own host time per step
+- where the torch.profiler or nsys window recorded them, each module range's own host time per step
   (meta["decode_steps"]["host_us"], bench.profiling.kernels.host_time_by_module): when the gaps grew more than any
   module's kernels, the GPU waited for the host, and the range whose host time moved most is the first row;
 - ranked by how much of the change each row carries, with its share of the measured change, and what
