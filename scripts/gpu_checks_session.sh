@@ -8,18 +8,10 @@
 # A side script: it installs the carried wheels (.whl/, see gpu_study_session.sh) and calls pytest and bench only;
 # every figure is theirs. Usage (repo root, on the GPU machine): OUT=<folder> bash scripts/gpu_checks_session.sh
 set -uo pipefail
-: "${OUT:?set OUT to the output folder}"
-cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-exec > >(tee -a "$OUT/checks.log") 2>&1
-T0=$(date +%s)
+LOG_NAME=checks.log
+source "$(dirname "$0")/gpu_session_common.sh"
 BUDGET_S=${BUDGET_S:-560}
-stamp() { echo "[$(($(date +%s) - T0)) s] $*"; }
 left() { local l=$((BUDGET_S - ($(date +%s) - T0))); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
-if ls .whl/*.whl >/dev/null 2>&1; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 2
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
 date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 git log -1 --format='commit %H' 2>/dev/null; git status --short 2>/dev/null | head -5

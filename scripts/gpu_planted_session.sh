@@ -10,16 +10,8 @@
 # $OUT gets: session.log, summary.md, and planted.tgz (out/: each change's compare.md/.json, planted.log, summary.md;
 # the stores, profile records and kernel tables, the matrix files).
 set -uo pipefail
-: "${OUT:?set OUT to the output folder}"
-cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-exec > >(tee -a "$OUT/session.log") 2>&1
-T0=$(date +%s)
-stamp() { echo "[$(($(date +%s) - T0)) s] $*"; }
-if ls .whl/*.whl >/dev/null 2>&1; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 2
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+LOG_NAME=session.log
+source "$(dirname "$0")/gpu_session_common.sh"
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, \
 torch.cuda.get_device_name(0))" || exit 2
 export WORK=${WORK:-/tmp/planted-work} PYTHONUNBUFFERED=1

