@@ -50,8 +50,8 @@ def step_bound_markdown(records: list) -> str:
     """Return the kernel section's lines on each profiled step against its bound ("" when no record has one).
 
     records: Profile records, one per cell and tool (bench.report.kernel_panel.latest_per_cell). Per record: the
-    bytes a decode step must read, their time at the copy bandwidth, the unprofiled step time (`step_ms`,
-    harness-loop windows) or ncu's kernel time, and the % SOL, flagged when impossible.
+    bytes a decode step must read, their time at the copy bandwidth, the unprofiled step time (`step_ms`:
+    harness-loop and uncompiled generate windows) or ncu's kernel time, and the % SOL, flagged when impossible.
     """
     lines = []
     for rec in records:
