@@ -11,11 +11,10 @@ for the cell on each side. For each such cell:
   idle): the change in µs and in kernels per decode step, from the profile's decode-step ranges,
   each kernel counted once, in the innermost module range that launched it (the table's
   meta["decode_steps"], bench.profiling.kernels.decode_step_breakdown);
-- "launch gaps and idle", a row of the category table: the profile's unprofiled step time
-  (`step_ms`: harness-loop windows' and uncompiled generate windows') less the kernel time of a step, where both
-  sides' profiles have
-  a step time (the time no kernel ran belongs to no module range, so the module table leaves it to
-  its unexplained rest);
+- "launch gaps and idle", a row of the category table: the profile's unprofiled step time (`step_ms`:
+  harness-loop windows' and uncompiled generate windows') less the kernel time of a step, where both
+  sides' profiles have a step time (the time no kernel ran belongs to no module range, so the module
+  table leaves it to its unexplained rest);
 - where the torch.profiler or nsys window recorded them, each module range's own host time per step
   (meta["decode_steps"]["host_us"], bench.profiling.kernels.host_time_by_module): when the gaps grew more than any
   module's kernels, the GPU waited for the host, and the range whose host time moved most is the first row;
