@@ -82,7 +82,7 @@ CHANGES = {
 # CPU qwen-tiny's MLPs, norms and rotary are about 1 % of a step each (its 151,936-row lm_head is most of it), so they
 # run enough times to be most of the step.
 PLANT_N = {"cuda": {"Linear": 2, "Qwen2RotaryEmbedding": 50, "SiLUActivation": 20},
-           "cpu": {"Linear": 5, "Qwen2RotaryEmbedding": 1000}}
+           "cpu": {"Linear": 5, "Qwen2RotaryEmbedding": 1000, "SiLUActivation": 1000}}
 PLANT_DEFAULT = {"cuda": 2, "cpu": 300}
 # Estimated seconds on the GPU for a baseline's runs and its profile, from the H100 (2026-12-06, forked workers): an
 # eager 7B-shape `bench run` of 5 processes about 50 s (12 s of the zygote's imports, then 5-8 s a process), its
