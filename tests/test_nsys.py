@@ -197,6 +197,14 @@ def test_bad_sqlite_files(tmp_path):
         read_sqlite(tmp_path / "empty.sqlite")
     with pytest.raises(BenchInputError, match="does not exist"):
         read_sqlite(tmp_path / "missing.sqlite")
+    # an edited export whose NVTX times are text: the decode step's host spans are refused, never a traceback
+    edited = _build(tmp_path / "edited.sqlite")
+    con = sqlite3.connect(edited)
+    con.execute("UPDATE NVTX_EVENTS SET start = 'soon', end = 'later' WHERE globalTid = ?", (MAIN,))
+    con.commit()
+    con.close()
+    with pytest.raises(BenchInputError, match="edited or damaged"):
+        table_from_sqlite(edited)
 
 
 def _fake_nsys(tmp_path: Path, version_line: str) -> str:

@@ -197,6 +197,11 @@ def read_sqlite(path: str | Path) -> tuple[list[AttributedKernel], dict[str, set
     report without NVTX_EVENTS (no ranges recorded) or without CUPTI_ACTIVITY_KIND_RUNTIME
     still gives every kernel, outside any range; `info["notes"]` says so.
     """
+    return _read_sqlite(path)[:3]
+
+
+def _read_sqlite(path: str | Path) -> tuple[list[AttributedKernel], dict[str, set], dict, list[RangeSpan]]:
+    """read_sqlite, and the host spans (µs) of the NVTX ranges on the threads that pushed decode-step ranges."""
     path = Path(path)
     if not path.is_file():
         raise BenchInputError(f"nsys SQLite export {str(path)!r} does not exist")
@@ -228,7 +233,7 @@ def read_sqlite(path: str | Path) -> tuple[list[AttributedKernel], dict[str, set
         con.close()
 
 
-def _read(con, tables: set[str]) -> tuple[list[AttributedKernel], dict[str, set], dict]:
+def _read(con, tables: set[str]) -> tuple[list[AttributedKernel], dict[str, set], dict, list[RangeSpan]]:
     notes = []
     kcols = _columns(con, "CUPTI_ACTIVITY_KIND_KERNEL")
     name_cols = [c for c in ("demangledName", "shortName") if c in kcols]
@@ -320,7 +325,12 @@ def _read(con, tables: set[str]) -> tuple[list[AttributedKernel], dict[str, set]
         **domains,
         "notes": notes,
     }
-    return kernels, dict(instances), info
+    # Host spans for the time each module range holds inside a step (kernels.host_time_by_module): the threads that
+    # pushed decode-step ranges only (another thread's ranges would nest into the steps by time alone).
+    step_tids = {tid for tid, lst in ranges_by_tid.items() if any(range_group(r[2]) == STEP_GROUP for r in lst)}
+    spans = [RangeSpan(label, start / 1e3, end / 1e3) for tid in step_tids for start, end, label, _ in ranges_by_tid[tid]
+             if end >= start]
+    return kernels, dict(instances), info, spans
 
 
 def nvtx_ranges(con) -> tuple[list[tuple], dict]:
@@ -359,25 +369,10 @@ def nvtx_ranges(con) -> tuple[list[tuple], dict]:
 
 def table_from_sqlite(path: str | Path, *, innermost_only: bool = False, meta: dict | None = None) -> KernelTable:
     """Return the KernelTable of an nsys SQLite export (GPU kernels, nvtx_kern_sum attribution), with the host time
-    of each module range per decode step where the export has decode-step ranges (nvtx_spans)."""
-    kernels, instances, info = read_sqlite(path)
+    of each module range per decode step where the export has decode-step ranges."""
+    kernels, instances, info, spans = _read_sqlite(path)
     return build_kernel_table(kernels, instances, source="nsys", unit="gpu_kernel", innermost_only=innermost_only,
-                              meta={**(meta or {}), **info, "sqlite": str(path)}, spans=nvtx_spans(path))
-
-
-def nvtx_spans(path: str | Path) -> list[RangeSpan]:
-    """Return the host spans (µs) of the NVTX ranges on the threads that pushed decode-step ranges (ranges of other
-    threads would nest into the steps by time alone); [] for an export without NVTX_EVENTS."""
-    con = sqlite3.connect(f"file:{Path(path)}?mode=ro", uri=True)
-    try:
-        if "NVTX_EVENTS" not in _tables(con):
-            return []
-        rows, _ = nvtx_ranges(con)
-    finally:
-        con.close()
-    step_tids = {tid for _, _, _, tid, label in rows if isinstance(label, str) and range_group(label) == STEP_GROUP}
-    return [RangeSpan(label, start / 1e3, end / 1e3) for _, start, end, tid, label in rows
-            if tid in step_tids and isinstance(label, str) and end is not None and end >= start]
+                              meta={**(meta or {}), **info, "sqlite": str(path)}, spans=spans)
 
 
 def timeline_spans(path: str | Path, group: str | None = "decode_step", limit: int = 3) -> dict:
