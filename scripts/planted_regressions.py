@@ -159,6 +159,10 @@ def main() -> int:
     work = Path(os.environ.get("WORK", "/tmp/planted-work")).resolve()
     out = Path(os.environ.get("OUT", str(work))).resolve()
     runs = os.environ.get("RUNS")
+    if runs is not None and not (runs.isdigit() and 2 <= int(runs) <= 100):
+        print(f"RUNS must be a whole number of processes a side from 2 to 100 (a verdict needs 2), not {runs!r}",
+              file=sys.stderr)
+        return 2
     confidence = os.environ.get("CONFIDENCE", "0.99" if device == "cuda" else "0.95")
     work.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)

@@ -170,6 +170,11 @@ def test_a_host_bound_regression_names_the_range_whose_host_time_moved():
     bad["meta"]["decode_steps"]["host_us"] = ["Qwen2MLP", 3]
     with pytest.raises(BenchInputError, match="host_us"):
         A.step_figures(bad, {"step_ms": 0.6}, "torch", "t")
+    # so is the record's unprofiled step time, the gaps row's reference
+    good = json.loads(json.dumps(table(window(1, False))))
+    for step_ms in ("fast", float("nan"), float("inf"), -5, 0, True):
+        with pytest.raises(BenchInputError, match="step_ms .* re-run `bench profile`"):
+            A.step_figures(good, {"step_ms": step_ms}, "torch", "t")
 
 
 def test_without_a_step_time_or_module_ranges_it_says_so():

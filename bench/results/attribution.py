@@ -256,7 +256,12 @@ def step_figures(table: dict, profile: dict, tool: str, source: str) -> StepFigu
         slot[0] += k / n
         slot[1] += us / n
     busy = sum(us for _, us in categories.values())
-    wall = profile.get("step_ms") * 1e3 if profile.get("step_ms") and per == "decode step" else None
+    step_ms = profile.get("step_ms")
+    if step_ms is not None and (isinstance(step_ms, bool) or not isinstance(step_ms, (int, float))
+                                or not math.isfinite(step_ms) or step_ms <= 0):
+        raise BenchInputError(f"profile record of {source}: step_ms {step_ms!r} is not a positive number of "
+                              "milliseconds: re-run `bench profile`")
+    wall = step_ms * 1e3 if step_ms and per == "decode step" else None
     host = None
     if with_modules and steps_meta.get("host_us") is not None:
         raw = steps_meta["host_us"]
