@@ -107,6 +107,25 @@ def test_profile_records_make_the_panel_not_speedup_rows(tmp_path):
     assert "no kernel profiles" not in page and "is missing" in page
 
 
+@pytest.mark.parametrize("step_ms", ["fast", float("nan"), -3.0, 0, True])
+def test_a_profile_records_step_time_that_is_no_time_leaves_it_out_with_a_warning(step_ms):
+    """extra.profile.step_ms is untrusted: the kernel panel leaves its record out and says why, the step-bound lines
+    skip it, the other records stay."""
+    from bench.report.bounds import step_bound_markdown
+
+    def rec(cell_id, ms):
+        r = _record(cell_id, "forward16_sdpa.kernel_table.json")
+        r.extra["profile"] = {"step_ms": ms, "step_bound": {"time_us": 100.0, "bytes": 1e8}}
+        return r
+
+    kf = kernel_frame([rec("bad", step_ms), rec("good", 0.5)], base_dirs=[H200])
+    assert set(kf.frame.cell_id) == {"good"} and [s["step_ms"] for s in kf.summary] == [0.5]
+    (warning,) = kf.warnings
+    assert "profile record bad" in warning and f"step_ms {step_ms!r}" in warning and "re-run `bench profile`" in warning
+    lines = step_bound_markdown([rec("bad", step_ms), rec("good", 0.5)])
+    assert "500.0 (the unprofiled decode step)" in lines and lines.count("(the unprofiled decode step)") == 1
+
+
 def test_missing_table_only_profiles_still_builds(tmp_path):
     write_store(tmp_path / "p.jsonl", [_record("p2", tmp_path / "nowhere.json")])
     proc = _bench("report", str(tmp_path / "p.jsonl"), "--out", str(tmp_path / "out"), cwd=tmp_path)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 
+from bench.errors import BenchInputError
+
 IMPOSSIBLE_PCT = 100.0
 FLAG = "✗ impossible"
 
@@ -61,8 +63,12 @@ def step_bound_markdown(records: list) -> str:
         if not bound_us:
             continue
         roofline = prof.get("roofline_total") or {}
-        if prof.get("step_ms"):
-            measured_us, what = prof["step_ms"] * 1e3, "the unprofiled decode step"
+        try:
+            step_ms = rec.step_ms
+        except BenchInputError:  # the kernel panel leaves the record out and says why
+            continue
+        if step_ms:
+            measured_us, what = step_ms * 1e3, "the unprofiled decode step"
         elif roofline.get("duration_us"):
             measured_us, what = roofline["duration_us"], "ncu's kernel time of the step"
         else:

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.results.records import checked_step_ms
+
 # Panel row label -> globs on range groups (module class names, or module names for name-matched ranges).
 RANGE_PANELS: dict[str, tuple[str, ...]] = {
     "RMSNorm": ("*RMSNorm", "*RmsNorm"),
@@ -126,7 +128,7 @@ def _per_step(table, window: dict | None) -> tuple[str, int, dict[str, tuple[flo
     return per, n, cats
 
 
-def summary_row(table, window: dict | None, profile: dict) -> dict:
+def summary_row(table, window: dict | None, profile: dict, where: str = "profile record") -> dict:
     """Return one cell's totals per step: all kernels, norm and attention kernels and time, module calls, step time."""
     per, n, cats = _per_step(table, window)
     out = {"per": per, "steps": n, "kernels": sum(k for k, _ in cats.values()) / n,
@@ -139,7 +141,7 @@ def summary_row(table, window: dict | None, profile: dict) -> dict:
         calls = sum(r.instances for r in hits)
         out[f"{label}_per_call"] = (sum(r.kernels_per_instance * r.instances for r in hits) / calls,
                                     sum(r.gpu_us_per_instance_median * r.instances for r in hits) / calls) if calls else None
-    out["step_ms"] = profile.get("step_ms")
+    out["step_ms"] = checked_step_ms(profile, where)
     # the profiler's own cost: the window with and without it, and the whole session process (load included)
     out["window_ms"] = tuple(profile[k] * 1e3 if profile.get(k) else None
                              for k in ("profiled_window_s", "unprofiled_window_s"))
@@ -221,6 +223,8 @@ def kernel_frame(records: list, base_dirs: list[str | Path] = (),
         try:
             path = record_file(name, "kernel_table", bases)
             table = KernelTable.load(path)
+            totals = summary_row(table, rec.profile.get("window"), rec.profile,  # its step_ms checked
+                                 f"profile record {rec.cell_id} ({_label(cell, False)} {cell.get('precision')})")
         except RecordFileRefused as exc:
             warns.append(f"kernel table {name!r} of profile record {rec.cell_id} ({_label(cell, False)} "
                          f"{cell.get('precision')}) {exc}: left out of the kernel panel; re-run `bench profile` "
@@ -235,7 +239,7 @@ def kernel_frame(records: list, base_dirs: list[str | Path] = (),
                 "unit": table.unit, "source": table.source, "cell_id": rec.cell_id, "kernel_table": str(path)}
         rows += [{**base, **r} for r in table_rows(table, panels, window)]
         summary.append({"configuration": _label(cell, False), "precision": cell.get("precision"),
-                        "batch": cell.get("max_batch_size"), "tool": rec.tool, **summary_row(table, window, profile)})
+                        "batch": cell.get("max_batch_size"), "tool": rec.tool, **totals})
     return KernelFrame(pd.DataFrame(rows, columns=list(COLUMNS)), warns, summary)
 
 

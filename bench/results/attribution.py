@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.errors import BenchInputError
+from bench.results.records import checked_step_ms
 
 # Module range groups (class names, or module names for name-matched ranges) -> the row they make.
 MODULE_ROWS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -256,11 +257,7 @@ def step_figures(table: dict, profile: dict, tool: str, source: str) -> StepFigu
         slot[0] += k / n
         slot[1] += us / n
     busy = sum(us for _, us in categories.values())
-    step_ms = profile.get("step_ms")
-    if step_ms is not None and (isinstance(step_ms, bool) or not isinstance(step_ms, (int, float))
-                                or not math.isfinite(step_ms) or step_ms <= 0):
-        raise BenchInputError(f"profile record of {source}: step_ms {step_ms!r} is not a positive number of "
-                              "milliseconds: re-run `bench profile`")
+    step_ms = checked_step_ms(profile, f"profile record of {source}")
     wall = step_ms * 1e3 if step_ms and per == "decode step" else None
     host = None
     if with_modules and steps_meta.get("host_us") is not None:

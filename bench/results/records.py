@@ -250,6 +250,18 @@ class OomProbe(Record):
         return self.extra.get("probe") or {}
 
 
+def checked_step_ms(profile: dict, where: str) -> float | None:
+    """Return a profile's unprofiled decode-step time in ms (extra.profile.step_ms; None where its window measured
+    none); BenchInputError naming `where` and the fix for a value that is not a positive finite number."""
+    step_ms = profile.get("step_ms")
+    if step_ms is None:
+        return None
+    if isinstance(step_ms, bool) or not isinstance(step_ms, (int, float)) or not math.isfinite(step_ms) or step_ms <= 0:
+        raise BenchInputError(f"{where}: step_ms {step_ms!r} is not a positive number of milliseconds: re-run "
+                              "`bench profile`")
+    return float(step_ms)
+
+
 @dataclass(frozen=True)
 class Profile(Record):
     """A kernel table (and trace) of a short window of a cell (`bench profile`)."""
@@ -268,6 +280,11 @@ class Profile(Record):
     @property
     def kernel_table(self) -> str | None:
         return self.extra.get("kernel_table")
+
+    @property
+    def step_ms(self) -> float | None:
+        """Return the unprofiled decode-step time in ms (checked_step_ms)."""
+        return checked_step_ms(self.profile, f"profile record {self.cell_id}")
 
 
 @dataclass(frozen=True)
