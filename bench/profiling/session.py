@@ -203,6 +203,10 @@ def run_session(job: dict) -> dict:
         result["step_ms"] = (unprofiled_s - prefill_s) / (job["decode_steps"] * len(chunks)) * 1e3
         result["step_ms_from"] = ("the generate window's median wall time less that of its batches generating one "
                                   "token, over its decode steps")
+    elif prefill_s is not None:  # said, not silent: without a step time the attribution has no launch-gaps row
+        result["prefill_window_s"] = prefill_s
+        result["step_ms_from"] = (f"none: the generate window ({unprofiled_s:.4f} s) took no longer than its batches "
+                                  f"generating one token ({prefill_s:.4f} s)")
     if getattr(loaded, "bandwidth", None):
         result["copy_bandwidth"] = loaded.bandwidth  # the roofline's bandwidth (speed_of_light.copy_bandwidth)
     if getattr(loaded, "weights", None) is not None:
