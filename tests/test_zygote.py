@@ -330,7 +330,7 @@ def test_on_a_gpu_forked_workers_make_their_own_cuda_context_and_hold_the_same_w
 def test_workers_fork_on_every_device_unless_switched_off(tmp_path, monkeypatch):
     """CUDA workers fork as CPU workers do since the GPU test above passed on an H100 (2026-12-06,
     docs/measurements/2026-12-06-h100-study-forked-workers.md); BENCH_ZYGOTE=0 gives fresh processes everywhere, said by
-    the launcher. Tensor-parallel ranks and other backends never fork."""
+    the launcher. Tensor-parallel ranks and trtllm never fork."""
     from bench.execution.supervisor import session_preload, worker_preload
 
     def cell(backend, device):
@@ -348,7 +348,11 @@ def test_workers_fork_on_every_device_unless_switched_off(tmp_path, monkeypatch)
         assert worker_preload(job(hf), 1) == ("bench.backends.hf.backend",)
         assert session_preload([hf], "bench.accuracy.session") == ("bench.backends.hf.backend", "bench.accuracy.session")
         assert worker_preload(job(hf), 2) is None  # tensor-parallel ranks: fresh processes
-    assert session_preload([cell("hf", "cuda"), cell("fake", "cuda")], "bench.accuracy.session") is None
+    # a session of served or stand-in cells forks with their runtimes imported; one with a trtllm cell never does
+    assert session_preload([cell("hf", "cuda"), cell("openai", "cuda"), cell("fake", "cuda")], "bench.accuracy.session") \
+        == ("bench.backends.hf.backend", "bench.backends.openai.backend", "bench.backends.fake.backend",
+            "bench.accuracy.session")
+    assert session_preload([cell("hf", "cuda"), cell("trtllm", "cuda")], "bench.accuracy.session") is None
     assert zygote.not_forkable([sys.executable, "-m", "bench.execution.worker"]) is None
     monkeypatch.setenv(zygote.SWITCH_ENV, "0")
     assert zygote.not_forkable([sys.executable, "-m", "bench.execution.worker"]) == "BENCH_ZYGOTE=0"

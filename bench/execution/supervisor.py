@@ -128,13 +128,17 @@ def worker_preload(job: GroupJob, ranks: int) -> tuple[str, ...] | None:
 
 
 def session_preload(cells: list, module: str) -> tuple[str, ...] | None:
-    """What the zygote imports before forking a session of these cells (accuracy, parity, profile): the hf runtime and
-    the session's module; None (a fresh process) unless every cell is hf (see worker_preload)."""
+    """What the zygote imports before forking a session of these cells (accuracy, parity, profile): the hf runtime,
+    the cells' other runtimes and the session's module; None (a fresh process) where a cell's backend is not one
+    whose workers are forked (FORKED_BACKENDS: not trtllm). A served cell's session (openai) computes the baseline's
+    side with torch as an hf one does, so it is forked too: a fresh process paid torch's and transformers' imports
+    again (about 4 s a session on a 2-core CPU)."""
     from bench.backends.registry import BACKENDS
 
-    if any(c.backend != "hf" for c in cells):
+    if any(c.backend not in FORKED_BACKENDS for c in cells):
         return None
-    return (BACKENDS["hf"][1].split(":")[0], module)
+    runtimes = dict.fromkeys(BACKENDS[b][1].split(":")[0] for b in ("hf", *(c.backend for c in cells)))
+    return (*runtimes, module)
 
 
 def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event, stop=None) -> bool:
