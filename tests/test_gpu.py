@@ -517,6 +517,9 @@ def test_torch_profiler_and_nsys_agree_range_by_range(options):
     nsys records CUB's own NVTX range (CCCL domain), which the nsys reader now leaves out when
     the harness's domain is there (bench.profiling.nsys_collector.nvtx_ranges). With both mended,
     both cases passed on the H200 (2026-12-02, docs/measurements/2026-12-02-h200-agree-test-and-ncu-full-set.md).
+    Without the `nvtx` package the harness's ranges are in NVTX's default domain, and CUB's range came back as a
+    `cub` group on an H100 (2026-12-06): the reader now reads the default domain alone where it holds the harness's
+    decode steps; both cases then passed there (docs/measurements/2026-12-06-h100-planted-regressions-rerun.md).
     """
     from bench.errors import BenchInputError
     from bench.profiling.nsys_collector import find_nsys

@@ -157,7 +157,8 @@ def test_a_librarys_own_nvtx_domain_is_left_out_when_the_harness_domain_is_there
     """nsys records every library's NVTX ranges; torch.profiler sees only record_function's. The H200's
     eager window (2026-12-02) had CUB's `cub::DeviceScan::InclusiveScan` in the CCCL domain around 2
     kernels, a range group torch's table could not have. With the harness's domain in the export,
-    only its ranges are read and the rest are counted in the info; without it, every domain's."""
+    only its ranges are read and the rest are counted in the info; without it, the default domain's where it holds
+    ranges (a session without the `nvtx` package), else every domain's."""
     path = _build(tmp_path / "r.sqlite")
     con = sqlite3.connect(path)
     con.execute("UPDATE NVTX_EVENTS SET domainId = 2")  # the harness's ranges, in its domain
@@ -178,6 +179,17 @@ def test_a_librarys_own_nvtx_domain_is_left_out_when_the_harness_domain_is_there
     con.close()
     _, instances, info = read_sqlite(path)  # an export made outside the harness: every domain's ranges
     assert "cub::DeviceScan::InclusiveScan" in instances and info["nvtx_domain"] is None
+    # a session without the `nvtx` package: the harness's ranges in NVTX's default domain (torch.cuda.nvtx), CUB's in
+    # its own (the H100's eager window, 2026-12-06): the default domain's only
+    con = sqlite3.connect(path)
+    con.execute("UPDATE NVTX_EVENTS SET domainId = 0 WHERE domainId = 2")
+    con.execute("DELETE FROM NVTX_EVENTS WHERE eventType = 75 AND domainId = 0")
+    con.commit()
+    con.close()
+    _, instances, info = read_sqlite(path)
+    assert "cub::DeviceScan::InclusiveScan" not in instances and "decode_step:1" in instances
+    assert info["nvtx_domain"] == "(default)" and info["nvtx_ranges_left_out"] == {"CCCL": 1}
+    assert table_from_sqlite(path).range("decode_step").kernels_per_instance == 4
 
 
 def test_built_schema_without_nvtx_table(tmp_path):

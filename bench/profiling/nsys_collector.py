@@ -339,10 +339,13 @@ def nvtx_ranges(con) -> tuple[list[tuple], dict]:
     When the export holds the harness's own domain (bench.profiling.nvtx.NVTX_DOMAIN), only that
     domain's ranges: libraries push ranges of their own, which torch.profiler never sees (the
     H200's eager qwen-7b-shape window, 2026-12-02: CUB's `cub::DeviceScan::InclusiveScan` in the
-    CCCL domain, around 2 of generate's kernels). Else (an export made outside the harness, or a
-    session without the `nvtx` package, whose ranges are in NVTX's default domain) every
-    domain's. The dict: {"nvtx_domain": the domain read or None for all, "nvtx_ranges_left_out":
-    {domain name: ranges}}.
+    CCCL domain, around 2 of generate's kernels). Else, where NVTX's default domain holds the
+    harness's decode-step ranges (a session without the `nvtx` package pushes them through
+    torch.cuda.nvtx, in that domain), only the default domain's: the H100's eager window (2026-12-06), made without the `nvtx`
+    package, had CUB's range again, as a `cub` range group torch's table cannot have. Else (an
+    export made outside the harness: an MPI program's own ranges and its MPI library's) every domain's. The
+    dict: {"nvtx_domain": the domain read ("(default)" for NVTX's default one) or None for all,
+    "nvtx_ranges_left_out": {domain name: ranges}}.
     """
     from bench.profiling.nvtx import NVTX_DOMAIN
 
@@ -358,13 +361,23 @@ def nvtx_ranges(con) -> tuple[list[tuple], dict]:
         names = {dom: name for dom, name in con.execute(
             f"SELECT n.domainId, {text} FROM NVTX_EVENTS n WHERE n.eventType = {NVTX_DOMAIN_CREATE}")}
     ours = next((dom for dom, name in names.items() if name == NVTX_DOMAIN), None)
+
+    def domain(dom) -> int | None:  # NVTX's default domain: 0 (or no id) in the export
+        return dom if dom else None
+
     if ours is None:
-        return [r[:5] for r in rows], {"nvtx_domain": None, "nvtx_ranges_left_out": {}}
+        harness = any(domain(r[5]) is None and isinstance(r[4], str) and range_group(r[4]) == STEP_GROUP for r in rows)
+        if not harness or all(domain(r[5]) is None for r in rows):
+            return [r[:5] for r in rows], {"nvtx_domain": None, "nvtx_ranges_left_out": {}}
+        read, read_name = None, "(default)"
+    else:
+        read, read_name = ours, NVTX_DOMAIN
     left_out: dict[str, int] = defaultdict(int)
     for r in rows:
-        if r[5] != ours:
+        if domain(r[5]) != read:
             left_out[names.get(r[5], "(default)" if not r[5] else f"domain {r[5]}")] += 1
-    return [r[:5] for r in rows if r[5] == ours], {"nvtx_domain": NVTX_DOMAIN, "nvtx_ranges_left_out": dict(left_out)}
+    return ([r[:5] for r in rows if domain(r[5]) == read],
+            {"nvtx_domain": read_name, "nvtx_ranges_left_out": dict(left_out)})
 
 
 def table_from_sqlite(path: str | Path, *, innermost_only: bool = False, meta: dict | None = None) -> KernelTable:
