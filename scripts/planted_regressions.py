@@ -183,10 +183,12 @@ def main() -> int:
     statuses = {}
     for change in chosen:
         base_name, base_opts, head_opts = options_of(change, device)
-        n_runs = int(runs) if runs else RUNS_OF[base_name] if device == "cuda" else 2
         head = head_name(change, device)
         files = {}
         for name, opts in ((f"planted-{base_name}", base_opts), (head, head_opts)):
+            # a side that is another baseline (compile-off's eager side) runs that baseline's processes
+            n_runs = int(runs) if runs else RUNS_OF.get(name.removeprefix("planted-"), RUNS_OF[base_name]) \
+                if device == "cuda" else 2
             (work / f"{name}.toml").write_text(matrix_text(name, opts, device, n_runs))
             files[name] = f"results/{name}.jsonl"
             if bench(["run", "--matrix", f"{name}.toml", "--no-progress"], work, log) != 0:

@@ -106,6 +106,14 @@ def test_rows_shares_gaps_and_unexplained_by_hand():
     assert "| *unexplained* (measured change less the rows) | | | +50.0 | | | | 12 % |" in md  # categories
     assert "The profile windows' own unprofiled step: 600.0 → 950.0 µs (+350.0 µs)." in md
     assert "`silu_extra` (1 per step, 20.0 µs)" in md and "`embedding_copy`" in md
+    assert not any("not typical" in n for n in a.notes)
+    # the head window (950 µs) below every head run (980-1020 µs): named, with the windows' share of the runs' change
+    odd = A.attribute("k", "x", ["regressed"], base, head, (600.0, 1000.0), ((590.0, 610.0), (980.0, 1020.0)))
+    note = next(n for n in odd.notes if "not typical" in n)
+    assert "the head window's 950.0 µs lies below its runs' 980.0-1020 µs" in note and "base window" not in note
+    assert "The windows' change is 88 % of the runs'" in note and f"- {note}" in A.attribution_markdown(odd)
+    assert not any("not typical" in n for n in A.attribute("k", "x", [], base, head, (600.0, 1000.0),
+                                                           ((590.0, 610.0), (940.0, 1020.0))).notes)
     # an improvement ranks the rows that carry the decrease first
     back = A.attribute("k", "x", ["improved: tpot_median_ms"], head, base, (1000.0, 600.0))
     assert back.modules[0].name == "MLP" and back.modules[0].share == pytest.approx(0.8)
@@ -433,3 +441,31 @@ def test_the_planted_regressions_script_names_rows_the_attribution_makes_and_cel
                 cells = [parse_matrix(tomllib.loads(P.matrix_text(f"m-{i}", opts, device, 2))).cells[0]
                          for i, opts in enumerate((base_opts, head_opts))]
             assert cells[0].cell_id != cells[1].cell_id and cells[0].precision == cells[1].precision
+
+
+def test_the_planted_script_runs_each_side_with_its_own_process_count(tmp_path, monkeypatch):
+    """compile-off compares the compiled baseline (2 processes) with the eager one (5: a host-bound step's spread
+    between processes needs them); on a fresh work folder its eager side ran 2 (H100, 2026-12-06). Each side's matrix
+    now asks for its own baseline's count. `bench` is stood in for: the matrices written are what is checked."""
+    import tomllib
+
+    from scripts import planted_regressions as P
+
+    calls, runs = [], []
+
+    def bench(args, work, log):  # each `bench run` with the process count its matrix asks for at that moment
+        calls.append(args)
+        if args[0] == "run":
+            runs.append((Path(args[2]).stem, tomllib.loads((work / args[2]).read_text())["runs"]))
+        return 1
+
+    monkeypatch.setattr(P, "bench", bench)
+    monkeypatch.setenv("DEVICE", "cuda")
+    monkeypatch.setenv("CHANGES", "compile-off,mlp-twice")
+    monkeypatch.setenv("WORK", str(tmp_path))
+    monkeypatch.setenv("OUT", str(tmp_path / "out"))
+    monkeypatch.delenv("RUNS", raising=False)
+    monkeypatch.delenv("PART", raising=False)
+    assert P.main() == 0
+    assert runs == [("planted-compiled", 2), ("planted-eager", 5), ("planted-eager", 5), ("planted-mlp-twice", 5)]
+    assert [a[0] for a in calls].count("compare") == 2

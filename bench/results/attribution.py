@@ -292,14 +292,29 @@ def _rows(base: dict, head: dict, measured_delta: float | None, gaps: tuple[floa
 
 
 def attribute(key: str, label: str, verdicts: list[str], base: StepFigures, head: StepFigures,
-              measured: tuple[float | None, float | None]) -> Attribution:
-    """Return the Attribution of one cell from its two sides' decode steps and its measured step times (µs)."""
+              measured: tuple[float | None, float | None],
+              run_ranges: tuple[tuple[float, float] | None, tuple[float, float] | None] = (None, None)) -> Attribution:
+    """Return the Attribution of one cell from its two sides' decode steps and its measured step times (µs).
+
+    run_ranges: each side's runs' step times, (lowest, highest) µs: a profile window whose unprofiled step lies
+    outside its side's range is named in a note, with the share of the runs' change the windows reproduced (the
+    category rows sum to the windows' change, so that share bounds what they can explain)."""
     notes = []
     mb, mh = measured
     delta = mh - mb if mb is not None and mh is not None else None
     gaps = None
     if base.wall_us is not None and head.wall_us is not None:
         gaps = (base.wall_us - base.busy_us, head.wall_us - head.busy_us)
+        outside = [f"the {side} window's {_us(fig.wall_us)} µs lies {'below' if fig.wall_us < rng[0] else 'above'} "
+                   f"its {runs_of(rng)}"
+                   for side, fig, rng in (("base", base, run_ranges[0]), ("head", head, run_ranges[1]))
+                   if rng is not None and not rng[0] <= fig.wall_us <= rng[1]]
+        if outside and delta:
+            notes.append(f"the profiled processes were not typical of the runs: {'; '.join(outside)}. The windows' "
+                         f"change is {100 * (head.wall_us - base.wall_us) / delta:.0f} % of the runs', and the category "
+                         "rows sum to the windows' change; the rest is the spread between processes (a host-bound step "
+                         "moves from process to process), not a missing row. `bench profile` of that side's matrix profiles a "
+                         "new process, and the latest profile is the one read")
     else:
         notes.append(f"no {GAPS} row: a side's profile has no unprofiled step time (a compiled `generate` window, or "
                      "a generate window profiled before 2026-12-06: `bench profile` again measures one)")
@@ -321,6 +336,16 @@ def attribute(key: str, label: str, verdicts: list[str], base: StepFigures, head
 
     return Attribution(key, label, verdicts, base, head, mb, mh, modules, categories, only(head, base), only(base, head),
                        notes, host)
+
+
+def runs_of(rng: tuple[float, float]) -> str:
+    return f"runs' {_us(rng[0])}-{_us(rng[1])} µs"
+
+
+def _run_range_us(comparison, key: str, side: str) -> tuple[float, float] | None:
+    """Return a side's lowest and highest run step time in µs (each run the mean of its trials), or None."""
+    runs = [sum(v) / len(v) * 1e3 for v in getattr(comparison, side).cells[key].values(STEP_METRIC) if v]
+    return (min(runs), max(runs)) if len(runs) > 1 else None
 
 
 def _measured_us(comparison, key: str, side: str) -> float | None:
@@ -429,7 +454,8 @@ def explain(comparison, base_paths, head_paths, profiles: tuple | None = None, w
                              f"{figures['base'].per} vs {figures['head'].unit} per {figures['head'].per}): not attributed")
             continue
         measured = (_measured_us(comparison, key, "base"), _measured_us(comparison, key, "head"))
-        out.attributions.append(attribute(key, label, verdicts, figures["base"], figures["head"], measured))
+        ranges = (_run_range_us(comparison, key, "base"), _run_range_us(comparison, key, "head"))
+        out.attributions.append(attribute(key, label, verdicts, figures["base"], figures["head"], measured, ranges))
     return out
 
 
