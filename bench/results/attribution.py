@@ -306,7 +306,7 @@ def attribute(key: str, label: str, verdicts: list[str], base: StepFigures, head
     if base.wall_us is not None and head.wall_us is not None:
         gaps = (base.wall_us - base.busy_us, head.wall_us - head.busy_us)
         outside = [f"the {side} window's {_us(fig.wall_us)} µs lies {'below' if fig.wall_us < rng[0] else 'above'} "
-                   f"its {runs_of(rng)}"
+                   f"its runs' {_us(rng[0])}-{_us(rng[1])} µs"
                    for side, fig, rng in (("base", base, run_ranges[0]), ("head", head, run_ranges[1]))
                    if rng is not None and not rng[0] <= fig.wall_us <= rng[1]]
         if outside and delta:
@@ -336,10 +336,6 @@ def attribute(key: str, label: str, verdicts: list[str], base: StepFigures, head
 
     return Attribution(key, label, verdicts, base, head, mb, mh, modules, categories, only(head, base), only(base, head),
                        notes, host)
-
-
-def runs_of(rng: tuple[float, float]) -> str:
-    return f"runs' {_us(rng[0])}-{_us(rng[1])} µs"
 
 
 def _run_range_us(comparison, key: str, side: str) -> tuple[float, float] | None:
