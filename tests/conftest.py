@@ -9,6 +9,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 SHARED = ROOT.parent / "shared"
 
+# Inductor probes, in each new cache folder, which vector instruction sets the C++ compiler builds: a C++ build and a
+# Python subprocess per set, 6.6 s on the 2-core CI machine. Each compiled build key has a cache folder of its own
+# (bench.backends.hf.backend), so every test that compiles on the CPU paid it again (about 12 s of the suite's
+# Inductor tests, measured 2026-12-06). With this the CPU's own flags still choose the sets (the same list there:
+# avx512 avx512_vnni, avx512, avx2), and a compiler that could not build one would fail the test's compile.
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
+
 
 def pytest_collection_modifyitems(config, items):
     try:
