@@ -158,7 +158,7 @@ def test_a_librarys_own_nvtx_domain_is_left_out_when_the_harness_domain_is_there
     eager window (2026-12-02) had CUB's `cub::DeviceScan::InclusiveScan` in the CCCL domain around 2
     kernels, a range group torch's table could not have. With the harness's domain in the export,
     only its ranges are read and the rest are counted in the info; without it, the default domain's where it holds
-    ranges (a session without the `nvtx` package), else every domain's."""
+    the harness's decode steps (a session without the `nvtx` package), else every domain's."""
     path = _build(tmp_path / "r.sqlite")
     con = sqlite3.connect(path)
     con.execute("UPDATE NVTX_EVENTS SET domainId = 2")  # the harness's ranges, in its domain
