@@ -114,6 +114,18 @@ def test_rows_shares_gaps_and_unexplained_by_hand():
     assert "The windows' change is 88 % of the runs'" in note and f"- {note}" in A.attribution_markdown(odd)
     assert not any("not typical" in n for n in A.attribute("k", "x", [], base, head, (600.0, 1000.0),
                                                            ((590.0, 610.0), (940.0, 1020.0))).notes)
+    # the runs' range from a store's values: none from fewer than two runs or from a value that is no finite step
+    class Side:
+        def __init__(self, runs):
+            self.cells = {"k": type("Cell", (), {"values": lambda _self, metric: runs})()}
+
+    def run_range(runs):
+        return A._run_range_us(type("Comparison", (), {"base": Side(runs)})(), "k", "base")
+
+    assert run_range([[0.98, 1.0], [1.02]]) == pytest.approx((990.0, 1020.0))
+    assert run_range([[1.0]]) is None
+    for hostile in (float("nan"), float("inf"), -1.0, 0.0):
+        assert run_range([[1.0], [hostile]]) is None, hostile
     # an improvement ranks the rows that carry the decrease first
     back = A.attribute("k", "x", ["improved: tpot_median_ms"], head, base, (1000.0, 600.0))
     assert back.modules[0].name == "MLP" and back.modules[0].share == pytest.approx(0.8)

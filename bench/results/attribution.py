@@ -339,9 +339,12 @@ def attribute(key: str, label: str, verdicts: list[str], base: StepFigures, head
 
 
 def _run_range_us(comparison, key: str, side: str) -> tuple[float, float] | None:
-    """Return a side's lowest and highest run step time in µs (each run the mean of its trials), or None."""
+    """Return a side's lowest and highest run step time in µs (each run the mean of its trials), or None: fewer than
+    two runs, or a run whose value is not a finite positive number (a store is untrusted input: no range from it)."""
     runs = [sum(v) / len(v) * 1e3 for v in getattr(comparison, side).cells[key].values(STEP_METRIC) if v]
-    return (min(runs), max(runs)) if len(runs) > 1 else None
+    if len(runs) < 2 or not all(math.isfinite(r) and r > 0 for r in runs):
+        return None
+    return min(runs), max(runs)
 
 
 def _measured_us(comparison, key: str, side: str) -> float | None:
