@@ -66,17 +66,17 @@ DEFAULTS = {"freeze_weights": "off", "compile_tuning": "default"}
 # name -> (baseline, changed options, rows that name it (module range or kernel category), devices,
 #          estimated seconds on the GPU for the changed cell's runs and its profile)
 CHANGES = {
-    "mlp-twice": ("eager", {"plant": "Qwen2MLP:{n}"}, {"MLP"}, ("cuda", "cpu"), 55),
-    "extra-rmsnorm": ("eager", {"plant": "Qwen2RMSNorm:{n}"}, {"RMSNorm"}, ("cuda", "cpu"), 55),
-    "rotary-outside": ("eager", {"plant": "Qwen2RotaryEmbedding:{n}"}, {"outside any range"}, ("cuda", "cpu"), 55),
-    "linears-twice": ("eager", {"plant": "Linear:{n}"}, {"gemm"}, ("cuda", "cpu"), 55),
-    "activation-repeated": ("eager", {"plant": "SiLUActivation:{n}"}, {"MLP", "elementwise"}, ("cuda", "cpu"), 55),
-    "flex-attention": ("eager", {"attn_implementation": "flex_attention"}, {"attention"}, ("cuda",), 60),
-    "static-cache": ("generate-dynamic", {"cache": "static"}, {"attention", "copy"}, ("cuda", "cpu"), 55),
-    "compile-off": ("compiled", {"compile": "off"}, {"launch gaps and idle"}, ("cuda",), 40),
-    "freeze-off": ("compiled-frozen", {"freeze_weights": "off"}, {"gemm"}, ("cuda",), 30),
+    "mlp-twice": ("eager", {"plant": "Qwen2MLP:{n}"}, {"MLP"}, ("cuda", "cpu"), 67),
+    "extra-rmsnorm": ("eager", {"plant": "Qwen2RMSNorm:{n}"}, {"RMSNorm"}, ("cuda", "cpu"), 67),
+    "rotary-outside": ("eager", {"plant": "Qwen2RotaryEmbedding:{n}"}, {"outside any range"}, ("cuda", "cpu"), 67),
+    "linears-twice": ("eager", {"plant": "Linear:{n}"}, {"gemm"}, ("cuda", "cpu"), 67),
+    "activation-repeated": ("eager", {"plant": "SiLUActivation:{n}"}, {"MLP", "elementwise"}, ("cuda", "cpu"), 67),
+    "flex-attention": ("eager", {"attn_implementation": "flex_attention"}, {"attention"}, ("cuda",), 72),
+    "static-cache": ("generate-dynamic", {"cache": "static"}, {"attention", "copy"}, ("cuda", "cpu"), 67),
+    "compile-off": ("compiled", {"compile": "off"}, {"launch gaps and idle"}, ("cuda",), 52),
+    "freeze-off": ("compiled-frozen", {"freeze_weights": "off"}, {"gemm"}, ("cuda",), 55),
     "coordinate-descent-off": ("compiled-tuned", {"compile_tuning": "default"}, {"gemm", "norm/reduction"},
-                               ("cuda",), 60),
+                               ("cuda",), 85),
 }
 # How many times a plant runs its module: twice on the GPU (an activation 20 times: one small kernel a layer); on the
 # CPU qwen-tiny's MLPs, norms and rotary are about 1 % of a step each (its 151,936-row lm_head is most of it), so they
@@ -86,8 +86,10 @@ PLANT_N = {"cuda": {"Linear": 2, "Qwen2RotaryEmbedding": 50, "SiLUActivation": 2
 PLANT_DEFAULT = {"cuda": 2, "cpu": 300}
 # Estimated seconds on the GPU for a baseline's runs and its profile, from the H100 (2026-12-06, forked workers): an
 # eager 7B-shape `bench run` of 5 processes about 50 s (12 s of the zygote's imports, then 5-8 s a process), its
-# torch.profiler session 15 s; a compiled cell built cold about 100 s. The run prints its own times.
-BASELINE_S = {"eager": 65, "compiled": 110, "compiled-frozen": 110, "generate-dynamic": 65, "compiled-tuned": 110}
+# torch.profiler sessions 15 s for the first (the zygote's imports) and about 6 s for each of the other two
+# (`bench compare --profile` profiles 3 processes a side); a compiled cell built cold about 100 s, its profile
+# sessions 15-30 s each. The run prints its own times.
+BASELINE_S = {"eager": 77, "compiled": 135, "compiled-frozen": 135, "generate-dynamic": 77, "compiled-tuned": 135}
 # Processes a side (RUNS overrides): the eager 7B cells are host-bound on the GPU (the GPU busy about half the step),
 # so their runs differ by 4-15 % between processes, and 2 a side at 99 % confidence missed a +19 % step (2026-12-06).
 RUNS_OF = {"eager": 5, "generate-dynamic": 5, "compiled": 2, "compiled-frozen": 2, "compiled-tuned": 2}

@@ -131,6 +131,36 @@ def test_rows_shares_gaps_and_unexplained_by_hand():
     assert back.modules[0].name == "MLP" and back.modules[0].share == pytest.approx(0.8)
 
 
+def test_windows_of_several_processes_are_averaged_by_hand():
+    """Three processes' head windows (MLP once, twice, three times; steps 600, 950, 1300 µs) average to the two-MLP
+    window: each row, kernel and host time the mean over the windows (a row one window lacks counts 0 there), the step
+    the windows' mean; the markdown says how many processes and their steps' spread."""
+    one, two, three = figures(1, False, 0.600), figures(2, True, 0.950), figures(3, True, 1.300)
+    mean = A.mean_figures([one, two, three])
+    assert mean.windows == 3 and mean.steps == 6 and mean.wall_us == pytest.approx(950.0)
+    assert mean.window_walls == (600.0, 950.0, 1300.0) and mean.sources == ("t.json",) * 3
+    assert mean.modules["MLP"] == pytest.approx((2 + 2 / 3, 620.0 - 20.0 / 3))  # (1+3+4)/3 kernels; silu in two of three
+    assert mean.kernels["silu_extra"] == pytest.approx((2 / 3, 40.0 / 3, "elementwise"))
+    assert mean.kernels["embedding_copy"] == pytest.approx((1 / 3, 5.0 / 3, "copy/memset"))
+    assert mean.busy_us == pytest.approx((one.busy_us + two.busy_us + three.busy_us) / 3)
+    assert A.mean_figures([one]) is one
+    # a window without a step time: the mean has none (no gaps row), nor module rows where one window has none
+    assert A.mean_figures([one, figures(2, True, None)]).wall_us is None
+    assert A.mean_figures([one, A.StepFigures(**{**one.__dict__, "modules": None})]).modules is None
+    with pytest.raises(BenchInputError, match="count different things"):
+        A.mean_figures([one, A.StepFigures(**{**one.__dict__, "unit": "cpu_op"})])
+    a = A.attribute("k", "x", ["regressed"], one, mean, (600.0, 1000.0), ((590.0, 610.0), (960.0, 1020.0)))
+    assert next(r for r in a.modules if r.name == "MLP").delta_us == pytest.approx(320.0 - 20.0 / 3)
+    md = A.attribution_markdown(a)
+    assert "2 and 6 of them, from 1 and 3 session processes (their mean)" in md
+    assert "head `t.json` and 2 more (one per process)" in md
+    assert "600.0 → 950.0 (3 processes' windows: 600.0-1300 µs) µs" in md
+    note = next(n for n in a.notes if "not typical" in n)
+    assert "the head 3 windows' mean 950.0 µs lies below its runs' 960.0-1020 µs" in note
+    assert A.to_dict(A.Explanation([a]))["attributions"][0]["windows"]["head"] == {
+        "processes": 3, "step_us": [600.0, 950.0, 1300.0], "files": ["t.json"] * 3}
+
+
 def spans_of(attn_us: float) -> list[RangeSpan]:
     """Two decode steps of 1000 µs on the host: the layer from 100 to 900, attention from 200 for attn_us inside it,
     the MLP from 600 to 800; the lm_head from 900 to 950."""
@@ -273,6 +303,26 @@ def stores(tmp_path_factory):
     return out
 
 
+def test_the_latest_invocations_windows_of_the_cell_are_the_ones_read(tmp_path):
+    """A cell's profiles: an older invocation's window, then `bench profile --processes 3` whose third process failed,
+    and another cell's window: the latest invocation's two ok windows are read, by process, each once."""
+    m = fake_matrix("m", 1.0)
+    cell, other = m.cells[0], m.cells[1]
+
+    def rec(c, context, run, status="ok", ended=2.0):
+        r = profile_record(c, tmp_path / f"{run}.json", context)
+        return type(r)(**{**r.__dict__, "run": run, "status": status, "ended_at": ended})
+
+    old, new = new_context("profile", matrix="m"), new_context("profile", matrix="m", runs=3)
+    old = type(old)(**{**old.__dict__, "started_at": 1.0})
+    new = type(new)(**{**new.__dict__, "started_at": 5.0})
+    records = [rec(cell, old, 0), rec(cell, new, 1, ended=7.0), rec(cell, new, 0, ended=6.0),
+               rec(cell, new, 2, status="error", ended=8.0), rec(other, new, 0, ended=9.0), rec(cell, new, 1, ended=7.0)]
+    runs = type("CellRuns", (), {"cell_id": cell.cell_id})()
+    got = A._profiles_of(records, runs, ())
+    assert list(got) == ["nsys"] and [(r.context.run_id, r.run) for r in got["nsys"]] == [(new.run_id, 0), (new.run_id, 1)]
+
+
 def test_bench_compare_attributes_the_profiled_cell_and_names_the_one_without(stores, capsys, monkeypatch):
     monkeypatch.chdir(stores["root"])
     md = stores["root"] / "out.md"
@@ -387,8 +437,8 @@ def test_a_planted_mlp_regression_is_caught_and_explained_by_one_command(tmp_pat
         assert main(["run", "--matrix", str(tmp_path / f"{side}.toml"), "--no-progress"]) == 0
     md = tmp_path / "why.md"
     assert main(["compare", "results/planted-base.jsonl", "results/planted-head.jsonl", "--ignore-option", "plant",
-                 "--profile", "--decode-steps", "2", "--confidence", "0.95", "--markdown", str(md),
-                 "--json", str(tmp_path / "why.json")]) == 1
+                 "--profile", "--profile-processes", "2", "--decode-steps", "2", "--confidence", "0.95", "--markdown",
+                 str(md), "--json", str(tmp_path / "why.json")]) == 1
     text = md.read_text()
     # --json says what profiling each side cost, for the record of what an attribution costs
     spent = json.loads((tmp_path / "why.json").read_text())["profiled"]
@@ -400,7 +450,12 @@ def test_a_planted_mlp_regression_is_caught_and_explained_by_one_command(tmp_pat
     assert re.search(r"\*\*First row: MLP( \(host time in the range\))?, \+", cell), cell
     modules = cell.split("| module range |", 1)[1].split("\n\n", 1)[0].splitlines()
     assert modules[2].startswith("| MLP |") and "| 10 | 3000 | +2990 |" in modules[2]  # 5 aten ops a call, 2 layers, x300
-    assert Path("profiles/planted-base.jsonl").is_file() and Path("profiles/planted-head.jsonl").is_file()
+    # two session processes a side, one window each, of one invocation: their mean is attributed
+    for side in ("base", "head"):
+        records = [json.loads(line) for line in Path(f"profiles/planted-{side}.jsonl").read_text().splitlines()]
+        assert [r["run"] for r in records] == [0, 1] and len({r["context"]["run_id"] for r in records}) == 1
+        assert len({r["extra"]["kernel_table"] for r in records}) == 2
+    assert "from 2 and 2 session processes (their mean)" in cell and "2 processes' windows: " in cell
     # the real profiler's windows carry the host time per module range too: the planted MLPs hold far more of it
     host = {}
     for side in ("base", "head"):

@@ -123,6 +123,9 @@ CASES = [
     ("oom decode steps", M(), ["oom", "--matrix", "{matrix}", "--decode-steps", "0"], 2, "decode_steps"),
     ("profile timeout nan", M(), ["profile", "--matrix", "{matrix}", "--timeout", "nan"], 2, "--timeout must be a finite"),
     ("profile steps 0", M(), ["profile", "--matrix", "{matrix}", "--decode-steps", "0"], 2, "--decode-steps must be"),
+    ("profile processes 0", M(), ["profile", "--matrix", "{matrix}", "--processes", "0"], 2, "--processes must be"),
+    ("compare profile processes 0", None, ["compare", "{tmp}/ok.jsonl", "{tmp}/ok.jsonl", "--profile",
+                                           "--profile-processes", "0"], 2, "--profile-processes must be"),
     # timeouts, jump factors and counts where they enter (issue 47.7)
     ("build_timeout -1", M(top={"build_timeout_s": "-1"}), RUN, 2, "build_timeout_s must be a positive number"),
     ("build_timeout nan", M(top={"build_timeout_s": "nan"}), RUN, 2, "build_timeout_s must be a finite number"),

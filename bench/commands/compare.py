@@ -42,11 +42,16 @@ def register(sub) -> None:
                    help="profile stores (`bench profile` records) of the base and head sides, for where the time of each "
                         "regressed cell went (default: each side's profiles/<matrix>.jsonl)")
     c.add_argument("--profile", action="store_true",
-                   help="profile the regressed cells that have no stored profile first (one window of a few decode steps "
-                        "a side, sides measured at this checkout's commit), then attribute their change")
+                   help="profile the regressed cells that have no stored profile first (a window of a few decode steps "
+                        "in each of --profile-processes processes a side, sides measured at this checkout's commit), "
+                        "then attribute their change")
     c.add_argument("--profile-tool", choices=("torch", "nsys"), default="torch",
                    help="the profiler --profile runs (default torch: torch.profiler, CPU ops on a CPU)")
     c.add_argument("--decode-steps", type=int, default=4, help="decode steps in each --profile window (default 4)")
+    c.add_argument("--profile-processes", type=int, default=3,
+                   help="session processes --profile profiles per side, one window each, their mean attributed "
+                        "(default 3: a host-bound step moves from process to process, and one window may not be "
+                        "typical of the runs)")
     c.add_argument("--dashboard", metavar="FILE", help="also write the comparison and its attribution as one HTML page")
     c.add_argument("--json", metavar="FILE", help="also write the verdicts and the attribution as JSON (for scripts)")
     c.set_defaults(func=cmd_compare)
@@ -59,7 +64,8 @@ def cmd_compare(args) -> int:
         args.base, args.head, markdown_file=args.markdown, metrics=args.metrics, ignore_options=args.ignore_option,
         base_commit=args.base_commit, head_commit=args.head_commit, factor=args.factor, confidence=args.confidence,
         test=args.test, allow_env_mismatch=args.allow_env_mismatch, pool=args.pool, profile=args.profile,
-        profiles=args.profiles, tool=args.profile_tool, decode_steps=args.decode_steps, dashboard=args.dashboard,
+        profiles=args.profiles, tool=args.profile_tool, decode_steps=args.decode_steps,
+        processes=args.profile_processes, dashboard=args.dashboard,
         json_file=args.json)
     for w in store_warnings:
         print(f"bench compare: warning: {w}", file=sys.stderr)

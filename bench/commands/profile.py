@@ -29,6 +29,10 @@ def register(sub) -> None:
                    help="batches of max_batch_size requests in the window (generate cells; harness-loop cells "
                         "profile the first batch's decode steps)")
     p.add_argument("--warmup", type=int, default=1, help="unmeasured windows before timing")
+    p.add_argument("--processes", type=int, default=1,
+                   help="session processes per cell, one window each (default 1). A host-bound step (eager, on a GPU) "
+                        "moves from process to process; `bench compare` attributes from the mean of one invocation's "
+                        "windows, so 3 keep one unusual process from standing for the runs")
     p.add_argument("--patterns", default=None,
                    help="comma-separated module class/name patterns for ranges (default *RMSNorm,*Attention,*MLP,*DecoderLayer,lm_head)")
     p.add_argument("--out", default="profiles", help="output folder (default profiles/)")
@@ -51,7 +55,8 @@ def cmd_profile(args) -> int:
 
     settings = ProfileSettings(tool=args.tool, decode_steps=args.decode_steps, batches=args.batches, warmup=args.warmup,
                                timeout=args.timeout, patterns=parse_patterns(args.patterns), nsys=args.nsys,
-                               ncu=args.ncu, ncu_metrics=args.ncu_metrics, progress=not args.no_progress)
+                               ncu=args.ncu, ncu_metrics=args.ncu_metrics, progress=not args.no_progress,
+                               processes=args.processes)
     settings.check()  # before the matrix loads
     matrix = load_selected_matrix(args)
     store_path = Path(args.store) if args.store else Path(args.out) / f"{matrix.name}.jsonl"

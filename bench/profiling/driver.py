@@ -40,11 +40,16 @@ class ProfileSettings:
     tool_version: str | None = None  # what `nsys --version` / `ncu --version` said
     ncu_metrics: str = "full"  # --ncu-metrics: a key of bench.profiling.ncu_collector.METRIC_SETS
     progress: bool = True  # a line on stderr as each cell starts
+    # Session processes per cell, one window each: a host-bound step moves from process to process, and attribution
+    # (bench.results.attribution) reads the mean of one invocation's windows of a cell.
+    processes: int = 1
 
     def check(self) -> None:
         from bench.checks import check_number
 
         check_number(self.decode_steps, "--decode-steps", integer=True, minimum=1, maximum=100_000)
+        check_number(self.processes, "--processes", integer=True, minimum=1, maximum=100,
+                     hint="session processes per cell, one profile window each")
         check_number(self.batches, "--batches", integer=True, minimum=1, maximum=10_000)
         check_number(self.warmup, "--warmup", integer=True, minimum=0, maximum=10_000)
         check_number(self.timeout, "--timeout", above=0, hint="seconds per cell before the session is killed")
@@ -91,8 +96,10 @@ def _with_tool(settings: ProfileSettings) -> ProfileSettings:
 def profile_matrix(matrix, settings: ProfileSettings, out_root: Path, store_path: Path, printer=print) -> tuple[list, int]:
     """Profile every cell of the matrix in its own session process; return (the Profile records, how many failed).
 
-    Records go to store_path (one per cell, appended as each finishes); files under
-    out_root/<matrix>/<cell_id>-<tool>/. `printer` gets each cell's summary text.
+    Records go to store_path (one per cell and session process, appended as each finishes; a record's `run` is
+    its process, 0 to settings.processes - 1, all of one invocation's context); files under
+    out_root/<matrix>/<cell_id>-<tool>/ (process 0), <cell_id>-<tool>-p<N>/ (process N-1). `printer` gets each
+    session's summary text.
     """
     from bench.files import check_output_dir
     from bench.machine.failures import first_line
@@ -109,21 +116,25 @@ def profile_matrix(matrix, settings: ProfileSettings, out_root: Path, store_path
         settings = replace(settings, patterns=tuple(DEFAULT_PATTERNS))
     store_path = check_store_path(store_path, must_exist=False)
     check_output_dir(out_root, "--out")
-    context = new_context("profile", matrix=matrix.name, warmup=settings.warmup)
+    context = new_context("profile", matrix=matrix.name, warmup=settings.warmup, runs=settings.processes)
     failed, records = 0, []
+    n = settings.processes
     with ResultStore(store_path).writer() as store:
         for i, cell in enumerate(matrix.cells, 1):
-            if settings.progress:
-                print(f"profiling {i}/{len(matrix.cells)}: {cell.label} ({settings.tool})", file=sys.stderr, flush=True)
-            record = profile_cell(cell, settings, Path(out_root) / matrix.name, context)
-            store.append(record)
-            records.append(record)
-            if record.status != "ok":
-                failed += 1
-                print(f"{cell.label}: {record.status}: {first_line(record.error)} (whole text in {store_path})",
-                      file=sys.stderr)
-                continue
-            printer(profile_text(cell, record, settings.tool, KernelTable.load(record.kernel_table)))
+            for run in range(n):
+                if settings.progress:
+                    which = f", process {run + 1} of {n}" if n > 1 else ""
+                    print(f"profiling {i}/{len(matrix.cells)}: {cell.label} ({settings.tool}{which})", file=sys.stderr,
+                          flush=True)
+                record = profile_cell(cell, settings, Path(out_root) / matrix.name, context, run)
+                store.append(record)
+                records.append(record)
+                if record.status != "ok":
+                    failed += 1
+                    print(f"{cell.label}: {record.status}: {first_line(record.error)} (whole text in {store_path})",
+                          file=sys.stderr)
+                    continue
+                printer(profile_text(cell, record, settings.tool, KernelTable.load(record.kernel_table)))
     print(f"profile records: {store_path}", file=sys.stderr)
     return records, failed
 
@@ -147,10 +158,11 @@ def profile_text(cell, record, tool: str, table) -> str:
             + f"\nkernel table: {record.kernel_table}; trace: {record.extra.get('trace')}\n")
 
 
-def profile_cell(cell, settings: ProfileSettings, out_root: Path, context):
+def profile_cell(cell, settings: ProfileSettings, out_root: Path, context, process: int = 0):
     """Return the Profile record of one cell after running its session (and reading the profiler's report back).
 
-    settings: as profile_matrix passes them (patterns filled in, the tool's executable found).
+    settings: as profile_matrix passes them (patterns filled in, the tool's executable found); process: which of
+    the invocation's session processes of this cell it is (0 first; the record's `run`; its folder's -p<process+1>).
     """
     from bench.execution.launcher import run_session
     from bench.execution.supervisor import session_preload
@@ -159,7 +171,7 @@ def profile_cell(cell, settings: ProfileSettings, out_root: Path, context):
     from bench.workloads.workload import cached_workload
 
     wl, wl_file = cached_workload(cell.workload, Path("workloads/cache"))
-    out_dir = (out_root / f"{cell.cell_id}-{settings.tool}").resolve()
+    out_dir = (out_root / (f"{cell.cell_id}-{settings.tool}" + (f"-p{process + 1}" if process else ""))).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     job = {
         "build_key": cell.build_key().to_dict(), "cell": cell.to_dict(), "workload_file": str(Path(wl_file).resolve()),
@@ -212,7 +224,8 @@ def profile_cell(cell, settings: ProfileSettings, out_root: Path, context):
     except (RuntimeError, BenchInputError, OSError, ValueError, KeyError) as exc:
         outcome.update(status="error", error=f"{type(exc).__name__}: {exc}")
     outcome["ended_at"] = time.time()
-    return new_record("profile", cell, outcome, context=context, workload=wl.summary(), environment=environment)
+    return new_record("profile", cell, outcome, context=context, run=process, workload=wl.summary(),
+                      environment=environment)
 
 
 def _nvtx_domain() -> str | None:

@@ -74,8 +74,16 @@ class StepFigures:
     kernels: dict[str, tuple[float, float, str]]  # name -> (launches, µs, category) per step
     busy_us: float  # kernel time of a step
     wall_us: float | None  # the unprofiled step time, where the window measured one
-    source: str  # the kernel table file, for the reader
+    source: str  # the kernel table file, for the reader (the first window's, where several are averaged)
     host: dict[str, float] | None = None  # module row -> host µs per step inside it; None: the table has none
+    # Where several processes' windows are averaged (mean_figures): each window's unprofiled step (µs; None where
+    # it has none) and kernel table file; () for one window.
+    window_walls: tuple[float | None, ...] = ()
+    sources: tuple[str, ...] = ()
+
+    @property
+    def windows(self) -> int:
+        return len(self.sources) or 1
 
 
 @dataclass(frozen=True)
@@ -275,6 +283,43 @@ def step_figures(table: dict, profile: dict, tool: str, source: str) -> StepFigu
                        {k: tuple(v) for k, v in kernels.items()}, busy, wall, source, host)
 
 
+def mean_figures(windows: list[StepFigures]) -> StepFigures:
+    """Return the mean decode step of several processes' windows of one cell (one invocation's `bench profile
+    --processes N`): per row, kernels and µs per step averaged over the windows (a row a window lacks counts 0 there);
+    module rows and host times only where every window has them; the unprofiled step only where every window measured
+    one. BenchInputError where the windows count different things (tool, unit, per)."""
+    if len(windows) == 1:
+        return windows[0]
+    first = windows[0]
+    if any((w.tool, w.unit, w.per) != (first.tool, first.unit, first.per) for w in windows):
+        raise BenchInputError(f"the profile windows of one cell count different things ({first.source} and others): "
+                              "re-run `bench profile`")
+    n = len(windows)
+
+    def mean(maps: list[dict | None]) -> dict | None:  # row -> (kernels, µs), averaged; None where a window has none
+        if any(m is None for m in maps):
+            return None
+        out: dict[str, list[float]] = {}
+        for m in maps:
+            for k, (kernels, us) in m.items():
+                slot = out.setdefault(k, [0.0, 0.0])
+                slot[0] += kernels / n
+                slot[1] += us / n
+        return {k: (v[0], v[1]) for k, v in out.items()}
+
+    kernels = mean([{k: v[:2] for k, v in w.kernels.items()} for w in windows])
+    category = {k: v[2] for w in windows for k, v in w.kernels.items()}
+    hosts = [w.host for w in windows]
+    host = None if any(h is None for h in hosts) else {
+        k: sum(h.get(k, 0.0) for h in hosts) / n for k in dict.fromkeys(k for h in hosts for k in h)}
+    walls = tuple(w.wall_us for w in windows)
+    return StepFigures(first.tool, first.unit, first.per, sum(w.steps for w in windows), mean([w.modules for w in windows]),
+                       mean([w.categories for w in windows]),
+                       {k: (*v, category[k]) for k, v in kernels.items()}, sum(w.busy_us for w in windows) / n,
+                       None if any(x is None for x in walls) else sum(walls) / n, first.source, host, walls,
+                       tuple(w.source for w in windows))
+
+
 def _rows(base: dict, head: dict, measured_delta: float | None, gaps: tuple[float, float] | None) -> list[Row]:
     """Return the rows of one view, ranked: the rows that carry the measured change first."""
     none = (0.0, 0.0)
@@ -305,16 +350,16 @@ def attribute(key: str, label: str, verdicts: list[str], base: StepFigures, head
     gaps = None
     if base.wall_us is not None and head.wall_us is not None:
         gaps = (base.wall_us - base.busy_us, head.wall_us - head.busy_us)
-        outside = [f"the {side} window's {_us(fig.wall_us)} µs lies {'below' if fig.wall_us < rng[0] else 'above'} "
-                   f"its runs' {_us(rng[0])}-{_us(rng[1])} µs"
+        outside = [f"the {side} {_window_name(fig)} {_us(fig.wall_us)} µs lies "
+                   f"{'below' if fig.wall_us < rng[0] else 'above'} its runs' {_us(rng[0])}-{_us(rng[1])} µs"
                    for side, fig, rng in (("base", base, run_ranges[0]), ("head", head, run_ranges[1]))
                    if rng is not None and not rng[0] <= fig.wall_us <= rng[1]]
         if outside and delta:
             notes.append(f"the profiled processes were not typical of the runs: {'; '.join(outside)}. The windows' "
                          f"change is {100 * (head.wall_us - base.wall_us) / delta:.0f} % of the runs', and the category "
                          "rows sum to the windows' change; the rest is the spread between processes (a host-bound step "
-                         "moves from process to process), not a missing row. `bench profile` of that side's matrix profiles a "
-                         "new process, and the latest profile is the one read")
+                         "moves from process to process), not a missing row. `bench profile --processes 3` of that "
+                         "side's matrix profiles new processes, and the latest invocation's windows are the ones read")
     else:
         notes.append(f"no {GAPS} row: a side's profile has no unprofiled step time (a compiled `generate` window, or "
                      "a generate window profiled before 2026-12-06: `bench profile` again measures one)")
@@ -338,6 +383,19 @@ def attribute(key: str, label: str, verdicts: list[str], base: StepFigures, head
                        notes, host)
 
 
+def _window_name(fig: StepFigures) -> str:
+    """Return what a side's step is: one window's, or the mean of several processes' windows."""
+    return "window's" if fig.windows == 1 else f"{fig.windows} windows' mean"
+
+
+def _window_spread(fig: StepFigures) -> str:
+    """Return ' (N processes' windows: lowest-highest µs)' for averaged windows that all measured a step, else ''."""
+    walls = [w for w in fig.window_walls if w is not None]
+    if fig.windows == 1 or len(walls) != fig.windows:
+        return ""
+    return f" ({fig.windows} processes' windows: {_us(min(walls))}-{_us(max(walls))} µs)"
+
+
 def _run_range_us(comparison, key: str, side: str) -> tuple[float, float] | None:
     """Return a side's lowest and highest run step time in µs (each run the mean of its trials), or None: fewer than
     two runs, or a run whose value is not a finite positive number (a store is untrusted input: no range from it)."""
@@ -358,15 +416,24 @@ def _measured_us(comparison, key: str, side: str) -> float | None:
     return sum(runs) / len(runs) * 1e3 if runs else None
 
 
-def _profiles_of(records: list, cell_runs, commits: tuple[str, ...]) -> dict[str, object]:
-    """Return {tool: the latest ok Profile record of this exact cell}, preferring those made at the side's commit."""
+def _profiles_of(records: list, cell_runs, commits: tuple[str, ...]) -> dict[str, list]:
+    """Return {tool: the latest ok Profile records of this exact cell}, preferring those made at the side's commit: the
+    latest record's and the other ok ones of its invocation (`bench profile --processes N`: one window per process),
+    by process."""
     mine = [r for r in records if r.ok and r.cell_id == cell_runs.cell_id and r.kernel_table]
     measured = {c.split("+")[0] for c in commits}
     at_commit = [r for r in mine if r.context.commit and any(r.context.commit.startswith(c) for c in measured)]
     chosen = at_commit if len(measured) == 1 and at_commit else mine
-    out: dict[str, object] = {}
+    latest: dict[str, object] = {}
     for r in sorted(chosen, key=lambda r: (r.context.started_at or 0.0, r.ended_at or 0.0)):
-        out[r.tool] = r
+        latest[r.tool] = r
+    out: dict[str, list] = {}
+    for tool, last in latest.items():
+        same = {}  # one record per process of the latest invocation (a store holding a record twice counts it once)
+        for r in chosen:
+            if r.tool == tool and r.context.run_id == last.context.run_id:
+                same[r.run] = r
+        out[tool] = [same[k] for k in sorted(same)]
     return out
 
 
@@ -429,22 +496,27 @@ def explain(comparison, base_paths, head_paths, profiles: tuple | None = None, w
                              f"{sorted(chosen['head'])}): profile both with one (`bench profile --tool ...`)")
             continue
         pair = {s: chosen[s][tools[0]] for s in ("base", "head")}
-        if len({(p.cell_id, p.context.run_id, p.ended_at) for p in pair.values()}) == 1:
+        if {(p.cell_id, p.context.run_id, p.ended_at) for p in pair["base"]} == \
+                {(p.cell_id, p.context.run_id, p.ended_at) for p in pair["head"]}:
             out.notes.append(f"{label}: both sides are one cell with one profile: a profile of this checkout cannot tell "
                              "two commits apart; profile each side in a checkout of its own commit and pass --profiles")
             continue
         try:
             for s in ("base", "head"):
-                store = next(st for rec, st in sides[s] if rec is pair[s])
-                path = table_file(pair[s].kernel_table, store)
-                if path is None:
-                    raise BenchInputError(f"the {s} side's kernel table {pair[s].kernel_table!r} is not under its profile "
-                                          f"store's folder {store.resolve().parent}: copy the profiles/ folder with it")
-                try:
-                    table = json.loads(path.read_text())
-                except (OSError, ValueError) as exc:
-                    raise BenchInputError(f"cannot read kernel table {path}: {exc}") from exc
-                figures[s] = step_figures(table, pair[s].profile, tools[0], str(path))
+                windows = []
+                for rec in pair[s]:
+                    store = next(st for r, st in sides[s] if r is rec)
+                    path = table_file(rec.kernel_table, store)
+                    if path is None:
+                        raise BenchInputError(f"the {s} side's kernel table {rec.kernel_table!r} is not under its "
+                                              f"profile store's folder {store.resolve().parent}: copy the profiles/ "
+                                              "folder with it")
+                    try:
+                        table = json.loads(path.read_text())
+                    except (OSError, ValueError) as exc:
+                        raise BenchInputError(f"cannot read kernel table {path}: {exc}") from exc
+                    windows.append(step_figures(table, rec.profile, tools[0], str(path)))
+                figures[s] = mean_figures(windows)
         except (BenchInputError, KeyError, TypeError, ValueError) as exc:
             out.notes.append(f"{label}: not attributed: {exc}")
             continue
@@ -480,7 +552,9 @@ def to_dict(e: Explanation) -> dict:
             "unexplained_us": a.unexplained_us(a.categories),
             "modules": rows(a.modules), "categories": rows(a.categories), "host": rows(a.host),
             "added": [list(k) for k in a.added], "removed": [list(k) for k in a.removed], "notes": a.notes,
-            "profiles": {"base": a.base.source, "head": a.head.source}})
+            "profiles": {"base": a.base.source, "head": a.head.source},
+            "windows": {side: {"processes": f.windows, "step_us": list(f.window_walls) or [f.wall_us],
+                               "files": list(f.sources) or [f.source]} for side, f in (("base", a.base), ("head", a.head))}})
     return {"attributions": cells, "missing": [{"label": m.label, "side": m.side, "reason": m.reason} for m in e.missing],
             "notes": e.notes, "profile_stores": {k: [str(p) for p in v] for k, v in e.profile_stores.items()}}
 
@@ -526,12 +600,17 @@ def attribution_markdown(a: Attribution) -> str:
                      f"head {_us(a.measured_head_us)} µs: {_signed(d)} µs ({100 * d / a.measured_base_us:+.1f} %).")
     else:
         lines.append("No measured step time (TPOT) on both sides: the rows are not shares of a measured change.")
-    lines.append(f"Profiles ({a.base.tool}, {unit} per {a.base.per}, {a.base.steps} and {a.head.steps} of them): base "
-                 f"`{a.base.source}`, head `{a.head.source}`.")
+    def files(fig: StepFigures) -> str:
+        return f"`{fig.source}`" + (f" and {fig.windows - 1} more (one per process)" if fig.windows > 1 else "")
+
+    processes = (f", from {a.base.windows} and {a.head.windows} session processes (their mean)"
+                 if a.base.windows > 1 or a.head.windows > 1 else "")
+    lines.append(f"Profiles ({a.base.tool}, {unit} per {a.base.per}, {a.base.steps} and {a.head.steps} of them"
+                 f"{processes}): base {files(a.base)}, head {files(a.head)}.")
     if a.base.wall_us is not None and a.head.wall_us is not None:
         # the rows sum to this change; where it is far from the runs' change, the window did not reproduce the runs
-        lines.append(f"The profile windows' own unprofiled step: {_us(a.base.wall_us)} → {_us(a.head.wall_us)} µs "
-                     f"({_signed(a.head.wall_us - a.base.wall_us)} µs).")
+        lines.append(f"The profile windows' own unprofiled step: {_us(a.base.wall_us)}{_window_spread(a.base)} → "
+                     f"{_us(a.head.wall_us)}{_window_spread(a.head)} µs ({_signed(a.head.wall_us - a.base.wall_us)} µs).")
     (first, table), share = a.first_of, a.explained_share
     if first is not None:
         lines.append("")

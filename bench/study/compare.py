@@ -2,8 +2,9 @@
 
 `compare` judges the two sides (bench.results.compare.compare_report), which also attributes each
 regressed or improved cell from the profiles stored for it on each side (bench.results.attribution).
-With `profile`, a regressed cell whose side has no profile is profiled here first, one window of a few
-decode steps per side (bench.profiling.driver.profile_matrix, each session through the one launcher),
+With `profile`, a regressed cell whose side has no profile is profiled here first, a window of a few
+decode steps in each of `processes` session processes per side (bench.profiling.driver.profile_matrix, each
+session through the one launcher; attribution reads their mean),
 its records appended to that side's profile store, and the comparison is made again: one command
 from "regressed" to "why". It sits in the study stage because it chains the results stage's
 comparison and the profiling stage's driver (results may not import profiling), as `bench study`
@@ -30,7 +31,7 @@ PROFILED_HINT = "`--profile` did not profile them (an improvement, or a side it 
 
 
 def compare(base: str, head: str, *, profile: bool = False, profiles: tuple | None = None, tool: str = "torch",
-            decode_steps: int = 4, dashboard: str | None = None, json_file: str | None = None,
+            decode_steps: int = 4, processes: int = 3, dashboard: str | None = None, json_file: str | None = None,
             markdown_file: str | None = None,
             metrics: str | None = None, ignore_options=(), printer=None, **options):
     """Return (the Comparison, its Markdown, the stores' warnings); with `profile`, profile the regressed cells that
@@ -55,7 +56,7 @@ def compare(base: str, head: str, *, profile: bool = False, profiles: tuple | No
         require_plotly()
     if json_file:
         check_output_file(json_file, "--json")
-    settings = _settings(tool, decode_steps) if profile else None
+    settings = _settings(tool, decode_steps, processes) if profile else None
     args = {"markdown_file": markdown_file, "metrics": metrics, "ignore_options": ignore_options, **options}
     hint = PROFILED_HINT if profile else PROFILE_HINT
     comparison, markdown, warns = compare_report(base, head, profiles=_existing(profiles), profile_hint=hint, **args)
@@ -112,11 +113,14 @@ def _existing(profiles: tuple | None) -> tuple | None:
     return None if all(p is None for p in pair) else pair
 
 
-def _settings(tool: str, decode_steps: int):
+def _settings(tool: str, decode_steps: int, processes: int):
     """Return the ProfileSettings of the windows --profile makes (checked: BenchInputError before any work)."""
+    from bench.checks import check_number
     from bench.profiling.driver import ProfileSettings
 
-    settings = ProfileSettings(tool=tool, decode_steps=decode_steps, warmup=1)
+    check_number(processes, "--profile-processes", integer=True, minimum=1, maximum=100,
+                 hint="session processes --profile profiles per side, one window each")
+    settings = ProfileSettings(tool=tool, decode_steps=decode_steps, warmup=1, processes=processes)
     settings.check()
     return settings
 
