@@ -17,6 +17,7 @@ from bench.profiling.kernels import (
     host_time_by_module,
 )
 from bench.results import attribution as A
+from bench.results import decode_step as D
 from bench.results.records import new_context, new_record
 from bench.results.store import ResultStore
 from bench.runner.matrix import run_matrix
@@ -61,7 +62,7 @@ def table(kernels, tool="nsys"):
 
 def figures(mlp_repeats, head, step_ms):
     t = json.loads(json.dumps(table(window(mlp_repeats, head))))  # as stored
-    return A.step_figures(t, {"step_ms": step_ms, "window": {"kind": "decode", "decode_steps": 2}}, "nsys", "t.json")
+    return D.step_figures(t, {"step_ms": step_ms, "window": {"kind": "decode", "decode_steps": 2}}, "nsys", "t.json")
 
 
 def test_the_breakdown_counts_each_kernel_once_in_its_innermost_module_inside_its_step():
@@ -86,7 +87,7 @@ def test_rows_shares_gaps_and_unexplained_by_hand():
     assert a.modules[0].name == "MLP" and m["MLP"].delta_us == 320.0 and m["MLP"].delta_kernels == 2.0
     assert m["MLP"].share == pytest.approx(0.8)
     assert A.GAPS not in m  # the time no kernel ran is in no module: the module table leaves it to its rest
-    assert m[A.OUTSIDE].delta_us == 0.0 and m["lm_head"].base_us == 200.0 and m["decoder layer"].base_us == 5.0
+    assert m[D.OUTSIDE].delta_us == 0.0 and m["lm_head"].base_us == 200.0 and m["decoder layer"].base_us == 5.0
     assert m["RMSNorm"].base_kernels == 1.0 and m["attention"].head_us == 50.0
     assert a.unexplained_us(a.modules) == pytest.approx(80.0)
     # launch gaps and idle, a category: (600 - 570) -> (950 - 890), +30 µs, 7.5 %; the categories explain 87.5 %
@@ -136,19 +137,19 @@ def test_windows_of_several_processes_are_averaged_by_hand():
     window: each row, kernel and host time the mean over the windows (a row one window lacks counts 0 there), the step
     the windows' mean; the markdown says how many processes and their steps' spread."""
     one, two, three = figures(1, False, 0.600), figures(2, True, 0.950), figures(3, True, 1.300)
-    mean = A.mean_figures([one, two, three])
+    mean = D.mean_figures([one, two, three])
     assert mean.windows == 3 and mean.steps == 6 and mean.wall_us == pytest.approx(950.0)
     assert mean.window_walls == (600.0, 950.0, 1300.0) and mean.sources == ("t.json",) * 3
     assert mean.modules["MLP"] == pytest.approx((2 + 2 / 3, 620.0 - 20.0 / 3))  # (1+3+4)/3 kernels; silu in two of three
     assert mean.kernels["silu_extra"] == pytest.approx((2 / 3, 40.0 / 3, "elementwise"))
     assert mean.kernels["embedding_copy"] == pytest.approx((1 / 3, 5.0 / 3, "copy/memset"))
     assert mean.busy_us == pytest.approx((one.busy_us + two.busy_us + three.busy_us) / 3)
-    assert A.mean_figures([one]) is one
+    assert D.mean_figures([one]) is one
     # a window without a step time: the mean has none (no gaps row), nor module rows where one window has none
-    assert A.mean_figures([one, figures(2, True, None)]).wall_us is None
-    assert A.mean_figures([one, A.StepFigures(**{**one.__dict__, "modules": None})]).modules is None
+    assert D.mean_figures([one, figures(2, True, None)]).wall_us is None
+    assert D.mean_figures([one, D.StepFigures(**{**one.__dict__, "modules": None})]).modules is None
     with pytest.raises(BenchInputError, match="count different things"):
-        A.mean_figures([one, A.StepFigures(**{**one.__dict__, "unit": "cpu_op"})])
+        D.mean_figures([one, D.StepFigures(**{**one.__dict__, "unit": "cpu_op"})])
     a = A.attribute("k", "x", ["regressed"], one, mean, (600.0, 1000.0), ((590.0, 610.0), (960.0, 1020.0)))
     assert next(r for r in a.modules if r.name == "MLP").delta_us == pytest.approx(320.0 - 20.0 / 3)
     md = A.attribution_markdown(a)
@@ -192,7 +193,7 @@ def test_a_host_bound_regression_names_the_range_whose_host_time_moved():
         t = build_kernel_table(kernels, instances, source="torch", unit="gpu_kernel",
                                spans=spans_of(attn_us) if with_spans else None).to_dict()
         t = json.loads(json.dumps(t))  # as stored
-        return A.step_figures(t, {"step_ms": step_ms, "window": {"kind": "decode", "decode_steps": 2}}, "torch", "t")
+        return D.step_figures(t, {"step_ms": step_ms, "window": {"kind": "decode", "decode_steps": 2}}, "torch", "t")
 
     base, head = host_figures(100.0, 0.600), host_figures(400.0, 0.900)
     assert base.host["attention"] == 100.0 and base.host["decoder layer"] == 500.0
@@ -216,15 +217,15 @@ def test_a_host_bound_regression_names_the_range_whose_host_time_moved():
     bad = json.loads(json.dumps(table(window(1, False))))
     bad["meta"]["decode_steps"]["host_us"] = {"Qwen2MLP": float("nan")}
     with pytest.raises(BenchInputError, match="host_us.*re-run `bench profile`"):
-        A.step_figures(bad, {"step_ms": 0.6}, "torch", "t")
+        D.step_figures(bad, {"step_ms": 0.6}, "torch", "t")
     bad["meta"]["decode_steps"]["host_us"] = ["Qwen2MLP", 3]
     with pytest.raises(BenchInputError, match="host_us"):
-        A.step_figures(bad, {"step_ms": 0.6}, "torch", "t")
+        D.step_figures(bad, {"step_ms": 0.6}, "torch", "t")
     # so is the record's unprofiled step time, the gaps row's reference
     good = json.loads(json.dumps(table(window(1, False))))
     for step_ms in ("fast", float("nan"), float("inf"), -5, 0, True):
         with pytest.raises(BenchInputError, match="step_ms .* re-run `bench profile`"):
-            A.step_figures(good, {"step_ms": step_ms}, "torch", "t")
+            D.step_figures(good, {"step_ms": step_ms}, "torch", "t")
 
 
 def test_without_a_step_time_or_module_ranges_it_says_so():
@@ -236,17 +237,17 @@ def test_without_a_step_time_or_module_ranges_it_says_so():
     # a table without decode-step ranges (a compiled generate cell): the window per forward pass, categories only
     flat = [K("gemv", 100.0, "batch:0"), K("gemv", 100.0, "batch:0"), K("copy_kernel", 4.0),
             K("batch:0", 300.0)]  # torch.profiler's device-side marker of the batch range: not a kernel
-    f = A.step_figures(table(flat), {"window": {"kind": "generate", "batches": 1, "decode_steps": 3}}, "nsys", "t")
+    f = D.step_figures(table(flat), {"window": {"kind": "generate", "batches": 1, "decode_steps": 3}}, "nsys", "t")
     assert f.per == "forward pass (prefill included)" and f.steps == 4 and f.modules is None
     assert f.categories == {"gemm": (0.5, 50.0), "copy": (0.25, 1.0)}
     with pytest.raises(BenchInputError, match="version"):
-        A.step_figures({"version": 9}, {}, "nsys", "t")
+        D.step_figures({"version": 9}, {}, "nsys", "t")
 
 
 def test_module_rows_and_profile_store_paths(tmp_path):
-    assert [A.module_row(g) for g in ("Qwen2RMSNorm", "LlamaAttention", "Qwen3MLP", "Qwen2DecoderLayer", "lm_head", "",
+    assert [D.module_row(g) for g in ("Qwen2RMSNorm", "LlamaAttention", "Qwen3MLP", "Qwen2DecoderLayer", "lm_head", "",
                                       "Qwen2RotaryEmbedding")] == [
-        "RMSNorm", "attention", "MLP", "decoder layer", "lm_head", A.OUTSIDE, "Qwen2RotaryEmbedding"]
+        "RMSNorm", "attention", "MLP", "decoder layer", "lm_head", D.OUTSIDE, "Qwen2RotaryEmbedding"]
     (tmp_path / "results").mkdir()
     (tmp_path / "profiles").mkdir()
     (tmp_path / "profiles" / "m.jsonl").write_text("")
@@ -497,7 +498,7 @@ def test_the_planted_regressions_script_names_rows_the_attribution_makes_and_cel
     from scripts import planted_regressions as P
 
     monkeypatch.setenv("BENCH_ALLOW_CORRUPTION", "1")
-    names = {row for row, _ in A.MODULE_ROWS} | set(A.CATEGORY_ROWS.values()) | {A.OUTSIDE, A.GAPS}
+    names = {row for row, _ in D.MODULE_ROWS} | set(D.CATEGORY_ROWS.values()) | {D.OUTSIDE, A.GAPS}
     for change, (_, _, expected, devices, _) in P.CHANGES.items():
         assert expected <= names, (change, expected - names)
         for device in devices:
