@@ -103,3 +103,43 @@ def test_a_head_whose_tuned_kernels_differ_exits_4_and_the_headline_counts_it(tm
     # Every row judged and none regressed: 0.
     same = _tuned_store(tmp_path, "same", {"bf16": (144.0, "c38cec28aa"), "int8": (200.0, "0035a36caa")})
     assert main(["compare", base, same, "--metrics", "output_throughput"]) == 0
+
+
+def test_an_unstable_side_whose_host_speed_moved_says_so(tmp_path, capsys):
+    """The noisy H100 of 2026-12-06: an idle host whose eager step moved 23-42 ms between processes. Where the runs'
+    host probes (the same Python loop in each process) moved with them, the unstable note names the host's speed; a
+    side whose probes agree, or records from before the probe, get no such note."""
+    from bench.cli import main
+    from bench.results.records import new_context, new_record
+    from bench.results.store import ResultStore
+    from bench.spec.matrix import parse_matrix
+
+    cell = parse_matrix({"name": "m", "backends": ["fake"], "model": "qwen-tiny", "device": "cpu", "precisions": ["bf16"],
+                         "max_batch_sizes": [1], "workloads": ["syn"],
+                         "workload": {"syn": {"source": "synthetic", "num_requests": 2, "input_len": 8,
+                                              "output_len": 4}}}).cells[0]
+    env = {"gpu_name": None, "torch": "2.13.0", "python": "3.11"}
+
+    def store(name, tpots, probes):
+        context = new_context("run", matrix="m", runs=len(tpots))
+        with ResultStore(tmp_path / f"{name}.jsonl").writer() as s:
+            for run, (tpot, probe) in enumerate(zip(tpots, probes, strict=True)):
+                host = {} if probe is None else {"host_load": {"host_probe_ms": probe, "busy": []}}
+                s.append(new_record("measurement", cell, {"status": "ok", "metrics": {"tpot_median_ms": tpot},
+                                                          "extra": host, "started_at": 1.0, "ended_at": 2.0},
+                                    context=context, run=run, environment=env))
+        return str(tmp_path / f"{name}.jsonl")
+
+    base = store("base", [29.1, 23.3, 40.2, 42.0, 24.3], [1.00, 0.80, 1.40, 1.45, 0.85])
+    head = store("head", [37.2, 39.0, 35.9, 38.9, 39.2], [1.30, 1.32, 1.28, 1.31, 1.30])
+    md = tmp_path / "c.md"
+    main(["compare", base, head, "--markdown", str(md)])
+    line = next(x for x in md.read_text().splitlines() if "tpot_median_ms" in x)
+    assert "unstable on the base side" in line
+    assert "base side host speed: the same Python loop took 0.80-1.45 ms in the runs' processes (+81 %)" in line
+    assert "head side host speed" not in line
+    old = store("old", [29.1, 23.3, 40.2, 42.0, 24.3], [None] * 5)  # records from before the probe
+    main(["compare", old, head, "--markdown", str(md)])
+    line = next(x for x in md.read_text().splitlines() if "tpot_median_ms" in x)
+    assert "unstable on the base side" in line and "host speed" not in line
+    capsys.readouterr()

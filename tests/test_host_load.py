@@ -58,6 +58,7 @@ def test_other_gpu_processes_through_nvml_exclude_our_own(monkeypatch):
     with LoadSampler("cuda:0", interval_s=0.05) as s:
         pass
     assert s.summary["gpu_other_processes"] == [{"pid": 4_000_011, "used_memory_gb": 2.0}]
+    assert 0 < s.summary["host_probe_ms"] < 1000  # the host's speed in this process, before and after the pass
     assert "1 other process(es) on the GPU (pid 4000011)" in s.summary["busy"]
 
 

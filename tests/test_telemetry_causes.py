@@ -80,6 +80,13 @@ def test_spread_causes_name_what_they_see():
     host = spread_causes([{**steady, "gpu_busy_pct": 35.0}, {**steady, "gpu_busy_pct": 55.0}])
     assert host and host[0].startswith("host-bound: the GPU was busy only 35-55 %")
     assert spread_causes([{}, {"gpu_busy_pct": float("nan")}]) == []
+    # the host's own speed: the same Python loop 1.00 ms in one run's process, 1.30 in another's (+30 %)
+    slow = spread_causes([{**steady, "host_probe_ms": 1.0}, {**steady, "host_probe_ms": 1.3}])
+    assert slow == ["host speed: the same Python loop took 1.00-1.30 ms in the runs' processes (+30 %): the host's "
+                    "cores ran at different speeds, which moves a host-bound figure whatever the load figures say"]
+    assert spread_causes([{"host_probe_ms": 1.0}, {"host_probe_ms": 1.09}]) == []  # within 10 %: the loop's own noise
+    for hostile in (float("nan"), float("inf"), 0.0, -5.0):  # a store is untrusted: no cause from what is no time
+        assert spread_causes([{"host_probe_ms": 1.0}, {"host_probe_ms": hostile}]) == [], hostile
 
 
 def test_the_stability_warning_quotes_the_cause(tmp_path):
@@ -100,3 +107,13 @@ def test_the_stability_warning_quotes_the_cause(tmp_path):
     assert any("telemetry: host-bound: the GPU was busy only 40-95 %" in w for w in table.warnings), \
         table.warnings
     assert any("host-bound: the GPU was busy 68 %" in w for w in table.warnings)  # the cell's mean, 67.5
+    # runs whose host probes differ: the warning names the host's speed; rows from before the probe (None) say nothing
+    for row in rows:
+        row["host_probe_ms"] = 1.0 if row["run"] == 0 else 1.5
+    (table,) = speedup_table(pd.DataFrame(rows), {"backend": "hf"}).values()
+    assert any("host speed: the same Python loop took 1.00-1.50 ms in the runs' processes (+50 %)" in w
+               for w in table.warnings), table.warnings
+    for row in rows:
+        row["host_probe_ms"] = None
+    (table,) = speedup_table(pd.DataFrame(rows), {"backend": "hf"}).values()
+    assert not any("host speed" in w for w in table.warnings)

@@ -13,7 +13,14 @@ during it):
   listens on this machine (an `openai` cell's loopback `base_url`), the server's process and its
   descendants: the server under test is what is being measured, not load;
 - on CUDA, NVML's compute processes on the GPU other than this process (optimum-benchmark's
-  device-isolation check, here a record instead of a kill).
+  device-isolation check, here a record instead of a kill);
+- the host's own speed in this process (`host_probe_ms`): a fixed pure-Python loop timed just
+  before and just after the pass. The load figures can all be clean while one process's core
+  runs slower than another's (a power state, a neighbour on the same physical core, another
+  tenant below the VM): on an H100 on 2026-12-06 an idle host ran the eager 7B step at batch 1 in
+  23.3 ms in one process and 42.0 ms in another. The probe is the Python dispatch a host-bound
+  step is made of, so runs whose probes differ name the host as the cause of their spread
+  (bench.machine.telemetry.spread_causes).
 
 `busy_reasons` turns a summary into the warnings the console and the report print; its
 thresholds are defined here and nowhere else. Nothing here fails a run: a figure that cannot
@@ -37,6 +44,22 @@ MAX_STEAL = 0.05
 # many cores' worth: a CPU backend uses every core, so less than half a core of others already takes from it
 # (a 2-core laptop's trial spreads of 37-54 % came from less than the share rule's one core).
 MIN_CONTENDING_CORES = 0.25
+# The host probe: PROBE_REPEATS timings of PROBE_LOOPS iterations of integer arithmetic (about 1-2 ms each in
+# CPython), their median, before and after a pass.
+PROBE_LOOPS = 20_000
+PROBE_REPEATS = 5
+
+
+def host_probe_times(repeats: int = PROBE_REPEATS, loops: int = PROBE_LOOPS) -> list[float]:
+    """Return the ms each of `repeats` runs of a fixed pure-Python loop took in this process (the host's speed)."""
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        x = 0
+        for i in range(loops):
+            x = (x + i * 7) % 1_000_003
+        out.append((time.perf_counter() - t0) * 1e3)
+    return out
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -281,6 +304,7 @@ class LoadSampler:
         return found
 
     def __enter__(self) -> LoadSampler:
+        self._probe = host_probe_times()
         self._cores = available_cores()
         self._gpu_before = self._gpu_others()
         self._servers = listening_pids(self.server) - {os.getpid()}
@@ -300,6 +324,7 @@ class LoadSampler:
         self._stop.set()
         self._thread.join()
         after = _Snapshot(self._measured)
+        probe = sorted(self._probe + host_probe_times())
         gpu_after = self._gpu_others()
         figures = window_figures(self._before, after, self._cores)
         loads = [x for x in (self._before.load_1m, *self._loads, after.load_1m) if x is not None]
@@ -314,6 +339,7 @@ class LoadSampler:
             **figures,
             "gpu_other_processes": others,
             "server_pids": sorted(self._servers) or None,  # counted as the measurement's own, not as load
+            "host_probe_ms": (probe[len(probe) // 2 - 1] + probe[len(probe) // 2]) / 2,  # the median, before and after
         }
         self.summary["busy"] = busy_reasons(self.summary)
 

@@ -15,7 +15,8 @@ by default, a fake one in tests. Without NVML (a CPU run, no driver, nvidia-ml-p
 installed) every figure is None: telemetry never fails a run.
 
 `spread_causes` names what telemetry can say about runs that disagree (clocks, power cap,
-thermal slowdown, a host-bound GPU); the tables' stability warning quotes it.
+thermal slowdown, a host-bound GPU, a host whose own speed differed between the runs' processes);
+the tables' stability warning quotes it.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ HOST_BOUND_BUSY_PCT = 70.0
 CLOCK_DROP = 0.05
 # Throttled by the power cap in at least this % of a run's samples: "power cap".
 POWER_CAP_PCT = 10.0
+# The runs' host probes (bench.machine.host_load.host_probe_times: the same Python loop in each run's process) differ by
+# more than this share when the slowest is this much above the fastest: the host's speed moved between processes.
+HOST_PROBE_SPREAD = 0.10
 # Sampled-power energy is not valid when two samples (or a sample and the window's edge) are further apart.
 GAP_LIMIT_S = 0.5
 
@@ -280,7 +284,8 @@ def spread_causes(runs: list[dict]) -> list[str]:
     """Return what the runs' telemetry says about why they differ (each run: the means of its passes' figures).
 
     Keys read: sm_clock_mhz_median, gpu_busy_pct, throttle_power_pct, throttle_thermal_pct
-    (bench's metric names); a run without them contributes nothing. Empty: nothing seen.
+    (bench's metric names), host_probe_ms (the host's speed in the run's process); a run without them contributes
+    nothing, nor does a probe that is not a finite positive time. Empty: nothing seen.
     """
     def values(key):
         return [r[key] for r in runs if r.get(key) is not None and r[key] == r[key]]  # r[key] == r[key]: not NaN
@@ -299,6 +304,11 @@ def spread_causes(runs: list[dict]) -> list[str]:
     if busy and min(busy) < HOST_BOUND_BUSY_PCT:
         causes.append(f"host-bound: the GPU was busy only {min(busy):.0f}-{max(busy):.0f} % of the time "
                       "(the host's launches, not the GPU, set the pace, so the host's load moves the result)")
+    probes = [p for p in values("host_probe_ms") if 0 < p < float("inf")]
+    if len(probes) >= 2 and max(probes) > (1 + HOST_PROBE_SPREAD) * min(probes):
+        causes.append(f"host speed: the same Python loop took {min(probes):.2f}-{max(probes):.2f} ms in the runs' "
+                      f"processes (+{100 * (max(probes) / min(probes) - 1):.0f} %): the host's cores ran at different "
+                      "speeds, which moves a host-bound figure whatever the load figures say")
     return causes
 
 

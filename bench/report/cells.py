@@ -221,13 +221,16 @@ def busy_note(reasons: pd.Series) -> str | None:
 
 
 def _telemetry_cause(g: pd.DataFrame) -> str:
-    """Return a clause naming what the runs' GPU telemetry saw (bench.machine.telemetry.spread_causes), else ''."""
+    """Return a clause naming what the runs' GPU telemetry and host probes saw (bench.machine.telemetry.spread_causes),
+    else ''."""
     from bench.machine.telemetry import spread_causes
 
-    keys = [k for k in ("sm_clock_mhz_median", "gpu_busy_pct", "throttle_power_pct", "throttle_thermal_pct") if k in g]
+    keys = [k for k in ("sm_clock_mhz_median", "gpu_busy_pct", "throttle_power_pct", "throttle_thermal_pct",
+                        "host_probe_ms") if k in g]
     if not keys:
         return ""
-    runs = g.groupby("run_key", sort=False)[keys].mean().to_dict("records")
+    numbers = g[keys].apply(pd.to_numeric, errors="coerce")  # a column of Nones (records without it) is no number
+    runs = numbers.groupby(g["run_key"], sort=False).mean().to_dict("records")
     causes = spread_causes(runs)
     return "; telemetry: " + "; ".join(causes) if causes else ""
 

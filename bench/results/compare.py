@@ -32,7 +32,7 @@ from bench.errors import BenchInputError, choices
 from bench.machine.environment import COMPARABILITY_KEYS
 from bench.metrics import DIRECTION
 from bench.results import query, stats
-from bench.results.records import distinct_labels
+from bench.results.records import HOST_PROBE, distinct_labels
 from bench.spec.cells import identity_options, short_hash
 
 DEFAULT_METRICS = (
@@ -393,12 +393,15 @@ def compare_stores(
             rows.append(_status_row(label, b, h))
             continue
         kernels = kernels_note(b.tuned_digests, h.tuned_digests)
+        host = host_note(b, h)
         for m in metrics:
             bv, hv = _values(b, m), _values(h, m)
             if not bv and not hv:
                 continue  # not measured on this device (e.g. GPU memory on a CPU run)
             row = compare_metric(label, m, bv, hv, factor=factor, confidence=confidence, test=test)
             row.key = key
+            if host and "unstable on the" in (row.note or ""):
+                row.note += " " + host
             if row.verdict == "missing":
                 warnings.append(f"{label}: {row.note}")
             elif kernels and row.verdict in (stats.REGRESSED, stats.IMPROVED):
@@ -413,6 +416,16 @@ def compare_stores(
     if inconclusive:
         warnings.append(f"{len(inconclusive)} comparison(s) inconclusive (see notes): not judged, not passed")
     return Comparison(rows, warnings, base, head, factor, confidence, test, env_diff)
+
+
+def host_note(base: query.CellRuns, head: query.CellRuns) -> str:
+    """Return why a side's runs may spread that its load figures do not show: the host's speed differed between its
+    processes (bench.machine.telemetry.spread_causes on the runs' host probes); '' when it did not, or is unknown."""
+    from bench.machine.telemetry import spread_causes
+
+    out = [f"{where} side {cause}" for where, side in (("base", base), ("head", head))
+           for cause in spread_causes([{HOST_PROBE: v} for v in _values(side, HOST_PROBE)])]
+    return ("; ".join(out) + ".") if out else ""
 
 
 def kernels_note(base: tuple[str, ...], head: tuple[str, ...]) -> str:

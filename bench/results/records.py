@@ -215,6 +215,8 @@ class Record:
         v = (self.metrics or {}).get(name)
         if v is None:
             v = self.extra.get(name) if name in EXTRA_METRICS else None
+        if v is None and name == HOST_PROBE and isinstance(self.extra.get("host_load"), dict):
+            v = self.extra["host_load"].get(HOST_PROBE)
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
     def to_json(self) -> dict:
@@ -229,6 +231,8 @@ class Record:
 
 # Figures some writers keep in `extra` rather than `metrics`.
 EXTRA_METRICS = ("tokens_per_joule", "sol_pct")
+# The host's speed in the pass's process (extra.host_load.host_probe_ms, bench.machine.host_load), read as a metric.
+HOST_PROBE = "host_probe_ms"
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from bench.results.records import EXTRA_METRICS, Record
+from bench.results.records import EXTRA_METRICS, HOST_PROBE, Record
 from bench.spec.cells import identity_options
 
 # Environment fields shown under tables and, when they differ inside one table, in a column.
@@ -121,6 +121,9 @@ def record_row(rec: Record) -> dict:
     extra = rec.extra
     # Why the pass's machine was busy (bench.machine.host_load), '; '-joined; None when it was not.
     row["busy"] = "; ".join(rec.busy_reasons) or None
+    # The host's speed in the pass's process (bench.machine.host_load.host_probe_times): a spread between runs' probes
+    # names the host as the cause of theirs.
+    row[HOST_PROBE] = rec.metric(HOST_PROBE)
     # What the backend found out about the pass (a server that refused length control, counted prompts otherwise).
     row["notes"] = "\n".join(rec.notes) or None
     # Which tuned Triton kernels the pass ran (hf compiled cells): runs that differ here ran different kernels.
