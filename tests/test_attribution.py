@@ -326,6 +326,9 @@ def test_the_latest_invocations_windows_of_the_cell_are_the_ones_read(tmp_path):
 
 def test_bench_compare_attributes_the_profiled_cell_and_names_the_one_without(stores, capsys, monkeypatch):
     monkeypatch.chdir(stores["root"])
+    # every measured pass carries the host's speed in its process (bench.machine.host_load.host_probe_times)
+    passes = [json.loads(line) for line in stores["base"].read_text().splitlines()]
+    assert passes and all(p["extra"]["host_load"]["host_probe_ms"] > 0 for p in passes if p["status"] == "ok")
     md = stores["root"] / "out.md"
     assert main(["compare", str(stores["base"]), str(stores["head"]), "--ignore-option", "slowdown",
                  "--markdown", str(md)]) == 1
@@ -537,3 +540,40 @@ def test_the_planted_script_runs_each_side_with_its_own_process_count(tmp_path, 
     assert P.main() == 0
     assert runs == [("planted-compiled", 2), ("planted-eager", 5), ("planted-eager", 5), ("planted-mlp-twice", 5)]
     assert [a[0] for a in calls].count("compare") == 2
+
+
+def test_the_planted_script_spends_no_device_time_where_the_host_cannot_judge(tmp_path, monkeypatch):
+    """On 2026-12-06 an idle H100 host ran the eager baseline 23.3-42.0 ms across five processes (28 %), and none of
+    the eager changes could be judged. Given such a baseline, the script runs no changed cell against it and says
+    why, quoting the runs' host probes; a steady baseline (the previous start's 19.9-20.95 ms) goes ahead."""
+    from scripts import planted_regressions as P
+
+    calls = []
+    monkeypatch.setattr(P, "bench", lambda args, work, log: calls.append(args) or 1)
+    for k, v in (("DEVICE", "cuda"), ("CHANGES", "mlp-twice"), ("WORK", str(tmp_path)), ("OUT", str(tmp_path / "out"))):
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("RUNS", raising=False)
+    monkeypatch.delenv("PART", raising=False)
+    cell = fake_matrix("planted-eager", 1.0).cells[0]
+
+    def baseline(tpots, probes):
+        context = new_context("run", matrix="planted-eager", runs=len(tpots))
+        path = tmp_path / "results" / "planted-eager.jsonl"
+        path.parent.mkdir(exist_ok=True)
+        path.unlink(missing_ok=True)
+        with ResultStore(path).writer() as s:
+            for run, (tpot, probe) in enumerate(zip(tpots, probes, strict=True)):
+                s.append(new_record("measurement", cell, {"status": "ok", "metrics": {"tpot_median_ms": tpot},
+                                                          "extra": {"host_load": {"host_probe_ms": probe}}},
+                                    context=context, run=run))
+
+    baseline([29.14, 23.32, 40.18, 41.98, 24.31], [1.0, 0.8, 1.4, 1.45, 0.85])
+    assert P.main() == 0
+    assert [a[2] for a in calls] == ["planted-eager.toml"]  # the baseline's (stored) run; no changed cell, no compare
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "| mlp-twice | - | - | - | MLP | not run (the baseline's 5 processes ran TPOT 23.32-41.98 ms, a spread of " \
+           in summary and "host speed: the same Python loop took 0.80-1.45 ms" in summary
+    calls.clear()
+    baseline([20.23, 19.98, 19.91, 20.95, 20.73], [1.0, 1.0, 1.01, 1.0, 1.02])
+    assert P.main() == 0
+    assert [a[0] for a in calls] == ["run", "run", "compare"]
