@@ -22,6 +22,11 @@ for the cell on each side. For each such cell:
   is left unexplained (measured change less the rows' sum: noise, or what the profile window did not
   reproduce); the kernels that ran on one side only, by name.
 
+A side's figures are those of its latest profile invocation of the cell: where that profiled several session
+processes (`bench profile --processes N`, `bench compare --profile`'s default 3), the mean of their windows
+(bench.results.decode_step reads each kernel table and averages them), since a host-bound step moves from process
+to process.
+
 The kernels are GPU kernels where the profile ran on a GPU (torch.profiler, nsys, ncu) and aten
 operators with their CPU time where it ran on the CPU (torch.profiler). Both sides must come from one
 tool and one unit. A table without decode-step ranges (a compiled `generate` cell gets no hooks) is
