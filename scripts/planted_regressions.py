@@ -241,31 +241,18 @@ def host_unstable(store: Path) -> str:
     regression of its size cannot be told from the spread (on 2026-12-06 an idle H100 host's eager step took
     23.3-42.0 ms across five processes, and no change of 17-31 % was judged). The host probes of the runs are quoted
     (bench.machine.telemetry.spread_causes). '' when the runs are steady, or there are fewer than two."""
-    from bench.machine.telemetry import spread_causes
     from bench.results import query, stats
-    from bench.results.records import HOST_PROBE
+    from bench.results.compare import host_causes
 
     if not store.is_file():
         return ""
-    ok = [r for r in query.load([store]) if r.kind == "measurement" and r.ok]
-    if not ok:
+    rows = query.select(query.measurements(query.load([store]))).rows  # each cell's latest run
+    spread = rows[0].spread("tpot_median_ms") if len(rows) == 1 else None
+    if spread is None or spread.runs < 2 or spread.run_cv is None or spread.run_cv <= stats.MAX_CV:
         return ""
-    latest = max(ok, key=lambda r: r.context.started_at or 0.0).context.run_id
-    tpot: dict[tuple, list[float]] = {}
-    probes: dict[tuple, list[float]] = {}
-    for r in ok:
-        if r.context.run_id == latest and r.metric("tpot_median_ms") is not None:
-            tpot.setdefault(r.process_key, []).append(r.metric("tpot_median_ms"))
-            if r.metric(HOST_PROBE) is not None:
-                probes.setdefault(r.process_key, []).append(r.metric(HOST_PROBE))
-    if len(tpot) < 2:
-        return ""
-    spread = stats.run_spread(list(tpot.values()), "tpot_median_ms")
-    if spread.run_cv is None or spread.run_cv <= stats.MAX_CV:
-        return ""
-    causes = spread_causes([{HOST_PROBE: sum(v) / len(v)} for v in probes.values()])
-    return (f"the baseline's {len(tpot)} processes ran TPOT {min(spread.run_means):.2f}-{max(spread.run_means):.2f} ms, "
-            f"a spread of {spread.run_cv:.0%} (over {stats.MAX_CV:.0%}) on this machine start"
+    causes = host_causes(rows[0])
+    return (f"the baseline's {spread.runs} processes ran TPOT {min(spread.run_means):.2f}-{max(spread.run_means):.2f} "
+            f"ms, a spread of {spread.run_cv:.0%} (over {stats.MAX_CV:.0%}) on this machine start"
             + (f"; {causes[0]}" if causes else "") + ": run it on another machine start")
 
 

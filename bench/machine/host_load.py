@@ -30,6 +30,7 @@ be read (no /proc, no NVML) is None.
 from __future__ import annotations
 
 import os
+import statistics
 import threading
 import time
 
@@ -324,7 +325,7 @@ class LoadSampler:
         self._stop.set()
         self._thread.join()
         after = _Snapshot(self._measured)
-        probe = sorted(self._probe + host_probe_times())
+        probe = statistics.median(self._probe + host_probe_times())  # before and after the pass
         gpu_after = self._gpu_others()
         figures = window_figures(self._before, after, self._cores)
         loads = [x for x in (self._before.load_1m, *self._loads, after.load_1m) if x is not None]
@@ -339,7 +340,7 @@ class LoadSampler:
             **figures,
             "gpu_other_processes": others,
             "server_pids": sorted(self._servers) or None,  # counted as the measurement's own, not as load
-            "host_probe_ms": (probe[len(probe) // 2 - 1] + probe[len(probe) // 2]) / 2,  # the median, before and after
+            "host_probe_ms": probe,
         }
         self.summary["busy"] = busy_reasons(self.summary)
 

@@ -48,11 +48,18 @@ class ProfileSettings:
         from bench.checks import check_number
 
         check_number(self.decode_steps, "--decode-steps", integer=True, minimum=1, maximum=100_000)
-        check_number(self.processes, "--processes", integer=True, minimum=1, maximum=100,
-                     hint="session processes per cell, one profile window each")
+        check_processes(self.processes)
         check_number(self.batches, "--batches", integer=True, minimum=1, maximum=10_000)
         check_number(self.warmup, "--warmup", integer=True, minimum=0, maximum=10_000)
         check_number(self.timeout, "--timeout", above=0, hint="seconds per cell before the session is killed")
+
+
+def check_processes(value, flag: str = "--processes") -> None:
+    """Raise BenchInputError unless `value` is a whole number of session processes per cell, 1 to 100."""
+    from bench.checks import check_number
+
+    check_number(value, flag, integer=True, minimum=1, maximum=100,
+                 hint="session processes per cell, one profile window each")
 
 
 def parse_patterns(text: str | None) -> tuple[str, ...]:

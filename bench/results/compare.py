@@ -418,13 +418,17 @@ def compare_stores(
     return Comparison(rows, warnings, base, head, factor, confidence, test, env_diff)
 
 
-def host_note(base: query.CellRuns, head: query.CellRuns) -> str:
-    """Return why a side's runs may spread that its load figures do not show: the host's speed differed between its
-    processes (bench.machine.telemetry.spread_causes on the runs' host probes); '' when it did not, or is unknown."""
+def host_causes(row: query.CellRuns) -> list[str]:
+    """Return what a cell's runs' host probes say (bench.machine.telemetry.spread_causes): the host's speed differed
+    between its processes, which its load figures do not show; [] when it did not, or is unknown."""
     from bench.machine.telemetry import spread_causes
 
-    out = [f"{where} side {cause}" for where, side in (("base", base), ("head", head))
-           for cause in spread_causes([{HOST_PROBE: v} for v in _values(side, HOST_PROBE)])]
+    return spread_causes([{HOST_PROBE: v} for v in _values(row, HOST_PROBE)])
+
+
+def host_note(base: query.CellRuns, head: query.CellRuns) -> str:
+    """Return each side's host_causes as one note ('' when neither has one)."""
+    out = [f"{where} side {cause}" for where, side in (("base", base), ("head", head)) for cause in host_causes(side)]
     return ("; ".join(out) + ".") if out else ""
 
 

@@ -115,11 +115,9 @@ def _existing(profiles: tuple | None) -> tuple | None:
 
 def _settings(tool: str, decode_steps: int, processes: int):
     """Return the ProfileSettings of the windows --profile makes (checked: BenchInputError before any work)."""
-    from bench.checks import check_number
-    from bench.profiling.driver import ProfileSettings
+    from bench.profiling.driver import ProfileSettings, check_processes
 
-    check_number(processes, "--profile-processes", integer=True, minimum=1, maximum=100,
-                 hint="session processes --profile profiles per side, one window each")
+    check_processes(processes, "--profile-processes")
     settings = ProfileSettings(tool=tool, decode_steps=decode_steps, warmup=1, processes=processes)
     settings.check()
     return settings
