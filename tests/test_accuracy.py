@@ -781,7 +781,7 @@ def _ambiguous_top1(model_dir: Path, matrix: Path, prompts: int, answer_tokens: 
 
 
 @pytest.mark.slow
-def test_served_and_trtllm_cells_against_the_hf_baseline(tiny_trained, tmp_path, capsys, monkeypatch):
+def test_served_and_trtllm_cells_against_the_hf_baseline(tiny_trained, tmp_path, capsys, monkeypatch, zygote_of_its_own):
     """One session, every backend against the trained model's hf baseline. openai cells serving the model's own
     numbers (tests/support/model_server.py): the same weights are aligned, a corrupted copy is broken, a server
     without prompt logprobs says so. A trtllm cell through the TensorRT-LLM stand-in computing with the same

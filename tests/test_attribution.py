@@ -22,6 +22,7 @@ from bench.results.records import new_context, new_record
 from bench.results.store import ResultStore
 from bench.runner.matrix import run_matrix
 from bench.spec.matrix import parse_matrix
+from tests.support.folders import isolated
 
 
 def K(name, us, *ranges):
@@ -291,8 +292,9 @@ def stores(tmp_path_factory):
     out = {}
     for name, slowdown in (("base", 1.0), ("head", 1.5)):
         m = fake_matrix(name, slowdown)
-        run_matrix(m, root / "results" / f"{name}.jsonl", engines_dir=root / "engines", workload_cache=root / "wl",
-                   show_progress=False)
+        with isolated(root):  # a test's environment: its workers fork from the suite's zygote (tests/support/folders.py)
+            run_matrix(m, root / "results" / f"{name}.jsonl", engines_dir=root / "engines", workload_cache=root / "wl",
+                       show_progress=False)
         cell = next(c for c in m.cells if c.max_batch_size == 1)
         path = root / "profiles" / name / f"{cell.cell_id}-nsys" / "kernel_table.json"
         path.parent.mkdir(parents=True)

@@ -90,12 +90,12 @@ def test_help_is_fast_and_lists_commands():
 
 
 WAITING_COMMAND = """
-import argparse, sys, time
+import argparse, sys
 import bench.cli
 
-def build_parser():  # one command that says it is ready, then waits
+def build_parser():  # one command that says it is ready, then waits until the test lets it go (a line on stdin)
     parser = argparse.ArgumentParser()
-    parser.set_defaults(func=lambda args: (print("ready", flush=True), time.sleep(3), 0)[2])
+    parser.set_defaults(func=lambda args: (print("ready", flush=True), sys.stdin.readline(), 0)[2])
     return parser
 
 bench.cli.build_parser = build_parser
@@ -107,11 +107,11 @@ def test_sigusr1_prints_every_threads_stack_and_the_process_goes_on():
     """A bench process that seems stuck: SIGUSR1 prints its threads' Python stacks (faulthandler), and it goes on."""
     import signal
 
-    proc = subprocess.Popen([sys.executable, "-c", WAITING_COMMAND], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen([sys.executable, "-c", WAITING_COMMAND], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
-    proc.send_signal(signal.SIGUSR1)
-    _, err = proc.communicate(timeout=60)
+    proc.send_signal(signal.SIGUSR1)  # delivered before the line below can end its wait: it stacks the waiting lambda
+    _, err = proc.communicate("go\n", timeout=60)
     assert proc.returncode == 0, err  # the signal did not end it
     assert "most recent call first" in err and "<lambda>" in err, err
 

@@ -4,8 +4,6 @@ same report and comparison as the typed-record path, on real fake-backend stores
 
 import json
 import shutil
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -16,8 +14,8 @@ from bench.report.build import build_report
 from bench.results import columnar, query
 from bench.results.compare import compare_stores, to_markdown
 from bench.results.store import ResultStore
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.cli import bench_in_process
+from tests.support.folders import isolated
 
 MATRIX = '''name = "{name}"
 backends = ["fake"]
@@ -39,8 +37,9 @@ num_requests = 6
 
 
 def bench(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "bench", *args], capture_output=True, text=True, timeout=300, cwd=cwd,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    """`bench ARGS` in folder cwd, in this process (tests/support/cli.py: these tests are of what the commands read
+    and write, not of the process)."""
+    return bench_in_process(*args, cwd=cwd)
 
 
 def derived(lines: list[str], run_id: str, shift: float, scale: float = 1.0, slowdown: float | None = None) -> str:
@@ -76,7 +75,8 @@ def stores(tmp_path_factory):
         {"from": "human", "value": "tell me about the weather " * (1 + i % 7)},
         {"from": "gpt", "value": "Here is a long answer about it. " * (2 + i % 5)}]} for i in range(20)]))
     (d / "base.toml").write_text(MATRIX.format(name="base", slowdown="1.0", data=data))
-    out = bench("run", "--matrix", "base.toml", "--store", "run.jsonl", "--no-progress", "--report-dir", "rep", cwd=d)
+    with isolated(d):  # a test's environment: its workers fork from the suite's zygote (tests/support/folders.py)
+        out = bench("run", "--matrix", "base.toml", "--store", "run.jsonl", "--no-progress", "--report-dir", "rep", cwd=d)
     assert out.returncode == 0, out.stderr
     lines = (d / "run.jsonl").read_text().splitlines()
     (d / "base.jsonl").write_text(derived(lines, "night-0", -86400, 1.02) + derived(lines, "night-1", 0, 1.01)

@@ -14,6 +14,7 @@ from bench.results.compare import compare_stores, to_markdown
 from bench.runner.matrix import run_matrix
 from bench.spec.matrix import parse_matrix
 from tests.support import ROOT
+from tests.support.folders import isolated
 
 IGNORE = ["--ignore-option", "seed,slowdown"]
 
@@ -32,11 +33,12 @@ def stores(tmp_path_factory):
     """Three real stores of the fake backend (1% per-step noise): base, an identical re-run, 10% slower."""
     root = tmp_path_factory.mktemp("stores")
     out = {}
-    for name, slowdown, seed in (("base", 1.0, 1), ("same", 1.0, 2), ("slow", 1.1, 3)):
-        path = root / f"{name}.jsonl"
-        run_matrix(fake_matrix(slowdown, seed), path, engines_dir=root / "engines",
-                   workload_cache=root / "wl", show_progress=False)
-        out[name] = path
+    with isolated(root):  # a test's environment: its workers fork from the suite's zygote (tests/support/folders.py)
+        for name, slowdown, seed in (("base", 1.0, 1), ("same", 1.0, 2), ("slow", 1.1, 3)):
+            path = root / f"{name}.jsonl"
+            run_matrix(fake_matrix(slowdown, seed), path, engines_dir=root / "engines",
+                       workload_cache=root / "wl", show_progress=False)
+            out[name] = path
     return out
 
 

@@ -135,7 +135,9 @@ num_requests = 2
     assert store.exists(), "no record within 180 s"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    time.sleep(1.0)
+    gone_by = time.monotonic() + 1.0  # as long as this test ever gave them
+    while _workers_of(proc.pid) and time.monotonic() < gone_by:
+        time.sleep(0.05)
     assert _workers_of(proc.pid) == []  # PR_SET_PDEATHSIG: the workers died with their parent
     first = list(ResultStore(store).records())
     assert 1 <= len(first) < 6

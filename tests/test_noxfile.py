@@ -62,8 +62,9 @@ def test_the_probe_is_bounded(noxfile, monkeypatch):
     t0 = time.monotonic()
     assert noxfile.index_reachable(timeout_s=0.3) is False
     assert time.monotonic() - t0 < 2.0
-    # no route to a name that cannot resolve: answered at once
-    assert noxfile.index_reachable("http://bench-no-such-host.invalid", timeout_s=3.0) is False
+    # no route to a name that cannot resolve: answered at once (a resolver's NXDOMAIN well within the second; where
+    # no resolver answers, as in the offline CI VM, the second is what it costs)
+    assert noxfile.index_reachable("http://bench-no-such-host.invalid", timeout_s=1.0) is False
 
 
 def test_shared_env_rebuilds_only_when_its_inputs_change(noxfile):

@@ -16,6 +16,7 @@ from bench.profiling.kernels import (
     build_kernel_table,
     categorize,
 )
+from tests.support.cli import bench_in_process
 from tests.support.matrices import tiny_hf_matrix
 
 
@@ -278,15 +279,16 @@ def _bench(*args):
 
 
 @pytest.mark.slow
-def test_bench_profile_end_to_end(tmp_path):
+def test_bench_profile_end_to_end(tiny_hf_profile):
+    """`bench profile --only precision=fp32 --decode-steps 2 --warmup 0 --no-progress` of tiny_hf_matrix (the
+    tiny_hf_profile fixture runs it, in this process; tests/test_report_kernels.py reports the same profile)."""
     from bench.results.store import ResultStore
 
-    proc = _bench("profile", "--matrix", str(_matrix(tmp_path)), "--only", "precision=fp32",
-                  "--decode-steps", "2", "--warmup", "0", "--no-progress")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = tiny_hf_profile
+    assert proc.code == 0, proc.stderr[-3000:]
     assert "Qwen2RMSNorm" in proc.stdout and "unprofiled" in proc.stdout
     assert "profiling 1/1" not in proc.stderr  # --no-progress: no per-cell line
-    (rec,) = list(ResultStore("profiles/ptest.jsonl").records())
+    (rec,) = list(ResultStore(proc.store).records())
     assert rec["status"] == "ok" and rec["kind"] == "profile" and rec["cell"]["precision"] == "fp32"
     extra = rec["extra"]
     table = KernelTable.load(extra["kernel_table"])
@@ -392,10 +394,11 @@ def test_a_kernel_torch_also_hands_to_an_api_call_counts_once(activity_type):
 
 
 @pytest.mark.slow
-def test_profile_warms_up_with_the_measured_shapes_and_times_decode_steps(tmp_path):
+def test_profile_warms_up_with_the_measured_shapes_and_times_decode_steps(tmp_path, capsys):
     """A harness-loop cell: the static cache has the workload's length (as a measured pass), not the
     short window's; the window is decode steps only, each in its own range."""
     from bench.backends.hf.backend import static_cache_len
+    from bench.cli import main
     from bench.results.store import ResultStore
     from bench.workloads.workload import Workload, batches
 
@@ -422,9 +425,10 @@ output_max = 200
 max_input_len = 300
 max_total_len = 520
 """)
-    proc = _bench("profile", "--matrix", str(matrix), "--decode-steps", "3", "--warmup", "1")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "3 decode steps after the prefill (harness loop)" in proc.stdout
+    code = main(["profile", "--matrix", str(matrix), "--decode-steps", "3", "--warmup", "1"])  # in this process
+    out, err = capsys.readouterr()
+    assert code == 0, err[-3000:]
+    assert "3 decode steps after the prefill (harness loop)" in out
     (rec,) = list(ResultStore("profiles/htest.jsonl").records())
     window = rec["extra"]["profile"]["window"]
     (wl_file,) = Path("workloads/cache").glob("w-*.json")
@@ -447,8 +451,8 @@ def test_ncu_metrics_flag_reaches_ncus_command_line(tmp_path):
     fake.write_text("#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'Version 2025.3.1.0'; exit 0; fi\n"
                     f"printf '%s\\n' \"$@\" > {args_file}\nexit 1\n")
     fake.chmod(0o755)
-    proc = _bench("profile", "--matrix", str(_matrix(tmp_path)), "--only", "precision=fp32", "--tool", "ncu",
-                  "--ncu", str(fake), "--ncu-metrics", "traffic", "--no-progress", "--out", str(tmp_path / "p"))
+    proc = bench_in_process("profile", "--matrix", str(_matrix(tmp_path)), "--only", "precision=fp32", "--tool", "ncu",
+                            "--ncu", str(fake), "--ncu-metrics", "traffic", "--no-progress", "--out", str(tmp_path / "p"))
     assert proc.returncode == 1, proc.stderr[-2000:]
     # the failed cell is one console line: its status and its error's first line (the record holds the log's tail)
     (said,) = [line for line in proc.stderr.splitlines() if ": error: " in line]
@@ -456,7 +460,7 @@ def test_ncu_metrics_flag_reaches_ncus_command_line(tmp_path):
     argv = args_file.read_text().splitlines()
     assert argv[argv.index("--metrics") + 1] == "gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum"
     assert argv[argv.index("--target-processes") + 1] == "application-only"
-    proc = _bench("profile", "--matrix", str(_matrix(tmp_path)), "--tool", "ncu", "--ncu-metrics", "some")
+    proc = bench_in_process("profile", "--matrix", str(_matrix(tmp_path)), "--tool", "ncu", "--ncu-metrics", "some")
     assert proc.returncode == 2 and "invalid choice: 'some'" in proc.stderr
 
 
@@ -471,8 +475,8 @@ def test_a_timed_out_profile_leaves_no_process_behind(tmp_path):
                     f"sleep 300 & echo $! > {pid_file}\nwait\n")
     fake.chmod(0o755)
     t0 = time.monotonic()
-    proc = _bench("profile", "--matrix", str(_matrix(tmp_path)), "--only", "precision=fp32", "--tool", "ncu",
-                  "--ncu", str(fake), "--timeout", "3", "--no-progress", "--out", str(tmp_path / "p"))
+    proc = bench_in_process("profile", "--matrix", str(_matrix(tmp_path)), "--only", "precision=fp32", "--tool", "ncu",
+                            "--ncu", str(fake), "--timeout", "1", "--no-progress", "--out", str(tmp_path / "p"))
     assert proc.returncode == 1 and time.monotonic() - t0 < 120, proc.stderr[-2000:]
     child = int(pid_file.read_text())
     status = Path(f"/proc/{child}/status")

@@ -15,7 +15,6 @@ from bench.report.build import build_report
 from bench.report.kernel_panel import kernel_frame
 from bench.results.records import Profile, parse
 from tests.support.dashboard import dashboard_figures
-from tests.support.matrices import tiny_hf_matrix
 from tests.support.synthetic import synthetic_records, write_store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -148,15 +147,16 @@ def _kernel_figure(page: str) -> dict:
 
 
 @pytest.mark.slow
-def test_bench_profile_then_report_draws_measured_numbers(tmp_path):
-    tiny_hf_matrix(tmp_path / "m.toml", "kp")
-    proc = _bench("profile", "--matrix", "m.toml", "--only", "precision=fp32", "--decode-steps", "2", "--warmup", "0",
-                  cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (rec,) = [json.loads(line) for line in (tmp_path / "profiles" / "kp.jsonl").read_text().splitlines()]
+def test_bench_profile_then_report_draws_measured_numbers(tiny_hf_profile, tmp_path, capsys):
+    """`bench report` of a real `bench profile` of tiny_hf_matrix's fp32 cell (2 decode steps): the profile is the
+    tiny_hf_profile fixture's (tests/test_profiling.py checks its record), the report this test's own, in its folder."""
+    from bench.cli import main
+
+    assert tiny_hf_profile.code == 0, tiny_hf_profile.stderr[-3000:]
+    (rec,) = [json.loads(line) for line in tiny_hf_profile.store.read_text().splitlines()]
     table = KernelTable.load(rec["extra"]["kernel_table"])
-    proc = _bench("report", "profiles/kp.jsonl", "--out", "dash", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    code = main(["report", str(tiny_hf_profile.store), "--out", "dash"])  # in this process
+    assert code == 0, capsys.readouterr().err[-3000:]
     fig = _kernel_figure((tmp_path / "dash" / "dashboard.html").read_text())
     counts, times = (next(t for t in fig["data"] if t["xaxis"] == ax) for ax in ("x", "x2"))
     assert counts["name"] == "hf attn_implementation=sdpa cache=dynamic compile=off fp32"

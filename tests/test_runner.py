@@ -82,7 +82,7 @@ def test_a_hang_ends_its_cell_and_a_fresh_worker_takes_the_next(tiny_sharegpt, t
 
 
 def test_a_hang_in_the_warm_up_ends_its_cell(tiny_sharegpt, tmp_path):
-    m = matrix(tiny_sharegpt, max_batch_sizes=[1, 4], trials=2, timeout_s=2, warmup=1, options={"fail": "hang"})
+    m = matrix(tiny_sharegpt, max_batch_sizes=[1, 4], trials=2, timeout_s=1, warmup=1, options={"fail": "hang"})
     store = tmp_path / "s.jsonl"
     run_matrix(m, store, show_progress=False)
     assert statuses(store) == [(1, 0, "timeout"), (4, 0, "timeout")]  # each cell once, in its own fresh worker

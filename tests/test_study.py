@@ -128,14 +128,19 @@ def test_a_study_without_plotly_is_refused_before_its_first_step(tmp_path, monke
 
 
 @pytest.mark.slow
-def test_the_cpu_twin_of_the_study_runs_end_to_end(tmp_path):
+def test_the_cpu_twin_of_the_study_runs_end_to_end(tmp_path, capsys):
+    """In this process (bench.cli.main): its workers fork from the test process's zygote, whose imports are paid
+    once; the command line's own process is tested above and in tests/test_cli.py."""
+    from bench.cli import main
+
     (tmp_path / "twin.toml").write_text(TWIN)
-    proc = _bench("study", "--matrix", "twin.toml", "--no-progress", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    code = main(["study", "--matrix", "twin.toml", "--no-progress"])
+    out, err = capsys.readouterr()
+    assert code == 0, err[-4000:]
     for store in ("results/cpu-study.jsonl", "results/cpu-study-oom.jsonl", "profiles/cpu-study.jsonl"):
         assert (tmp_path / store).is_file(), store
     report = (tmp_path / "dashboards" / "cpu-study" / "report.md").read_text()
-    assert report == proc.stdout.rstrip("\n") + "\n" or report in proc.stdout
+    assert report == out.rstrip("\n") + "\n" or report in out
     # the speedup tables: one per length limit, the options that vary, OOM rows (the fake device, w2's long prompt)
     w1, w2 = report.split("### w2")
     assert "### w1 — in <= 128" in w1 and w2.startswith(" — in <= 512")
@@ -152,9 +157,9 @@ def test_the_cpu_twin_of_the_study_runs_end_to_end(tmp_path):
     assert set(study["steps_s"]) == {"run", "oom", "profile", "report"} and not any(study["failed"].values())
     assert "bench oom --matrix twin.toml --only backend=fake --lengths 32x32" in study["commands"]["oom0"]
     # the same report from the product's own report command
-    again = _bench("report", "results/cpu-study.jsonl", "results/cpu-study-oom.jsonl", "--profiles",
-                   "profiles/cpu-study.jsonl", "--out", "again", cwd=tmp_path)
-    assert again.returncode == 0, again.stderr[-3000:]
+    code = main(["report", "results/cpu-study.jsonl", "results/cpu-study-oom.jsonl", "--profiles",
+                 "profiles/cpu-study.jsonl", "--out", "again"])
+    assert code == 0, capsys.readouterr().err[-3000:]
     assert (tmp_path / "again" / "report.md").read_text() == report
     if browser.chromium():
         status = browser.page_status(tmp_path / "dashboards" / "cpu-study" / "dashboard.html", "#all")
