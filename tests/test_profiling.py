@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import statistics
 import subprocess
 import sys
 import warnings
@@ -440,8 +441,31 @@ max_total_len = 520
     groups = {r.range for r in table.ranges}
     assert table.range("decode_step").instances == 3 and "prefill" not in groups
     assert table.range("Qwen2RMSNorm").instances == 3 * 5  # decode steps only: 3 forwards x 5 norms
-    assert rec["extra"]["profile"]["step_ms"] > 0
-    assert rec["extra"]["profile"]["step_ms_from"].startswith("the harness window's")
+    prof = rec["extra"]["profile"]
+    assert len(prof["unprofiled_steps_s"]) == 3 and prof["step_ms"] == statistics.median(prof["unprofiled_steps_s"]) * 1e3
+    assert prof["step_ms_from"].startswith("the harness windows' median time between their first and last")
+
+
+def test_a_harness_windows_step_is_the_time_between_its_steps_not_the_wait_for_the_first():
+    """A window begins after the prefill's synchronisation, so its first step waits for its own launch; its step time
+    is measured as TPOT is, from the first step's end to the last's (here 40 ms of wait, then 10 ms a step)."""
+    from bench.profiling.session import step_times
+
+    class Window:
+        steps, ids = 4, type("Ids", (), {"is_cuda": False})()
+        prepared = 0
+
+        def prepare(self):
+            self.prepared += 1
+
+        def __call__(self, marks):
+            marks.extend(100.0 * self.prepared + t for t in (0.050, 0.060, 0.070, 0.080))
+
+    window = Window()
+    assert step_times(window, repeats=3) == pytest.approx([0.010] * 3) and window.prepared == 3
+    window.steps = 1
+    with pytest.raises(ValueError, match="at least 2 decode steps"):
+        step_times(window)
 
 
 def test_ncu_metrics_flag_reaches_ncus_command_line(tmp_path):

@@ -86,6 +86,13 @@ def record_mark(marks: list, cuda: bool) -> None:
         marks.append(time.perf_counter())
 
 
+def mark_seconds(marks: list) -> list[float]:
+    """Return each marker's time in seconds after the first (CUDA events: read once the device has synchronised)."""
+    if marks and not isinstance(marks[0], float):
+        return [marks[0].elapsed_time(ev) / 1000.0 for ev in marks]
+    return [m - marks[0] for m in marks]
+
+
 def whole_cache_mask(mask, cache_len: int):
     """Return the 2D mask over a whole static cache: prompt padding 0, every later position 1.
 
