@@ -80,6 +80,7 @@ class Row:
     base_runs: tuple[float, ...] = ()
     head_runs: tuple[float, ...] = ()
     key: str = ""  # the matched cell's key in both sides' `cells` (bench.results.attribution joins its profiles by it)
+    unstable: tuple[str, ...] = ()  # the sides ("base", "head") whose runs spread over the stability limit
 
 
 @dataclass
@@ -281,6 +282,8 @@ def compare_metric(label: str, metric: str, base_values: list[float], head_value
                 for w in summary.warnings if "trial(s)" not in w]
     if unstable:
         notes.append("unstable on the " + "; ".join(unstable))
+        row.unstable = tuple(side for side, summary in (("base", b), ("head", h))
+                             if any("trial(s)" not in w for w in summary.warnings))
     row.note = " ".join(notes)
     return row
 
@@ -393,14 +396,14 @@ def compare_stores(
             rows.append(_status_row(label, b, h))
             continue
         kernels = kernels_note(b.tuned_digests, h.tuned_digests)
-        host = host_note(b, h)
         for m in metrics:
             bv, hv = _values(b, m), _values(h, m)
             if not bv and not hv:
                 continue  # not measured on this device (e.g. GPU memory on a CPU run)
             row = compare_metric(label, m, bv, hv, factor=factor, confidence=confidence, test=test)
             row.key = key
-            if host and "unstable on the" in (row.note or ""):
+            host = host_note(b, h, row.unstable)
+            if host:
                 row.note += " " + host
             if row.verdict == "missing":
                 warnings.append(f"{label}: {row.note}")
@@ -426,9 +429,11 @@ def host_causes(row: query.CellRuns) -> list[str]:
     return spread_causes([{HOST_PROBE: v} for v in _values(row, HOST_PROBE)])
 
 
-def host_note(base: query.CellRuns, head: query.CellRuns) -> str:
-    """Return each side's host_causes as one note ('' when neither has one)."""
-    out = [f"{where} side {cause}" for where, side in (("base", base), ("head", head)) for cause in host_causes(side)]
+def host_note(base: query.CellRuns, head: query.CellRuns, sides: tuple[str, ...]) -> str:
+    """Return the host_causes of the unstable `sides` as one note ('' when none has one): a side whose runs agree is
+    not explained, whatever its host probes say (a CUDA-graphed step does not move with the host's speed)."""
+    out = [f"{where} side {cause}" for where, side in (("base", base), ("head", head)) if where in sides
+           for cause in host_causes(side)]
     return ("; ".join(out) + ".") if out else ""
 
 
