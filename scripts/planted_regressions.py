@@ -250,7 +250,7 @@ def host_unstable(store: Path) -> str:
     spread = rows[0].spread("tpot_median_ms") if len(rows) == 1 else None
     if spread is None or spread.runs < 2 or spread.run_cv is None or spread.run_cv <= stats.MAX_CV:
         return ""
-    causes = host_causes(rows[0])
+    causes = host_causes(rows[0], "tpot_median_ms")
     return (f"the baseline's {spread.runs} processes ran TPOT {min(spread.run_means):.2f}-{max(spread.run_means):.2f} "
             f"ms, a spread of {spread.run_cv:.0%} (over {stats.MAX_CV:.0%}) on this machine start"
             + (f"; {causes[0]}" if causes else "") + ": run it on another machine start")

@@ -229,7 +229,8 @@ def _telemetry_cause(g: pd.DataFrame) -> str:
                         "host_probe_ms") if k in g]
     if not keys:
         return ""
-    numbers = g[keys].apply(pd.to_numeric, errors="coerce")  # a column of Nones (records without it) is no number
+    numbers = g[keys + ["output_throughput"]].apply(pd.to_numeric, errors="coerce")  # Nones (older records): no number
+    numbers["slowness"] = -numbers.pop("output_throughput")  # the spread figure, larger slower (spread_causes)
     runs = numbers.groupby(g["run_key"], sort=False).mean().to_dict("records")
     causes = spread_causes(runs)
     return "; telemetry: " + "; ".join(causes) if causes else ""

@@ -402,7 +402,7 @@ def compare_stores(
                 continue  # not measured on this device (e.g. GPU memory on a CPU run)
             row = compare_metric(label, m, bv, hv, factor=factor, confidence=confidence, test=test)
             row.key = key
-            host = host_note(b, h, row.unstable)
+            host = host_note(b, h, row.unstable, m)
             if host:
                 row.note += " " + host
             if row.verdict == "missing":
@@ -421,19 +421,28 @@ def compare_stores(
     return Comparison(rows, warnings, base, head, factor, confidence, test, env_diff)
 
 
-def host_causes(row: query.CellRuns) -> list[str]:
+def host_causes(row: query.CellRuns, metric: str | None = None) -> list[str]:
     """Return what a cell's runs' host probes say (bench.machine.telemetry.spread_causes): the host's speed differed
-    between its processes, which its load figures do not show; [] when it did not, or is unknown."""
+    between its processes, which its load figures do not show, and with `metric`, whether the runs' figure moved in
+    the probes' order; [] when it did not, or is unknown."""
     from bench.machine.telemetry import spread_causes
 
-    return spread_causes([{HOST_PROBE: v} for v in _values(row, HOST_PROBE)])
+    runs: dict[tuple, dict[str, list[float]]] = {}
+    for r in row.ok_records:
+        run = runs.setdefault(r.process_key, {HOST_PROBE: [], "slowness": []})
+        probe, figure = r.metric(HOST_PROBE), r.metric(metric) if metric else None
+        if probe is not None:
+            run[HOST_PROBE].append(probe)
+        if figure is not None:
+            run["slowness"].append(-DIRECTION[metric] * figure)  # larger is slower, whichever way the metric points
+    return spread_causes([{k: sum(v) / len(v) if v else None for k, v in run.items()} for run in runs.values()])
 
 
-def host_note(base: query.CellRuns, head: query.CellRuns, sides: tuple[str, ...]) -> str:
+def host_note(base: query.CellRuns, head: query.CellRuns, sides: tuple[str, ...], metric: str) -> str:
     """Return the host_causes of the unstable `sides` as one note ('' when none has one): a side whose runs agree is
     not explained, whatever its host probes say (a CUDA-graphed step does not move with the host's speed)."""
     out = [f"{where} side {cause}" for where, side in (("base", base), ("head", head)) if where in sides
-           for cause in host_causes(side)]
+           for cause in host_causes(side, metric)]
     return ("; ".join(out) + ".") if out else ""
 
 
