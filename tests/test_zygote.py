@@ -93,6 +93,28 @@ def test_a_zygote_of_an_environment_this_process_has_since_changed_is_replaced_o
     assert zygote._shared.env["PYTHONBREAKPOINT"] == "0"
 
 
+def test_the_zygote_ends_without_the_interpreters_teardown_keeping_its_output(tmp_path, monkeypatch):
+    """Closing the zygote is its end at once: not the teardown of the interpreter (atexit handlers, torch's among
+    them; 0.6 s on the 2-core VM) that every invocation waited for, but what it printed is kept."""
+    monkeypatch.delenv(zygote.SWITCH_ENV, raising=False)
+    ran = tmp_path / "atexit-ran"
+    (tmp_path / "teardown_probe.py").write_text(
+        "import atexit, os, pathlib\nzygote = os.getpid()  # a forked worker runs the handlers it inherits, at its own end\n"
+        f"atexit.register(lambda: os.getpid() == zygote and pathlib.Path({str(ran)!r}).write_text('ran'))\n"
+        "print('probe imported')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ["PYTHONPATH"])
+    code = "import json, sys; from bench.execution.zygote import forked; json.dump(forked(), open(sys.argv[1], 'w'))"
+    result, log = tmp_path / "r.json", tmp_path / "s.log"
+    out = launcher.run_session([sys.executable, "-c", code, str(result)], result, log, timeout=60,
+                               preload=("teardown_probe",))
+    assert out.status == "ok" and out.result is not None, out.error  # forked, after the zygote imported the probe
+    z = zygote._shared
+    assert z is not None and z.idle()
+    z.close()
+    assert z.proc.returncode == 0 and not ran.exists()
+    assert "probe imported" in Path(z.log_path).read_text()
+
+
 @pytest.mark.parametrize("switch", ["1", "0"])
 def test_an_exit_status_and_a_signal_read_the_same_forked_or_not(tmp_path, monkeypatch, switch):
     monkeypatch.setenv(zygote.SWITCH_ENV, switch)
