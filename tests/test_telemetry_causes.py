@@ -90,24 +90,42 @@ def test_spread_causes_name_what_they_see():
 
 
 def test_host_probes_explain_a_spread_only_in_the_runs_order():
-    """With the figure that spread (larger slower), the probes are a cause only where they rank the runs as it does:
-    the H100's five eager runs (TPOT 23.60, 23.82, 26.01, 28.38, 21.73 ms; probes 1.208-1.342 ms) did not."""
-    from bench.machine.telemetry import rank_correlation
+    """With the figure that spread (larger slower), the probes are a cause only where they rank the runs as it does
+    beyond chance: the H100's five eager runs (TPOT 23.60, 23.82, 26.01, 28.38, 21.73 ms; probes 1.208-1.342 ms) did
+    not."""
+    from bench.results.stats import rank_correlation as rank
 
     tpot, probe = [23.60, 23.82, 26.01, 28.38, 21.73], [1.208, 1.290, 1.299, 1.342, 1.337]
-    (cause,) = spread_causes([{"host_probe_ms": p, "slowness": t} for p, t in zip(probe, tpot, strict=True)])
+    (cause,) = spread_causes([{"host_probe_ms": p, "slowness": t} for p, t in zip(probe, tpot, strict=True)], rank)
+    # ranks (1,2,3,5,4) and (2,3,4,5,1): rho = 1 - 6 * 12 / (5 * 24) = 0.4; 31 of the 120 orderings rank as high
     assert cause.startswith("host speed: the same Python loop took 1.21-1.34 ms in the runs' processes (+11 %), but "
-                            "not in the runs' order (rank correlation 0.40 over 5 runs)"), cause
-    # ranks (1,2,3,5,4) and (2,3,4,5,1): 1 - 6 * 12 / (5 * 24)
-    assert rank_correlation(list(zip(probe, tpot, strict=True))) == pytest.approx(0.4)
+                            "not in the runs' order beyond chance (rank correlation 0.40 over 5 runs, p 0.26)"), cause
     ordered = sorted(probe)
     (cause,) = spread_causes([{"host_probe_ms": p, "slowness": -t} for p, t in zip(ordered, [9.0, 8.0, 7.5, 7.0, 6.0],
-                                                                                   strict=True)])  # a throughput
-    assert "and the slower loops went with the slower runs (rank correlation 1.00 over 5 runs)" in cause
+                                                                                   strict=True)], rank)  # a throughput
+    assert "and the slower loops went with the slower runs (rank correlation 1.00 over 5 runs, p 0.0083)" in cause
+    # three runs in the probes' order: one ordering in 6 does that by chance, so it is not called a cause
+    (cause,) = spread_causes([{"host_probe_ms": p, "slowness": t} for p, t in ((1.0, 2.0), (1.2, 3.0), (1.3, 4.0))],
+                             rank)
+    assert "not in the runs' order beyond chance (rank correlation 1.00 over 3 runs, p 0.17)" in cause
     assert "rank correlation" not in spread_causes([{"host_probe_ms": 1.0, "slowness": 2.0},
-                                                    {"host_probe_ms": 1.3, "slowness": 3.0}])[0]  # 2 runs: too few
-    assert rank_correlation([(1.0, 2.0), (1.3, 2.0), (1.1, 2.0)]) is None  # a constant figure ranks nothing
-    assert rank_correlation([(1.0, 1.0), (1.0, 2.0), (2.0, 3.0)]) == pytest.approx(0.866, abs=1e-3)  # a tie: mean rank
+                                                    {"host_probe_ms": 1.3, "slowness": 3.0}], rank)[0]  # 2: too few
+
+
+def test_rank_correlation_by_hand():
+    """Spearman's rho and its one-sided p: exact over every ordering up to 7 pairs, Student's t beyond."""
+    from bench.results.stats import rank_correlation
+
+    r = rank_correlation([1.208, 1.290, 1.299, 1.342, 1.337], [23.60, 23.82, 26.01, 28.38, 21.73])
+    assert r.rho == pytest.approx(0.4) and r.p == pytest.approx(31 / 120) and r.n == 5
+    r = rank_correlation([1, 2, 3, 4, 5], [1, 2, 3, 5, 4])  # sum d^2 = 2: rho 0.9; 5 of 120 orderings reach it
+    assert r.rho == pytest.approx(0.9) and r.p == pytest.approx(5 / 120)
+    assert rank_correlation([1.0, 1.3, 1.1], [2.0, 2.0, 2.0]) is None  # a constant figure ranks nothing
+    assert rank_correlation([1.0, 2.0], [1.0, 2.0]) is None  # too few pairs
+    r = rank_correlation([1.0, 1.0, 2.0], [1.0, 2.0, 3.0])  # a tie: mean ranks (1.5, 1.5, 3)
+    assert r.rho == pytest.approx(0.866, abs=1e-3)
+    r = rank_correlation(list(range(10)), [0, 2, 1, 3, 4, 6, 5, 7, 9, 8])  # 10 pairs, sum d^2 = 6: rho 0.9636
+    assert r.rho == pytest.approx(1 - 6 * 6 / 990) and 0 < r.p < 1e-4  # t = 10.2 on 8 df
 
 
 def test_the_stability_warning_quotes_the_cause(tmp_path):

@@ -45,10 +45,10 @@ POWER_CAP_PCT = 10.0
 # more than this share when the slowest is this much above the fastest: the host's speed moved between processes.
 HOST_PROBE_SPREAD = 0.10
 # Where the runs also carry the figure that spread, the probes explain it only when the slower loops went with the
-# slower runs: a rank correlation of at least this over at least HOST_PROBE_MIN_RUNS runs (on an H100 host, 2026-12-06,
-# five eager runs of 21.7-28.4 ms had probes of 1.21-1.34 ms in no such order: something else moved them).
-HOST_PROBE_TRACKS = 0.7
-HOST_PROBE_MIN_RUNS = 3
+# slower runs beyond chance: Spearman's rank correlation with a one-sided p-value at most this (bench.results.stats.
+# rank_correlation; at least 3 runs, and with 3 no order is that unlikely). On an H100 host (2026-12-06) five eager runs
+# of 21.7-28.4 ms had probes of 1.21-1.34 ms ranked 0.40 against them (p 0.26): something else moved them.
+HOST_PROBE_P = 0.05
 # Sampled-power energy is not valid when two samples (or a sample and the window's edge) are further apart.
 GAP_LIMIT_S = 0.5
 
@@ -286,14 +286,16 @@ class Sampler:
         self._samples.append({"t_s": time.perf_counter() - self._t0, **{f: values.get(f) for f in FIELDS}})
 
 
-def spread_causes(runs: list[dict]) -> list[str]:
+def spread_causes(runs: list[dict], rank=None) -> list[str]:
     """Return what the runs' telemetry says about why they differ (each run: the means of its passes' figures).
 
     Keys read: sm_clock_mhz_median, gpu_busy_pct, throttle_power_pct, throttle_thermal_pct
     (bench's metric names), host_probe_ms (the host's speed in the run's process) and `slowness` (the figure that
     spread, oriented so that larger is slower: TPOT as it is, a throughput negated); a run without them contributes
     nothing, nor does a probe that is not a finite positive time. Empty: nothing seen. With the figure, the host
-    probes are said to explain the spread only where they rank the runs as the figure does (HOST_PROBE_TRACKS).
+    probes are said to explain the spread only where they rank the runs as the figure does beyond chance
+    (HOST_PROBE_P): `rank(x, y)` returns the rank correlation with its p-value (bench.results.stats.rank_correlation,
+    given by the caller: statistics are a later stage than telemetry).
     """
     def values(key):
         return [r[key] for r in runs if r.get(key) is not None and r[key] == r[key]]  # r[key] == r[key]: not NaN
@@ -318,44 +320,21 @@ def spread_causes(runs: list[dict]) -> list[str]:
                 f"(+{100 * (max(probes) / min(probes) - 1):.0f} %)")
         pairs = [(r["host_probe_ms"], r["slowness"]) for r in runs
                  if _finite(r.get("host_probe_ms")) and r["host_probe_ms"] > 0 and _finite(r.get("slowness"))]
-        rho = rank_correlation(pairs) if len(pairs) >= HOST_PROBE_MIN_RUNS else None
-        if rho is None:
+        order = rank([x for x, _ in pairs], [y for _, y in pairs]) if pairs and rank is not None else None
+        if order is None:
             causes.append(seen + ": the host's cores ran at different speeds, which can move a host-bound figure "
                                  "whatever the load figures say")
-        elif rho >= HOST_PROBE_TRACKS:
-            causes.append(seen + f", and the slower loops went with the slower runs (rank correlation {rho:.2f} over "
-                                 f"{len(pairs)} runs): the host's cores ran at different speeds")
         else:
-            causes.append(seen + f", but not in the runs' order (rank correlation {rho:.2f} over {len(pairs)} runs): "
-                                 "the loop's speed does not explain this spread")
+            how = f"rank correlation {order.rho:.2f} over {order.n} runs, p {order.p:.2g}"
+            causes.append(seen + (f", and the slower loops went with the slower runs ({how}): the host's cores ran at "
+                                  "different speeds" if order.p <= HOST_PROBE_P else
+                                  f", but not in the runs' order beyond chance ({how}): the loop's speed does not "
+                                  "explain this spread"))
     return causes
 
 
 def _finite(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def rank_correlation(pairs: list[tuple[float, float]]) -> float | None:
-    """Return Spearman's rank correlation of the pairs (ties get their mean rank); None where either side is
-    constant."""
-    def ranks(xs):
-        order = sorted(range(len(xs)), key=xs.__getitem__)
-        out = [0.0] * len(xs)
-        i = 0
-        while i < len(order):
-            j = i
-            while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
-                j += 1
-            for k in order[i : j + 1]:
-                out[k] = (i + j) / 2
-            i = j + 1
-        return out
-
-    a, b = ranks([x for x, _ in pairs]), ranks([y for _, y in pairs])
-    try:
-        return statistics.correlation(a, b)
-    except statistics.StatisticsError:  # a constant side
-        return None
 
 
 def _mean(values: list) -> float | None:

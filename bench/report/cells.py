@@ -224,6 +224,7 @@ def _telemetry_cause(g: pd.DataFrame) -> str:
     """Return a clause naming what the runs' GPU telemetry and host probes saw (bench.machine.telemetry.spread_causes),
     else ''."""
     from bench.machine.telemetry import spread_causes
+    from bench.results.stats import rank_correlation
 
     keys = [k for k in ("sm_clock_mhz_median", "gpu_busy_pct", "throttle_power_pct", "throttle_thermal_pct",
                         "host_probe_ms") if k in g]
@@ -232,7 +233,7 @@ def _telemetry_cause(g: pd.DataFrame) -> str:
     numbers = g[keys + ["output_throughput"]].apply(pd.to_numeric, errors="coerce")  # Nones (older records): no number
     numbers["slowness"] = -numbers.pop("output_throughput")  # the spread figure, larger slower (spread_causes)
     runs = numbers.groupby(g["run_key"], sort=False).mean().to_dict("records")
-    causes = spread_causes(runs)
+    causes = spread_causes(runs, rank_correlation)
     return "; telemetry: " + "; ".join(causes) if causes else ""
 
 

@@ -435,7 +435,8 @@ def host_causes(row: query.CellRuns, metric: str | None = None) -> list[str]:
             run[HOST_PROBE].append(probe)
         if figure is not None:
             run["slowness"].append(-DIRECTION[metric] * figure)  # larger is slower, whichever way the metric points
-    return spread_causes([{k: sum(v) / len(v) if v else None for k, v in run.items()} for run in runs.values()])
+    return spread_causes([{k: sum(v) / len(v) if v else None for k, v in run.items()} for run in runs.values()],
+                         stats.rank_correlation)
 
 
 def host_note(base: query.CellRuns, head: query.CellRuns, sides: tuple[str, ...], metric: str) -> str:

@@ -487,6 +487,40 @@ def _rankdata(x: np.ndarray) -> np.ndarray:
     return ranks
 
 
+@dataclass(frozen=True)
+class RankCorrelation:
+    rho: float  # Spearman's: the correlation of the two sides' ranks (ties: their mean rank)
+    p: float  # one-sided: the chance of a correlation at least this high when the orders are unrelated
+    n: int
+
+
+EXACT_RANK_N = 7  # up to this many pairs the p-value counts every ordering (7! = 5040), beyond it Student's t
+
+
+def rank_correlation(x: Sequence[float], y: Sequence[float]) -> RankCorrelation | None:
+    """Return Spearman's rank correlation of paired values and its one-sided p-value, or None with fewer than 3 pairs
+    or a side whose values are all equal (it ranks nothing)."""
+    a, b = _rankdata(np.asarray(x, dtype=float)), _rankdata(np.asarray(y, dtype=float))
+    n = a.size
+    if n < 3 or a.size != b.size or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return None
+    a, b = a - a.mean(), b - b.mean()
+    dot = float(a @ b)
+    rho = dot / math.sqrt(float(a @ a) * float(b @ b))
+    if n <= EXACT_RANK_N:
+        import itertools
+
+        ranks_a = a.tolist()
+        hits = total = 0
+        for order in itertools.permutations(b.tolist()):
+            total += 1
+            hits += sum(u * v for u, v in zip(ranks_a, order, strict=True)) >= dot - 1e-9
+        p = hits / total
+    else:
+        p = 0.0 if rho >= 1.0 - 1e-12 else t_sf(rho * math.sqrt((n - 2) / (1.0 - rho * rho)), n - 2)
+    return RankCorrelation(min(max(rho, -1.0), 1.0), p, n)
+
+
 # ---- verdicts --------------------------------------------------------------------------------
 
 REGRESSED, IMPROVED, UNCHANGED, NOT_SIGNIFICANT, INCONCLUSIVE = (
