@@ -448,11 +448,12 @@ max_total_len = 520
 
 def test_a_harness_windows_step_is_the_time_between_its_steps_not_the_wait_for_the_first():
     """A window begins after the prefill's synchronisation, so its first step waits for its own launch; its step time
-    is measured as TPOT is, from the first step's end to the last's (here 40 ms of wait, then 10 ms a step)."""
-    from bench.profiling.session import step_times
+    is measured as TPOT is, from the first step's end to the last's (here 40 ms of wait, then 10 ms a step), in the
+    same unprofiled windows whose wall time is taken."""
+    from bench.profiling.session import median_wall, step_times
 
     class Window:
-        steps, ids = 4, type("Ids", (), {"is_cuda": False})()
+        steps = 4
         prepared = 0
 
         def prepare(self):
@@ -461,11 +462,12 @@ def test_a_harness_windows_step_is_the_time_between_its_steps_not_the_wait_for_t
         def __call__(self, marks):
             marks.extend(100.0 * self.prepared + t for t in (0.050, 0.060, 0.070, 0.080))
 
-    window = Window()
-    assert step_times(window, repeats=3) == pytest.approx([0.010] * 3) and window.prepared == 3
-    window.steps = 1
+    window, marks = Window(), []
+    _, walls = median_wall(window, cuda=False, repeats=3, marks=marks)
+    assert len(walls) == 3 and len(marks) == 3
+    assert step_times(marks, window.steps) == pytest.approx([0.010] * 3) and window.prepared == 3
     with pytest.raises(ValueError, match="at least 2 decode steps"):
-        step_times(window)
+        step_times(marks, 1)
 
 
 def test_ncu_metrics_flag_reaches_ncus_command_line(tmp_path):

@@ -98,14 +98,18 @@ def prefill_only(window: GenerateWindow) -> GenerateWindow:
 UNPROFILED_REPEATS = 3
 
 
-def median_wall(window, cuda: bool, repeats: int = UNPROFILED_REPEATS) -> tuple[float, list[float]]:
-    """Return (the median wall time of `repeats` unprofiled windows, each one's), prepared before each."""
-    import statistics
-
+def median_wall(window, cuda: bool, repeats: int = UNPROFILED_REPEATS,
+                marks: list | None = None) -> tuple[float, list[float]]:
+    """Return (the median wall time of `repeats` unprofiled windows, each one's), prepared before each. With `marks` (a
+    DecodeWindow's), each window's markers after its steps are appended to it as one list (`step_times` reads them)."""
     times = []
     for _ in range(repeats):
         window.prepare()
-        times.append(wall(window, cuda))
+        if marks is None:
+            times.append(wall(window, cuda))
+        else:
+            marks.append([])
+            times.append(wall(lambda: window(marks=marks[-1]), cuda))
     return statistics.median(times), times
 
 
@@ -152,27 +156,20 @@ class DecodeWindow:
                     record_mark(marks, self.ids.is_cuda)
 
 
-def step_times(window: DecodeWindow, repeats: int = UNPROFILED_REPEATS) -> list[float]:
-    """Return each of `repeats` unprofiled harness windows' decode step in seconds, the way TPOT is measured: the time
-    from the end of the window's first step to the end of its last, over the steps between (markers recorded after
-    each step: CUDA events on a GPU). A window starts after the prefill's synchronisation, so its first step waits for
-    the host to launch it, where a run's step follows the previous one already queued: the window's wall time over its
-    steps read 3-5 % above its runs' TPOT on the compiled 7B shape (4 steps; H100, 2026-12-06)."""
-    import torch
-
+def step_times(marks: list[list], steps: int) -> list[float]:
+    """Return each harness window's decode step in seconds from its markers (`median_wall`'s, the device synchronised
+    since), the way TPOT is measured: the time from the end of the window's first step to the end of its last, over
+    the steps between (CUDA events on a GPU). A window starts after the prefill's synchronisation, so its first step
+    waits for the host to launch it, where a run's step follows the previous one already queued: the window's wall
+    time over its steps read 3-5 % above its runs' TPOT on the compiled 7B shape (4 steps; H100, 2026-12-06)."""
     from bench.backends.hf.loop import mark_seconds
 
-    if window.steps < 2:
+    if steps < 2:
         raise ValueError("a step time between markers needs at least 2 decode steps")
     times = []
-    for _ in range(repeats):
-        window.prepare()
-        marks: list = []
-        window(marks=marks)
-        if window.ids.is_cuda:
-            torch.cuda.synchronize()
-        seconds = mark_seconds(marks)
-        times.append((seconds[-1] - seconds[0]) / (window.steps - 1))
+    for window_marks in marks:
+        seconds = mark_seconds(window_marks)
+        times.append((seconds[-1] - seconds[0]) / (steps - 1))
     return times
 
 
@@ -215,7 +212,9 @@ def run_session(job: dict) -> dict:
     for _ in range(job.get("warmup", 1)):
         window.prepare()
         window()
-    unprofiled_s, repeats = median_wall(window, cuda)
+    # a harness window of two steps or more also times its steps between markers, in the same windows (step_times)
+    marks: list | None = [] if window.kind == "decode" and window.steps >= 2 else None
+    unprofiled_s, repeats = median_wall(window, cuda, marks=marks)
     prefill_s = None
     if window.kind == "generate" and hooks:  # a decode step's time: the window less its prefill (one token)
         first = prefill_only(window)
@@ -226,8 +225,8 @@ def run_session(job: dict) -> dict:
               "window": {"kind": window.kind, "requests": sum(len(c) for c in chunks), "batches": len(chunks),
                          "decode_steps": job["decode_steps"], "prompt_tokens": [r.input_len for c in chunks for r in c],
                          "static_cache_len": getattr(loaded, "cache_len", None), "module_ranges": hooks}}
-    if window.kind == "decode" and window.steps >= 2:
-        steps = step_times(window)
+    if marks is not None:
+        steps = step_times(marks, window.steps)
         result["unprofiled_steps_s"] = steps
         result["step_ms"] = statistics.median(steps) * 1e3
         result["step_ms_from"] = ("the harness windows' median time between their first and last decode steps' ends, "

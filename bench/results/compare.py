@@ -278,12 +278,11 @@ def compare_metric(label: str, metric: str, base_values: list[float], head_value
     row.verdict = stats.verdict(significant, row.ratio, direction, factor)
     if not significant:
         notes.extend(_power_note(base_values, head_values, factor, confidence))
-    unstable = [f"{side} side: " + w.replace("trial", "run") for side, summary in (("base", b), ("head", h))
-                for w in summary.warnings if "trial(s)" not in w]
-    if unstable:
-        notes.append("unstable on the " + "; ".join(unstable))
-        row.unstable = tuple(side for side, summary in (("base", b), ("head", h))
-                             if any("trial(s)" not in w for w in summary.warnings))
+    spread = {side: [w for w in summary.warnings if "trial(s)" not in w] for side, summary in (("base", b), ("head", h))}
+    row.unstable = tuple(side for side, warnings in spread.items() if warnings)
+    if row.unstable:
+        notes.append("unstable on the " + "; ".join(f"{side} side: " + w.replace("trial", "run")
+                                                   for side, warnings in spread.items() for w in warnings))
     row.note = " ".join(notes)
     return row
 
