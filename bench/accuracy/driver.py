@@ -288,7 +288,7 @@ def _record(cell, b, figures: dict, session: dict, settings, folder: Path, earli
         acc.update({k: figures.get(k) for k in ("reference", "prompts", "sequences", "reference_digest", "parity",
                                                 "floor", "generation_floor", "generation", "determinism", "greedy",
                                                 "greedy_ids", "greedy_digest", "load_s", "measure_s", "random_weights",
-                                                "answer_positions", "static_cache_len")})
+                                                "answer_positions", "static_cache_len", "compile")})
         acc["reference_sha256"] = meta.get("tensors_sha256")
         acc["measured_through"] = figures.get("measured_through", "the cell's own runtime (its batch function)")
         if figures.get("timed_static_cache_len"):  # an accuracy prompt the speed run did not have was longer

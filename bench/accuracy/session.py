@@ -74,6 +74,7 @@ def run_session(job: dict) -> dict:
     import torch
 
     from bench.accuracy.reference import Reference
+    from bench.execution.worker import compile_counters, counters_since
     from bench.machine.environment import fingerprint
     from bench.models import resolve_model
     from bench.spec.cells import Cell
@@ -91,8 +92,10 @@ def run_session(job: dict) -> dict:
         from bench.accuracy.runtime import baseline_reference
 
         cell, loaded, load_s = _load(job["baseline"], job["engines_dir"])
+        before = compile_counters()
         figures = baseline_reference(loaded, cell, requests, answers, settings, speed_of[cell.cell_id], folder)
         result["baseline"] = {"status": "ok", **figures, **shared, "load_s": {"baseline": load_s},
+                              "compile": counters_since(before),
                               "reference_digest": digest([a for _, a in Reference.open(folder, check_digest=False).sequences])}
     reference = Reference.open(folder)
     refs = ([list(answers[r.id]) for r in requests] if answers is not None
@@ -108,6 +111,7 @@ def run_session(job: dict) -> dict:
         else:
             load_failure = loaded_or_failure
     for cell in cells:
+        before = compile_counters()  # what this cell's measuring compiled (a compiled cell's shapes, warm or cold)
         if cell.backend == "hf":
             figures = load_failure or _guarded(lambda c=cell, m=loaded: _cell_figures(c, job, reference, requests, refs,
                                                                                      speed_of[c.cell_id], m, load_s))
@@ -115,7 +119,8 @@ def run_session(job: dict) -> dict:
             measure = {"openai": _served_figures, "trtllm": _trtllm_figures}[cell.backend]
             figures = _guarded(lambda c=cell, m=measure: m(c, job, reference, requests, refs))
         if figures["status"] == "ok":
-            figures.update(shared, reference=reference.meta["reference"], sequences=len(reference.sequences),
+            figures.update(shared, compile=counters_since(before), reference=reference.meta["reference"],
+                           sequences=len(reference.sequences),
                            reference_digest=digest([a for _, a in reference.sequences]))
         result["cells"][cell.cell_id] = figures
     if loaded is not None:

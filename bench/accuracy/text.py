@@ -52,6 +52,12 @@ def accuracy_text(cell, record) -> str:
     d = acc["determinism"]
     lines.append(f"determinism: {d['differing_tokens']} of {d['tokens']} greedy tokens differ between two passes in "
                  "one process" + (_across(acc["determinism_across_processes"]) if acc.get("determinism_across_processes") else ""))
+    if acc.get("measure_s") is not None:
+        from bench.execution.worker import describe_compile
+
+        load = sum((acc.get("load_s") or {}).values())
+        lines.append(f"session: model loaded in {load:.1f} s, this cell measured in {acc['measure_s']:.1f} s"
+                     + describe_compile(acc.get("compile") or {}))
     if acc.get("verdict"):
         from bench.accuracy.verdict import Verdict
 

@@ -51,27 +51,44 @@ def _phase(text: str) -> None:
     print(f"[bench worker {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
-def _compile_cache_counts() -> str:
-    """Return torch's compile-cache hit/miss counts so far ('' before torch.compile ran): a warm-up from an
-    engine artifact or a warm folder should hit, and a miss there means compiling (and tuning) again."""
+def compile_counters() -> dict:
+    """Return torch's compile-cache counts and compile-phase seconds so far in this process ({} before torch.compile ran):
+    FX graph and AOT cache hits and misses, the frames Dynamo compiled, and torch's own phase timers (`dynamo_timed`'s
+    compilation_time_metrics; phases nest, so a parent's time includes its children's). Two snapshots' difference
+    (`counters_since`) says what one piece of work compiled: a miss there means compiling (and tuning) again."""
     utils = sys.modules.get("torch._dynamo.utils")
     if utils is None:
-        return ""
+        return {}
     fx, aot = utils.counters.get("inductor", {}), utils.counters.get("aot_autograd", {})
-    if not (fx or aot):
-        return ""
-    return (f"; FX graph cache {fx.get('fxgraph_cache_hit', 0)} hit / {fx.get('fxgraph_cache_miss', 0)} miss, "
-            f"AOT cache {aot.get('autograd_cache_hit', 0)} hit / {aot.get('autograd_cache_miss', 0)} miss / "
-            f"{aot.get('autograd_cache_bypass', 0)} bypassed{_compile_phases(utils)}")
-
-
-def _compile_phases(utils, shown: int = 6) -> str:
-    """Return the compile phases that took longest so far, by torch's own timers (`dynamo_timed`'s
-    compilation_time_metrics; phases nest, so a parent's time includes its children's): where a slow
-    warm-up went (tracing, Inductor, Triton compiles, autotuning)."""
+    frames = utils.counters.get("frames", {})
+    out = {"fx_hit": fx.get("fxgraph_cache_hit", 0), "fx_miss": fx.get("fxgraph_cache_miss", 0),
+           "aot_hit": aot.get("autograd_cache_hit", 0), "aot_miss": aot.get("autograd_cache_miss", 0),
+           "aot_bypass": aot.get("autograd_cache_bypass", 0), "frames_compiled": frames.get("ok", 0)}
     timed = getattr(utils, "compilation_time_metrics", None) or {}
-    totals = sorted(((sum(v), k) for k, v in timed.items() if v), reverse=True)[:shown]
-    return ("; longest compile phases: " + ", ".join(f"{k} {t:.1f} s" for t, k in totals)) if totals else ""
+    out["phases_s"] = {k: float(sum(v)) for k, v in timed.items() if v}
+    return out if any(v for k, v in out.items() if k != "phases_s") or out["phases_s"] else {}
+
+
+def counters_since(before: dict, after: dict | None = None) -> dict:
+    """Return what was compiled between two compile_counters() snapshots (after: now), phases that took no time left out."""
+    after = compile_counters() if after is None else after
+    if not after:
+        return {}
+    out = {k: v - before.get(k, 0) for k, v in after.items() if k != "phases_s"}
+    was = before.get("phases_s", {})
+    out["phases_s"] = {k: v - was.get(k, 0.0) for k, v in after["phases_s"].items() if v - was.get(k, 0.0) > 0.0005}
+    return out
+
+
+def describe_compile(counts: dict, shown: int = 6) -> str:
+    """Return counts (compile_counters or counters_since) as one line: '' where nothing was compiled or looked up."""
+    if not counts:
+        return ""
+    totals = sorted(((t, k) for k, t in counts["phases_s"].items()), reverse=True)[:shown]
+    phases = ("; longest compile phases: " + ", ".join(f"{k} {t:.1f} s" for t, k in totals)) if totals else ""
+    return (f"; FX graph cache {counts['fx_hit']} hit / {counts['fx_miss']} miss, "
+            f"AOT cache {counts['aot_hit']} hit / {counts['aot_miss']} miss / {counts['aot_bypass']} bypassed, "
+            f"{counts['frames_compiled']} frames compiled{phases}")
 
 
 _entered_at: float | None = None  # time.time() when main() began; None: measure_group called in this process
@@ -200,7 +217,7 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
             t_warm = time.perf_counter()
             warmup = loaded.warmup(requests, cell.max_batch_size, cell.options_dict, settings["warmup"])
             cell_startup = {**startup, "warmup_s": time.perf_counter() - t_warm}
-            _phase(f"cell {cell.cell_id}: warm-up done in {cell_startup['warmup_s']:.1f} s{_compile_cache_counts()}")
+            _phase(f"cell {cell.cell_id}: warm-up done in {cell_startup['warmup_s']:.1f} s{describe_compile(compile_counters())}")
         except Exception as exc:
             if not item["trials"]:  # a build without measurement (bench build): no artifact of a failed warm-up
                 emit({"event": "warmup_failed", "cell_id": cell.cell_id, "status": classify_exception(exc),
