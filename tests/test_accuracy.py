@@ -421,12 +421,19 @@ def test_bench_accuracy_aligned_broken_and_the_broken_layer_named(tiny_trained, 
 
     monkeypatch.setenv("BENCH_ALLOW_CORRUPTION", "1")
     matrix = _trained_matrix(tmp_path / "trained.toml", tiny_trained)
+    # bf16's run captures its accuracy inputs in the timed process (its baseline found outside the --only slice):
+    # bench accuracy scores bf16 from that capture, and measures the others in sessions.
+    assert main(["run", "--matrix", str(matrix), "--only", "precision=bf16", "--accuracy-capture", "--no-progress"]) == 0
+    run_id = query.load([Path("results/trained.jsonl")])[0].context.run_id
     assert main(["accuracy", "--matrix", str(matrix)]) == 0
     out = capsys.readouterr().out
     recs = query.accuracies(query.load([Path("results/trained-accuracy.jsonl")]))
     assert len(recs) == 3 and all(r.ok for r in recs)
     by = {(r.cell["precision"], r.cell["options"]["corrupt_layer"]): r for r in recs}
     base, bf16, broken = by[("fp32", -1)], by[("bf16", -1)], by[("fp32", 2)]
+    assert bf16.accuracy["capture"]["run_id"] == run_id and bf16.accuracy["measured_through"].startswith("its timed process")
+    assert f"captured in its timed process (run {run_id})" in out
+    assert "capture" not in broken.accuracy and broken.accuracy["measured_through"].startswith("the cell's own runtime")
     # the baseline's own session: its floor, and it runs on the dataset's answers, 8 x up to 64 tokens
     assert base.accuracy["reference"] == "dataset" and base.verdict is None
     assert set(base.accuracy["floor"]) == {"cacheless", "compute_dtype", "attention"}
@@ -463,7 +470,22 @@ def test_bench_accuracy_aligned_broken_and_the_broken_layer_named(tiny_trained, 
              if r.cell["precision"] == "bf16" and r.context.run_id != bf16.context.run_id]
     across = again[0].accuracy["determinism_across_processes"]
     assert across["previous_run_id"] == bf16.context.run_id and across["differing_tokens"] == 0
+    # a session in a fresh process reproduces what the capture gave: the same figures, the same greedy tokens
     assert again[0].metrics["kl_mean"] == pytest.approx(bf16.metrics["kl_mean"], rel=1e-6)  # the figures reproduce
+    assert "capture" not in again[0].accuracy and again[0].metrics["top1"] == bf16.metrics["top1"]
+    # a capture whose tensors changed is refused in the session (its SHA-256), and the cell measured there instead
+    from bench.execution.accuracy_capture import TENSORS
+
+    tensors = next(Path("results/accuracy/trained/captures").glob(f"{bf16.cell_id}/*/{TENSORS}"))
+    data = bytearray(tensors.read_bytes())
+    data[-8:] = bytes(8)
+    tensors.write_bytes(bytes(data))
+    other = tmp_path / "other-accuracy.jsonl"
+    assert main(["accuracy", "--matrix", str(matrix), "--only", "precision=bf16", "--store", str(other)]) == 0
+    assert "its capture was not used" in capsys.readouterr().out
+    redone = next(r for r in query.accuracies(query.load([other])) if r.cell["precision"] == "bf16")
+    assert "SHA-256" in redone.accuracy["capture_refused"] and "capture" not in redone.accuracy
+    assert redone.metrics["kl_mean"] == pytest.approx(bf16.metrics["kl_mean"], rel=1e-6)
     # the broken layer, named by bench parity --layers
     assert main(["parity", "--matrix", str(matrix), "--only", "precision=fp32,corrupt_layer=-1",
                  "--layers", "corrupt_layer=-1", "corrupt_layer=2", "--prompts", "2", "--tokens", "64"]) == 0

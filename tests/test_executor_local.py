@@ -269,15 +269,15 @@ def test_the_warm_up_line_names_the_cache_counts_and_the_longest_compile_phases(
     import sys
     import types
 
-    from bench.execution import worker
+    from bench.execution import compile_counts
 
     utils = types.SimpleNamespace(
         counters={"inductor": {"fxgraph_cache_hit": 1}, "aot_autograd": {"autograd_cache_bypass": 1}},
         compilation_time_metrics={"_compile.compile_inner": [40.0, 2.5], "CachingAutotuner.coordinate_descent_tuning":
                                   [58.0, 46.0, 9.0], "async_compile.wait": [1.0], "empty": []})
     monkeypatch.setitem(sys.modules, "torch._dynamo.utils", utils)
-    before = worker.compile_counters()
-    assert worker.describe_compile(before) == (
+    before = compile_counts.compile_counters()
+    assert compile_counts.describe_compile(before) == (
         "; FX graph cache 1 hit / 0 miss, AOT cache 0 hit / 0 miss / 1 bypassed, 0 frames compiled; longest compile "
         "phases: CachingAutotuner.coordinate_descent_tuning 113.0 s, _compile.compile_inner 42.5 s, "
         "async_compile.wait 1.0 s")
@@ -285,10 +285,10 @@ def test_the_warm_up_line_names_the_cache_counts_and_the_longest_compile_phases(
     utils.counters["inductor"]["fxgraph_cache_miss"] = 2
     utils.counters["frames"] = {"ok": 3}
     utils.compilation_time_metrics["_compile.compile_inner"].append(7.25)
-    since = worker.counters_since(before)
+    since = compile_counts.counters_since(before)
     assert since == {"fx_hit": 0, "fx_miss": 2, "aot_hit": 0, "aot_miss": 0, "aot_bypass": 0, "frames_compiled": 3,
                      "phases_s": {"_compile.compile_inner": 7.25}}
-    assert worker.describe_compile(since).endswith("3 frames compiled; longest compile phases: _compile.compile_inner 7.2 s")
+    assert compile_counts.describe_compile(since).endswith("3 frames compiled; longest compile phases: _compile.compile_inner 7.2 s")
     monkeypatch.setitem(sys.modules, "torch._dynamo.utils", types.SimpleNamespace(counters={}))
-    assert worker.compile_counters() == {} and worker.describe_compile(worker.compile_counters()) == ""
-    assert worker.counters_since(before) == {}
+    assert compile_counts.compile_counters() == {} and compile_counts.describe_compile(compile_counts.compile_counters()) == ""
+    assert compile_counts.counters_since(before) == {}

@@ -182,7 +182,8 @@ def accuracy_group(base, group: list, stored: list, matrix, settings, context, r
             session = {"status": "error", "error": f"its baseline {base.label} failed: {done[base.cell_id].error}",
                        "_started": now, "_ended": now}
         else:
-            session = _session(mode, base, cells, matrix, settings, folder, timeout * (1 + len(cells)))
+            captures = {} if redo else usable_captures(matrix.name, cells, settings, printer)
+            session = _session(mode, base, cells, matrix, settings, folder, timeout * (1 + len(cells)), captures)
         started, ended = session.pop("_started"), session.pop("_ended")
         out = [(base, None)] if mode == "baseline" else []
         for cell, b, figures in _figures(session, out + [(c, base) for c in cells]):
@@ -213,15 +214,36 @@ def sessions(base, cells: list, measure_baseline: bool = True) -> list[tuple[str
     return out + [("cells", group) for group in by_key.values()]
 
 
-def _session(mode: str, base, cells: list, matrix, settings, folder: Path, timeout: float) -> dict:
+def usable_captures(matrix_name: str, cells: list, settings, printer) -> dict[str, str]:
+    """Return {cell_id: capture folder} of the cells `bench run --accuracy-capture` captured for these settings
+    (bench.execution.accuracy_capture): scored from the timed process's capture instead of loaded again. A capture
+    that is there but cannot be used is said, and its cell measured in the session."""
+    from bench.execution.accuracy_capture import Capture, capture_dir
+
+    out = {}
+    for cell in cells:
+        folder = capture_dir(matrix_name, cell.cell_id, settings)
+        if cell.backend != "hf" or not folder.exists():
+            continue
+        try:
+            Capture.open(folder, cell.cell_id, settings, check_digest=False)  # the session checks the tensors' digest
+        except BenchInputError as exc:
+            printer(f"{cell.label}: its capture is not used ({exc}): measured in the session")
+            continue
+        out[cell.cell_id] = str(folder)
+    return out
+
+
+def _session(mode: str, base, cells: list, matrix, settings, folder: Path, timeout: float,
+             captures: dict | None = None) -> dict:
     """Return one accuracy session's result (its figures, or its failure), with when it started and ended."""
     from bench.execution.launcher import run_session
     from bench.execution.supervisor import session_preload
     from bench.machine.memory_cap import ENV_VAR
-    from bench.workloads.references import answers_path
+    from bench.workloads.references import accuracy_workload, answers_path
     from bench.workloads.workload import cached_workload
 
-    wl, wl_file, answers = accuracy_workload(base, settings)
+    wl, wl_file, answers = accuracy_workload(base.workload, settings)
     speed = {c.cell_id: str(Path(cached_workload(c.workload, Path("workloads/cache"))[1]).resolve())
              for c in [base, *cells]}
     folder.mkdir(parents=True, exist_ok=True)
@@ -229,7 +251,8 @@ def _session(mode: str, base, cells: list, matrix, settings, folder: Path, timeo
     job = {"mode": mode, "baseline": base.to_dict(), "cells": [c.to_dict() for c in cells],
            "engines_dir": str(Path("engines").resolve()), "workload_file": str(Path(wl_file).resolve()),
            "answers_file": str(answers_path(wl_file).resolve()) if answers is not None else None,
-           "speed_workload_files": speed, "reference_dir": str(folder), "settings": settings.to_dict()}
+           "speed_workload_files": speed, "reference_dir": str(folder), "settings": settings.to_dict(),
+           "captures": captures or {}}
     job_file, result_file, log_path = folder / f"{name}.job.json", folder / f"{name}.json", folder / f"{name}.log"
     job_file.write_text(json.dumps(job, indent=1))
     started = time.time()
@@ -240,20 +263,6 @@ def _session(mode: str, base, cells: list, matrix, settings, folder: Path, timeo
                       preload=session_preload([base, *cells], SESSION))
     session = run.result if run.status == "ok" else {"status": run.status, "error": run.error}
     return {**session, "log": str(log_path), "_started": started, "_ended": time.time(), "workload": wl.summary()}
-
-
-def accuracy_workload(base, settings):
-    """Return (the accuracy workload, its file, its answers or None): the speed run's first `prompts` requests, or its
-    requests and the next ones of the same sampling (seed, rules) where `prompts` is more."""
-    from bench.workloads.references import reference_answers
-    from bench.workloads.workload import cached_workload
-
-    spec = base.workload
-    if settings.prompts > spec.num_requests:
-        spec = replace(spec, num_requests=settings.prompts)
-    wl, wl_file = cached_workload(spec, Path("workloads/cache"))
-    answers = None if settings.reference == "baseline-greedy" else reference_answers(spec, wl, wl_file)
-    return wl, wl_file, answers
 
 
 def _figures(session: dict, pairs: list):
@@ -299,7 +308,8 @@ def _record(cell, b, figures: dict, session: dict, settings, folder: Path, earli
         # "logits": full distributions; "logprobs-top-k": a server's prompt logprobs (KL a lower bound);
         # "generation": generation parity only. parity_reason says why, parity_method how.
         acc["mode"] = figures.get("mode", "logits")
-        for k in ("parity_reason", "parity_method", "served_model", "logits_source", "generation_compared"):
+        for k in ("parity_reason", "parity_method", "served_model", "logits_source", "generation_compared", "capture",
+                  "capture_refused", "score_s"):
             if figures.get(k):
                 acc[k] = figures[k]
         prior = [r for r in earlier if r.accuracy.get("greedy") is not None]

@@ -22,46 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.errors import BenchInputError
+from bench.execution.accuracy_capture import LogitsWriter  # noqa: F401 - the baseline's writer, re-exported
 from bench.files import file_sha256
 
 FORMAT = 1
 TENSORS = "reference.safetensors"
 META = "reference.json"
-
-
-class LogitsWriter:
-    """Collects teacher-forced logits by (sequence, position) as a runtime hands them over; writes them once."""
-
-    def __init__(self, lengths: list[int]):
-        self.lengths = list(lengths)
-        self.rows: dict[int, object] = {}  # sequence -> [len, vocab] CPU tensor, filled position by position
-        self.filled: dict[int, int] = {}
-
-    def __call__(self, indices: list[int], k: int, logits) -> None:
-        host = logits.detach().to("cpu")
-        for row, i in enumerate(indices):
-            if i not in self.rows:
-                import torch
-
-                self.rows[i] = torch.empty((self.lengths[i], host.shape[-1]), dtype=host.dtype)
-                self.filled[i] = 0
-            self.rows[i][k] = host[row]
-            self.filled[i] += 1
-
-    def fed(self) -> list[int]:
-        """Return how many positions of each sequence were handed over."""
-        return [self.filled.get(i, 0) for i in range(len(self.lengths))]
-
-    def save(self, folder: Path) -> str:
-        """Write reference.safetensors (each sequence cut to the positions fed); return its SHA-256."""
-        from safetensors.torch import save_file
-
-        tensors = {f"logits.{i}": t[: self.filled[i]].contiguous() for i, t in self.rows.items()}
-        path = Path(folder) / TENSORS
-        tmp = path.with_suffix(".tmp")
-        save_file(tensors, str(tmp))
-        tmp.replace(path)
-        return file_sha256(path)
 
 
 @dataclass

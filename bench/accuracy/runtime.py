@@ -34,14 +34,10 @@ from bench.accuracy.figures import (
 def sequences_for(requests, answers: dict | None, settings: dict, max_total_len: int, base_greedy=None
                   ) -> tuple[list[tuple[list[int], list[int]]], str]:
     """Return the (prompt, answer) pairs scored and the reference kind ("dataset" or "baseline-greedy")."""
+    from bench.workloads.references import scored_sequences
+
     if answers is not None:
-        pairs = []
-        for r in requests:
-            room = max_total_len - r.input_len
-            answer = list(answers[r.id])[: min(settings["answer_tokens"], room)]
-            if answer:
-                pairs.append((list(r.prompt_ids), answer))
-        return pairs, "dataset"
+        return scored_sequences(requests, answers, settings["answer_tokens"], max_total_len), "dataset"
     greedy = base_greedy(requests)
     return [(list(r.prompt_ids), greedy[r.id]) for r in requests if greedy[r.id]], "baseline-greedy"
 
@@ -67,7 +63,7 @@ def baseline_reference(loaded, cell, requests, answers: dict | None, settings: d
         greedy_batch,
         hf_logits,
     )
-    from bench.accuracy.reference import LogitsWriter, write_meta
+    from bench.accuracy.reference import TENSORS, LogitsWriter, write_meta
 
     _runtime(loaded)
     opts, size = cell.options_dict, cell.max_batch_size
@@ -80,7 +76,7 @@ def baseline_reference(loaded, cell, requests, answers: dict | None, settings: d
     loaded.teacher_forced(seqs, size, opts, writer)
     fed = writer.fed()
     seqs = [(p, a[:k]) for (p, a), k in zip(seqs, fed, strict=True)]
-    digest = writer.save(folder)
+    digest = writer.save(folder / TENSORS)
     first = loaded.greedy(requests, size, opts, n)
     second = loaded.greedy(requests, size, opts, n)
     base_out = _ordered(first, requests)
@@ -144,13 +140,59 @@ def cell_figures(loaded, cell, reference, requests, settings: dict, speed_reques
     n = settings["generate_tokens"]
     first = loaded.greedy(requests, size, opts, n)
     second = loaded.greedy(requests, size, opts, n)
+    return {**figures_from(parity, sum(fed), first, second, reference, requests, settings, references, decode, window),
+            "measure_s": time.perf_counter() - t0, **_cache_figures(loaded, timed_len)}
+
+
+def captured_figures(capture, reference, requests, settings: dict, references: list[list[int]], decode=None,
+                     window=None) -> dict:
+    """Return a cell's figures against a baseline Reference from its capture (bench.execution.accuracy_capture): the
+    logits and greedy tokens its timed process computed after its trials, scored here as cell_figures scores them.
+
+    Each of the Reference's sequences is matched to the capture's by its prompt; the capture's answer must start
+    with the Reference's (the baseline may have fed fewer positions), else the capture scored other text and is
+    refused (BenchInputError: the cell is then measured in a session)."""
+    import torch
+
+    from bench.accuracy.figures import position_stats, token_parity
+    from bench.errors import BenchInputError
+
+    t0 = time.perf_counter()
+    missing = [r.id for r in requests if r.id not in capture.meta["greedy_ids"]]
+    if missing:
+        raise BenchInputError(f"capture {capture.folder} has no greedy tokens of {len(missing)} of the session's prompts "
+                              f"(first: {missing[0]!r}): the cell is measured in a session")
+    captured = {tuple(p): (j, list(a)) for j, (p, a) in enumerate(capture.meta["sequences"])}
+    chunks, positions = [], 0
+    for i, (prompt, answer) in enumerate(reference.sequences):
+        j, cap_answer = captured.get(tuple(prompt), (None, None))
+        if j is None or cap_answer[: len(answer)] != list(answer):
+            raise BenchInputError(f"capture {capture.folder} did not score the reference's sequence {i} (its prompt or "
+                                  "answer differs): the cell is measured in a session")
+        k = min(len(answer), capture.meta["fed"][j])
+        if k:
+            chunks.append(position_stats(reference.logits(i)[:k], capture.logits(j)[:k], torch.tensor(answer[:k])))
+            positions += k
+    first, second = capture.meta["greedy_ids"], capture.meta["greedy_ids_second"]
+    meta = capture.meta
+    cache = {"static_cache_len": meta.get("static_cache_len"),
+             **({"timed_static_cache_len": meta["timed_static_cache_len"]}
+                if meta.get("static_cache_len") != meta.get("timed_static_cache_len") else {})}
+    return {**figures_from(token_parity(chunks).to_dict(), positions, first, second, reference, requests, settings,
+                           references, decode, window),
+            "measure_s": meta["measure_s"], "score_s": time.perf_counter() - t0, **cache}
+
+
+def figures_from(parity: dict, positions: int, first: dict, second: dict, reference, requests, settings: dict,
+                 references, decode, window) -> dict:
+    """Return a cell's figures from its teacher-forced parity and its two greedy passes ({request id: ids})."""
     cell_out = _ordered(first, requests)
     base_ids = reference.meta["greedy_ids"]
     base_out = [base_ids[r.id] for r in requests]
-    return {"parity": parity, "answer_positions": sum(fed),
+    return {"parity": parity, "answer_positions": positions,
             "generation": generation_parity(cell_out, base_out, references, settings["prefix_k"], decode, window),
             "determinism": differing_tokens(cell_out, _ordered(second, requests)), "greedy": cell_out,
-            "greedy_ids": first, "measure_s": time.perf_counter() - t0, **_cache_figures(loaded, timed_len)}
+            "greedy_ids": first}
 
 
 def _free_bytes(device) -> int | None:

@@ -74,7 +74,7 @@ def run_session(job: dict) -> dict:
     import torch
 
     from bench.accuracy.reference import Reference
-    from bench.execution.worker import compile_counters, counters_since
+    from bench.execution.compile_counts import compile_counters, counters_since
     from bench.machine.environment import fingerprint
     from bench.models import resolve_model
     from bench.spec.cells import Cell
@@ -101,28 +101,45 @@ def run_session(job: dict) -> dict:
     refs = ([list(answers[r.id]) for r in requests] if answers is not None
             else [list(reference.meta["greedy_ids"][r.id]) for r in requests])
     cells = [Cell.from_dict(c) for c in job.get("cells", [])]
-    load_s, load_failure = 0.0, None
-    if loaded is None and any(c.backend == "hf" for c in cells):  # one build key a job: loaded once for its hf cells
-        first = next(c for c in cells if c.backend == "hf")
-        loaded_or_failure = _guarded(lambda: dict(zip(("cell", "loaded", "load_s"), _load(first.to_dict(), job["engines_dir"]),
-                                                      strict=True)))
-        if loaded_or_failure["status"] == "ok":
-            loaded, load_s = loaded_or_failure["loaded"], loaded_or_failure["load_s"]
-        else:
-            load_failure = loaded_or_failure
+    captures = job.get("captures") or {}
+    state = {"loaded": loaded, "load_s": 0.0, "failure": None}
+
+    def model():
+        """Return (the job's loaded model, its load seconds, or the load's failure): loaded once, when a cell first
+        needs it (one build key a job); a job whose cells are all scored from captures loads nothing."""
+        if state["loaded"] is None and state["failure"] is None:
+            first = next(c for c in cells if c.backend == "hf")
+            got = _guarded(lambda: dict(zip(("cell", "loaded", "load_s"), _load(first.to_dict(), job["engines_dir"]),
+                                            strict=True)))
+            if got["status"] == "ok":
+                state.update(loaded=got["loaded"], load_s=got["load_s"])
+            else:
+                state["failure"] = got
+        return state["loaded"], state["load_s"], state["failure"]
+
     for cell in cells:
         before = compile_counters()  # what this cell's measuring compiled (a compiled cell's shapes, warm or cold)
-        if cell.backend == "hf":
-            figures = load_failure or _guarded(lambda c=cell, m=loaded: _cell_figures(c, job, reference, requests, refs,
-                                                                                     speed_of[c.cell_id], m, load_s))
-        else:
+        figures = None
+        if cell.cell_id in captures:
+            figures = _guarded(lambda c=cell: _from_capture(c, job, reference, requests, refs, captures[c.cell_id]))
+            if figures["status"] != "ok":  # not usable after all: measured here, the reason kept in the record
+                note = figures["error"].splitlines()[0]
+                figures = None
+        if figures is None and cell.backend == "hf":
+            m, load_s, failure = model()
+            figures = failure or _guarded(lambda c=cell, m=m, s=load_s: _cell_figures(c, job, reference, requests, refs,
+                                                                                     speed_of[c.cell_id], m, s))
+            if cell.cell_id in captures and figures["status"] == "ok":
+                figures["capture_refused"] = note
+        elif figures is None:
             measure = {"openai": _served_figures, "trtllm": _trtllm_figures}[cell.backend]
             figures = _guarded(lambda c=cell, m=measure: m(c, job, reference, requests, refs))
         if figures["status"] == "ok":
-            figures.update(shared, compile=counters_since(before), reference=reference.meta["reference"],
-                           sequences=len(reference.sequences),
+            figures.update(shared, compile=figures.get("compile", counters_since(before)),
+                           reference=reference.meta["reference"], sequences=len(reference.sequences),
                            reference_digest=digest([a for _, a in reference.sequences]))
         result["cells"][cell.cell_id] = figures
+    loaded = state["loaded"]
     if loaded is not None:
         loaded.close()
     return result
@@ -166,6 +183,23 @@ def _cell_figures(cell, job, reference, requests, refs, speed_requests, loaded, 
     figures = cell_figures(loaded, cell, reference, requests, settings, speed_requests, refs, _decoder(cell),
                            tuple(settings["rouge_window"]))
     return {**figures, "greedy_digest": digest(figures["greedy"]), "load_s": {"cell": load_s}}
+
+
+def _from_capture(cell, job, reference, requests, refs, folder: str) -> dict:
+    """Return a cell's figures scored from its capture (bench.execution.accuracy_capture): the timed process's logits
+    and greedy tokens, no model loaded here. BenchInputError (a failure of this cell) where the capture cannot be used."""
+    from bench.accuracy.runtime import captured_figures
+    from bench.execution.accuracy_capture import Capture
+
+    settings = job["settings"]
+    capture = Capture.open(folder, cell.cell_id, settings)
+    figures = captured_figures(capture, reference, requests, settings, refs, _decoder(cell), tuple(settings["rouge_window"]))
+    run = capture.meta.get("run") or {}
+    return {**figures, "greedy_digest": digest(figures["greedy"]), "load_s": {"cell": 0.0},
+            "compile": capture.meta.get("compile") or {}, "capture": {"folder": str(folder), **run},
+            "measured_through": "its timed process: the loaded model, cache and decode path (compiled step and CUDA "
+                                f"graphs where it has them) the run timed, after its trials (run {run.get('run_id', '?')}; "
+                                "bench run --accuracy-capture)"}
 
 
 def _guarded(measure) -> dict:

@@ -53,11 +53,18 @@ def accuracy_text(cell, record) -> str:
     lines.append(f"determinism: {d['differing_tokens']} of {d['tokens']} greedy tokens differ between two passes in "
                  "one process" + (_across(acc["determinism_across_processes"]) if acc.get("determinism_across_processes") else ""))
     if acc.get("measure_s") is not None:
-        from bench.execution.worker import describe_compile
+        from bench.execution.compile_counts import describe_compile
 
         load = sum((acc.get("load_s") or {}).values())
-        lines.append(f"session: model loaded in {load:.1f} s, this cell measured in {acc['measure_s']:.1f} s"
-                     + describe_compile(acc.get("compile") or {}))
+        if acc.get("capture"):
+            lines.append(f"captured in its timed process (run {acc['capture'].get('run_id', '?')}) in "
+                         f"{acc['measure_s']:.1f} s after its trials, scored here in {acc.get('score_s') or 0:.1f} s"
+                         + describe_compile(acc.get("compile") or {}))
+        else:
+            lines.append(f"session: model loaded in {load:.1f} s, this cell measured in {acc['measure_s']:.1f} s"
+                         + describe_compile(acc.get("compile") or {}))
+        if acc.get("capture_refused"):
+            lines.append(f"its capture was not used ({acc['capture_refused']}): measured in the session")
     if acc.get("verdict"):
         from bench.accuracy.verdict import Verdict
 

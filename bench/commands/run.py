@@ -55,6 +55,10 @@ def register(sub) -> None:
     r.add_argument("--tuning-builds", type=int,
                    help="build each cell K times from cold, each in its own engine folder with --runs processes: the "
                         "table's tuning spread is the spread of the figure between the builds")
+    r.add_argument("--accuracy-capture", action="store_true",
+                   help="after each cell's timed trials (its first run), feed the [accuracy] prompts through the same "
+                        "model and compiled step and keep its logits and greedy tokens: `bench accuracy` then scores the "
+                        "cell from them instead of loading and compiling it again (bench study does this)")
     r.set_defaults(func=cmd_run)
 
 
@@ -66,9 +70,10 @@ def cmd_run(args) -> int:
     matrix = load_selected_matrix(args)
     console = Console(stderr=True, soft_wrap=True)
     done = run_and_report(matrix, console, store=args.store, report_dir=args.report_dir, baseline=args.baseline,
-                          all_cells=load_selected_matrix(args, only=False).cells if args.baseline else None,
+                          all_cells=load_selected_matrix(args, only=False).cells
+                          if args.baseline or args.accuracy_capture else None,
                           redo=args.redo, dry_run=args.dry_run, history=args.history,
-                          show_progress=not args.no_progress)
+                          show_progress=not args.no_progress, accuracy_capture=args.accuracy_capture)
     if done.plan_text is not None:
         print(done.plan_text)
         return 0

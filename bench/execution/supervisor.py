@@ -47,6 +47,7 @@ class GroupItem:
     cell: object  # bench.spec.cells.Cell
     trials: list[int]
     workload_file: str
+    accuracy_capture: dict | None = None  # after its trials, capture its accuracy inputs (bench.execution.accuracy_capture)
 
 
 @dataclass
@@ -78,7 +79,8 @@ class GroupJob:
             "engines_dir": str(self.engines_dir),
             "settings": {"warmup": self.warmup},
             "engine": self.engine,
-            "cells": [{"cell": it.cell.to_dict(), "trials": it.trials, "workload_file": it.workload_file} for it in items],
+            "cells": [{"cell": it.cell.to_dict(), "trials": it.trials, "workload_file": it.workload_file,
+                       **({"accuracy_capture": it.accuracy_capture} if it.accuracy_capture else {})} for it in items],
         }
 
 

@@ -34,6 +34,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from bench.execution.compile_counts import compile_counters, describe_compile
 from bench.execution.launcher import PARENT_PID_ENV, die_with_parent
 from bench.machine.failures import classify_exception
 from bench.machine.memory_cap import apply_cap, device_peak_bytes
@@ -49,46 +50,6 @@ def _phase(text: str) -> None:
     A worker killed by a time limit leaves no event behind; its log then says which phase it was in
     (load, artifact install, warm-up: compilation and tuning happen there, a trial)."""
     print(f"[bench worker {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
-
-
-def compile_counters() -> dict:
-    """Return torch's compile-cache counts and compile-phase seconds so far in this process ({} before torch.compile ran):
-    FX graph and AOT cache hits and misses, the frames Dynamo compiled, and torch's own phase timers (`dynamo_timed`'s
-    compilation_time_metrics; phases nest, so a parent's time includes its children's). Two snapshots' difference
-    (`counters_since`) says what one piece of work compiled: a miss there means compiling (and tuning) again."""
-    utils = sys.modules.get("torch._dynamo.utils")
-    if utils is None:
-        return {}
-    fx, aot = utils.counters.get("inductor", {}), utils.counters.get("aot_autograd", {})
-    frames = utils.counters.get("frames", {})
-    out = {"fx_hit": fx.get("fxgraph_cache_hit", 0), "fx_miss": fx.get("fxgraph_cache_miss", 0),
-           "aot_hit": aot.get("autograd_cache_hit", 0), "aot_miss": aot.get("autograd_cache_miss", 0),
-           "aot_bypass": aot.get("autograd_cache_bypass", 0), "frames_compiled": frames.get("ok", 0)}
-    timed = getattr(utils, "compilation_time_metrics", None) or {}
-    out["phases_s"] = {k: float(sum(v)) for k, v in timed.items() if v}
-    return out if any(v for k, v in out.items() if k != "phases_s") or out["phases_s"] else {}
-
-
-def counters_since(before: dict, after: dict | None = None) -> dict:
-    """Return what was compiled between two compile_counters() snapshots (after: now), phases that took no time left out."""
-    after = compile_counters() if after is None else after
-    if not after:
-        return {}
-    out = {k: v - before.get(k, 0) for k, v in after.items() if k != "phases_s"}
-    was = before.get("phases_s", {})
-    out["phases_s"] = {k: v - was.get(k, 0.0) for k, v in after["phases_s"].items() if v - was.get(k, 0.0) > 0.0005}
-    return out
-
-
-def describe_compile(counts: dict, shown: int = 6) -> str:
-    """Return counts (compile_counters or counters_since) as one line: '' where nothing was compiled or looked up."""
-    if not counts:
-        return ""
-    totals = sorted(((t, k) for k, t in counts["phases_s"].items()), reverse=True)[:shown]
-    phases = ("; longest compile phases: " + ", ".join(f"{k} {t:.1f} s" for t, k in totals)) if totals else ""
-    return (f"; FX graph cache {counts['fx_hit']} hit / {counts['fx_miss']} miss, "
-            f"AOT cache {counts['aot_hit']} hit / {counts['aot_miss']} miss / {counts['aot_bypass']} bypassed, "
-            f"{counts['frames_compiled']} frames compiled{phases}")
 
 
 _entered_at: float | None = None  # time.time() when main() began; None: measure_group called in this process
@@ -279,6 +240,8 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
                                 **({} if peak is None else {"peak_memory_bytes_at_failure": peak})}})
                 loaded.recover()
                 failed = True
+        if item.get("accuracy_capture") and not failed:
+            capture_accuracy(loaded, cell, item["accuracy_capture"])
     if engine.get("export_dir") and not export_failed:
         _phase("exporting the engine artifact")
         try:
@@ -286,6 +249,24 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
         except Exception as exc:
             emit({"event": "fatal", "status": classify_exception(exc), "error": _describe(exc), "phase": "export"})
     loaded.close()
+
+
+def capture_accuracy(loaded, cell, spec: dict) -> None:
+    """Capture the cell's accuracy inputs after its timed trials (bench.execution.accuracy_capture), in this process.
+
+    A failure (an OOM under the run's memory cap, say) leaves no capture and changes no result: `bench accuracy`
+    then measures the cell in a session of its own, as it would without a capture. Its log line says why."""
+    from bench.execution.accuracy_capture import capture
+
+    _phase(f"cell {cell.cell_id}: accuracy capture (teacher-forced answers and greedy tokens through the timed model)")
+    try:
+        meta = capture(loaded, cell, spec)
+    except Exception as exc:  # noqa: BLE001 - the timed figures stand; the accuracy step measures this cell itself
+        _phase(f"cell {cell.cell_id}: accuracy capture failed, none written: {_describe(exc)}")
+        loaded.recover()
+        return
+    _phase(f"cell {cell.cell_id}: accuracy captured in {meta['measure_s']:.1f} s ({sum(meta['fed'])} positions)"
+           f"{describe_compile(meta['compile'])}")
 
 
 def pass_result(out, backend_figures: dict, telemetry: dict, gpus: int, extra: dict):

@@ -15,6 +15,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.errors import BenchInputError
 from bench.execution.supervisor import GroupItem, GroupJob
 from bench.results.records import FINAL_FAILURES, RunContext, new_context, new_record
 from bench.results.store import ResultStore
@@ -223,6 +224,8 @@ def run_matrix(
     show_progress: bool = True,
     console=None,
     command: str = "run",
+    accuracy_capture: bool = False,
+    all_cells=None,
 ) -> RunSummary:
     """Run every cell of the matrix not yet stored, `runs` fresh worker processes each; return what happened.
 
@@ -230,6 +233,10 @@ def run_matrix(
     of the machine spreads over all cells instead of biasing the last ones. The executor
     (matrix.settings.executor; bench.execution.executors) runs as many build groups at once as
     it has GPUs for; this process alone writes the store, as each event arrives.
+
+    accuracy_capture: the first run of each cell `bench accuracy` can score from its capture also feeds the accuracy
+    prompts through the timed model after its trials (capture_specs; bench.execution.accuracy_capture); its baseline is
+    found among all_cells (the matrix before --only; default its cells).
     """
     from bench.backends import engine_artifact
     from bench.execution.executors import make_executor, run_chains
@@ -284,6 +291,7 @@ def run_matrix(
                 executor.close()  # run_chains closes it otherwise (a Ray connection this process started)
             raise
 
+        captures = capture_specs(matrix, all_cells or matrix.cells, workload_cache) if accuracy_capture else {}
         failed: set[str] = set()  # cells whose run failed: their later runs are not started
         rounds = max((len(p.runs) for p in todo), default=0)
         with MatrixProgress(total, total - sum(len(p.runs) for p in todo), enabled=show_progress, console=console,
@@ -305,7 +313,7 @@ def run_matrix(
                     dest, engine = engine_for(key, build, artifacts, settings, Path(engines_dir),
                                               planned[0].context.run_id)
                     return _group_round(key, planned, k, matrix, store, workloads, summary, failed, progress,
-                                        dest, store_path, engine)
+                                        dest, store_path, engine, captures if k == 0 else {})
                 return round_k
 
             if executor is not None:
@@ -325,12 +333,16 @@ def _capped_devices(matrix: Matrix) -> list[str]:
 
 
 def _group_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store: ResultStore, workloads: dict,
-                 summary: RunSummary, failed: set, progress, engines_dir, store_path, engine: dict | None = None):
-    """Return the GroupRun of one build group's cells for their k-th run; its events store each outcome."""
+                 summary: RunSummary, failed: set, progress, engines_dir, store_path, engine: dict | None = None,
+                 captures: dict | None = None):
+    """Return the GroupRun of one build group's cells for their k-th run; its events store each outcome.
+    captures: {cell_id: accuracy capture spec} of the cells whose worker captures after its trials (this run only)."""
     from bench.execution.executors import GroupRun, gpus_needed
     from bench.machine.memory_cap import env_for
 
-    items = [GroupItem(p.cell, list(range(matrix.settings.trials)), str(workloads[p.cell.workload][1])) for p in planned]
+    captures = captures or {}
+    items = [GroupItem(p.cell, list(range(matrix.settings.trials)), str(workloads[p.cell.workload][1]),
+                       _with_run(captures.get(p.cell.cell_id), p.context)) for p in planned]
     by_id = {p.cell.cell_id: p for p in planned}
     received = dict.fromkeys(by_id, 0)
     ended: set[str] = set()  # cells of this round counted by the progress: a failed build fails every trial, once each
@@ -385,6 +397,44 @@ def _group_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store:
     )
     group = GroupRun(job=job, gpus=gpus_needed(key), on_event=on_event)
     return group
+
+
+def capture_specs(matrix: Matrix, all_cells, workload_cache) -> dict:
+    """Return {cell_id: accuracy capture spec} of the matrix's cells `bench accuracy` could score from a capture: hf
+    cells, not a baseline themselves, whose workload has reference answers (the accuracy prompts and answers are
+    written now, by the rule `bench accuracy` uses: bench.workloads.references.accuracy_workload)."""
+    from bench.execution.accuracy_capture import capture_dir, capture_key
+    from bench.spec.baseline import accuracy_baseline
+    from bench.workloads.references import accuracy_workload, answers_path, has_answers
+
+    settings = matrix.accuracy
+    if settings.reference == "baseline-greedy":
+        return {}
+    out, files = {}, {}
+    for cell in matrix.cells:
+        if cell.backend != "hf" or not has_answers(cell.workload):
+            continue
+        try:
+            base = accuracy_baseline(cell, all_cells, matrix.baseline)
+        except BenchInputError:
+            continue  # no single baseline: `bench accuracy` refuses the cell itself, with the reason
+        if base.cell_id == cell.cell_id:
+            continue  # a baseline's session measures it (its floors need the model)
+        if base.workload not in files:
+            _wl, wl_file, _answers = accuracy_workload(base.workload, settings, Path(workload_cache))
+            files[base.workload] = (str(Path(wl_file).resolve()), str(answers_path(wl_file).resolve()))
+        wl_file, answers_file = files[base.workload]
+        out[cell.cell_id] = {"folder": str(capture_dir(matrix.name, cell.cell_id, settings)), "workload_file": wl_file,
+                             "answers_file": answers_file, "settings": capture_key(settings),
+                             "max_total_len": base.workload.max_total_len}
+    return out
+
+
+def _with_run(spec: dict | None, context) -> dict | None:
+    """Return a capture spec with the run that makes it (its run id and commit, said in capture.json)."""
+    if spec is None:
+        return None
+    return {**spec, "run": {"run_id": context.run_id, "commit": context.commit, "dirty": context.dirty}}
 
 
 def trial_spread_warnings(values: list) -> list[str]:

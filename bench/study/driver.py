@@ -148,7 +148,8 @@ def _step(step: str, plan, stores: dict, commands: dict, report_dir: Path, redo:
           failed: dict) -> str | None:
     """Run one step through its command's driver; its failures go to `failed`. Return the report's text (report step)."""
     if step == "run":
-        failed["run"] = _run(plan.matrix, stores["run"], redo, show_progress, console, commands["run"])
+        failed["run"] = _run(plan.matrix, stores["run"], redo, show_progress, console, commands["run"],
+                             capture=plan.accuracy_matrix is not None)
     elif step == "oom":
         failed["oom"] = _oom(plan, stores["oom"], redo, console, commands, report_dir)
     elif step == "profile" and plan.profile is not None:
@@ -200,11 +201,13 @@ class _Summary:
         write_atomic(self.path, json.dumps(self.summary, indent=1))  # never half a file, whenever the study is stopped
 
 
-def _run(matrix, store: Path, redo: bool, show_progress: bool, console, command: str) -> int:
+def _run(matrix, store: Path, redo: bool, show_progress: bool, console, command: str, capture: bool = False) -> int:
+    """Run the study's matrix; where the study judges accuracy, each cell's first run also captures its accuracy inputs
+    in the timed process (bench.execution.accuracy_capture), which that step scores instead of compiling again."""
     from bench.runner.matrix import run_matrix
 
     console.print(f"[bold]study: run[/] ({command})")
-    summary = run_matrix(matrix, store, redo=redo, show_progress=show_progress, console=console)
+    summary = run_matrix(matrix, store, redo=redo, show_progress=show_progress, console=console, accuracy_capture=capture)
     console.print(f"run: {summary.elapsed_s:.0f} s: {summary.statuses or 'nothing new'}; {summary.skipped} trial(s) already "
                   f"stored" + (f"; run id {summary.run_id}" if summary.run_id else ""))
     return summary.statuses.get("error", 0) + summary.statuses.get("timeout", 0)

@@ -182,7 +182,7 @@ def step_commands(plan: StudyPlan, preset: str | None, matrix_file: str | None, 
     src = f"--preset {preset}" if preset else f"--matrix {matrix_file}"
     slice_ = (f" --requests {requests}" if requests else "") + (f" --runs {runs}" if runs else "")
     name = plan.matrix.name
-    out = {"run": f"bench run {src}{slice_}"}
+    out = {"run": f"bench run {src}{slice_}" + (" --accuracy-capture" if plan.accuracy_matrix is not None else "")}
     for i, s in enumerate(plan.oom):
         lengths = ",".join(f"{a}x{b}" for a, b in s.lengths) if s.lengths else None
         out[f"oom{i}"] = (f"bench oom {src}" + (f" --only {plan.only['oom']}" if plan.only.get("oom") else "")

@@ -36,7 +36,7 @@ class RunAndReport:
 
 def run_and_report(matrix, console, *, store: str | Path | None = None, report_dir: str | Path | None = None,
                    baseline: str | None = None, all_cells=None, redo: bool = False, dry_run: bool = False,
-                   history: list = (), show_progress: bool = True) -> RunAndReport:
+                   history: list = (), show_progress: bool = True, accuracy_capture: bool = False) -> RunAndReport:
     """Run the matrix into its store (default results/<matrix>.jsonl) and build its report (default
     dashboards/<store name>: `--store results/head.jsonl` reports into dashboards/head/, never over another
     store's report).
@@ -71,7 +71,8 @@ def run_and_report(matrix, console, *, store: str | Path | None = None, report_d
     if dry_run:
         lines = [f"{c.cell_id}  {c.label}" for c in matrix.cells]
         return RunAndReport(plan_text="\n".join([*lines, run_estimate(matrix, store, history, redo=redo).text()]))
-    summary = run_matrix(matrix, store, redo=redo, show_progress=show_progress, console=console)
+    summary = run_matrix(matrix, store, redo=redo, show_progress=show_progress, console=console,
+                         accuracy_capture=accuracy_capture, all_cells=all_cells)
     console.print(f"done in {summary.elapsed_s:.1f} s: {statuses_text(summary.statuses)}; {summary.skipped} trial(s) "
                   "already stored" + (f"; run id {summary.run_id}" if summary.run_id else ""), highlight=False)
     return _with_report(summary, store, report_dir, chosen)

@@ -30,6 +30,32 @@ def answers_path(workload_file: str | Path) -> Path:
     return p.with_name(p.stem + ".answers.json")
 
 
+def accuracy_workload(spec: WorkloadSpec, settings, cache: Path = Path("workloads/cache")):
+    """Return (the accuracy workload, its file, its answers or None) of a speed workload: its first `prompts` requests,
+    or its requests and the next ones of the same sampling (seed, rules) where `prompts` is more. The one rule for the
+    prompts `bench accuracy` scores, whether a session or the timed process (`bench run --accuracy-capture`) feeds them."""
+    from dataclasses import replace
+
+    from bench.workloads.workload import cached_workload
+
+    if settings.prompts > spec.num_requests:
+        spec = replace(spec, num_requests=settings.prompts)
+    wl, wl_file = cached_workload(spec, cache)
+    answers = None if settings.reference == "baseline-greedy" else reference_answers(spec, wl, wl_file)
+    return wl, wl_file, answers
+
+
+def scored_sequences(requests, answers: dict, answer_tokens: int, max_total_len: int) -> list[tuple[list[int], list[int]]]:
+    """Return the (prompt, answer) pairs teacher-forced: each request's reference answer, cut to answer_tokens and to
+    the room max_total_len leaves after its prompt; a request with no room is left out."""
+    pairs = []
+    for r in requests:
+        answer = list(answers[r.id])[: min(answer_tokens, max_total_len - r.input_len)]
+        if answer:
+            pairs.append((list(r.prompt_ids), answer))
+    return pairs
+
+
 def has_answers(spec: WorkloadSpec) -> bool:
     """Return whether a workload of this spec has reference answers (its source carries them)."""
     return spec.source == "sharegpt"

@@ -121,6 +121,17 @@ def prefilled_cache(model, ids, mask, prefill_len: int, static_len: int | None):
     return cache
 
 
+def fed_token(feed, k: int):
+    """Return column k of a teacher-forced feed (batch, width) as a new (batch, 1) tensor laid out as a generated
+    token is (argmax's strides), made in the caller's grad mode: so the compiled step's guards hold and nothing
+    compiles again. `.contiguous()` was not enough at batch 1: a (1, 1) slice counts as contiguous, so it stayed a
+    view with the feed's row stride, and a tensor made outside inference mode; each failed a guard of the step
+    (H200, 2026-12-06: two recompiles of the 7B step, 17-51 s, where the timed step had compiled once)."""
+    import torch
+
+    return feed[:, k : k + 1].clone(memory_format=torch.contiguous_format)
+
+
 class DecodeLoop:
     """Greedy generation over a StaticCache with a (optionally compiled) one-token step."""
 
@@ -221,8 +232,7 @@ class DecodeLoop:
         for k in range(1, steps + 1):
             if self.compiled:
                 torch.compiler.cudagraph_mark_step_begin()  # the previous step's output is consumed below
-            # contiguous: the fed column has the layout of a generated token, so the step's guards hold (no recompile)
-            token_in = state["token"] if feed is None else feed[:, k - 1 : k].contiguous()
+            token_in = state["token"] if feed is None else fed_token(feed, k - 1)
             token, logits = self.step(token_in, state["position"], state["pad"], state["mask"], state["cache"])
             state["token"] = token.clone()
             state["position"].add_(1)
