@@ -153,3 +153,32 @@ def test_the_resume_plan_reads_only_the_matrix_cells_of_a_shared_store_without_s
     assert [(p.cell.cell_id, p.runs) for p in resumed] == [
         (p.cell.cell_id, p.runs) for p in plan(mine, [r for r in full if not lost(r)], context)]
     assert [p.runs for p in resumed] == [[2]]
+
+
+def test_a_capture_that_hangs_or_fails_blames_no_cell_and_the_next_cell_runs(tiny_sharegpt, tmp_path):
+    """An accuracy capture runs after its cell's trials (bench.execution.accuracy_capture): a worker that hangs there
+    is killed as a capture's timeout, not as the next cell's, and one that fails there goes on. Both cells' results
+    stand and the outcome of each capture is an event the run warns about."""
+    import os
+
+    from bench.execution.supervisor import GroupItem, GroupJob, supervise_group
+    from bench.workloads.workload import cached_workload
+
+    m = matrix(tiny_sharegpt, max_batch_sizes=[1, 4], trials=1, warmup=0)
+    _, wl_file = cached_workload(m.cells[0].workload, tmp_path / "cache")
+    fifo = tmp_path / "never-written"
+    os.mkfifo(fifo)  # reading it blocks: a capture that hangs
+    spec = {"folder": str(tmp_path / "cap"), "answers_file": str(tmp_path / "none.json"),
+            "settings": {"prompts": 2, "answer_tokens": 4, "generate_tokens": 2, "reference": "auto"}, "max_total_len": 64}
+    items = [GroupItem(m.cells[0], [0], str(wl_file), {**spec, "workload_file": str(fifo)}),
+             GroupItem(m.cells[1], [0], str(wl_file), {**spec, "workload_file": str(tmp_path / "gone.json")})]
+    events = []
+    job = GroupJob(m.cells[0].build_key(), items, tmp_path / "engines", warmup=0, build_timeout_s=30,
+                   cell_timeout_s=2, log_dir=tmp_path / "logs", log_prefix="w")
+    supervise_group(job, events.append)
+    results = {e["cell_id"]: e["status"] for e in events if e.get("event") == "result"}
+    assert results == {m.cells[0].cell_id: "ok", m.cells[1].cell_id: "ok"}
+    done = {e["cell_id"]: e for e in events if e.get("event") == "accuracy_capture" and e["phase"] == "done"}
+    assert done[m.cells[0].cell_id]["status"] == "timeout" and "no progress within 2 s" in done[m.cells[0].cell_id]["error"]
+    assert done[m.cells[1].cell_id]["status"] == "error" and "gone.json" in done[m.cells[1].cell_id]["error"]
+    assert not (tmp_path / "cap").exists()

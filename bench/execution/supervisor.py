@@ -175,6 +175,7 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event, s
 
     built = False
     current: tuple[str, int] | None = None  # (cell_id, trial) being measured
+    capturing: str | None = None  # the cell whose accuracy capture runs (its trials are done: a hang there fails none)
     fatal: dict | None = None  # what the worker said before dying, if it said anything
     deadline = time.monotonic() + job.build_timeout_s
     try:
@@ -195,6 +196,9 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event, s
                     return True
                 # A hang would hang again: it ends its cell, and a fresh worker takes the next one.
                 message = f"timeout: no progress within {job.cell_timeout_s:g} s; worker killed; log {log_path}"
+                if capturing is not None:  # its results are stored: only the capture is lost, said as its outcome
+                    _capture_lost(on_event, capturing, "timeout", message)
+                    return False
                 end_cell(on_event, pending, items, current, "timeout", message)
                 return False
             if event is None:  # the worker exited
@@ -212,6 +216,9 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event, s
                     for cell_id, trial in sorted(pending):
                         _synth(on_event, pending, cell_id, trial, status, "build/load: " + message)
                     return True
+                if capturing is not None:
+                    _capture_lost(on_event, capturing, status, message)
+                    return False
                 end_cell(on_event, pending, items, current, status, message)
                 return False
             kind = event.get("event")
@@ -231,6 +238,8 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event, s
                 return True
             elif kind == "fatal":
                 fatal = event
+            elif kind == "accuracy_capture":
+                capturing = event["cell_id"] if event.get("phase") == "start" else None
             # Every event is progress: the clock restarts (build, warm-up, then each trial).
             deadline = time.monotonic() + job.cell_timeout_s
             on_event(event)
@@ -250,6 +259,13 @@ def _next_cell(items: list[GroupItem], pending: set) -> list[tuple[str, int]]:
         if left:
             return left
     return []
+
+
+def _capture_lost(on_event, cell_id: str, status: str, message: str) -> None:
+    """A worker that hung or died in a cell's accuracy capture: the capture's outcome, never a failed trial (its trials
+    are stored; `bench accuracy` measures the cell in a session). A fresh worker takes the cells still to run."""
+    on_event({"event": "accuracy_capture", "cell_id": cell_id, "phase": "done", "status": status, "error": message,
+              "synthesized": True})
 
 
 def end_cell(on_event, pending: set, items: list[GroupItem], current, status: str, message: str) -> None:

@@ -241,7 +241,7 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
                 loaded.recover()
                 failed = True
         if item.get("accuracy_capture") and not failed:
-            capture_accuracy(loaded, cell, item["accuracy_capture"])
+            capture_accuracy(loaded, cell, item["accuracy_capture"], emit)
     if engine.get("export_dir") and not export_failed:
         _phase("exporting the engine artifact")
         try:
@@ -251,22 +251,29 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
     loaded.close()
 
 
-def capture_accuracy(loaded, cell, spec: dict) -> None:
+def capture_accuracy(loaded, cell, spec: dict, emit: Callable[[dict], None]) -> None:
     """Capture the cell's accuracy inputs after its timed trials (bench.execution.accuracy_capture), in this process.
 
-    A failure (an OOM under the run's memory cap, say) leaves no capture and changes no result: `bench accuracy`
-    then measures the cell in a session of its own, as it would without a capture. Its log line says why."""
+    Its two events ("accuracy_capture", phase start / done) are progress: the supervisor's per-cell clock times the
+    capture alone, and the next cell's warm-up from its end. A failure (an OOM under the run's memory cap, say)
+    leaves no capture and changes no result: `bench accuracy` then measures the cell in a session of its own, as it
+    would without a capture. The done event and the log line say why."""
     from bench.execution.accuracy_capture import capture
 
+    emit({"event": "accuracy_capture", "cell_id": cell.cell_id, "phase": "start"})
     _phase(f"cell {cell.cell_id}: accuracy capture (teacher-forced answers and greedy tokens through the timed model)")
     try:
         meta = capture(loaded, cell, spec)
     except Exception as exc:  # noqa: BLE001 - the timed figures stand; the accuracy step measures this cell itself
         _phase(f"cell {cell.cell_id}: accuracy capture failed, none written: {_describe(exc)}")
+        emit({"event": "accuracy_capture", "cell_id": cell.cell_id, "phase": "done", "status": classify_exception(exc),
+              "error": _describe(exc)})
         loaded.recover()
         return
     _phase(f"cell {cell.cell_id}: accuracy captured in {meta['measure_s']:.1f} s ({sum(meta['fed'])} positions)"
            f"{describe_compile(meta['compile'])}")
+    emit({"event": "accuracy_capture", "cell_id": cell.cell_id, "phase": "done", "status": "ok",
+          "measure_s": meta["measure_s"]})
 
 
 def pass_result(out, backend_figures: dict, telemetry: dict, gpus: int, extra: dict):
