@@ -69,10 +69,17 @@ def test_a_capture_is_untrusted_input_refused_with_the_reason(tmp_path):
         Capture.open(tmp_path / "nothing", "c1", SETTINGS)
     meta = json.loads((folder / META).read_text())
     for bad in ({"fed": [4, 2]}, {"fed": [True, 2]}, {"greedy_ids": {"a": [1]}}, {"greedy_ids_second": {"a": [1], "b": ["x"]}},
-                {"sequences": [[[1, 2], [3, 4, 5]]]}, {"measure_s": "soon"}, {"format": 99}):
+                {"sequences": [[[1, 2], [3, 4, 5]]]}, {"measure_s": "soon"}, {"measure_s": float("nan")}, {"format": 99},
+                {"compile": {"fx_hit": "many"}}, {"run": {"run_id": "r", "folder": "/etc"}}, {"run": {"dirty": "yes"}},
+                {"static_cache_len": -5}):
         (folder / META).write_text(json.dumps({**meta, **bad}))
         with pytest.raises(BenchInputError, match="capture"):
             Capture.open(folder, "c1", SETTINGS)
+    # made by another commit than this checkout's: the code that timed it is not the code that would be judged
+    (folder / META).write_text(json.dumps({**meta, "run": {"run_id": "r1", "commit": "a" * 40, "dirty": False}}))
+    assert Capture.open(folder, "c1", SETTINGS, code={"commit": "a" * 40, "dirty": False}).meta["run"]["run_id"] == "r1"
+    with pytest.raises(BenchInputError, match="made by commit aaaaaaaaaaaa, not this checkout's bbbbbbbbbbbb"):
+        Capture.open(folder, "c1", SETTINGS, code={"commit": "b" * 40, "dirty": False})
     (folder / META).write_text("{not json")
     with pytest.raises(BenchInputError, match="cannot be read"):
         Capture.open(folder, "c1", SETTINGS)

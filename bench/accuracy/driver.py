@@ -215,18 +215,19 @@ def sessions(base, cells: list, measure_baseline: bool = True) -> list[tuple[str
 
 
 def usable_captures(matrix_name: str, cells: list, settings, printer) -> dict[str, str]:
-    """Return {cell_id: capture folder} of the cells `bench run --accuracy-capture` captured for these settings
-    (bench.execution.accuracy_capture): scored from the timed process's capture instead of loaded again. A capture
-    that is there but cannot be used is said, and its cell measured in the session."""
+    """Return {cell_id: capture folder} of the cells `bench run --accuracy-capture` captured for these settings, by
+    this checkout's commit (bench.execution.accuracy_capture): scored from the timed process's capture instead of
+    loaded again. A capture that is there but cannot be used is said, and its cell measured in the session."""
     from bench.execution.accuracy_capture import Capture, capture_dir
+    from bench.machine.environment import project_commit
 
-    out = {}
+    out, code = {}, project_commit()
     for cell in cells:
         folder = capture_dir(matrix_name, cell.cell_id, settings)
         if cell.backend != "hf" or not folder.exists():
             continue
         try:
-            Capture.open(folder, cell.cell_id, settings, check_digest=False)  # the session checks the tensors' digest
+            Capture.open(folder, cell.cell_id, settings, check_digest=False, code=code)  # the session checks the digest
         except BenchInputError as exc:
             printer(f"{cell.label}: its capture is not used ({exc}): measured in the session")
             continue

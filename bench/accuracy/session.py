@@ -196,7 +196,7 @@ def _from_capture(cell, job, reference, requests, refs, folder: str) -> dict:
     figures = captured_figures(capture, reference, requests, settings, refs, _decoder(cell), tuple(settings["rouge_window"]))
     run = capture.meta.get("run") or {}
     return {**figures, "greedy_digest": digest(figures["greedy"]), "load_s": {"cell": 0.0},
-            "compile": capture.meta.get("compile") or {}, "capture": {"folder": str(folder), **run},
+            "compile": capture.meta.get("compile") or {}, "capture": {**run, "folder": str(folder)},
             "measured_through": "its timed process: the loaded model, cache and decode path (compiled step and CUDA "
                                 f"graphs where it has them) the run timed, after its trials (run {run.get('run_id', '?')}; "
                                 "bench run --accuracy-capture)"}

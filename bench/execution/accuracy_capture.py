@@ -129,10 +129,12 @@ class Capture:
         self.folder, self.meta, self._handle = Path(folder), meta, None
 
     @classmethod
-    def open(cls, folder: str | Path, cell_id: str, settings, check_digest: bool = True) -> Capture:
-        """Return the capture in `folder`, made for this cell and settings; BenchInputError saying why it cannot be
-        used otherwise (the cell is then measured in a session). Which sequences it scored is checked where it is
-        scored (bench.accuracy.runtime.captured_figures), against the baseline's Reference."""
+    def open(cls, folder: str | Path, cell_id: str, settings, check_digest: bool = True, code: dict | None = None
+             ) -> Capture:
+        """Return the capture in `folder`, made for this cell and settings (and by this code: `code`, the checkout's
+        {"commit", "dirty"}, where given); BenchInputError saying why it cannot be used otherwise (the cell is then
+        measured in a session). Which sequences it scored is checked where it is scored
+        (bench.accuracy.runtime.captured_figures), against the baseline's Reference."""
         folder = Path(folder)
         meta_path, tensors = folder / META, folder / TENSORS
         if not meta_path.is_file() or not tensors.is_file():
@@ -153,8 +155,15 @@ class Capture:
                 and all(type(n) is int and 0 <= n <= len(seqs[i][1]) for i, n in enumerate(fed)) and isinstance(ids, list)
                 and all(isinstance(meta.get(k), dict) and set(meta[k]) == set(ids)
                         and all(_ids(v) for v in meta[k].values()) for k in ("greedy_ids", "greedy_ids_second"))
-                and type(meta.get("measure_s")) in (int, float)):
-            raise BenchInputError(f"capture {meta_path} has malformed sequences, positions, greedy tokens or times")
+                and _seconds(meta.get("measure_s")) and _compile_counts(meta.get("compile", {}))
+                and _run(meta.get("run", {})) and all(meta.get(k) is None or (type(meta[k]) is int and meta[k] > 0)
+                                                      for k in ("static_cache_len", "timed_static_cache_len"))):
+            raise BenchInputError(f"capture {meta_path} has malformed sequences, positions, greedy tokens, times, "
+                                  "compile counts, run or cache lengths")
+        made = meta.get("run", {})
+        if code and code.get("commit") and made.get("commit") and made.get("commit") != code.get("commit"):
+            raise BenchInputError(f"capture {meta_path} was made by commit {str(made['commit'])[:12]}, not this "
+                                  f"checkout's {str(code['commit'])[:12]}: the code that timed it is not this code")
         if check_digest and file_sha256(tensors) != meta.get("tensors_sha256"):
             raise BenchInputError(f"capture {tensors} does not match the SHA-256 in {META} (changed or damaged)")
         return cls(folder, meta)
@@ -166,6 +175,29 @@ class Capture:
 
             self._handle = safe_open(str(self.folder / TENSORS), framework="pt")
         return self._handle.get_tensor(f"logits.{i}")
+
+
+def _seconds(value) -> bool:
+    """Return whether value is a finite, non-negative number of seconds (not a bool)."""
+    import math
+
+    return type(value) in (int, float) and math.isfinite(value) and value >= 0
+
+
+def _compile_counts(value) -> bool:
+    """Return whether value has compile_counts' shape: {} or its int counters and {phase: seconds}."""
+    if value == {}:
+        return True
+    counters = ("fx_hit", "fx_miss", "aot_hit", "aot_miss", "aot_bypass", "frames_compiled")
+    return (isinstance(value, dict) and set(value) == {*counters, "phases_s"} and all(type(value[k]) is int for k in counters)
+            and isinstance(value["phases_s"], dict) and all(isinstance(k, str) and _seconds(v) for k, v in value["phases_s"].items()))
+
+
+def _run(value) -> bool:
+    """Return whether value is the run a capture names: run_id and commit as text, dirty as a bool (each may be None)."""
+    return (isinstance(value, dict) and set(value) <= {"run_id", "commit", "dirty"}
+            and all(v is None or isinstance(v, str) for k, v in value.items() if k != "dirty")
+            and value.get("dirty") in (None, True, False))
 
 
 def _ids(value) -> bool:

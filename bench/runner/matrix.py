@@ -291,7 +291,7 @@ def run_matrix(
                 executor.close()  # run_chains closes it otherwise (a Ray connection this process started)
             raise
 
-        captures = capture_specs(matrix, all_cells or matrix.cells, workload_cache) if accuracy_capture else {}
+        captures = capture_specs(matrix, all_cells or matrix.cells, workload_cache, console) if accuracy_capture else {}
         failed: set[str] = set()  # cells whose run failed: their later runs are not started
         rounds = max((len(p.runs) for p in todo), default=0)
         with MatrixProgress(total, total - sum(len(p.runs) for p in todo), enabled=show_progress, console=console,
@@ -403,7 +403,7 @@ def _group_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store:
     return group
 
 
-def capture_specs(matrix: Matrix, all_cells, workload_cache) -> dict:
+def capture_specs(matrix: Matrix, all_cells, workload_cache, console=None) -> dict:
     """Return {cell_id: accuracy capture spec} of the matrix's cells `bench accuracy` could score from a capture: hf
     cells, not a baseline themselves, whose workload has reference answers (the accuracy prompts and answers are
     written now, by the rule `bench accuracy` uses: bench.workloads.references.accuracy_workload)."""
@@ -425,8 +425,16 @@ def capture_specs(matrix: Matrix, all_cells, workload_cache) -> dict:
         if base.cell_id == cell.cell_id:
             continue  # a baseline's session measures it (its floors need the model)
         if base.workload not in files:
-            _wl, wl_file, _answers = accuracy_workload(base.workload, settings, Path(workload_cache))
-            files[base.workload] = (str(Path(wl_file).resolve()), str(answers_path(wl_file).resolve()))
+            try:
+                _wl, wl_file, _answers = accuracy_workload(base.workload, settings, Path(workload_cache))
+                files[base.workload] = (str(Path(wl_file).resolve()), str(answers_path(wl_file).resolve()))
+            except BenchInputError as exc:  # answers that cannot be read: no capture; bench accuracy says the same error
+                files[base.workload] = None
+                if console is not None:
+                    console.print(f"accuracy capture: none on workload {base.workload.name!r} ({exc})", highlight=False,
+                                  markup=False)
+        if files[base.workload] is None:
+            continue
         wl_file, answers_file = files[base.workload]
         out[cell.cell_id] = {"folder": str(capture_dir(matrix.name, cell.cell_id, settings)), "workload_file": wl_file,
                              "answers_file": answers_file, "settings": capture_key(settings),
