@@ -157,3 +157,42 @@ def test_a_failed_warm_up_without_a_usable_figure_stays_not_known(startup):
     rec = make_record("c", status="oom")
     assert _failed_warmup_s(replace(rec, extra={"startup": startup})) is None
     assert _failed_warmup_s(replace(rec, extra={"startup": {"warmup_s": 2.5}})) == 2.5
+
+
+def test_cells_scored_from_the_runs_captures_take_their_measuring_out_of_the_sessions_into_the_run():
+    """With the study's run capturing a cell's accuracy inputs, its session only scores files: the measuring its stored
+    session record holds moves to the run step (capture_seconds), and a session of captured cells alone loads no
+    model. A record that came from a capture already has no measuring in its session's time."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from bench.results.estimate import capture_seconds, estimate_accuracy
+
+    def cell(cid):
+        return SimpleNamespace(cell_id=cid, label=f"hf/bf16/{cid}")
+
+    def acc(cid, start, end, measure_s, load_s, capture=None):
+        r = make_record(cid, kind="accuracy")
+        extra = {"accuracy": {"measure_s": measure_s, "load_s": {"cell": load_s}, **({"capture": capture} if capture else {})}}
+        return replace(r, started_at=start, ended_at=end, extra=extra)
+
+    base, bs8, c1, c8, int4 = cell("bs1"), cell("bs8"), cell("c1"), cell("c8"), cell("int4")
+    planned = [(base, "baseline", [bs8]), (base, "cells", [c1, c8]), (base, "cells", [int4])]
+    # the H100 study's sessions (2026-12-06, third session), measured in sessions: 78.4 s with bs8's 12.9 s of
+    # measuring; 137.7 s with compiled bs1's 69.6 s and bs8's 27.1 s and one load of 1.3 s; int4wo 22.6 s
+    records = [acc("bs1", 0.0, 78.4, 58.8, 0.3), acc("bs8", 0.0, 78.4, 12.9, 0.0),
+               acc("c1", 100.0, 237.7, 69.6, 1.3), acc("c8", 100.0, 237.7, 27.1, 1.3), acc("int4", 300.0, 322.6, 20.5, 0.7)]
+    captured = {"bs8", "c1", "c8"}  # int4's session stays (here: as if it had run out of memory in the run)
+    total, text = estimate_accuracy(planned, records, captured)
+    assert total == pytest.approx((78.4 - 12.9) + (137.7 - 69.6 - 27.1 - 1.3) + 22.6)
+    assert "(3 cell(s) scored from the run's captures, their measuring counted in the run step)" in text
+    seconds, line = capture_seconds([bs8, c1, c8, cell("new")], records)
+    assert seconds == pytest.approx(12.9 + 69.6 + 27.1)
+    assert line == "accuracy captures after the trials: 4 cell(s); stored measuring covers 3: 110 s; not known: hf/bf16/new"
+    # records that came from captures: their session's time is already the scoring alone
+    scored = [acc("c1", 400.0, 402.4, 8.9, 0.0, capture={"run_id": "r"}), acc("c8", 400.0, 402.4, 1.9, 0.0, capture={"run_id": "r"})]
+    total, _ = estimate_accuracy([(base, "cells", [c1, c8])], scored, captured)
+    assert total == pytest.approx(2.4)
+    assert capture_seconds([c1, c8], scored)[0] == pytest.approx(10.8)
+    # nothing captured: the sessions' stored times, as before
+    assert estimate_accuracy(planned, records)[0] == pytest.approx(78.4 + 137.7 + 22.6)

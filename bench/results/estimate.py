@@ -211,14 +211,8 @@ def estimate_profiles(cells, records) -> tuple[float | None, str]:
     return (total if known else None), text
 
 
-def estimate_accuracy(planned: list[tuple], records) -> tuple[float | None, str]:
-    """Return (stored seconds for the sessions, or None, a line of text) for `bench accuracy`'s sessions.
-
-    planned: [(baseline cell, mode, cells)] as bench.accuracy.driver.sessions makes them. A session's time is its
-    records' ended_at - started_at (every record of one session carries the session process's own times, its start
-    and its model loads included), from the latest ok record of each of its cells; a session none of whose cells
-    has one is not known. A failed session's time (it stopped early) is not an estimate of a whole one.
-    """
+def _latest_accuracy(records) -> dict:
+    """Return {cell_id: its latest ok Accuracy record with both times}."""
     from bench.results.records import Accuracy
 
     latest: dict[str, Accuracy] = {}
@@ -227,17 +221,60 @@ def estimate_accuracy(planned: list[tuple], records) -> tuple[float | None, str]
                 and r.ended_at >= r.started_at):
             if r.cell_id not in latest or r.started_at > latest[r.cell_id].started_at:
                 latest[r.cell_id] = r
-    total, covered, missing = 0.0, 0, []
+    return latest
+
+
+def _measure_s(record) -> float:
+    value = (record.accuracy or {}).get("measure_s")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else 0.0
+
+
+def estimate_accuracy(planned: list[tuple], records, captured=frozenset()) -> tuple[float | None, str]:
+    """Return (stored seconds for the sessions, or None, a line of text) for `bench accuracy`'s sessions.
+
+    planned: [(baseline cell, mode, cells)] as bench.accuracy.driver.sessions makes them. A session's time is its
+    records' ended_at - started_at (every record of one session carries the session process's own times, its start
+    and its model loads included), from the latest ok record of each of its cells; a session none of whose cells
+    has one is not known. A failed session's time (it stopped early) is not an estimate of a whole one.
+
+    captured: the cells the run step captures (bench.execution.accuracy_capture): scored from the capture, their
+    measuring is done in the run (capture_seconds counts it there). Where their stored record was measured in the
+    session, its measuring (and, for a session all of whose cells are captured, its model load) is taken off.
+    """
+    latest = _latest_accuracy(records)
+    total, covered, missing, scored = 0.0, 0, [], 0
     for base, mode, cells in planned:
         ids = ([base.cell_id] if mode == "baseline" else []) + [c.cell_id for c in cells]
         spans = [latest[i].ended_at - latest[i].started_at for i in ids if i in latest]
         if spans:
-            total += max(spans)
+            moved = [latest[c.cell_id] for c in cells if c.cell_id in captured and c.cell_id in latest
+                     and not latest[c.cell_id].accuracy.get("capture")]
+            off = sum(_measure_s(r) for r in moved)
+            if mode == "cells" and moved and all(c.cell_id in captured for c in cells):
+                off += max((sum(v for v in (r.accuracy.get("load_s") or {}).values() if isinstance(v, (int, float)))
+                            for r in moved), default=0.0)  # nothing to load: every cell is scored from a file
+            total += max(max(spans) - off, 0.0)
             covered += 1
         else:
             missing.append(f"{'the baseline session of ' if mode == 'baseline' else 'the session of '}"
                            f"{(base if mode == 'baseline' else cells[0]).label}")
+        scored += sum(c.cell_id in captured for c in cells)
     text = f"accuracy: {len(planned)} session(s); stored session times cover {covered}: {total:.0f} s"
+    if scored:
+        text += f" ({scored} cell(s) scored from the run's captures, their measuring counted in the run step)"
     if missing:
         text += "; not known: " + "; ".join(missing)
     return (total if covered else None), text
+
+
+def capture_seconds(cells, records) -> tuple[float, str]:
+    """Return (seconds, a line of text) of the run step's accuracy captures of `cells`: each cell's latest stored
+    accuracy measuring (a capture's, or a session's, which feeds the same tokens), the cells with none named."""
+    latest = _latest_accuracy(records)
+    known = [c for c in cells if c.cell_id in latest]
+    seconds = sum(_measure_s(latest[c.cell_id]) for c in known)
+    text = f"accuracy captures after the trials: {len(cells)} cell(s); stored measuring covers {len(known)}: {seconds:.0f} s"
+    unknown = [c.label for c in cells if c.cell_id not in latest]
+    if unknown:
+        text += "; not known: " + "; ".join(unknown)
+    return seconds, text

@@ -403,18 +403,16 @@ def _group_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store:
     return group
 
 
-def capture_specs(matrix: Matrix, all_cells, workload_cache, console=None) -> dict:
-    """Return {cell_id: accuracy capture spec} of the matrix's cells `bench accuracy` could score from a capture: hf
-    cells, not a baseline themselves, whose workload has reference answers (the accuracy prompts and answers are
-    written now, by the rule `bench accuracy` uses: bench.workloads.references.accuracy_workload)."""
-    from bench.execution.accuracy_capture import capture_dir, capture_key
+def captured_cells(matrix: Matrix, all_cells) -> list[tuple[Cell, Cell]]:
+    """Return [(cell, its accuracy baseline)] of the matrix's cells `bench run --accuracy-capture` captures: hf cells,
+    not a baseline themselves, whose workload has reference answers, under a reference that is not the baseline's
+    own greedy tokens. The one rule, for the run (capture_specs) and the study's estimate."""
     from bench.spec.baseline import accuracy_baseline
-    from bench.workloads.references import accuracy_workload, answers_path, has_answers
+    from bench.workloads.references import has_answers
 
-    settings = matrix.accuracy
-    if settings.reference == "baseline-greedy":
-        return {}
-    out, files = {}, {}
+    if matrix.accuracy.reference == "baseline-greedy":
+        return []
+    out = []
     for cell in matrix.cells:
         if cell.backend != "hf" or not has_answers(cell.workload):
             continue
@@ -422,8 +420,20 @@ def capture_specs(matrix: Matrix, all_cells, workload_cache, console=None) -> di
             base = accuracy_baseline(cell, all_cells, matrix.baseline)
         except BenchInputError:
             continue  # no single baseline: `bench accuracy` refuses the cell itself, with the reason
-        if base.cell_id == cell.cell_id:
-            continue  # a baseline's session measures it (its floors need the model)
+        if base.cell_id != cell.cell_id:  # a baseline's session measures it (its floors need the model)
+            out.append((cell, base))
+    return out
+
+
+def capture_specs(matrix: Matrix, all_cells, workload_cache, console=None) -> dict:
+    """Return {cell_id: accuracy capture spec} of the cells captured_cells names, the accuracy prompts and answers
+    written now by the rule `bench accuracy` uses (bench.workloads.references.accuracy_workload)."""
+    from bench.execution.accuracy_capture import capture_dir, capture_key
+    from bench.workloads.references import accuracy_workload, answers_path
+
+    settings = matrix.accuracy
+    out, files = {}, {}
+    for cell, base in captured_cells(matrix, all_cells):
         if base.workload not in files:
             try:
                 _wl, wl_file, _answers = accuracy_workload(base.workload, settings, Path(workload_cache))

@@ -237,6 +237,19 @@ def _run_starts(matrix, est) -> tuple[int, int, bool]:
     return forked, fresh, cuda
 
 
+def _capturable(plan: StudyPlan, stores: dict, extra: list) -> list:
+    """Return the cells the study's run captures (bench.runner.matrix.captured_cells), less those whose stored runs all
+    failed (out of memory under the cap, say): a capture follows a cell's trials, so those are measured in sessions."""
+    from bench.results import query
+    from bench.results.records import Measurement
+    from bench.runner.matrix import captured_cells
+
+    runs = (query.load([stores["run"]]) if stores["run"].exists() else []) + extra
+    stored = {r.cell_id for r in runs if isinstance(r, Measurement)}
+    ok = {r.cell_id for r in runs if isinstance(r, Measurement) and r.ok}
+    return [c for c, _ in captured_cells(plan.matrix, plan.matrix.cells) if c.cell_id in ok or c.cell_id not in stored]
+
+
 def dry_run_text(plan: StudyPlan, steps: list[str], stores: dict, history: list, commands: dict, redo: bool) -> str:
     """Return the study's plan: each step's command line, cells, searches and sessions, and the estimate."""
     from bench.execution.zygote import not_forkable
@@ -264,6 +277,13 @@ def dry_run_text(plan: StudyPlan, steps: list[str], stores: dict, history: list,
         est = run_estimate(plan.matrix, stores["run"], history, redo)
         known += est.known_s
         lines += ["  " + x for x in est.text().splitlines()]
+        if plan.accuracy_matrix is not None:  # the study's run captures what its accuracy step will score
+            from bench.results.estimate import capture_seconds
+
+            seconds, text = capture_seconds(_capturable(plan, stores, extra),
+                                            (query.load([stores["accuracy"]]) if stores["accuracy"].exists() else []) + extra)
+            known += seconds
+            lines.append("  " + text)
         forked, fresh, cuda = _run_starts(plan.matrix, est)
         if forked or fresh:
             seconds, text = worker_starts(forked, fresh, cuda, zygote)
@@ -307,7 +327,12 @@ def dry_run_text(plan: StudyPlan, steps: list[str], stores: dict, history: list,
                          else f"  session: against {base.label}")
             lines += [f"    {c.label}" for c in cells]
         acc_records = (query.load([stores["accuracy"]]) if stores["accuracy"].exists() else []) + extra
-        total, text = estimate_accuracy(planned, acc_records)
+        from bench.execution.accuracy_capture import capture_dir
+
+        # Scored from captures: those this invocation's run makes, and those an earlier run of the study left.
+        captured = {c.cell_id for c in _capturable(plan, stores, extra)
+                    if "run" in steps or capture_dir(plan.matrix.name, c.cell_id, a).exists()}
+        total, text = estimate_accuracy(planned, acc_records, captured)
         known += total or 0.0
         lines.append("  " + text)
     if "report" in steps:
