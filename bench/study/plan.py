@@ -268,6 +268,8 @@ def dry_run_text(plan: StudyPlan, steps: list[str], stores: dict, history: list,
     extra = [r for h in history for r in query.load([h])]
     lines = [f"study of matrix {plan.matrix.name!r}: steps {', '.join(steps)}"]
     known = 0.0
+    capturable = _capturable(plan, stores, extra) if plan.accuracy_matrix is not None else []
+    to_run: set[str] = set()  # labels of the cells this invocation's run measures: each is captured after its trials
     if "run" in steps:
         st = plan.matrix.settings
         lines += ["", f"run: {commands['run']}",
@@ -277,11 +279,13 @@ def dry_run_text(plan: StudyPlan, steps: list[str], stores: dict, history: list,
         est = run_estimate(plan.matrix, stores["run"], history, redo)
         known += est.known_s
         lines += ["  " + x for x in est.text().splitlines()]
-        if plan.accuracy_matrix is not None:  # the study's run captures what its accuracy step will score
+        to_run = {c.label for c in est.cells}
+        captures = [c for c in capturable if c.label in to_run]
+        if captures:  # the study's run captures what its accuracy step will score
             from bench.results.estimate import capture_seconds
 
-            seconds, text = capture_seconds(_capturable(plan, stores, extra),
-                                            (query.load([stores["accuracy"]]) if stores["accuracy"].exists() else []) + extra)
+            seconds, text = capture_seconds(captures, (query.load([stores["accuracy"]]) if stores["accuracy"].exists()
+                                                       else []) + extra)
             known += seconds
             lines.append("  " + text)
         forked, fresh, cuda = _run_starts(plan.matrix, est)
@@ -330,8 +334,7 @@ def dry_run_text(plan: StudyPlan, steps: list[str], stores: dict, history: list,
         from bench.execution.accuracy_capture import capture_dir
 
         # Scored from captures: those this invocation's run makes, and those an earlier run of the study left.
-        captured = {c.cell_id for c in _capturable(plan, stores, extra)
-                    if "run" in steps or capture_dir(plan.matrix.name, c.cell_id, a).exists()}
+        captured = {c.cell_id for c in capturable if c.label in to_run or capture_dir(plan.matrix.name, c.cell_id, a).exists()}
         total, text = estimate_accuracy(planned, acc_records, captured)
         known += total or 0.0
         lines.append("  " + text)
