@@ -278,17 +278,18 @@ def test_the_warm_up_line_names_the_cache_counts_and_the_longest_compile_phases(
     monkeypatch.setitem(sys.modules, "torch._dynamo.utils", utils)
     before = compile_counts.compile_counters()
     assert compile_counts.describe_compile(before) == (
-        "; FX graph cache 1 hit / 0 miss, AOT cache 0 hit / 0 miss / 1 bypassed, 0 frames compiled; longest compile "
+        "; FX graph cache 1 hit / 0 miss, AOT cache 0 hit / 0 miss / 1 bypassed; longest compile "
         "phases: CachingAutotuner.coordinate_descent_tuning 113.0 s, _compile.compile_inner 42.5 s, "
         "async_compile.wait 1.0 s")
     # What one piece of work compiled: the difference of two snapshots (an accuracy session's cell, after the one before).
     utils.counters["inductor"]["fxgraph_cache_miss"] = 2
-    utils.counters["frames"] = {"ok": 3}
+    utils.counters["frames"] = {"ok": 3}  # not read: torch 2.11 left it at 0 in workers that compiled
     utils.compilation_time_metrics["_compile.compile_inner"].append(7.25)
     since = compile_counts.counters_since(before)
-    assert since == {"fx_hit": 0, "fx_miss": 2, "aot_hit": 0, "aot_miss": 0, "aot_bypass": 0, "frames_compiled": 3,
+    assert since == {"fx_hit": 0, "fx_miss": 2, "aot_hit": 0, "aot_miss": 0, "aot_bypass": 0,
                      "phases_s": {"_compile.compile_inner": 7.25}}
-    assert compile_counts.describe_compile(since).endswith("3 frames compiled; longest compile phases: _compile.compile_inner 7.2 s")
+    assert compile_counts.describe_compile(since).endswith(
+        "AOT cache 0 hit / 0 miss / 0 bypassed; longest compile phases: _compile.compile_inner 7.2 s")
     monkeypatch.setitem(sys.modules, "torch._dynamo.utils", types.SimpleNamespace(counters={}))
     assert compile_counts.compile_counters() == {} and compile_counts.describe_compile(compile_counts.compile_counters()) == ""
     assert compile_counts.counters_since(before) == {}

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.errors import BenchInputError
-from bench.execution.accuracy_capture import LogitsWriter  # noqa: F401 - the baseline's writer, re-exported
 from bench.files import file_sha256
 
 FORMAT = 1

@@ -63,7 +63,8 @@ def baseline_reference(loaded, cell, requests, answers: dict | None, settings: d
         greedy_batch,
         hf_logits,
     )
-    from bench.accuracy.reference import TENSORS, LogitsWriter, write_meta
+    from bench.accuracy.reference import TENSORS, write_meta
+    from bench.execution.accuracy_capture import LogitsWriter
 
     _runtime(loaded)
     opts, size = cell.options_dict, cell.max_batch_size

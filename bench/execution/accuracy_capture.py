@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from bench.errors import BenchInputError
-from bench.execution.compile_counts import compile_counters, counters_since
+from bench.execution.compile_counts import COUNTERS, compile_counters, counters_since
 from bench.files import file_sha256
 
 FORMAT = 1
@@ -188,8 +188,7 @@ def _compile_counts(value) -> bool:
     """Return whether value has compile_counts' shape: {} or its int counters and {phase: seconds}."""
     if value == {}:
         return True
-    counters = ("fx_hit", "fx_miss", "aot_hit", "aot_miss", "aot_bypass", "frames_compiled")
-    return (isinstance(value, dict) and set(value) == {*counters, "phases_s"} and all(type(value[k]) is int for k in counters)
+    return (isinstance(value, dict) and set(value) == {*COUNTERS, "phases_s"} and all(type(value[k]) is int for k in COUNTERS)
             and isinstance(value["phases_s"], dict) and all(isinstance(k, str) and _seconds(v) for k, v in value["phases_s"].items()))
 
 

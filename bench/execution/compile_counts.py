@@ -1,7 +1,7 @@
 """What torch compiled in this process, and how long it took: read by the worker's log and the accuracy records.
 
 torch keeps process-wide counters (`torch._dynamo.utils.counters`: FX graph and AOT cache hits and
-misses, frames compiled) and phase timers (`compilation_time_metrics`). A snapshot before and after a
+misses) and phase timers (`compilation_time_metrics`). A snapshot before and after a
 piece of work (a warm-up, an accuracy capture, an accuracy session's cell) says what that work compiled:
 a miss there means compiling (and tuning) again.
 """
@@ -10,20 +10,23 @@ from __future__ import annotations
 
 import sys
 
+# The counters a snapshot holds, besides its phase seconds. Not Dynamo's `frames` counter: on torch 2.11 (H200,
+# 2026-12-06) it read 0 in workers that compiled two graphs, so it would have said nothing compiled.
+COUNTERS = ("fx_hit", "fx_miss", "aot_hit", "aot_miss", "aot_bypass")
+
 
 def compile_counters() -> dict:
     """Return torch's compile-cache counts and compile-phase seconds so far in this process ({} before torch.compile ran):
-    FX graph and AOT cache hits and misses, the frames Dynamo compiled, and torch's own phase timers (`dynamo_timed`'s
+    FX graph and AOT cache hits and misses, and torch's own phase timers (`dynamo_timed`'s
     compilation_time_metrics; phases nest, so a parent's time includes its children's). Two snapshots' difference
     (`counters_since`) says what one piece of work compiled: a miss there means compiling (and tuning) again."""
     utils = sys.modules.get("torch._dynamo.utils")
     if utils is None:
         return {}
     fx, aot = utils.counters.get("inductor", {}), utils.counters.get("aot_autograd", {})
-    frames = utils.counters.get("frames", {})
     out = {"fx_hit": fx.get("fxgraph_cache_hit", 0), "fx_miss": fx.get("fxgraph_cache_miss", 0),
            "aot_hit": aot.get("autograd_cache_hit", 0), "aot_miss": aot.get("autograd_cache_miss", 0),
-           "aot_bypass": aot.get("autograd_cache_bypass", 0), "frames_compiled": frames.get("ok", 0)}
+           "aot_bypass": aot.get("autograd_cache_bypass", 0)}
     timed = getattr(utils, "compilation_time_metrics", None) or {}
     out["phases_s"] = {k: float(sum(v)) for k, v in timed.items() if v}
     return out if any(v for k, v in out.items() if k != "phases_s") or out["phases_s"] else {}
@@ -47,5 +50,4 @@ def describe_compile(counts: dict, shown: int = 6) -> str:
     totals = sorted(((t, k) for k, t in counts["phases_s"].items()), reverse=True)[:shown]
     phases = ("; longest compile phases: " + ", ".join(f"{k} {t:.1f} s" for t, k in totals)) if totals else ""
     return (f"; FX graph cache {counts['fx_hit']} hit / {counts['fx_miss']} miss, "
-            f"AOT cache {counts['aot_hit']} hit / {counts['aot_miss']} miss / {counts['aot_bypass']} bypassed, "
-            f"{counts['frames_compiled']} frames compiled{phases}")
+            f"AOT cache {counts['aot_hit']} hit / {counts['aot_miss']} miss / {counts['aot_bypass']} bypassed{phases}")

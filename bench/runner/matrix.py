@@ -360,7 +360,7 @@ def _group_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store:
             progress.current(p.cell.label, event["trial"], run=(k, runs) if runs > 1 else None, slot=group.label)
         elif kind == "accuracy_capture" and event.get("phase") == "done" and event.get("status") != "ok":
             progress.warn(f"{by_id[event['cell_id']].cell.label}: its accuracy capture failed ({event.get('status')}: "
-                          f"{str(event.get('error') or '').splitlines()[0][:200]}); its timed figures stand, and bench "
+                          f"{str(event.get('error') or '').split(chr(10))[0][:200]}); its timed figures stand, and bench "
                           "accuracy measures it in a session of its own", key=f"capture {event['cell_id']}")
         elif kind == "result":
             p = by_id[event["cell_id"]]
