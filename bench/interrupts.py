@@ -1,5 +1,5 @@
 """SIGTERM handled as Ctrl-C: one rule for the commands that must clean up when a job's end, `timeout` or systemd
-stops them (a server in its own process group, a study's step in progress)."""
+stops them (a server in its own process group, a study's step in progress, `bench accuracy`'s running sessions)."""
 
 from __future__ import annotations
 

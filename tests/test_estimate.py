@@ -196,3 +196,39 @@ def test_cells_scored_from_the_runs_captures_take_their_measuring_out_of_the_ses
     assert capture_seconds([c1, c8], scored)[0] == pytest.approx(10.8)
     # nothing captured: the sessions' stored times, as before
     assert estimate_accuracy(planned, records)[0] == pytest.approx(78.4 + 137.7 + 22.6)
+
+
+def test_the_accuracy_step_run_n_at_a_time_is_estimated_as_its_schedules_makespan():
+    """The study's shape (bench accuracy --parallel 3): per workload a baseline session of 66 s, then a compiled
+    cell's 60 s and an int4wo cell's 30 s against it. Hand-computed: both baselines 0-66; then compiled A, int4 A,
+    compiled B 66-126, 66-96, 66-126; int4 B 96-126: 126 s, where one at a time is their sum, 312 s."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from bench.results.estimate import estimate_accuracy
+
+    def cell(cid):
+        return SimpleNamespace(cell_id=cid, label=f"hf/bf16/{cid}")
+
+    def acc(cid, seconds, concurrent=0):
+        r = make_record(cid, kind="accuracy")
+        return replace(r, started_at=1000.0, ended_at=1000.0 + seconds,
+                       extra={"accuracy": {"concurrent_sessions": concurrent}})
+
+    a, b = cell("base-1024"), cell("base-2048")
+    planned = [(a, "baseline", []), (a, "cells", [cell("compiled-1024")]), (a, "cells", [cell("int4-1024")]),
+               (b, "baseline", []), (b, "cells", [cell("compiled-2048")]), (b, "cells", [cell("int4-2048")])]
+    records = [acc("base-1024", 66), acc("compiled-1024", 60), acc("int4-1024", 30),
+               acc("base-2048", 66), acc("compiled-2048", 60), acc("int4-2048", 30)]
+    total, text = estimate_accuracy(planned, records, parallel=3)
+    assert total == 126.0
+    assert text == "accuracy: 6 session(s); stored session times cover 6: 3 at a time: 126 s; one at a time: 312 s"
+    # 2 at a time: the baselines 0-66; compiled A 66-126 and int4 A 66-96; compiled B 96-156; int4 B 126-156
+    assert estimate_accuracy(planned, records, parallel=2)[0] == 156.0
+    assert estimate_accuracy(planned, records) == (312.0, "accuracy: 6 session(s); stored session times cover 6: 312 s")
+    # a session not known counts 0 s in the schedule and is named; times measured beside others are said to be so
+    total, text = estimate_accuracy(planned[:3] + planned[3:5], records[:3] + [acc("base-2048", 66, concurrent=2)],
+                                    parallel=3)
+    assert total == 126.0 and text == ("accuracy: 5 session(s); stored session times cover 4: 3 at a time: 126 s; one "
+                                       "at a time: 222 s (1 of them measured beside other sessions: not solo times); "
+                                       "not known: the session of hf/bf16/compiled-2048")

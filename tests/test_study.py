@@ -89,7 +89,7 @@ def test_the_h200_study_preset_plans_every_step(tmp_path):
     assert len(profiled) == 4  # listed under run and under profile: eager and harness loop
     assert any("decode_loop=harness" in line for line in profiled[2:]) and any("cache=dynamic" in line for line in profiled[2:])
     # a verdict on every row: the 15 cells (2 baselines) in 7 sessions, each through its own runtime
-    assert "accuracy: bench accuracy --preset h200-study\n" in out
+    assert "accuracy: bench accuracy --preset h200-study --parallel 3\n" in out  # its [study.accuracy] parallel = 3
     assert "15 cell(s) in 7 session(s), each through its own runtime (16 prompts x up to 32 answer tokens" in out
     assert out.count("(baseline: its reference and noise floor)") == 2
     assert ("bench report results/h200-study.jsonl results/h200-study-oom.jsonl results/h200-study-accuracy.jsonl "
@@ -111,6 +111,28 @@ def test_study_refuses_bad_input_before_running(tmp_path):
     proc = _bench("study", "--matrix", "np.toml", cwd=tmp_path)
     assert proc.returncode == 2 and "backend(s) ['fake']" in proc.stderr
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("value, said", [
+    ("0", "[study.accuracy] parallel must be a positive integer, got 0: how many accuracy sessions run at once"),
+    ("2.5", "[study.accuracy] parallel must be an integer, got 2.5"),
+    ('"3"', "[study.accuracy] parallel must be a positive integer, got '3'"),
+    ("true", "[study.accuracy] parallel must be a positive integer, got True"),
+])
+def test_the_accuracy_steps_parallel_is_checked_before_any_step(tmp_path, value, said):
+    from bench.errors import BenchInputError
+    from bench.spec.matrix import load_matrix
+    from bench.study.plan import step_commands, study_plan
+
+    path = tmp_path / "twin.toml"
+    path.write_text(TWIN + '\n[study.accuracy]\nonly = "backend=hf"\nparallel = ' + value + "\n")
+    with pytest.raises(BenchInputError) as err:
+        study_plan(path, load_matrix(path))
+    assert str(err.value).startswith(said)
+    path.write_text(TWIN + '\n[study.accuracy]\nonly = "backend=hf"\nparallel = 2\n')
+    plan = study_plan(path, load_matrix(path))
+    assert plan.accuracy_parallel == 2
+    assert step_commands(plan, None, "twin.toml")["accuracy"] == "bench accuracy --matrix twin.toml --only backend=hf --parallel 2"
 
 
 def test_a_study_without_plotly_is_refused_before_its_first_step(tmp_path, monkeypatch, capsys):

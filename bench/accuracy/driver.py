@@ -11,6 +11,13 @@ bench.execution.launcher), each measuring through the cells' own runtime (bench.
 2. per build key of the other cells, a cell session against that Reference (a trtllm or served
    cell: one session each).
 
+With `parallel` N (`bench accuracy --parallel N`, a study's [study.accuracy] `parallel`), N sessions
+run at once (bench.execution.session_pool: a baseline's session before the others of its group,
+different baselines' groups side by side); accuracy figures do not depend on timing, so they are
+the serial run's. A session that ran out of memory while another ran beside it is run again alone,
+and its records say so (`rerun_alone`); every record says how many other sessions ran beside its
+own (`concurrent_sessions`: its seconds are then not a solo time).
+
 It builds one `accuracy` record per cell (bench.results.records.new_record, with the invocation's
 run context): the session's figures, the determinism across processes, and the verdict judged by
 bench.accuracy.verdict against the Reference's floors. Each record's text is bench.accuracy.text's.
@@ -27,7 +34,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from bench.errors import BenchInputError
@@ -91,40 +98,57 @@ def plan_accuracy(matrix, all_cells, settings) -> list[tuple]:
 
 
 def accuracy_matrix(matrix, all_cells, settings, store_path: Path, *, redo: bool = False, timeout: float = 1800,
-                    printer=print) -> tuple[list, int]:
+                    printer=print, parallel: int = 1) -> tuple[list, int]:
     """Measure every selected cell against its baseline; return (the Accuracy records, how many failed).
 
     Per baseline: its session (unless its record and Reference are stored), then one session per
-    build key of the cells still to measure (the module docstring says which).
+    build key of the cells still to measure (the module docstring says which); `parallel` sessions at
+    a time (`accuracy_groups`). Each baseline's lines are printed once it and those before it are done.
     """
     from bench.accuracy.text import accuracy_text
     from bench.checks import check_number
+    from bench.interrupts import sigterm_as_ctrl_c
     from bench.machine.failures import first_line
     from bench.results import query
     from bench.results.records import new_context
     from bench.results.store import ResultStore
 
     check_number(timeout, "--timeout", above=0, hint="seconds per cell before its session is killed")
+    check_parallel(parallel, "--parallel")
     plan = plan_accuracy(matrix, all_cells, settings)
     store_path = query.check_store_path(store_path, must_exist=False)
     stored = query.accuracies(query.load([store_path])) if store_path.exists() else []
     context = new_context("accuracy", matrix=matrix.name, baseline=matrix.baseline)
     records, failed = [], 0
-    with ResultStore(store_path).writer() as store:
-        for base in [c for c, b in plan if b is None]:
-            group = [(base, None)] + [(c, b) for c, b in plan if b is not None and b.cell_id == base.cell_id]
-            done = accuracy_group(base, group, stored, matrix, settings, context, redo, timeout, store, printer)
-            for cell, _ in group:
-                record = done[cell.cell_id]
-                records.append(record)
-                if not record.ok:
-                    failed += 1
-                    print(f"{cell.label}: {record.status}: {first_line(record.error)} (whole text in {store_path})",
-                          file=sys.stderr)
-                else:
-                    printer(accuracy_text(cell, record))
+
+    def said(base, group, done) -> None:
+        nonlocal failed
+        for cell, _ in group:
+            record = done[cell.cell_id]
+            records.append(record)
+            if not record.ok:
+                failed += 1
+                print(f"{cell.label}: {record.status}: {first_line(record.error)} (whole text in {store_path})",
+                      file=sys.stderr)
+            else:
+                printer(accuracy_text(cell, record))
+
+    groups = [(base, [(base, None)] + [(c, b) for c, b in plan if b is not None and b.cell_id == base.cell_id])
+              for base in [c for c, b in plan if b is None]]
+    # SIGTERM (`timeout`, a job's end) as Ctrl-C: every running session's process group is killed, what is stored stays.
+    with sigterm_as_ctrl_c(), ResultStore(store_path).writer() as store:
+        accuracy_groups(groups, stored, matrix, settings, context, redo, timeout, store, printer, parallel, said)
     print(f"accuracy records: {store_path}", file=sys.stderr)
     return records, failed
+
+
+def check_parallel(value, what: str) -> int:
+    """Return how many accuracy sessions may run at once, checked (a positive integer); BenchInputError naming the fix."""
+    from bench.checks import check_number
+
+    check_number(value, what, integer=True, minimum=1,
+                 hint="how many accuracy sessions run at once (1: one after another, the default)")
+    return value
 
 
 def measure_key(settings, base) -> dict:
@@ -146,52 +170,161 @@ def _latest(records):
 
 def accuracy_group(base, group: list, stored: list, matrix, settings, context, redo: bool, timeout: float, store,
                    printer) -> dict:
-    """Return {cell_id: Accuracy record} for a baseline and the cells measured against it, every new record stored.
+    """Return {cell_id: Accuracy record} for a baseline and the cells measured against it, every new record stored
+    (its sessions one after another: `accuracy_groups` of this one group)."""
+    done: dict = {}
+    accuracy_groups([(base, group)], stored, matrix, settings, context, redo, timeout, store, printer, 1,
+                    lambda _base, _group, got: done.update(got))
+    return done
 
-    The baseline's session comes first (unless reused); the cells of its build key ride along in it,
-    the others get a session per build key (one each for trtllm and served cells)."""
+
+@dataclass
+class _Group:
+    """One baseline and the cells measured against it: its Reference's folder, the stored records each cell may reuse
+    or compare with, the records so far, and how many of its sessions have not ended."""
+
+    base: object
+    pairs: list  # [(cell, its baseline or None)], the baseline first
+    folder: Path
+    earlier: dict  # cell_id -> its stored ok records of the same key
+    done: dict = field(default_factory=dict)  # cell_id -> its Accuracy record
+    left: int = 0  # sessions not ended (a re-run counts again)
+
+
+def _prepare(base, group: list, stored: list, matrix, settings, redo: bool, printer) -> tuple[_Group, list]:
+    """Return (the group, its sessions [(mode, cells)], the baseline's first): what the store holds is reused, the rest
+    measured. The baseline's session comes first (unless reused); the cells of its build key ride along in it, the
+    others get a session per build key (one each for trtllm and served cells)."""
     from bench.accuracy.reference import Reference
 
-    folder = reference_dir(matrix.name, base, settings)
+    g = _Group(base, group, reference_dir(matrix.name, base, settings), {})
     reference = None
-    done: dict = {}
-    earlier: dict = {}
     for cell, b in group:
         key = measure_key(settings, b)
-        earlier[cell.cell_id] = [r for r in stored if r.cell_id == cell.cell_id and r.accuracy.get("key") == key and r.ok]
-    if not redo and earlier[base.cell_id]:
+        g.earlier[cell.cell_id] = [r for r in stored if r.cell_id == cell.cell_id and r.accuracy.get("key") == key and r.ok]
+    if not redo and g.earlier[base.cell_id]:
         try:
-            reference = Reference.open(folder)
+            reference = Reference.open(g.folder)
         except BenchInputError as exc:
             printer(f"{base.label}: stored, but its reference cannot be used ({exc}): measured again")
         else:
-            done[base.cell_id] = _latest(earlier[base.cell_id])
-            printer(f"{base.label}: stored {done[base.cell_id].context.label} (--redo measures it again)")
+            g.done[base.cell_id] = _latest(g.earlier[base.cell_id])
+            printer(f"{base.label}: stored {g.done[base.cell_id].context.label} (--redo measures it again)")
     todo = []
     for cell, _b in group[1:]:
-        prior = [r for r in earlier[cell.cell_id]
+        prior = [r for r in g.earlier[cell.cell_id]
                  if reference is not None and r.accuracy.get("reference_sha256") == reference.meta.get("tensors_sha256")]
         if prior and not redo:
-            done[cell.cell_id] = _latest(prior)
-            printer(f"{cell.label}: stored {done[cell.cell_id].context.label} (--redo measures it again)")
+            g.done[cell.cell_id] = _latest(prior)
+            printer(f"{cell.label}: stored {g.done[cell.cell_id].context.label} (--redo measures it again)")
         else:
             todo.append(cell)
-    for mode, cells in sessions(base, todo, measure_baseline=base.cell_id not in done):
-        if mode == "cells" and base.cell_id in done and not done[base.cell_id].ok:
+    planned = sessions(base, todo, measure_baseline=base.cell_id not in g.done)
+    g.left = len(planned)
+    return g, planned
+
+
+def accuracy_groups(groups: list, stored: list, matrix, settings, context, redo: bool, timeout: float, store, printer,
+                    parallel: int = 1, on_group=None) -> None:
+    """Measure each baseline's group [(base, [(cell, baseline or None)])], `parallel` sessions at a time, every new
+    record stored; on_group(base, group, {cell_id: record}) is called for each group in plan order, as soon as it and
+    the groups before it are done.
+
+    The schedule is bench.execution.session_pool's: a group's baseline session first, then its other sessions; groups
+    side by side; a session that ran out of memory beside another is run again alone (`_again_alone`) and its records say
+    so; each record says how many other sessions ran beside its own (`concurrent_sessions`).
+    """
+    from bench.execution.session_pool import Pool, run_pool
+
+    prepared = [_prepare(base, group, stored, matrix, settings, redo, printer) for base, group in groups]
+    said = [0]  # groups handed to on_group, in plan order
+
+    def flush() -> None:
+        while said[0] < len(prepared) and prepared[said[0]][0].left == 0:
+            g = prepared[said[0]][0]
+            said[0] += 1
+            if on_group is not None:
+                on_group(g.base, g.pairs, g.done)
+
+    def start(task):
+        g, (mode, cells, _note) = prepared[task.group][0], task.payload
+        base = g.base
+        if mode == "cells" and base.cell_id in g.done and not g.done[base.cell_id].ok:
             now = time.time()
-            session = {"status": "error", "error": f"its baseline {base.label} failed: {done[base.cell_id].error}",
+            session = {"status": "error", "error": f"its baseline {base.label} failed: {g.done[base.cell_id].error}",
                        "_started": now, "_ended": now}
+            _store(g, task, session, settings, context, store, stored)
+            g.left -= 1
+            flush()
+            return None
+        captures = {} if redo else usable_captures(matrix.name, cells, settings, printer)
+        return _start_session(mode, base, cells, matrix, settings, g.folder, timeout * (1 + len(cells)), captures)
+
+    def finish(task, session: dict):
+        g = prepared[task.group][0]
+        again = _again_alone(task.payload, session, len(task.beside)) if task.may_run_again else None
+        if again is not None:  # what did not run out of memory stands: stored now (a whole session's OOM: nothing)
+            g.left += 1
+            failed = {c.cell_id for c in again[1]} | ({g.base.cell_id} if again[0] == "baseline" else set())
+            _store(g, task, session, settings, context, store, stored, leave_out=failed)
         else:
-            captures = {} if redo else usable_captures(matrix.name, cells, settings, printer)
-            session = _session(mode, base, cells, matrix, settings, folder, timeout * (1 + len(cells)), captures)
-        started, ended = session.pop("_started"), session.pop("_ended")
-        out = [(base, None)] if mode == "baseline" else []
-        for cell, b, figures in _figures(session, out + [(c, base) for c in cells]):
-            record = _record(cell, b, figures, session, settings, folder, earlier[cell.cell_id], context, started, ended)
-            store.append(record)
-            stored.append(record)
-            done[cell.cell_id] = record
-    return done
+            _store(g, task, session, settings, context, store, stored)
+        g.left -= 1
+        flush()
+        return again
+
+    pool = []  # per group: (its baseline's session, the gate, or None), [its other sessions]; each (mode, cells, note)
+    for _, planned in prepared:
+        payloads = [(mode, cells, None) for mode, cells in planned]
+        gated = bool(payloads) and payloads[0][0] == "baseline"
+        pool.append((payloads[0], payloads[1:]) if gated else (None, payloads))
+    flush()  # groups all of whose cells are stored
+    run_pool(Pool(pool, parallel), start, finish)
+
+
+def _again_alone(payload: tuple, session: dict, beside: int) -> tuple | None:
+    """Return (mode, cells, why) of the session to run again alone, where what this one measured beside `beside` other
+    sessions depended on their memory, else None: the whole session where it ran out of memory (bench.machine.failures
+    classified it) or where the free memory cut its baseline's noise-floor batch (`batch_cut_by_memory`: the twin's
+    tokens then saw other padding than alone); else the cells of it that ran out of memory. A baseline whose own
+    figures stand is not measured again: its cells go to a session of their own ("cells", the same build key, against
+    its Reference)."""
+    from bench.machine.failures import first_line
+
+    mode, cells, _note = payload
+    floors = ((session.get("baseline") or {}).get("generation_floor") or {}).values() if mode == "baseline" else ()
+    cut = [f.get("what") for f in floors if isinstance(f, dict) and f.get("batch_cut_by_memory")]
+    if session.get("status") == "oom":
+        again, why, error = (mode, cells), "out of memory", session.get("error")
+    elif session.get("status") == "ok" and cut:
+        again, why, error = (mode, cells), "its noise floor's greedy batch cut by the free memory", cut[0]
+    elif session.get("status") == "ok":
+        oom = [c for c in cells if ((session.get("cells") or {}).get(c.cell_id) or {}).get("status") == "oom"]
+        if not oom:
+            return None
+        again, why, error = ("cells", oom), "out of memory", session["cells"][oom[0].cell_id].get("error")
+    else:
+        return None
+    note = {"reason": f"{why} while {beside} other session(s) ran beside it: run again alone",
+            "concurrent_sessions": beside, "first_error": first_line(error), "first_log": session.get("log")}
+    return (*again, note)
+
+
+def _store(g: _Group, task, session: dict, settings, context, store, stored: list, leave_out=frozenset()) -> None:
+    """Build, store and keep the records of a session's cells (and its baseline's, in a baseline session), less those
+    left out (to be run again alone): each says how many sessions ran beside its own and, for a re-run, why."""
+    mode, cells, rerun = task.payload
+    session = dict(session)
+    started, ended = session.pop("_started"), session.pop("_ended")
+    out = [(g.base, None)] if mode == "baseline" else []
+    for cell, b, figures in _figures(session, out + [(c, g.base) for c in cells]):
+        if cell.cell_id in leave_out:
+            continue
+        record = _record(cell, b, figures, session, settings, g.folder, g.earlier[cell.cell_id], context, started, ended,
+                         concurrent=len(task.beside), rerun=rerun)
+        store.append(record)
+        stored.append(record)
+        g.done[cell.cell_id] = record
 
 
 def sessions(base, cells: list, measure_baseline: bool = True) -> list[tuple[str, list]]:
@@ -235,10 +368,10 @@ def usable_captures(matrix_name: str, cells: list, settings, printer) -> dict[st
     return out
 
 
-def _session(mode: str, base, cells: list, matrix, settings, folder: Path, timeout: float,
-             captures: dict | None = None) -> dict:
-    """Return one accuracy session's result (its figures, or its failure), with when it started and ended."""
-    from bench.execution.launcher import run_session
+def _start_session(mode: str, base, cells: list, matrix, settings, folder: Path, timeout: float,
+                   captures: dict | None = None) -> _Running:
+    """Start one accuracy session (bench.execution.launcher.start_session) and return it, running."""
+    from bench.execution.launcher import start_session
     from bench.execution.supervisor import session_preload
     from bench.machine.memory_cap import ENV_VAR
     from bench.workloads.references import accuracy_workload, answers_path
@@ -259,11 +392,28 @@ def _session(mode: str, base, cells: list, matrix, settings, folder: Path, timeo
     started = time.time()
     # No memory cap: the baseline's session holds its fp32 twin to measure the noise floor; the matrix's
     # gpu_memory_gb is for the speed run, and a cell is measured at its own batch size (docs/guide/accuracy.md).
-    run = run_session([sys.executable, "-m", SESSION, str(job_file), str(result_file)], result_file, log_path,
-                      timeout=timeout, what="accuracy session", drop_env=(ENV_VAR,),
-                      preload=session_preload([base, *cells], SESSION))
-    session = run.result if run.status == "ok" else {"status": run.status, "error": run.error}
-    return {**session, "log": str(log_path), "_started": started, "_ended": time.time(), "workload": wl.summary()}
+    run = start_session([sys.executable, "-m", SESSION, str(job_file), str(result_file)], result_file, log_path,
+                        timeout=timeout, what="accuracy session", drop_env=(ENV_VAR,),
+                        preload=session_preload([base, *cells], SESSION))
+    return _Running(run, {"log": str(log_path), "_started": started, "workload": wl.summary()})
+
+
+class _Running:
+    """A running accuracy session, as bench.execution.session_pool polls it: its result dict (its figures, or its
+    failure, with when it started and ended) once it has ended."""
+
+    def __init__(self, run, info: dict):
+        self.run, self.info = run, info
+
+    def poll(self) -> dict | None:
+        out = self.run.poll()
+        if out is None:
+            return None
+        session = out.result if out.status == "ok" else {"status": out.status, "error": out.error}
+        return {**session, **self.info, "_ended": time.time()}
+
+    def kill(self) -> None:
+        self.run.kill()
 
 
 def _figures(session: dict, pairs: list):
@@ -277,8 +427,12 @@ def _figures(session: dict, pairs: list):
         yield cell, b, figures
 
 
-def _record(cell, b, figures: dict, session: dict, settings, folder: Path, earlier: list, context, started, ended):
-    """Return the Accuracy record of one cell's figures: the verdict judged here against the Reference's floors."""
+def _record(cell, b, figures: dict, session: dict, settings, folder: Path, earlier: list, context, started, ended, *,
+            concurrent: int = 0, rerun: dict | None = None):
+    """Return the Accuracy record of one cell's figures: the verdict judged here against the Reference's floors.
+
+    concurrent: how many other sessions ran beside its session (its seconds are then not a solo time); rerun: why its
+    session is a re-run alone (an out-of-memory beside others), or None."""
     from bench.accuracy.figures import differing_tokens
     from bench.accuracy.reference import META
     from bench.accuracy.verdict import judge
@@ -290,7 +444,10 @@ def _record(cell, b, figures: dict, session: dict, settings, folder: Path, earli
                     f"(seed {(b or cell).workload.seed})")
     acc: dict = {"key": measure_key(settings, b), "prompts_note": prompts_note,
                  "baseline": b.to_dict() if b is not None else None, "baseline_cell_id": (b or cell).cell_id,
-                 "settings": settings.to_dict(), "log": session.get("log"), "reference_dir": str(folder)}
+                 "settings": settings.to_dict(), "log": session.get("log"), "reference_dir": str(folder),
+                 "concurrent_sessions": concurrent}
+    if rerun is not None:
+        acc["rerun_alone"] = rerun
     outcome = {"status": figures["status"], "metrics": None, "error": figures.get("error"), "started_at": started,
                "ended_at": ended}
     if figures["status"] == "ok":

@@ -99,7 +99,10 @@ def baseline_reference(loaded, cell, requests, answers: dict | None, settings: d
         # In the baseline's own batches (its max_batch_size), fewer where its cache would not fit beside the two models.
         batch = greedy_batch(twin, prompts, n, size, _free_bytes(loaded.device))
         twin_out = greedy(twin, prompts, n, loaded.pad_id, loaded.device, batch=batch)
+        # batch_cut_by_memory: the free memory decided the batch (and so the padding the twin's tokens saw); with other
+        # sessions beside this one (bench accuracy --parallel) that is their memory too: the session runs again alone.
         generation_floor[name] = {"what": what + f" (greedy, model.generate, batches of {batch})",
+                                  "batch_cut_by_memory": batch < max(1, size),
                                   **prefix_parity(twin_out, base_out, settings["prefix_k"])}
         del twin
         gc.collect()

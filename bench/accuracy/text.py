@@ -65,6 +65,11 @@ def accuracy_text(cell, record) -> str:
                          + describe_compile(acc.get("compile") or {}))
         if acc.get("capture_refused"):
             lines.append(f"its capture was not used ({acc['capture_refused']}): measured in the session")
+        if acc.get("concurrent_sessions"):  # bench accuracy --parallel
+            lines.append(f"{acc['concurrent_sessions']} other session(s) ran beside its session: these seconds are not "
+                         "a solo time")
+    if acc.get("rerun_alone"):
+        lines.append(f"run again alone: {acc['rerun_alone'].get('reason')}")
     if acc.get("verdict"):
         from bench.accuracy.verdict import Verdict
 

@@ -20,6 +20,10 @@ def register(sub) -> None:
     p.add_argument("--generate-tokens", type=int, help="greedy tokens per prompt for generation parity")
     p.add_argument("--redo", action="store_true", help="measure again what the store already holds (a second process)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per cell before its session is killed")
+    p.add_argument("--parallel", type=int, default=1, metavar="N",
+                   help="accuracy sessions run at once (default 1: one after another); a baseline's session still "
+                        "runs before the others of its group, and one that runs out of memory beside others is run "
+                        "again alone")
     p.set_defaults(func=cmd_accuracy, requests=None, trials=None)
 
 
@@ -32,5 +36,6 @@ def cmd_accuracy(args) -> int:
     full = load_selected_matrix(args, only=False)  # the baselines of the selected cells may lie outside --only
     settings = settings_with(matrix.accuracy, args.prompts, args.answer_tokens, args.generate_tokens)
     store = Path(args.store) if args.store else Path("results") / f"{matrix.name}-accuracy.jsonl"
-    _, failed = accuracy_matrix(matrix, full.cells, settings, store, redo=args.redo, timeout=args.timeout)
+    _, failed = accuracy_matrix(matrix, full.cells, settings, store, redo=args.redo, timeout=args.timeout,
+                                parallel=args.parallel)
     return 1 if failed else 0

@@ -2,7 +2,8 @@
 
 Run's workers (bench.execution.supervisor, which keeps its event stream and progress timeouts),
 the OOM and capacity probes and `bench build` (through the supervisor), and the session-style
-children of `bench profile`, `bench accuracy` and `bench parity` (`run_session`) all start through
+children of `bench profile`, `bench accuracy` and `bench parity` (`run_session`, or `start_session` where the
+caller runs several at once: bench.execution.session_pool) all start through
 this module, which:
 
 - builds the child's environment (`child_env`): PYTHONPATH led by this package's root (the child
@@ -287,39 +288,85 @@ class SessionOutcome:
     error: str | None  # what went wrong, naming the log (None when ok)
 
 
-def run_session(argv: list[str], result_file: Path, log_path: Path, *, timeout: float, what: str = "session",
-                extra_env: dict | None = None, drop_env: tuple[str, ...] = (), watch_parent: bool = True,
-                preload: tuple[str, ...] | None = None) -> SessionOutcome:
-    """Run one session-style child (it writes one JSON result file) to its end or its timeout; return its outcome.
+class Session:
+    """A session-style child started by `start_session`: `poll` it (the caller's own loop: bench.execution.session_pool
+    runs several at once) or `wait` for it (`run_session`), `kill` it; its outcome is judged here either way."""
+
+    def __init__(self, proc, result_file: Path, log_path: Path, timeout: float, what: str, kills, t0: float):
+        self.proc, self.result_file, self.log_path = proc, Path(result_file), Path(log_path)
+        self.timeout, self.what, self.kills, self.t0 = timeout, what, kills, t0
+        self.started = time.perf_counter()  # the time limit counts from here: the child is running (a fork's request
+        # waited for the zygote's imports first)
+
+    def poll(self) -> SessionOutcome | None:
+        """Return its outcome if it has ended (killed, with a timeout outcome, once past its time limit), else None."""
+        returncode = self.proc.poll()
+        if returncode is not None:
+            return self._outcome(returncode)
+        if time.perf_counter() - self.started > self.timeout:
+            return self._timed_out()
+        return None
+
+    def wait(self) -> SessionOutcome:
+        """Return its outcome once it has ended or been killed at its time limit. On Ctrl-C, or anything else, the
+        child's whole process group is killed and the exception goes on."""
+        try:
+            returncode = self.proc.wait(timeout=max(self.timeout - (time.perf_counter() - self.started), 0.0))
+        except subprocess.TimeoutExpired:
+            return self._timed_out()
+        except BaseException:  # Ctrl-C, or anything else: nothing of the child outlives this call
+            self.kill()
+            raise
+        return self._outcome(returncode)
+
+    def kill(self) -> None:
+        """Kill the child's whole process group and wait for it."""
+        kill_group(self.proc)
+
+    def _timed_out(self) -> SessionOutcome:
+        self.kill()
+        return SessionOutcome("timeout", None, self.log_path, None, time.perf_counter() - self.t0,
+                              f"{self.what} ran past {self.timeout:g} s; log {self.log_path}")
+
+    def _outcome(self, returncode: int) -> SessionOutcome:
+        wall_s, log_path, result_file = time.perf_counter() - self.t0, self.log_path, self.result_file
+        if returncode == 0 and result_file.is_file():
+            try:
+                return SessionOutcome("ok", json.loads(result_file.read_text()), log_path, 0, wall_s, None)
+            except ValueError as exc:
+                return SessionOutcome("error", None, log_path, 0, wall_s,
+                                      f"{self.what} wrote an unreadable result {result_file} ({exc}); log {log_path}")
+        d = death(returncode, log_path, self.kills)
+        return SessionOutcome(d.status, None, log_path, returncode, wall_s,
+                              f"{self.what} {d.text}; log {log_path}:\n{d.tail}")
+
+
+def start_session(argv: list[str], result_file: Path, log_path: Path, *, timeout: float, what: str = "session",
+                  extra_env: dict | None = None, drop_env: tuple[str, ...] = (), watch_parent: bool = True,
+                  preload: tuple[str, ...] | None = None) -> Session:
+    """Start one session-style child (it writes one JSON result file) and return it without waiting (`Session`).
 
     The result file is removed first (an earlier run's must not pass for this one's) and the log is
-    a new file at log_path. On the timeout, or Ctrl-C (KeyboardInterrupt is raised again), the
-    child's whole process group is killed. `what` names the child in the error text. preload: fork it
-    from the zygote (`start`); None, the default: a fresh process.
+    a new file at log_path. `what` names the child in the error text. preload: fork it from the
+    zygote (`start`); None, the default: a fresh process. Its time limit counts from its start.
     """
     result_file = Path(result_file)
     result_file.unlink(missing_ok=True)
     env = child_env(extra_env, drop=drop_env, watch_parent=watch_parent)
     kills = oom_kill_counter()
     t0 = time.perf_counter()
-    with replace_log(log_path) as log:
+    with replace_log(log_path) as log:  # the child writes to its own copy of the descriptor
         proc = start(argv, log, env, preload=preload)
-        try:
-            returncode = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            kill_group(proc)
-            return SessionOutcome("timeout", None, Path(log_path), None, time.perf_counter() - t0,
-                                  f"{what} ran past {timeout:g} s; log {log_path}")
-        except BaseException:  # Ctrl-C, or anything else: nothing of the child outlives this call
-            kill_group(proc)
-            raise
-    wall_s = time.perf_counter() - t0
-    if returncode == 0 and result_file.is_file():
-        try:
-            return SessionOutcome("ok", json.loads(result_file.read_text()), Path(log_path), 0, wall_s, None)
-        except ValueError as exc:
-            return SessionOutcome("error", None, Path(log_path), 0, wall_s,
-                                  f"{what} wrote an unreadable result {result_file} ({exc}); log {log_path}")
-    d = death(returncode, log_path, kills)
-    return SessionOutcome(d.status, None, Path(log_path), returncode, wall_s,
-                          f"{what} {d.text}; log {log_path}:\n{d.tail}")
+    return Session(proc, result_file, Path(log_path), timeout, what, kills, t0)
+
+
+def run_session(argv: list[str], result_file: Path, log_path: Path, *, timeout: float, what: str = "session",
+                extra_env: dict | None = None, drop_env: tuple[str, ...] = (), watch_parent: bool = True,
+                preload: tuple[str, ...] | None = None) -> SessionOutcome:
+    """Run one session-style child (`start_session`) to its end or its timeout; return its outcome.
+
+    On the timeout, or Ctrl-C (KeyboardInterrupt is raised again), the child's whole process group is
+    killed.
+    """
+    return start_session(argv, result_file, log_path, timeout=timeout, what=what, extra_env=extra_env,
+                         drop_env=drop_env, watch_parent=watch_parent, preload=preload).wait()

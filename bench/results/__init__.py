@@ -7,5 +7,7 @@ every stored line through `jsonl.read_lines` (plain or .jsonl.gz); `stats` and `
 spreads and regressions. A reported figure aggregates one run context of a cell (the latest)
 unless pooling is asked for (docs/guide/results.md). What a pass's timings mean is defined in
 bench.metrics (the base stage). May import: base, machine (the environment's comparability
-keys), spec and workloads; nothing that runs, probes, profiles or reports.
+keys), spec and workloads, and of execution only the pure schedule of bench.execution.session_pool
+(`makespan`: the accuracy estimate follows the schedule its sessions run by); nothing that runs,
+probes, profiles or reports.
 """

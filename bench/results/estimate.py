@@ -229,7 +229,7 @@ def _measure_s(record) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else 0.0
 
 
-def estimate_accuracy(planned: list[tuple], records, captured=frozenset()) -> tuple[float | None, str]:
+def estimate_accuracy(planned: list[tuple], records, captured=frozenset(), parallel: int = 1) -> tuple[float | None, str]:
     """Return (stored seconds for the sessions, or None, a line of text) for `bench accuracy`'s sessions.
 
     planned: [(baseline cell, mode, cells)] as bench.accuracy.driver.sessions makes them. A session's time is its
@@ -240,12 +240,20 @@ def estimate_accuracy(planned: list[tuple], records, captured=frozenset()) -> tu
     captured: the cells the run step captures (bench.execution.accuracy_capture): scored from the capture, their
     measuring is done in the run (capture_seconds counts it there). Where their stored record was measured in the
     session, its measuring (and, for a session all of whose cells are captured, its model load) is taken off.
+
+    parallel: sessions at once (`bench accuracy --parallel N`). Above 1 the total is the makespan of the schedule
+    bench.execution.session_pool runs (each baseline's session before the others of its group, N at a time; a
+    session not known counts 0 s), and the text gives it beside the one-at-a-time sum.
     """
+    from bench.execution.session_pool import makespan
+
     latest = _latest_accuracy(records)
-    total, covered, missing, scored = 0.0, 0, [], 0
+    total, covered, missing, scored, beside = 0.0, 0, [], 0, 0
+    groups: dict[str, tuple[float | None, list[float]]] = {}  # per baseline: (its session's seconds, the others')
     for base, mode, cells in planned:
         ids = ([base.cell_id] if mode == "baseline" else []) + [c.cell_id for c in cells]
         spans = [latest[i].ended_at - latest[i].started_at for i in ids if i in latest]
+        seconds = 0.0
         if spans:
             moved = [latest[c.cell_id] for c in cells if c.cell_id in captured and c.cell_id in latest
                      and not latest[c.cell_id].accuracy.get("capture")]
@@ -253,18 +261,36 @@ def estimate_accuracy(planned: list[tuple], records, captured=frozenset()) -> tu
             if mode == "cells" and moved and all(c.cell_id in captured for c in cells):
                 off += max((sum(v for v in (r.accuracy.get("load_s") or {}).values() if isinstance(v, (int, float)))
                             for r in moved), default=0.0)  # nothing to load: every cell is scored from a file
-            total += max(max(spans) - off, 0.0)
+            seconds = max(max(spans) - off, 0.0)
+            total += seconds
             covered += 1
+            beside += any(_concurrent(latest[i]) for i in ids if i in latest)
         else:
             missing.append(f"{'the baseline session of ' if mode == 'baseline' else 'the session of '}"
                            f"{(base if mode == 'baseline' else cells[0]).label}")
         scored += sum(c.cell_id in captured for c in cells)
-    text = f"accuracy: {len(planned)} session(s); stored session times cover {covered}: {total:.0f} s"
+        gate, others = groups.get(base.cell_id, (None, []))
+        groups[base.cell_id] = (seconds, others) if mode == "baseline" else (gate, others + [seconds])
+    text = f"accuracy: {len(planned)} session(s); stored session times cover {covered}: "
+    if parallel > 1 and covered:
+        span = makespan(list(groups.values()), parallel)
+        text += f"{parallel} at a time: {span:.0f} s; one at a time: {total:.0f} s"
+        total = span
+    else:
+        text += f"{total:.0f} s"
+    if beside:
+        text += f" ({beside} of them measured beside other sessions: not solo times)"
     if scored:
         text += f" ({scored} cell(s) scored from the run's captures, their measuring counted in the run step)"
     if missing:
         text += "; not known: " + "; ".join(missing)
     return (total if covered else None), text
+
+
+def _concurrent(record) -> bool:
+    """Whether an accuracy record's session ran beside others (`bench accuracy --parallel`): its time is not solo."""
+    value = (record.accuracy or {}).get("concurrent_sessions")
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def capture_seconds(cells, records) -> tuple[float, str]:

@@ -163,7 +163,8 @@ def _step(step: str, plan, stores: dict, commands: dict, report_dir: Path, redo:
 
         console.print(f"[bold]study: accuracy[/] ({commands['accuracy']})")
         _, failed["accuracy"] = accuracy_matrix(plan.accuracy_matrix, plan.matrix.cells, plan.matrix.accuracy,
-                                                stores["accuracy"], redo=redo, printer=_to_stderr)
+                                                stores["accuracy"], redo=redo, printer=_to_stderr,
+                                                parallel=plan.accuracy_parallel)
     elif step == "report":
         failed["report"], report = _report(stores, report_dir, plan.matrix, console, commands["report"])
         return report

@@ -17,6 +17,7 @@ cover (docs/guide/reports.md):
 
     [study.accuracy]
     only = "max_batch_size=1"                  # which cells (as --only); their baselines come with them
+    parallel = 3                               # sessions at once (bench accuracy --parallel; default 1)
 
 Every row of the speedup table gets a verdict: without [study.accuracy] (or without its `only`)
 the accuracy step measures every non-baseline cell against its baseline, runtime-only
@@ -53,7 +54,7 @@ EXEC_S = 0.1
 OOM_KEYS = {"only", "strategy", "confirm", "decode_steps", "searches"}
 SEARCH_KEYS = {"lengths", "lower", "upper"}
 PROFILE_KEYS = {"only", "decode_steps", "warmup", "batches", "tool"}
-ACCURACY_KEYS = {"only"}
+ACCURACY_KEYS = {"only", "parallel"}
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class StudyPlan:
     accuracy_matrix: object | None = None  # the matrix narrowed to [study.accuracy].only (None: no accuracy step)
     only: dict = field(default_factory=dict)  # [study.oom].only and [study.profile].only as given (for the command lines)
     accuracy_note: str | None = None  # why there is no accuracy step, when the matrix's cells cannot be measured
+    accuracy_parallel: int = 1  # [study.accuracy].parallel: accuracy sessions at once
 
 
 def _table(data: dict, key: str, allowed: set, where: str) -> dict:
@@ -140,9 +142,10 @@ def study_plan(path: Path, matrix, check_devices: bool = True) -> StudyPlan:
         if profile_settings.tool != "torch":
             raise BenchInputError("[study.profile] tool: the study profiles with torch.profiler; run `bench profile "
                                   "--tool nsys` on its own for nsys")
-    from bench.accuracy.driver import plan_accuracy
+    from bench.accuracy.driver import check_parallel, plan_accuracy
 
     only_text = _typed(acc, "only", None, str, "[study.accuracy]")
+    parallel = check_parallel(acc.get("parallel", 1), "[study.accuracy] parallel")
     accuracy_matrix = narrow(matrix, only=parse_pairs(only_text, "[study.accuracy] only")) if only_text else matrix
     accuracy_note = None
     try:
@@ -152,7 +155,7 @@ def study_plan(path: Path, matrix, check_devices: bool = True) -> StudyPlan:
             raise
         accuracy_matrix, accuracy_note = None, f"no accuracy step: {exc}"
     return StudyPlan(matrix, oom_matrix, oom_settings, profile_matrix, profile_settings, accuracy_matrix, only,
-                     accuracy_note)
+                     accuracy_note, parallel)
 
 
 def study_source(preset: str | None, matrix_file: str | None) -> Path:
@@ -194,7 +197,8 @@ def step_commands(plan: StudyPlan, preset: str | None, matrix_file: str | None, 
         out["profile"] = (f"bench profile {src}{slice_}" + (f" --only {plan.only['profile']}" if plan.only.get("profile") else "")
                           + f" --decode-steps {p.decode_steps} --warmup {p.warmup} --batches {p.batches}")
     if plan.accuracy_matrix is not None:
-        out["accuracy"] = f"bench accuracy {src}{slice_}" + (f" --only {plan.only['accuracy']}" if plan.only.get("accuracy") else "")
+        out["accuracy"] = (f"bench accuracy {src}{slice_}" + (f" --only {plan.only['accuracy']}" if plan.only.get("accuracy") else "")
+                           + (f" --parallel {plan.accuracy_parallel}" if plan.accuracy_parallel != 1 else ""))
     out["report"] = (f"bench report results/{name}.jsonl results/{name}-oom.jsonl"
                      + (f" results/{name}-accuracy.jsonl" if plan.accuracy_matrix is not None else "")
                      + f" --profiles profiles/{name}.jsonl")
@@ -335,7 +339,7 @@ def dry_run_text(plan: StudyPlan, steps: list[str], stores: dict, history: list,
 
         # Scored from captures: those this invocation's run makes, and those an earlier run of the study left.
         captured = {c.cell_id for c in capturable if c.label in to_run or capture_dir(plan.matrix.name, c.cell_id, a).exists()}
-        total, text = estimate_accuracy(planned, acc_records, captured)
+        total, text = estimate_accuracy(planned, acc_records, captured, parallel=plan.accuracy_parallel)
         known += total or 0.0
         lines.append("  " + text)
     if "report" in steps:

@@ -1,0 +1,171 @@
+"""Session-style children N at a time: which session starts when (`Pool`), run for real (`run_pool`) or on a virtual
+clock (`makespan`, the dry run's estimate of the very same schedule).
+
+Used by `bench accuracy --parallel N` (bench.accuracy.driver). Its sessions come in groups, one per
+baseline: the group's first session (its gate: the baseline's session, which writes the Reference
+the others read) runs before the group's others; groups are independent, so different groups'
+sessions run side by side. The rules, all here:
+
+- never more than `parallel` sessions at once; each start takes the first session, in plan order,
+  that may start (a gate, or a session whose group's gate has ended); `parallel = 1` is the serial
+  order the driver always had;
+- a session that ran out of memory while another ran beside it (or, as its caller judges, measured
+  something the others' memory changed) is run again alone (`Task.may_run_again`): the caller names
+  what to run again (`finish`'s return), no session starts until those running have ended, then the
+  re-run runs with nothing beside it, then the schedule goes on. A gate's re-run is still its group's
+  gate. A session that ran alone gets no second try: its failure is final;
+- each task counts the other sessions that ran at some time beside it (`Task.beside`): its
+  recorded seconds are not a solo time when that is not empty.
+
+`run_pool` starts the processes without blocking (bench.execution.launcher.start_session) and polls
+them from the calling thread: no thread of its own, so Ctrl-C and SIGTERM (bench.interrupts) reach
+the loop, which kills every running session's process group and lets the exception go on; what
+`finish` stored stays stored. The store and the console are touched by the calling thread alone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+POLL_S = 0.2  # how often run_pool looks at its running sessions (a session lasts seconds to minutes)
+
+
+@dataclass(eq=False)
+class Task:
+    """One session of the schedule: its group, whether it is the group's gate, what the caller runs."""
+
+    group: int  # index of its group in the plan
+    gate: bool  # the group's first session: the group's other sessions start after it has ended
+    payload: Any  # what the caller's start() runs
+    order: int = 0  # its place in the plan (re-runs: the place of the task they repeat)
+    alone: bool = False  # a re-run after an out-of-memory beside others: runs with no other session
+    first: Task | None = None  # for a re-run: the task it repeats
+    beside: set = field(default_factory=set)  # the other tasks that ran at some time while it ran
+
+    @property
+    def may_run_again(self) -> bool:
+        """Whether a failure of this task that other sessions' memory may have caused is run again alone: only if
+        another session ran beside it (and it is not already that re-run). The one place of this rule."""
+        return bool(self.beside) and not self.alone
+
+
+class Pool:
+    """The schedule's state: the tasks waiting, running, and the re-runs waiting to run alone."""
+
+    def __init__(self, groups: list[tuple[Any, list]], parallel: int):
+        """groups: [(the gate's payload or None (no gate: the group's sessions are independent), [other payloads])],
+        in plan order. parallel: a positive integer (the caller checked the user's value)."""
+        if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+            raise ValueError(f"parallel must be a positive integer, got {parallel!r}")
+        self.parallel = parallel
+        self.waiting: list[Task] = []
+        for i, (gate, others) in enumerate(groups):
+            if gate is not None:
+                self.waiting.append(Task(i, True, gate))
+            self.waiting += [Task(i, False, p) for p in others]
+        for n, task in enumerate(self.waiting):
+            task.order = n
+        self.open = {i for i, (gate, _) in enumerate(groups) if gate is None}  # groups whose gate has ended
+        self.running: list[Task] = []
+        self.again: list[Task] = []  # re-runs, each to run alone
+
+    @property
+    def done(self) -> bool:
+        return not (self.waiting or self.running or self.again)
+
+    def next(self) -> Task | None:
+        """Return the task that may start now, or None (N running, a re-run waiting for the others to end or running
+        alone, or nothing ready until a gate ends)."""
+        if self.again:
+            return self.again[0] if not self.running else None
+        if any(t.alone for t in self.running) or len(self.running) >= self.parallel:
+            return None
+        return next((t for t in self.waiting if t.gate or t.group in self.open), None)
+
+    def start(self, task: Task) -> None:
+        """The task starts now: every task running beside it counts it, and it counts them."""
+        (self.again if task.alone else self.waiting).remove(task)
+        for other in self.running:
+            other.beside.add(task)
+            task.beside.add(other)
+        self.running.append(task)
+
+    def skip(self, task: Task) -> None:
+        """The task needed no process (the caller resolved it at once): it ends without having run."""
+        (self.again if task.alone else self.waiting).remove(task)
+        self._ended(task)
+
+    def end(self, task: Task, again: Any = None) -> Task | None:
+        """The task ended. again: the payload to run again alone (its part that ran out of memory beside others),
+        which only a task that `may_run_again` may ask for; return the re-run's task, or None."""
+        self.running.remove(task)
+        if again is None:
+            self._ended(task)
+            return None
+        if not task.may_run_again:
+            raise ValueError("a session that ran alone is not run again: its failure is final")
+        rerun = Task(task.group, task.gate, again, order=task.order, alone=True, first=task)
+        self.again.append(rerun)
+        return rerun
+
+    def _ended(self, task: Task) -> None:
+        if task.gate:
+            self.open.add(task.group)
+
+
+def run_pool(pool: Pool, start: Callable[[Task], Any], finish: Callable[[Task, Any], Any], *,
+             poll_s: float = POLL_S, sleep=time.sleep) -> None:
+    """Run the pool's tasks to the end, in the calling thread.
+
+    start(task): start the task's session and return its handle (`poll()`: its outcome once it has ended, else None;
+    `kill()`), or None where the task needs no process (resolved by start itself). finish(task, outcome): take the
+    ended session's outcome (store its records) and return what of it to run again alone (only where
+    task.may_run_again), or None. On any exception, Ctrl-C and SIGTERM's included, every running session is killed
+    before the exception goes on.
+    """
+    running: dict[Task, Any] = {}
+    try:
+        while not pool.done:
+            while (task := pool.next()) is not None:
+                handle = start(task)
+                if handle is None:
+                    pool.skip(task)
+                    continue
+                pool.start(task)
+                running[task] = handle
+            if not running:
+                if pool.done:  # the last tasks needed no process
+                    break
+                raise RuntimeError("the session pool is stuck: nothing runs and nothing may start")  # unreachable
+            ended = False
+            for task, handle in list(running.items()):
+                outcome = handle.poll()
+                if outcome is not None:
+                    del running[task]
+                    pool.end(task, finish(task, outcome))
+                    ended = True
+            if not ended:
+                sleep(poll_s)
+    except BaseException:
+        for handle in running.values():
+            handle.kill()
+        raise
+
+
+def makespan(groups: list[tuple[float | None, list[float]]], parallel: int) -> float:
+    """Return the seconds the schedule takes when each session takes the seconds given (the Pool's rule on a virtual
+    clock, no re-run): groups as Pool's, each payload a session's seconds."""
+    pool = Pool(groups, parallel)
+    now, ends = 0.0, {}
+    while not pool.done:
+        while (task := pool.next()) is not None:
+            pool.start(task)
+            ends[task] = now + float(task.payload)
+        now = min(ends.values())
+        for task in [t for t in pool.running if ends[t] <= now]:
+            del ends[task]
+            pool.end(task)
+    return now

@@ -1,0 +1,122 @@
+"""The session pool (bench.execution.session_pool): N at a time, a group's gate first, an out-of-memory beside others
+run again alone; on a virtual clock, with fake sessions instead of processes."""
+
+import pytest
+
+from bench.execution.session_pool import Pool, makespan, run_pool
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0
+
+    def sleep(self, seconds):
+        self.t += seconds
+
+
+class FakeSession:
+    """A session that ends `seconds` after its start on the clock, with `outcome`."""
+
+    def __init__(self, clock, seconds, outcome):
+        self.clock, self.end, self.outcome, self.killed = clock, clock.t + seconds, outcome, False
+
+    def poll(self):
+        return self.outcome if self.clock.t >= self.end else None
+
+    def kill(self):
+        self.killed = True
+
+
+def _run(groups, parallel, outcomes=None, again=None):
+    """Run the pool on a virtual clock: each payload is (name, seconds). Return [(name, start, end, beside names)]."""
+    clock, log, running = Clock(), [], {}
+    outcomes = outcomes or {}
+
+    def start(task):
+        name, seconds = task.payload
+        running[task] = [name, clock.t, None]
+        return FakeSession(clock, seconds, outcomes.get((name, task.alone), "ok"))
+
+    def finish(task, outcome):
+        entry = running.pop(task)
+        entry[2] = clock.t
+        log.append((*entry, sorted(t.payload[0] for t in task.beside), task.alone))
+        return (again or {}).get(task.payload[0]) if outcome == "oom" and task.may_run_again else None
+
+    run_pool(Pool(groups, parallel), start, finish, poll_s=1, sleep=clock.sleep)
+    return log
+
+
+def _at_once(log) -> int:
+    return max(sum(1 for _, s, e, *_ in log if s <= t < e) for t in range(max(e for *_, e, _, _ in log)))
+
+
+GROUPS = [(("b0", 10), [("a0", 5), ("c0", 7)]),  # a baseline of 10 s, then two sessions against it
+          (("b1", 3), [("a1", 4)]),
+          (None, [("x2", 2)])]  # a group whose baseline is stored: no gate
+
+
+def test_never_more_than_n_at_once_and_each_groups_baseline_first():
+    log = _run(GROUPS, 2)
+    when = {name: (start, end) for name, start, end, _, _ in log}
+    # Hand-computed: b0 and b1 at 0; b1 ends at 3, a1 runs 3-7; x2 7-9; b0 ends at 10; a0 10-15, c0 10-17.
+    assert when == {"b0": (0, 10), "b1": (0, 3), "a1": (3, 7), "x2": (7, 9), "a0": (10, 15), "c0": (10, 17)}
+    assert _at_once(log) == 2
+    for gate, others in (("b0", ("a0", "c0")), ("b1", ("a1",))):
+        assert all(when[o][0] >= when[gate][1] for o in others)
+    beside = {name: b for name, _, _, b, _ in log}
+    assert beside["b0"] == ["a1", "b1", "x2"] and beside["c0"] == ["a0"]  # who ran at some time beside it
+    # one at a time: the plan's order, each session alone
+    serial = _run(GROUPS, 1)
+    assert [name for name, *_ in serial] == ["b0", "a0", "c0", "b1", "a1", "x2"] and _at_once(serial) == 1
+    assert all(b == [] for *_, b, _ in serial)
+    assert _at_once(_run(GROUPS, 3)) == 3
+
+
+def test_the_makespan_is_the_same_schedule_on_a_virtual_clock():
+    seconds = [(10, [5, 7]), (3, [4]), (None, [2])]
+    assert makespan(seconds, 2) == 17  # as the run above: c0 ends at 17
+    assert makespan(seconds, 1) == 10 + 5 + 7 + 3 + 4 + 2
+    assert makespan(seconds, 6) == 17  # the gate b0 (10 s) and then c0 (7 s): the longest chain
+    assert makespan([], 3) == 0
+
+
+def test_an_out_of_memory_beside_others_runs_again_alone_and_alone_it_is_final():
+    # b1 runs out of memory at 3 s beside b0: nothing starts until b0 has ended (x2 was ready), then b1 runs alone,
+    # then the schedule goes on; the re-run is still its group's gate (a1 waits for it).
+    log = _run(GROUPS, 2, outcomes={("b1", False): "oom"}, again={"b1": ("b1", 3)})
+    when = {(name, alone): (start, end) for name, start, end, _, alone in log}
+    assert when == {("b0", False): (0, 10), ("b1", False): (0, 3), ("b1", True): (10, 13), ("a0", False): (13, 18),
+                    ("c0", False): (13, 20), ("a1", False): (18, 22), ("x2", False): (20, 22)}
+    beside = {(name, alone): b for name, _, _, b, alone in log}
+    assert beside[("b1", False)] == ["b0"] and beside[("b1", True)] == []  # beside another the first time, alone then
+    # a session that ran alone (parallel 1, or a re-run) is not run again: its failure is final
+    serial = _run(GROUPS, 1, outcomes={("b1", False): "oom"}, again={"b1": ("b1", 3)})
+    assert [n for n, *_ in serial].count("b1") == 1
+    pool = Pool([(("b", 1), [])], 2)
+    task = pool.next()
+    pool.start(task)
+    assert not task.may_run_again
+    with pytest.raises(ValueError, match="its failure is final"):
+        pool.end(task, ("b", 1))
+
+
+def test_ctrl_c_kills_every_running_session_and_goes_on():
+    clock, started = Clock(), []
+
+    def start(task):
+        started.append(FakeSession(clock, task.payload, "ok"))
+        return started[-1]
+
+    def finish(task, outcome):
+        raise KeyboardInterrupt  # arrives while the others run
+
+    with pytest.raises(KeyboardInterrupt):
+        run_pool(Pool([(1, [5]), (9, [])], 2), start, finish, poll_s=1, sleep=clock.sleep)
+    assert [s.killed for s in started] == [False, True]  # the one that ended is not killed; the running one is
+
+
+def test_parallel_must_be_a_positive_integer():
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="positive integer"):
+            Pool([], bad)
