@@ -226,3 +226,45 @@ def test_two_at_a_time_gives_the_figures_and_verdicts_of_one_at_a_time(tmp_path,
         assert serial.accuracy["floor"] == side.accuracy["floor"] or key[0] != "fp32", key
         assert serial.accuracy["generation_floor"] == side.accuracy["generation_floor"] or key[0] != "fp32", key
     assert got[2][("bf16", "w1")].metrics["kl_mean"] > 0  # a cell that differs from its baseline: a figure to compare
+
+
+def test_sessions_whose_stored_peaks_do_not_fit_the_gpu_together_run_one_after_another(monkeypatch, capsys):
+    """The second invocation knows each baseline session's peak from the first's records (session_peak_bytes): on a
+    GPU of 80 GB two sessions of 46 GB do not start side by side; where the GPU is 200 GB they do."""
+    from bench.accuracy import driver as A
+    from bench.spec.cells import AccuracySpec
+
+    m = _matrix()
+    at_once, running = [], [0]
+
+    class Fake:
+        def __init__(self):
+            self.polls = 0
+            running[0] += 1
+            at_once.append(running[0])
+
+        def poll(self):
+            self.polls += 1
+            if self.polls < 3:
+                return None
+            running[0] -= 1
+            return {"status": "error", "error": "ValueError: boom", "peak_memory_bytes": 46e9, "log": "x.log",
+                    "_started": 1.0, "_ended": 2.0, "workload": {}}
+
+        def kill(self):
+            raise AssertionError("nothing is killed")
+
+    monkeypatch.setattr(A, "_start_session", lambda *a, **k: Fake())
+    store = Path("peaks.jsonl")
+    monkeypatch.setattr(A, "shared_memory", lambda cells: 80e9)
+    records, _ = A.accuracy_matrix(m, m.cells, AccuracySpec(prompts=2), store, parallel=2)
+    assert at_once == [1, 2]  # nothing stored yet: no size known, both baselines side by side
+    assert all(r.accuracy["session_peak_bytes"] == 46e9 for r in records if r.cell["precision"] == "fp32")
+    at_once.clear()
+    A.accuracy_matrix(m, m.cells, AccuracySpec(prompts=2), store, parallel=2)
+    assert at_once == [1, 1]  # 46 + 46 GB (and a context each) do not fit 80 GB: the second waited
+    assert "memory: 1 session(s) waited for others to end" in capsys.readouterr().out
+    at_once.clear()
+    monkeypatch.setattr(A, "shared_memory", lambda cells: 200e9)
+    A.accuracy_matrix(m, m.cells, AccuracySpec(prompts=2), store, parallel=2)
+    assert at_once == [1, 2]

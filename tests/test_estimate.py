@@ -232,3 +232,34 @@ def test_the_accuracy_step_run_n_at_a_time_is_estimated_as_its_schedules_makespa
     assert total == 126.0 and text == ("accuracy: 5 session(s); stored session times cover 4: 3 at a time: 126 s; one "
                                        "at a time: 222 s (1 of them measured beside other sessions: not solo times); "
                                        "not known: the session of hf/bf16/compiled-2048")
+
+
+def test_on_a_gpu_too_small_for_two_baseline_sessions_the_estimate_runs_them_one_after_the_other():
+    """The same study shape with the sessions' stored peaks (session_peak_bytes) on an 80 GB card: the baselines hold
+    46 GB each, so the second waits for the first (bench.execution.session_pool's memory rule, as the run applies it).
+    Hand-computed: base A 0-66; at 66 base B (46) and compiled A (20) and int4 A (10): 66-132, 66-126, 66-96; then
+    compiled B (30) and int4 B (10) 132-192 and 132-162: 192 s. On 200 GB: 126 s as without sizes."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from bench.results.estimate import estimate_accuracy
+
+    def cell(cid):
+        return SimpleNamespace(cell_id=cid, label=f"hf/bf16/{cid}")
+
+    def acc(cid, seconds, peak_gb):
+        r = make_record(cid, kind="accuracy")
+        return replace(r, started_at=1000.0, ended_at=1000.0 + seconds,
+                       extra={"accuracy": {"concurrent_sessions": 0, "session_peak_bytes": peak_gb * 1e9}})
+
+    a, b = cell("base-1024"), cell("base-2048")
+    planned = [(a, "baseline", []), (a, "cells", [cell("compiled-1024")]), (a, "cells", [cell("int4-1024")]),
+               (b, "baseline", []), (b, "cells", [cell("compiled-2048")]), (b, "cells", [cell("int4-2048")])]
+    records = [acc("base-1024", 66, 46), acc("compiled-1024", 60, 20), acc("int4-1024", 30, 10),
+               acc("base-2048", 66, 46), acc("compiled-2048", 60, 30), acc("int4-2048", 30, 10)]
+    total, text = estimate_accuracy(planned, records, parallel=3, capacity=80e9)
+    assert total == 192.0
+    assert text == ("accuracy: 6 session(s); stored session times cover 6: 3 at a time: 192 s; one at a time: 312 s "
+                    "(the GPU's 80 GB shared by the sessions' stored peaks: 6 of 6 known)")
+    assert estimate_accuracy(planned, records, parallel=3, capacity=200e9)[0] == 126.0
+    assert estimate_accuracy(planned, records, parallel=3)[0] == 126.0  # no capacity known (a CPU machine)

@@ -120,3 +120,28 @@ def test_parallel_must_be_a_positive_integer():
     for bad in (0, -1, 1.5, True, "2"):
         with pytest.raises(ValueError, match="positive integer"):
             Pool([], bad)
+
+
+def test_a_session_whose_stored_peak_would_not_fit_beside_those_running_waits_and_the_next_that_fits_starts():
+    """Memory (an 80 GB card): two baseline sessions of 46 GB each cannot share it, so the second waits, and its
+    group's sessions after it; a 25 GB session of the first group starts beside the second baseline once its own
+    baseline has ended. Without sizes (or capacity) everything starts as before (the re-run alone is then the net)."""
+    from bench.execution.session_pool import CONTEXT_BYTES, session_size
+
+    gb = 1e9
+    groups = [((72, 46 * gb), [(50, 25 * gb)]), ((75, 46 * gb), [(70, 35 * gb), (50, 30 * gb)])]
+    # Hand-computed, 3 at a time on 80 GB: B1 0-72 alone (B2 would make 92); at 72 B2 and C1 (46 + 25 = 71) start;
+    # C1 ends at 122, B2 at 147; then C2 and I2 (35 + 30) 147-217 and 147-197.
+    assert makespan(groups, 3, capacity=80 * gb) == 217
+    assert makespan(groups, 3) == 145  # sizes not used without a capacity: B1 and B2 side by side
+    assert makespan(groups, 3, capacity=200 * gb) == 145  # all fit
+    unknown = [((72, None), [(50, 25 * gb)]), ((75, 46 * gb), [(70, None), (50, 30 * gb)])]
+    assert makespan(unknown, 3, capacity=80 * gb) == 145  # a size not known holds nothing back
+    pool = Pool([(46, [25]), (46, [35, 30])], 3, capacity=80, size_of=float)
+    first = pool.next()
+    pool.start(first)
+    assert pool.next() is None and [t.payload for t in pool.held] == [46]  # the second baseline waits for memory
+    assert pool.fits(pool.held[0]) is False
+    # the rule for a session's size: the largest stored peak of its cells, plus a process's CUDA context
+    assert session_size([10.0, 30.0]) == 30.0 + CONTEXT_BYTES
+    assert session_size([10.0, None]) is None and session_size([]) is None and session_size([0]) is None

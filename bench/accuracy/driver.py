@@ -234,7 +234,7 @@ def accuracy_groups(groups: list, stored: list, matrix, settings, context, redo:
     side by side; a session that ran out of memory beside another is run again alone (`_again_alone`) and its records say
     so; each record says how many other sessions ran beside its own (`concurrent_sessions`).
     """
-    from bench.execution.session_pool import Pool, run_pool
+    from bench.execution.session_pool import Pool, run_pool, session_size
 
     prepared = [_prepare(base, group, stored, matrix, settings, redo, printer) for base, group in groups]
     said = [0]  # groups handed to on_group, in plan order
@@ -274,12 +274,47 @@ def accuracy_groups(groups: list, stored: list, matrix, settings, context, redo:
         return again
 
     pool = []  # per group: (its baseline's session, the gate, or None), [its other sessions]; each (mode, cells, note)
-    for _, planned in prepared:
+    sizes: dict[int, float | None] = {}  # id(payload) -> the memory its session is expected to hold, or None
+    peaks = stored_peaks(stored)
+    for g, planned in prepared:
         payloads = [(mode, cells, None) for mode, cells in planned]
+        for p in payloads:
+            ids = ([g.base.cell_id] if p[0] == "baseline" else []) + [c.cell_id for c in p[1]]
+            sizes[id(p)] = session_size([peaks.get(i) for i in ids])
         gated = bool(payloads) and payloads[0][0] == "baseline"
         pool.append((payloads[0], payloads[1:]) if gated else (None, payloads))
     flush()  # groups all of whose cells are stored
-    run_pool(Pool(pool, parallel), start, finish)
+    capacity = shared_memory([g.base for g, _ in prepared]) if parallel > 1 else None
+    schedule = Pool(pool, parallel, capacity, lambda p: sizes.get(id(p)))
+    run_pool(schedule, start, finish)
+    if schedule.held:
+        printer(f"memory: {len(schedule.held)} session(s) waited for others to end: their sessions' stored peaks and "
+                f"those running did not fit the GPU's {capacity / 1e9:.0f} GB (bench accuracy --parallel)")
+
+
+def stored_peaks(records) -> dict[str, float]:
+    """Return {cell_id: the GPU memory its latest accuracy session that says so held at its peak (bytes)}: the size
+    the schedule expects of a session measuring that cell again (bench.execution.session_pool.session_size)."""
+    out: dict[str, tuple] = {}
+    for r in records:
+        peak = (r.accuracy or {}).get("session_peak_bytes")
+        if isinstance(peak, (int, float)) and not isinstance(peak, bool) and peak > 0:
+            when = (r.context.started_at or 0.0, r.ended_at or 0.0)
+            if r.cell_id not in out or when > out[r.cell_id][0]:
+                out[r.cell_id] = (when, float(peak))
+    return {k: v for k, (_, v) in out.items()}
+
+
+def shared_memory(cells) -> float | None:
+    """Return the memory of the one GPU the sessions of these cells share (NVML's total, bytes), or None: CPU cells,
+    cells on several devices, or NVML cannot say (the schedule then holds nothing back for memory)."""
+    from bench.machine.environment import gpu_info, nvml_device
+
+    devices = {c.device for c in cells}
+    if len(devices) != 1 or not next(iter(devices)).startswith("cuda"):
+        return None
+    total = gpu_info(nvml_device(next(iter(devices)))).get("gpu_memory_bytes")
+    return float(total) if isinstance(total, int) and total > 0 else None
 
 
 def _again_alone(payload: tuple, session: dict, beside: int) -> tuple | None:
@@ -446,6 +481,8 @@ def _record(cell, b, figures: dict, session: dict, settings, folder: Path, earli
                  "baseline": b.to_dict() if b is not None else None, "baseline_cell_id": (b or cell).cell_id,
                  "settings": settings.to_dict(), "log": session.get("log"), "reference_dir": str(folder),
                  "concurrent_sessions": concurrent}
+    if session.get("peak_memory_bytes"):  # the session process's GPU peak: the size its next session is expected to be
+        acc["session_peak_bytes"] = session["peak_memory_bytes"]
     if rerun is not None:
         acc["rerun_alone"] = rerun
     outcome = {"status": figures["status"], "metrics": None, "error": figures.get("error"), "started_at": started,

@@ -142,6 +142,9 @@ def run_session(job: dict) -> dict:
     loaded = state["loaded"]
     if loaded is not None:
         loaded.close()
+    if str(base_cell.device).startswith("cuda") and torch.cuda.is_initialized():
+        # the process's allocator peak: what `bench accuracy --parallel` expects this session to hold next time
+        result["peak_memory_bytes"] = int(torch.cuda.max_memory_reserved(torch.device(base_cell.device)))
     return result
 
 

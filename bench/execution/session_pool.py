@@ -15,7 +15,11 @@ sessions run side by side. The rules, all here:
   re-run runs with nothing beside it, then the schedule goes on. A gate's re-run is still its group's
   gate. A session that ran alone gets no second try: its failure is final;
 - each task counts the other sessions that ran at some time beside it (`Task.beside`): its
-  recorded seconds are not a solo time when that is not empty.
+  recorded seconds are not a solo time when that is not empty;
+- memory, where the caller knows it (`capacity`, and a task's `size`: the peak its session reached the last time it
+  ran, from its stored records): a session starts beside others only if its size and theirs fit the capacity; the
+  first that fits, in plan order, starts (a session with no size known is not held back: the re-run alone is its
+  safety net). With nothing running, a session always starts.
 
 `run_pool` starts the processes without blocking (bench.execution.launcher.start_session) and polls
 them from the calling thread: no thread of its own, so Ctrl-C and SIGTERM (bench.interrupts) reach
@@ -31,6 +35,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 POLL_S = 0.2  # how often run_pool looks at its running sessions (a session lasts seconds to minutes)
+# What a session process holds beyond its allocator's peak (torch.cuda.max_memory_reserved): its CUDA context and
+# libraries' handles, about 0.5-1 GB on an H100 or H200; counted once per session when sizes are added up.
+CONTEXT_BYTES = 1 << 30
+
+
+def session_size(peaks: list) -> float | None:
+    """Return the memory a session is expected to hold: the largest of its cells' stored session peaks (bytes) plus
+    CONTEXT_BYTES, or None where any is not known (never measured, or measured on a CPU). The one place of the rule:
+    the driver's schedule and the dry run's estimate both use it."""
+    if not peaks or any(not isinstance(p, (int, float)) or isinstance(p, bool) or p <= 0 for p in peaks):
+        return None
+    return float(max(peaks)) + CONTEXT_BYTES
 
 
 @dataclass(eq=False)
@@ -44,6 +60,7 @@ class Task:
     alone: bool = False  # a re-run after an out-of-memory beside others: runs with no other session
     first: Task | None = None  # for a re-run: the task it repeats
     beside: set = field(default_factory=set)  # the other tasks that ran at some time while it ran
+    size: float | None = None  # the memory its session is expected to hold (bytes), or None: not known
 
     @property
     def may_run_again(self) -> bool:
@@ -55,12 +72,16 @@ class Task:
 class Pool:
     """The schedule's state: the tasks waiting, running, and the re-runs waiting to run alone."""
 
-    def __init__(self, groups: list[tuple[Any, list]], parallel: int):
+    def __init__(self, groups: list[tuple[Any, list]], parallel: int, capacity: float | None = None,
+                 size_of: Callable[[Any], float | None] | None = None):
         """groups: [(the gate's payload or None (no gate: the group's sessions are independent), [other payloads])],
-        in plan order. parallel: a positive integer (the caller checked the user's value)."""
+        in plan order. parallel: a positive integer (the caller checked the user's value). capacity: the memory the
+        sessions share (bytes), or None: not known; size_of(payload): the memory that session is expected to hold,
+        or None."""
         if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
             raise ValueError(f"parallel must be a positive integer, got {parallel!r}")
-        self.parallel = parallel
+        self.parallel, self.capacity = parallel, capacity
+        self.held: list[Task] = []  # tasks that were next but waited for memory (the caller may say so, once each)
         self.waiting: list[Task] = []
         for i, (gate, others) in enumerate(groups):
             if gate is not None:
@@ -68,6 +89,7 @@ class Pool:
             self.waiting += [Task(i, False, p) for p in others]
         for n, task in enumerate(self.waiting):
             task.order = n
+            task.size = size_of(task.payload) if size_of is not None else None
         self.open = {i for i, (gate, _) in enumerate(groups) if gate is None}  # groups whose gate has ended
         self.running: list[Task] = []
         self.again: list[Task] = []  # re-runs, each to run alone
@@ -83,7 +105,18 @@ class Pool:
             return self.again[0] if not self.running else None
         if any(t.alone for t in self.running) or len(self.running) >= self.parallel:
             return None
-        return next((t for t in self.waiting if t.gate or t.group in self.open), None)
+        for task in (t for t in self.waiting if t.gate or t.group in self.open):
+            if self.fits(task):
+                return task
+            if task not in self.held:
+                self.held.append(task)
+        return None
+
+    def fits(self, task: Task) -> bool:
+        """Whether the task's session may start beside those running: the one place of the memory rule."""
+        if not self.running or self.capacity is None or task.size is None:
+            return True
+        return sum(t.size or 0.0 for t in self.running) + task.size <= self.capacity
 
     def start(self, task: Task) -> None:
         """The task starts now: every task running beside it counts it, and it counts them."""
@@ -107,7 +140,7 @@ class Pool:
             return None
         if not task.may_run_again:
             raise ValueError("a session that ran alone is not run again: its failure is final")
-        rerun = Task(task.group, task.gate, again, order=task.order, alone=True, first=task)
+        rerun = Task(task.group, task.gate, again, order=task.order, alone=True, first=task, size=task.size)
         self.again.append(rerun)
         return rerun
 
@@ -155,15 +188,22 @@ def run_pool(pool: Pool, start: Callable[[Task], Any], finish: Callable[[Task, A
         raise
 
 
-def makespan(groups: list[tuple[float | None, list[float]]], parallel: int) -> float:
+def makespan(groups: list[tuple[Any, list]], parallel: int, capacity: float | None = None) -> float:
     """Return the seconds the schedule takes when each session takes the seconds given (the Pool's rule on a virtual
-    clock, no re-run): groups as Pool's, each payload a session's seconds."""
-    pool = Pool(groups, parallel)
+    clock, no re-run): groups as Pool's, each payload a session's seconds, or (seconds, its memory or None) where
+    `capacity` is known (the memory rule then holds back what would not fit)."""
+    def seconds(payload) -> float:
+        return float(payload[0] if isinstance(payload, tuple) else payload)
+
+    def size(payload) -> float | None:
+        return payload[1] if isinstance(payload, tuple) else None
+
+    pool = Pool(groups, parallel, capacity, size)
     now, ends = 0.0, {}
     while not pool.done:
         while (task := pool.next()) is not None:
             pool.start(task)
-            ends[task] = now + float(task.payload)
+            ends[task] = now + seconds(task.payload)
         now = min(ends.values())
         for task in [t for t in pool.running if ends[t] <= now]:
             del ends[task]

@@ -229,7 +229,8 @@ def _measure_s(record) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else 0.0
 
 
-def estimate_accuracy(planned: list[tuple], records, captured=frozenset(), parallel: int = 1) -> tuple[float | None, str]:
+def estimate_accuracy(planned: list[tuple], records, captured=frozenset(), parallel: int = 1,
+                      capacity: float | None = None) -> tuple[float | None, str]:
     """Return (stored seconds for the sessions, or None, a line of text) for `bench accuracy`'s sessions.
 
     planned: [(baseline cell, mode, cells)] as bench.accuracy.driver.sessions makes them. A session's time is its
@@ -243,12 +244,14 @@ def estimate_accuracy(planned: list[tuple], records, captured=frozenset(), paral
 
     parallel: sessions at once (`bench accuracy --parallel N`). Above 1 the total is the makespan of the schedule
     bench.execution.session_pool runs (each baseline's session before the others of its group, N at a time; a
-    session not known counts 0 s), and the text gives it beside the one-at-a-time sum.
+    session not known counts 0 s), and the text gives it beside the one-at-a-time sum. capacity: the GPU's memory
+    (bytes), where known: a session whose stored peak would not fit beside those running waits, as it will in the run
+    (bench.execution.session_pool.session_size; a session with no stored peak is not held back).
     """
-    from bench.execution.session_pool import makespan
+    from bench.execution.session_pool import makespan, session_size
 
     latest = _latest_accuracy(records)
-    total, covered, missing, scored, beside = 0.0, 0, [], 0, 0
+    total, covered, missing, scored, beside, sized = 0.0, 0, [], 0, 0, 0
     groups: dict[str, tuple[float | None, list[float]]] = {}  # per baseline: (its session's seconds, the others')
     for base, mode, cells in planned:
         ids = ([base.cell_id] if mode == "baseline" else []) + [c.cell_id for c in cells]
@@ -269,12 +272,18 @@ def estimate_accuracy(planned: list[tuple], records, captured=frozenset(), paral
             missing.append(f"{'the baseline session of ' if mode == 'baseline' else 'the session of '}"
                            f"{(base if mode == 'baseline' else cells[0]).label}")
         scored += sum(c.cell_id in captured for c in cells)
+        size = session_size([(latest[i].accuracy or {}).get("session_peak_bytes") if i in latest else None for i in ids])
+        sized += size is not None
         gate, others = groups.get(base.cell_id, (None, []))
-        groups[base.cell_id] = (seconds, others) if mode == "baseline" else (gate, others + [seconds])
+        item = (seconds, size)
+        groups[base.cell_id] = (item, others) if mode == "baseline" else (gate, others + [item])
     text = f"accuracy: {len(planned)} session(s); stored session times cover {covered}: "
     if parallel > 1 and covered:
-        span = makespan(list(groups.values()), parallel)
+        span = makespan(list(groups.values()), parallel, capacity)
         text += f"{parallel} at a time: {span:.0f} s; one at a time: {total:.0f} s"
+        if capacity is not None:
+            text += (f" (the GPU's {capacity / 1e9:.0f} GB shared by the sessions' stored peaks: {sized} of "
+                     f"{len(planned)} known)")
         total = span
     else:
         text += f"{total:.0f} s"

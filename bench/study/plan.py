@@ -339,7 +339,11 @@ def dry_run_text(plan: StudyPlan, steps: list[str], stores: dict, history: list,
 
         # Scored from captures: those this invocation's run makes, and those an earlier run of the study left.
         captured = {c.cell_id for c in capturable if c.label in to_run or capture_dir(plan.matrix.name, c.cell_id, a).exists()}
-        total, text = estimate_accuracy(planned, acc_records, captured, parallel=plan.accuracy_parallel)
+        from bench.accuracy.driver import shared_memory
+
+        capacity = shared_memory([base for base, _, _ in planned]) if plan.accuracy_parallel > 1 else None
+        total, text = estimate_accuracy(planned, acc_records, captured, parallel=plan.accuracy_parallel,
+                                        capacity=capacity)
         known += total or 0.0
         lines.append("  " + text)
     if "report" in steps:
