@@ -1,10 +1,11 @@
 """Planted and real regressions of one cell, each explained by `bench compare --profile`: does the first row of the
 attribution name what was changed?
 
-Product commands only, each printed as it runs: `bench run` of each baseline cell and each changed cell (its own
-matrix file and store, `--runs` fresh processes), then per change `bench compare BASE HEAD --ignore-option KEY
---profile --json` (which profiles the regressed cell's two sides itself, the baseline's profile kept for the next
-change), and last the summary table: per change, the first row of its attribution (module range, else kernel
+Product commands only, each printed as it runs: `bench run --profile-window` of each baseline cell and each changed
+cell (its own matrix file and store, `--runs` fresh processes, each of which profiles one decode-step window through
+the model it timed, after its trials), then per change `bench compare BASE HEAD --ignore-option KEY --profile --json`
+(which attributes the regressed cell from the windows of the very processes it compares; a side whose runs have none,
+as a store measured before, is profiled in sessions as before), and last the summary table: per change, the first row of its attribution (module range, else kernel
 category), whether it names the responsible module or category, and the share of the step-time change explained.
 The figures are all `bench compare`'s (its --json); this script only compares the first row's name with the
 expected ones, listed with each change below. On the GPU a change against a host-bound baseline (eager, generate)
@@ -205,7 +206,7 @@ def main() -> int:
                 if device == "cuda" else 2
             (work / f"{name}.toml").write_text(matrix_text(name, opts, device, n_runs))
             files[name] = f"results/{name}.jsonl"
-            if bench(["run", "--matrix", f"{name}.toml", "--no-progress"], work, log) != 0:
+            if bench(["run", "--matrix", f"{name}.toml", "--no-progress", "--profile-window"], work, log) != 0:
                 print(f"  bench run {name} failed: see {out / 'planted.log'}", flush=True)
         if change in skipped:
             continue
@@ -270,9 +271,12 @@ def row(change: str, status: int | None, data: Path, expected: set[str], head: s
     if not data.is_file():
         return [change, str(status), "-", "-", ", ".join(sorted(expected)), "no (compare failed)", "-", "-", "-"]
     got = json.loads(data.read_text())
-    # what `bench compare --profile` spent profiling each side (a side profiled for an earlier change is reused)
-    cost = ", ".join(f"{'head' if p['matrix'] == head else 'base'} {p['seconds']:.0f}"
-                     for p in got.get("profiled", [])) or "none (stored)"
+    # what `bench compare --profile` spent profiling each side (a side profiled for an earlier change is reused; one
+    # whose timed processes profiled their own windows costs no session)
+    timed = [s for c in got["attribution"]["attributions"][:1] for s, w in c["windows"].items()
+             if w.get("from") == "the timed processes"]
+    cost = ", ".join([f"{'head' if p['matrix'] == head else 'base'} {p['seconds']:.0f}" for p in got.get("profiled", [])]
+                     + [f"{s}: its timed processes' windows" for s in timed]) or "none (stored)"
     status = got["exit_status"] if status is None else status
     cells = got["attribution"]["attributions"]
     if not cells:

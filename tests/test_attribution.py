@@ -9,7 +9,7 @@ import pytest
 
 from bench.cli import main
 from bench.errors import BenchInputError
-from bench.profiling.kernels import (
+from bench.execution.kernels import (
     AttributedKernel,
     RangeSpan,
     build_kernel_table,
@@ -18,6 +18,7 @@ from bench.profiling.kernels import (
 )
 from bench.results import attribution as A
 from bench.results import decode_step as D
+from bench.results import profile_windows as PW
 from bench.results.records import new_context, new_record
 from bench.results.store import ResultStore
 from bench.runner.matrix import run_matrix
@@ -252,20 +253,20 @@ def test_module_rows_and_profile_store_paths(tmp_path):
     (tmp_path / "results").mkdir()
     (tmp_path / "profiles").mkdir()
     (tmp_path / "profiles" / "m.jsonl").write_text("")
-    found = A.profile_stores([tmp_path / "results" / "s.jsonl"], {"m"}, None)  # here, and beside results/: once
+    found = PW.profile_stores([tmp_path / "results" / "s.jsonl"], {"m"}, None)  # here, and beside results/: once
     assert [p.resolve() for p in found] == [tmp_path / "profiles" / "m.jsonl"]
     with pytest.raises(BenchInputError, match="does not exist"):
-        A.profile_stores([], {"m"}, tmp_path / "nope.jsonl")
+        PW.profile_stores([], {"m"}, tmp_path / "nope.jsonl")
     # a table is opened only under its store's folder: as stored, or its last three parts there
     store = tmp_path / "profiles" / "m.jsonl"
     inside = tmp_path / "profiles" / "m" / "c-torch" / "kernel_table.json"
     inside.parent.mkdir(parents=True)
     inside.write_text("{}")
-    assert A.table_file(str(inside), store) == inside
-    assert A.table_file("/elsewhere/m/c-torch/kernel_table.json", store) == inside  # a store copied from elsewhere
+    assert PW.table_file(str(inside), store) == inside
+    assert PW.table_file("/elsewhere/m/c-torch/kernel_table.json", store) == inside  # a store copied from elsewhere
     outside = tmp_path / "secret.json"
     outside.write_text("{}")
-    assert A.table_file(str(outside), store) is None and A.table_file("../secret.json", store) is None
+    assert PW.table_file(str(outside), store) is None and PW.table_file("../secret.json", store) is None
 
 
 def fake_matrix(name, slowdown):
@@ -322,7 +323,7 @@ def test_the_latest_invocations_windows_of_the_cell_are_the_ones_read(tmp_path):
     records = [rec(cell, old, 0), rec(cell, new, 1, ended=7.0), rec(cell, new, 0, ended=6.0),
                rec(cell, new, 2, status="error", ended=8.0), rec(other, new, 0, ended=9.0), rec(cell, new, 1, ended=7.0)]
     runs = type("CellRuns", (), {"cell_id": cell.cell_id})()
-    got = A._profiles_of(records, runs, ())
+    got = PW.sessions_of(records, runs, ())
     assert list(got) == ["nsys"] and [(r.context.run_id, r.run) for r in got["nsys"]] == [(new.run_id, 0), (new.run_id, 1)]
 
 
@@ -405,6 +406,66 @@ def test_profile_refuses_sides_this_checkout_cannot_stand_for(stores, tmp_path, 
     assert "measured at 111111111111" in _not_here(("111111111111+dirty",), {"commit": "2" * 40})
     assert _not_here(("222222222222",), {"commit": "2" * 40}) == ""
     assert "unknown" in _not_here(("222222222222",), {"commit": None})
+
+
+def test_compare_profile_reads_the_windows_of_the_timed_processes_and_starts_no_session(monkeypatch):
+    """Stores as `bench run --profile-window` leaves them: an hf cell without and with a planted MLP, two runs a side,
+    each run's window a Profile record of its own process (the runs' run_id and run index, made by the run driver's
+    constructor, bench.runner.windows.window_record), the head's with the MLP twice. `bench compare --profile`
+    attributes from those windows (MLP first) and starts no profiling session; the JSON and the text say where the
+    windows came from. The head windows' mean (975 µs) lies above its runs' range (950-960 µs) but 2 % from the same
+    processes' own runs: like with like, no note; 18 % from them, a note that says so."""
+    import tomllib
+
+    from bench.execution import launcher
+    from bench.execution.profile_window import timed_window_dir
+    from bench.profiling import driver
+    from bench.runner.windows import window_record
+
+    def no_session(*args, **kwargs):
+        raise AssertionError("a profiling session was started")
+
+    monkeypatch.setattr(driver, "profile_matrix", no_session)
+    monkeypatch.setattr(launcher, "run_session", no_session)
+    monkeypatch.setenv("BENCH_ALLOW_CORRUPTION", "1")
+    sides = {"base": ("none", [0.600, 0.610], [0.600, 0.610]), "head": ("Qwen2MLP:2", [0.950, 0.960], [0.950, 1.000])}
+    for side, (plant, tpots, steps) in sides.items():
+        name = f"planted-{side}"
+        cell = parse_matrix(tomllib.loads(PLANTED.format(side=side, plant=plant))).cells[0]
+        context = new_context("run", matrix=name, runs=2)
+        with ResultStore(f"results/{name}.jsonl").writer() as results, \
+                ResultStore(f"profiles/{name}.jsonl").writer() as profiles:
+            for run, (tpot, step_ms) in enumerate(zip(tpots, steps, strict=True)):
+                results.append(new_record("measurement", cell, {"status": "ok", "metrics": {"tpot_median_ms": tpot},
+                                                                "ended_at": 10.0 + run}, context=context, run=run))
+                path = timed_window_dir(Path("profiles").resolve(), name, cell.cell_id, context.run_id, run) / "kernel_table.json"
+                path.parent.mkdir(parents=True)
+                path.write_text(json.dumps(table(window(2 if side == "head" else 1, side == "head"), tool="torch")))
+                event = {"window": {"tool": "torch", "kernel_table": str(path), "trace": None, "step_ms": step_ms,
+                                    "window": {"kind": "decode", "decode_steps": 2}}, "started_at": 11.0 + run,
+                         "ended_at": 12.0 + run}
+                profiles.append(window_record(event, cell, context, run, {}, {}, {}))
+    assert main(["compare", "results/planted-base.jsonl", "results/planted-head.jsonl", "--ignore-option", "plant",
+                 "--profile", "--metrics", "tpot_median_ms", "--json", "why.json", "--markdown", "why.md"]) == 1
+    got = json.loads(Path("why.json").read_text())
+    assert got["profiled"] == [] and got["attribution"]["missing"] == []
+    (cell,) = got["attribution"]["attributions"]
+    assert cell["first"]["name"] == "MLP" and cell["tool"] == "torch"
+    windows = cell["windows"]
+    assert windows["base"]["from"] == windows["head"]["from"] == PW.TIMED_PROCESSES
+    assert windows["base"]["runs"] == windows["base"]["runs_with_window"] == windows["base"]["processes"] == 2
+    assert windows["head"]["runs_step_us"] == pytest.approx(955.0) and windows["head"]["step_us"] == [950.0, 1000.0]
+    assert not any("not typical" in n for n in cell["notes"])
+    text = Path("why.md").read_text()
+    assert "from the timed processes where a side has them" in text and "base: 2 of its 2 runs; head: 2 of its 2 runs" \
+        in text
+    # 18 % from the same processes' runs: named, like with like
+    head = figures(2, True, 1.125)
+    a = A.attribute("k", "x", ["regressed"], figures(1, False, 0.600), head, (600.0, 955.0), ((600.0, 610.0), None),
+                    (None, PW.WindowsFrom(PW.TIMED_PROCESSES, 2, 2, 955.0)))
+    (note,) = [n for n in a.notes if "not typical" in n]
+    assert "the head window's 1125 µs lies 18 % above the same 2 process(es)' runs' 955.0 µs" in note
+    assert "what the windows did not reproduce of their own processes' step" in note and "session" not in note
 
 
 PLANTED = """name = "planted-{side}"

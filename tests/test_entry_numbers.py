@@ -11,7 +11,7 @@ import pytest
 from bench.checks import check_number, range_text
 from bench.cli import main
 from bench.errors import BenchInputError
-from bench.profiling.kernels import AttributedKernel, KernelTable, build_kernel_table
+from bench.execution.kernels import AttributedKernel, KernelTable, build_kernel_table
 
 MATRIX = """
 name = "cap"

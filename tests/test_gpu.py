@@ -73,7 +73,7 @@ def test_cuda_event_token_times_match_a_known_sleep():
     import torch
 
     from bench.backends.hf.loop import record_mark
-    from bench.profiling.session import wall
+    from bench.execution.profile_window import wall
 
     per_ms = _cycles_per_ms()
     sleeps_ms = [5.0, 20.0, 50.0]
@@ -383,8 +383,8 @@ def test_oom_and_cuda_errors_are_classified_through_worker_processes(tmp_path, e
 
 def _profile(tmp_path, engines, name, decode_steps=3, **options):
     """Return (session result, KernelTable) of bench profile's session on a qwen-tiny bf16 cuda cell."""
-    from bench.profiling.kernels import KernelTable
-    from bench.profiling.nvtx import DEFAULT_PATTERNS
+    from bench.execution.kernels import KernelTable
+    from bench.execution.nvtx import DEFAULT_PATTERNS
     from bench.profiling.session import run_session
     from bench.spec.matrix import parse_matrix
     from bench.workloads.workload import cached_workload
@@ -465,8 +465,8 @@ COPY_ACTIVITY = ("Memcpy", "Memset")  # device activities torch.profiler lists a
 
 def _profile_tool(tool: str, options: dict, **settings):
     """Return (record, KernelTable) of `bench profile`'s library path for qwen-tiny on cuda, one cell, under `tool`."""
+    from bench.execution.kernels import KernelTable
     from bench.profiling.driver import ProfileSettings, profile_matrix
-    from bench.profiling.kernels import KernelTable
     from bench.spec.matrix import parse_matrix
 
     matrix = parse_matrix({
@@ -513,7 +513,7 @@ def test_torch_profiler_and_nsys_agree_range_by_range(options):
     Two differences were the collectors' own and are mended there, each with a CPU test: torch
     hands a kernel also to a cudaDeviceSynchronize whose correlation id equals the launching
     operator's External id (the eager `batch` range's 499 vs 498 here until 2026-12-02, one
-    rotary-embedding sgemm counted twice; bench.profiling.torch_collector._is_api_call), and
+    rotary-embedding sgemm counted twice; bench.execution.torch_collector._is_api_call), and
     nsys records CUB's own NVTX range (CCCL domain), which the nsys reader now leaves out when
     the harness's domain is there (bench.profiling.nsys_collector.nvtx_ranges). With both mended,
     both cases passed on the H200 (2026-12-02, docs/measurements/2026-12-02-h200-agree-test-and-ncu-full-set.md).
@@ -580,7 +580,7 @@ def _count_diff(torch_table, nsys_table, group: str, shown: int = 40) -> str:
         cats.pop("copy/memset", None)  # torch lists Memcpy/Memset activities there, nsys keeps them apart
         return cats
 
-    from bench.profiling.kernels import NO_RANGE
+    from bench.execution.kernels import NO_RANGE
 
     no_range = tuple(sum(counts(t, NO_RANGE).values()) for t in (torch_table, nsys_table))
     lines = [f"range {group!r}: kernels that differ, torch.profiler vs nsys"]

@@ -110,7 +110,7 @@ def test_profile_reads_an_ncu_report_into_its_tables(tmp_path, monkeypatch):
     CSV, roofline.json/.md and a kernel table, with the session's measured copy bandwidth as the roofline."""
     from types import SimpleNamespace
 
-    from bench.profiling.kernels import KernelTable
+    from bench.execution.kernels import KernelTable
     from bench.profiling.readback import read_ncu
 
     fake = tmp_path / "ncu"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bench.errors import BenchInputError
-from bench.profiling.kernels import NO_RANGE
+from bench.execution.kernels import NO_RANGE
 from bench.profiling.nsys_collector import (
     NSYS_ENV,
     export_command,
@@ -336,7 +336,7 @@ def test_graph_node_kernels_sit_in_the_range_of_their_graph_launch(tmp_path):
 @pytest.mark.parametrize("name", ["saxpy-mpi-cuda_nsys2022.2.sqlite", "cloverleaf-cuda_nsys2024.5.sqlite"])
 def test_bench_kernels_imports_a_real_export_into_the_profile_tables(tmp_path, capsys, name):
     from bench.cli import main
-    from bench.profiling.kernels import KernelTable
+    from bench.execution.kernels import KernelTable
 
     assert main(["kernels", str(REAL / name), "--out", str(tmp_path / "k")]) == 0
     printed = capsys.readouterr().out

@@ -42,8 +42,8 @@ def test_planted_modules_run_n_times_with_the_same_outputs_in_one_range_per_call
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from bench.backends.hf.corrupt import plant
+    from bench.execution.nvtx import ModuleRanges, RangeStack
     from bench.models import resolve_model
-    from bench.profiling.nvtx import ModuleRanges, RangeStack
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**resolve_model("qwen-tiny").config),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.profiling.kernels import (
+from bench.execution.kernels import (
     NO_RANGE,
     AttributedKernel,
     KernelTable,
@@ -135,8 +135,8 @@ def _toy():
 
 
 def test_torch_collector_attributes_ops_to_innermost_and_enclosing_ranges(tmp_path):
-    from bench.profiling.nvtx import ModuleRanges, RangeStack
-    from bench.profiling.torch_collector import profile_call
+    from bench.execution.nvtx import ModuleRanges, RangeStack
+    from bench.execution.torch_collector import profile_call
 
     model, x = _toy()
     stack = RangeStack()
@@ -156,7 +156,7 @@ def test_torch_collector_attributes_ops_to_innermost_and_enclosing_ranges(tmp_pa
 def test_ranges_stay_balanced_when_forward_raises():
     import torch
 
-    from bench.profiling.nvtx import ModuleRanges, RangeStack
+    from bench.execution.nvtx import ModuleRanges, RangeStack
 
     model, x = _toy()
     model.fail = True
@@ -189,7 +189,7 @@ class _FakeNvtxDomain:
 def test_nvtx_ranges_go_to_the_harness_domain_through_the_nvtx_package(monkeypatch):
     import types
 
-    from bench.profiling.nvtx import NVTX_DOMAIN, ModuleRanges, RangeStack
+    from bench.execution.nvtx import NVTX_DOMAIN, ModuleRanges, RangeStack
 
     calls = []
     fake = types.ModuleType("nvtx")
@@ -207,7 +207,7 @@ def test_nvtx_ranges_go_to_the_harness_domain_through_the_nvtx_package(monkeypat
 def test_nvtx_ranges_fall_back_to_torch_markers_without_the_package(monkeypatch):
     import torch
 
-    from bench.profiling.nvtx import RangeStack
+    from bench.execution.nvtx import RangeStack
 
     monkeypatch.setitem(sys.modules, "nvtx", None)  # `import nvtx` raises ImportError
     calls = []
@@ -222,7 +222,7 @@ def test_nvtx_ranges_fall_back_to_torch_markers_without_the_package(monkeypatch)
 
 def test_the_real_nvtx_package_accepts_the_harness_domain_without_a_tool():
     nvtx = pytest.importorskip("nvtx")
-    from bench.profiling.nvtx import nvtx_markers
+    from bench.execution.nvtx import nvtx_markers
 
     push, pop, domain = nvtx_markers()
     assert domain == "bench"
@@ -232,7 +232,7 @@ def test_the_real_nvtx_package_accepts_the_harness_domain_without_a_tool():
 
 
 def test_unmatched_pattern_warns_with_classes():
-    from bench.profiling.nvtx import match_modules
+    from bench.execution.nvtx import match_modules
 
     model, _ = _toy()
     with pytest.warns(UserWarning, match=r"\['\*Attention'\].*ToyRMSNorm"):
@@ -248,9 +248,9 @@ def test_hf_generate_ranges_prefill_decode_and_modules():
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from bench.execution.nvtx import ModuleRanges, RangeStack
+    from bench.execution.torch_collector import profile_call
     from bench.models import QWEN_TINY
-    from bench.profiling.nvtx import ModuleRanges, RangeStack
-    from bench.profiling.torch_collector import profile_call
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**QWEN_TINY), attn_implementation="sdpa").eval()
@@ -324,7 +324,7 @@ def test_device_side_range_annotations_are_not_kernels():
     it must not be counted as a kernel (the H200 tables of 2026-11-30 counted 161 of them)."""
     from types import SimpleNamespace
 
-    from bench.profiling.torch_collector import attribute_events
+    from bench.execution.torch_collector import attribute_events
 
     cuda, cpu = SimpleNamespace(name="CUDA"), SimpleNamespace(name="CPU")
     label = "Qwen2RMSNorm:model.norm"
@@ -346,7 +346,7 @@ def test_kernels_launched_directly_inside_a_range_belong_to_it():
     (no aten operator between), and count in that range, not in (no range)."""
     from types import SimpleNamespace
 
-    from bench.profiling.torch_collector import attribute_events
+    from bench.execution.torch_collector import attribute_events
 
     cuda, cpu = SimpleNamespace(name="CUDA"), SimpleNamespace(name="CPU")
     label = "decode_step:1"
@@ -374,7 +374,7 @@ def test_a_kernel_torch_also_hands_to_an_api_call_counts_once(activity_type):
     table said 2 sgemms in `batch` where torch's own trace and nsys had 1."""
     from types import SimpleNamespace
 
-    from bench.profiling.torch_collector import attribute_events
+    from bench.execution.torch_collector import attribute_events
 
     cuda, cpu = SimpleNamespace(name="CUDA"), SimpleNamespace(name="CPU")
     span = SimpleNamespace(elapsed_us=lambda: 2.8)
@@ -450,7 +450,7 @@ def test_a_harness_windows_step_is_the_time_between_its_steps_not_the_wait_for_t
     """A window begins after the prefill's synchronisation, so its first step waits for its own launch; its step time
     is measured as TPOT is, from the first step's end to the last's (here 40 ms of wait, then 10 ms a step), in the
     same unprofiled windows whose wall time is taken."""
-    from bench.profiling.session import median_wall, step_times
+    from bench.execution.profile_window import median_wall, step_times
 
     class Window:
         steps = 4

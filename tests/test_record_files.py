@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.profiling.kernels import AttributedKernel, build_kernel_table
+from bench.execution.kernels import AttributedKernel, build_kernel_table
 from bench.report.record_files import RecordFileRefused, read_text, record_file
 from bench.results.records import parse
 from tests.support.synthetic import write_store

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.profiling.kernels import AttributedKernel, KernelTable, build_kernel_table
+from bench.execution.kernels import AttributedKernel, KernelTable, build_kernel_table
 from bench.report.build import build_report
 from bench.report.kernel_panel import kernel_frame
 from bench.results.records import Profile, parse

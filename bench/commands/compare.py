@@ -44,10 +44,13 @@ def register(sub) -> None:
     c.add_argument("--profile", action="store_true",
                    help="profile the regressed cells that have no stored profile first (a window of a few decode steps "
                         "in each of --profile-processes processes a side, sides measured at this checkout's commit), "
-                        "then attribute their change")
+                        "then attribute their change; a side whose runs were measured with `bench run --profile-window` "
+                        "is attributed from its timed processes' own windows, with no new session")
     c.add_argument("--profile-tool", choices=("torch", "nsys"), default="torch",
                    help="the profiler --profile runs (default torch: torch.profiler, CPU ops on a CPU)")
-    c.add_argument("--decode-steps", type=int, default=4, help="decode steps in each --profile window (default 4)")
+    c.add_argument("--decode-steps", type=int, default=None,
+                   help="decode steps in each --profile window (default 4: the window `bench run --profile-window` "
+                        "profiles in each timed process)")
     c.add_argument("--profile-processes", type=int, default=3,
                    help="session processes --profile profiles per side, one window each, their mean attributed "
                         "(default 3: a host-bound step moves from process to process, and one window may not be "

@@ -59,6 +59,11 @@ def register(sub) -> None:
                    help="after each cell's timed trials (its first run), feed the [accuracy] prompts through the same "
                         "model and compiled step and keep its logits and greedy tokens: `bench accuracy` then scores the "
                         "cell from them instead of loading and compiling it again (bench study does this)")
+    r.add_argument("--profile-window", action="store_true",
+                   help="after the timed trials of every run process of each hf cell, profile one window of a few "
+                        "decode steps through the model it timed (torch.profiler) and store it in profiles/<matrix>.jsonl "
+                        "as that process's profile: `bench compare --profile` then explains a regression from the very "
+                        "processes it compares, with no profiling session of its own")
     r.set_defaults(func=cmd_run)
 
 
@@ -73,7 +78,8 @@ def cmd_run(args) -> int:
                           all_cells=load_selected_matrix(args, only=False).cells
                           if args.baseline or args.accuracy_capture else None,
                           redo=args.redo, dry_run=args.dry_run, history=args.history,
-                          show_progress=not args.no_progress, accuracy_capture=args.accuracy_capture)
+                          show_progress=not args.no_progress, accuracy_capture=args.accuracy_capture,
+                          profile_window=args.profile_window)
     if done.plan_text is not None:
         print(done.plan_text)
         return 0

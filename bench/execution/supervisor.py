@@ -48,6 +48,8 @@ class GroupItem:
     trials: list[int]
     workload_file: str
     accuracy_capture: dict | None = None  # after its trials, capture its accuracy inputs (bench.execution.accuracy_capture)
+    # after the process's last timed pass, profile a window of it (bench.execution.profile_window.timed_window_job)
+    profile_window: dict | None = None
 
 
 @dataclass
@@ -80,7 +82,8 @@ class GroupJob:
             "settings": {"warmup": self.warmup},
             "engine": self.engine,
             "cells": [{"cell": it.cell.to_dict(), "trials": it.trials, "workload_file": it.workload_file,
-                       **({"accuracy_capture": it.accuracy_capture} if it.accuracy_capture else {})} for it in items],
+                       **({"accuracy_capture": it.accuracy_capture} if it.accuracy_capture else {}),
+                       **({"profile_window": it.profile_window} if it.profile_window else {})} for it in items],
         }
 
 
@@ -175,7 +178,11 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event, s
 
     built = False
     current: tuple[str, int] | None = None  # (cell_id, trial) being measured
-    capturing: str | None = None  # the cell whose accuracy capture runs (its trials are done: a hang there fails none)
+    # (event kind, cell_id) of the step after a cell's trials that runs (an accuracy capture, a profile window): a hang or
+    # a death there fails no trial (they are stored), it is that step's outcome
+    after: tuple[str, str] | None = None
+    windows_done: set[str] = set()  # cells whose profile window has an outcome
+    failed_cells: set[str] = set()  # cells with a failed trial: the worker profiles no window of theirs
     fatal: dict | None = None  # what the worker said before dying, if it said anything
     deadline = time.monotonic() + job.build_timeout_s
     try:
@@ -196,14 +203,16 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event, s
                     return True
                 # A hang would hang again: it ends its cell, and a fresh worker takes the next one.
                 message = f"timeout: no progress within {job.cell_timeout_s:g} s; worker killed; log {log_path}"
-                if capturing is not None:  # its results are stored: only the capture is lost, said as its outcome
-                    _capture_lost(on_event, capturing, "timeout", message)
-                    return False
-                end_cell(on_event, pending, items, current, "timeout", message)
+                if after is not None:  # its results are stored: only that step is lost, said as its outcome
+                    _after_trials_lost(on_event, after, "timeout", message)
+                    windows_done.add(after[1])
+                _windows_lost(on_event, _windows_left(items, pending, windows_done, failed_cells), "timeout", message)
+                if after is None:
+                    end_cell(on_event, pending, items, current, "timeout", message)
                 return False
             if event is None:  # the worker exited
                 launcher.wait_or_kill(proc, EXIT_GRACE_S)
-                if not pending:
+                if not pending and after is None and not _windows_left(items, pending, windows_done, failed_cells):
                     return False
                 log.flush()
                 died = launcher.death(proc.returncode, log_path, oom_kills)
@@ -216,10 +225,12 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event, s
                     for cell_id, trial in sorted(pending):
                         _synth(on_event, pending, cell_id, trial, status, "build/load: " + message)
                     return True
-                if capturing is not None:
-                    _capture_lost(on_event, capturing, status, message)
-                    return False
-                end_cell(on_event, pending, items, current, status, message)
+                if after is not None:
+                    _after_trials_lost(on_event, after, status, message)
+                    windows_done.add(after[1])
+                _windows_lost(on_event, _windows_left(items, pending, windows_done, failed_cells), status, message)
+                if after is None:
+                    end_cell(on_event, pending, items, current, status, message)
                 return False
             kind = event.get("event")
             if kind == "built":
@@ -229,6 +240,8 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event, s
             elif kind == "result":
                 pending.discard((event["cell_id"], event["trial"]))
                 current = None
+                if event.get("status") != "ok":
+                    failed_cells.add(event["cell_id"])
             elif kind == "skipped":
                 pending.difference_update((event["cell_id"], t) for t in event["trials"])
             elif kind == "fatal" and not built:
@@ -238,8 +251,10 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event, s
                 return True
             elif kind == "fatal":
                 fatal = event
-            elif kind == "accuracy_capture":
-                capturing = event["cell_id"] if event.get("phase") == "start" else None
+            elif kind in ("accuracy_capture", "profile_window"):
+                after = (kind, event["cell_id"]) if event.get("phase") == "start" else None
+                if kind == "profile_window" and event.get("phase") == "done":
+                    windows_done.add(event["cell_id"])
             # Every event is progress: the clock restarts (build, warm-up, then each trial).
             deadline = time.monotonic() + job.cell_timeout_s
             on_event(event)
@@ -261,11 +276,27 @@ def _next_cell(items: list[GroupItem], pending: set) -> list[tuple[str, int]]:
     return []
 
 
-def _capture_lost(on_event, cell_id: str, status: str, message: str) -> None:
-    """A worker that hung or died in a cell's accuracy capture: the capture's outcome, never a failed trial (its trials
-    are stored; `bench accuracy` measures the cell in a session). A fresh worker takes the cells still to run."""
-    on_event({"event": "accuracy_capture", "cell_id": cell_id, "phase": "done", "status": status, "error": message,
+def _after_trials_lost(on_event, after: tuple[str, str], status: str, message: str) -> None:
+    """A worker that hung or died in a step after a cell's trials (its accuracy capture, its profile window): that
+    step's outcome, never a failed trial (its trials are stored; `bench accuracy` measures the cell in a session). A
+    fresh worker takes the cells still to run."""
+    kind, cell_id = after
+    on_event({"event": kind, "cell_id": cell_id, "phase": "done", "status": status, "error": message,
               "synthesized": True})
+
+
+def _windows_left(items: list[GroupItem], pending: set, windows_done: set, failed_cells: set) -> list[str]:
+    """Return the cells whose profile window a worker still owes: asked for, trials all done and ok, no outcome yet."""
+    return [it.cell.cell_id for it in items if it.profile_window and it.cell.cell_id not in windows_done
+            and it.cell.cell_id not in failed_cells and not any((it.cell.cell_id, t) in pending for t in it.trials)]
+
+
+def _windows_lost(on_event, cells: list[str], status: str, message: str) -> None:
+    """The windows a worker that hung or died had yet to profile (they come after every cell's trials): each its
+    outcome, so the run says which cells have no window of that process."""
+    for cell_id in cells:
+        on_event({"event": "profile_window", "cell_id": cell_id, "phase": "done", "status": status,
+                  "error": f"not profiled: the worker ended first ({message})", "synthesized": True})
 
 
 def end_cell(on_event, pending: set, items: list[GroupItem], current, status: str, message: str) -> None:

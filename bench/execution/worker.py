@@ -11,7 +11,8 @@ PR_SET_PDEATHSIG), so a parent killed with SIGKILL leaves no worker behind holdi
 
 Events: {"event": "env"}, {"event": "built"}, {"event": "start", cell_id, trial},
 {"event": "result", cell_id, trial, status, ...}, {"event": "skipped", cell_id, trials}
-(trials not run after a failed one), {"event": "fatal", ...}.
+(trials not run after a failed one), {"event": "fatal", ...}; after the trials, where the job asks,
+{"event": "accuracy_capture", cell_id, phase} and {"event": "profile_window", cell_id, phase}.
 
 Start-up breakdown (`startup`, in the built event, hence every record's `build`, and with the
 cell's warm-up in each result's `extra`): `launch` ("fork": from the zygote; "exec", or "exec
@@ -163,6 +164,7 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
 
     workloads: dict[str, Workload] = {}
     export_failed = False
+    windows = []  # (cell, window job) of the cells profiled after this process's last timed pass
     for item in job["cells"]:
         cell = Cell.from_dict(item["cell"])
         wl_file = item["workload_file"]
@@ -240,8 +242,12 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
                                 **({} if peak is None else {"peak_memory_bytes_at_failure": peak})}})
                 loaded.recover()
                 failed = True
+        if item.get("profile_window") and not failed:
+            windows.append((cell, {**item["profile_window"], "workload_file": wl_file}))
         if item.get("accuracy_capture") and not failed:
             capture_accuracy(loaded, cell, item["accuracy_capture"], emit)
+    for cell, window in windows:
+        profile_timed_window(loaded, cell, window, emit)
     if engine.get("export_dir") and not export_failed:
         _phase("exporting the engine artifact")
         try:
@@ -274,6 +280,34 @@ def capture_accuracy(loaded, cell, spec: dict, emit: Callable[[dict], None]) -> 
            f"{describe_compile(meta['compile'])}")
     emit({"event": "accuracy_capture", "cell_id": cell.cell_id, "phase": "done", "status": "ok",
           "measure_s": meta["measure_s"]})
+
+
+def profile_timed_window(loaded, cell, window: dict, emit: Callable[[dict], None]) -> None:
+    """Profile one decode-step window of the cell through the timed model (bench.execution.profile_window), in this
+    process, after its last timed pass (`bench run --profile-window`).
+
+    After the last pass of every cell of the process, not after each cell's own: a profiler that ran in a process
+    slows what runs after it in that process (torch.profiler leaves CUPTI attached; pytorch/pytorch#144455), so no
+    timed pass may follow one. The window fixes its cell's shapes again (the static cache from its workload) and runs
+    through the same loaded model and compiled step. Its two events ("profile_window", phase start / done) are progress:
+    the supervisor's per-cell clock times the window alone. A failure (an out-of-memory, an error) leaves no window and
+    changes no result; the done event and the log line say why."""
+    from bench.execution.profile_window import profile_window
+
+    emit({"event": "profile_window", "cell_id": cell.cell_id, "phase": "start"})
+    _phase(f"cell {cell.cell_id}: profile window ({window['decode_steps']} decode steps, torch.profiler, the timed model)")
+    started_at = time.time()
+    try:
+        result = profile_window(loaded, cell, window, Path(window["out_dir"]))
+    except Exception as exc:  # noqa: BLE001 - the timed figures stand; the cell has no window of this process
+        _phase(f"cell {cell.cell_id}: profile window failed, none stored: {_describe(exc)}")
+        emit({"event": "profile_window", "cell_id": cell.cell_id, "phase": "done", "status": classify_exception(exc),
+              "error": _describe(exc)})
+        loaded.recover()
+        return
+    _phase(f"cell {cell.cell_id}: profile window done in {time.time() - started_at:.1f} s")
+    emit({"event": "profile_window", "cell_id": cell.cell_id, "phase": "done", "status": "ok", "window": result,
+          "started_at": started_at, "ended_at": time.time()})
 
 
 def pass_result(out, backend_figures: dict, telemetry: dict, gpus: int, extra: dict):

@@ -18,8 +18,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench.errors import BenchInputError
+from bench.execution.profile_window import (
+    BATCHES,
+    DECODE_STEPS,
+    PROFILABLE_BACKENDS,
+    WARMUP,
+)
 
-PROFILABLE_BACKENDS = ("hf",)  # backends whose loaded object exposes a torch model (`.model`)
 SESSION = "bench.profiling.session"  # the session process's module (python -m)
 
 
@@ -28,11 +33,12 @@ class ProfileSettings:
     """How `bench profile` profiles each cell (its flags)."""
 
     tool: str = "torch"
-    decode_steps: int = 4
-    batches: int = 1
-    warmup: int = 1
+    # the window of bench.execution.profile_window: the one `bench compare --profile` and `bench run --profile-window` make
+    decode_steps: int = DECODE_STEPS
+    batches: int = BATCHES
+    warmup: int = WARMUP
     timeout: float = 1800.0
-    patterns: tuple[str, ...] = ()  # () = bench.profiling.nvtx.DEFAULT_PATTERNS
+    patterns: tuple[str, ...] = ()  # () = bench.execution.nvtx.DEFAULT_PATTERNS
     # The nsys (tool nsys) or ncu (tool ncu) executable: as given (None: found as find_nsys / find_ncu find it),
     # found and checked by profile_matrix before any work unless tool_version says it already was.
     nsys: str | None = None
@@ -108,10 +114,10 @@ def profile_matrix(matrix, settings: ProfileSettings, out_root: Path, store_path
     out_root/<matrix>/<cell_id>-<tool>/ (process 0), <cell_id>-<tool>-p<N>/ (process N-1). `printer` gets each
     session's summary text.
     """
+    from bench.execution.kernels import KernelTable
+    from bench.execution.nvtx import DEFAULT_PATTERNS
     from bench.files import check_output_dir
     from bench.machine.failures import first_line
-    from bench.profiling.kernels import KernelTable
-    from bench.profiling.nvtx import DEFAULT_PATTERNS
     from bench.results.query import check_store_path
     from bench.results.records import new_context
     from bench.results.store import ResultStore
@@ -171,10 +177,11 @@ def profile_cell(cell, settings: ProfileSettings, out_root: Path, context, proce
     settings: as profile_matrix passes them (patterns filled in, the tool's executable found); process: which of
     the invocation's session processes of this cell it is (0 first; the record's `run`; its folder's -p<process+1>).
     """
+    from bench.execution.kernels import write_side_tables
     from bench.execution.launcher import run_session
     from bench.execution.supervisor import session_preload
-    from bench.profiling.readback import read_ncu, read_nsys, write_side_tables
-    from bench.results.records import new_record
+    from bench.profiling.readback import read_ncu, read_nsys
+    from bench.results.records import PROFILING_SESSION, Profile, new_record
     from bench.workloads.workload import cached_workload
 
     wl, wl_file = cached_workload(cell.workload, Path("workloads/cache"))
@@ -223,11 +230,10 @@ def profile_cell(cell, settings: ProfileSettings, out_root: Path, context, proce
                 session.update(read_nsys(settings.nsys, out_dir, cell))
             elif settings.tool == "ncu":
                 session.update(read_ncu(settings.ncu or "ncu", out_dir, cell, session), ncu_metrics=settings.ncu_metrics)
-            outcome["extra"] = {"tool": settings.tool, "kernel_table": session.pop("kernel_table"),
-                                "trace": session.pop("trace", None),
-                                "profile": {k: v for k, v in session.items() if k != "environment"}}
+            if wrapped:  # a table read back from the profiler's report (the torch tool's window wrote its own)
+                write_side_tables(Path(session["kernel_table"]))
+            outcome["extra"] = Profile.extra_of(session, PROFILING_SESSION)
             environment = session.get("environment", {})
-            write_side_tables(Path(outcome["extra"]["kernel_table"]))
     except (RuntimeError, BenchInputError, OSError, ValueError, KeyError) as exc:
         outcome.update(status="error", error=f"{type(exc).__name__}: {exc}")
     outcome["ended_at"] = time.time()
@@ -236,9 +242,9 @@ def profile_cell(cell, settings: ProfileSettings, out_root: Path, context, proce
 
 
 def _nvtx_domain() -> str | None:
-    """Return the NVTX domain the session's ranges will use (bench.profiling.nvtx): `bench` with the nvtx package."""
+    """Return the NVTX domain the session's ranges will use (bench.execution.nvtx): `bench` with the nvtx package."""
     import importlib.util
 
-    from bench.profiling.nvtx import NVTX_DOMAIN
+    from bench.execution.nvtx import NVTX_DOMAIN
 
     return NVTX_DOMAIN if importlib.util.find_spec("nvtx") is not None else None

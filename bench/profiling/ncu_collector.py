@@ -62,7 +62,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bench.errors import BenchInputError
-from bench.profiling.kernels import (
+from bench.execution.kernels import (
     CATEGORIES,
     AttributedKernel,
     KernelTable,

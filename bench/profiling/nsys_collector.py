@@ -37,7 +37,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from bench.errors import BenchInputError
-from bench.profiling.kernels import (
+from bench.execution.kernels import (
     STEP_GROUP,
     AttributedKernel,
     KernelTable,
@@ -336,7 +336,7 @@ def _read(con, tables: set[str]) -> tuple[list[AttributedKernel], dict[str, set]
 def nvtx_ranges(con) -> tuple[list[tuple], dict]:
     """Return the NVTX ranges the reader uses, (rowid, start, end, globalTid, label) in start order, and their domain.
 
-    When the export holds the harness's own domain (bench.profiling.nvtx.NVTX_DOMAIN), only that
+    When the export holds the harness's own domain (bench.execution.nvtx.NVTX_DOMAIN), only that
     domain's ranges: libraries push ranges of their own, which torch.profiler never sees (the
     H200's eager qwen-7b-shape window, 2026-12-02: CUB's `cub::DeviceScan::InclusiveScan` in the
     CCCL domain, around 2 of generate's kernels). Else, where NVTX's default domain holds the
@@ -347,7 +347,7 @@ def nvtx_ranges(con) -> tuple[list[tuple], dict]:
     dict: {"nvtx_domain": the domain read ("(default)" for NVTX's default one) or None for all,
     "nvtx_ranges_left_out": {domain name: ranges}}.
     """
-    from bench.profiling.nvtx import NVTX_DOMAIN
+    from bench.execution.nvtx import NVTX_DOMAIN
 
     ncols = _columns(con, "NVTX_EVENTS")
     text = "COALESCE(n.text, (SELECT value FROM StringIds WHERE id = n.textId))" if "textId" in ncols else "n.text"
@@ -408,7 +408,7 @@ def timeline_spans(path: str | Path, group: str | None = "decode_step", limit: i
 
 
 def _spans(path, kernels: list, group: str | None, limit: int) -> dict:
-    from bench.profiling.kernels import categorize, range_group
+    from bench.execution.kernels import categorize, range_group
 
     if group is None:
         first = next((k for k in kernels if k.ranges), None)

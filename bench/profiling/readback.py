@@ -2,21 +2,20 @@
 
 `read_nsys` exports a session's nsys report to SQLite and reads it into a KernelTable;
 `read_ncu` imports a session's ncu report as the raw CSV and writes its roofline; both beside the
-session's other files. `write_side_tables` writes kernel_table.md and categories.csv next to a
-kernel table (the one place). `read_reports` is the driver of `bench kernels REPORT`: the same
-tables (and, for an ncu raw CSV, the roofline) of reports made outside the harness or re-read
+session's other files (kernel_table.md and categories.csv beside each table: bench.execution.kernels.write_side_tables).
+`read_reports` is the driver of `bench kernels REPORT`: the same tables (and, for an ncu raw CSV, the roofline) of reports made outside the harness or re-read
 later, written under profiles/imported/<report name>/ unless an output folder is given.
 """
 
 from __future__ import annotations
 
-import csv
 import subprocess
 import zlib
 from pathlib import Path
 
 from bench.checks import check_number
 from bench.errors import BenchInputError
+from bench.execution.kernels import write_side_tables
 
 
 def read_nsys(nsys: str, out_dir: Path, cell) -> dict:
@@ -58,19 +57,6 @@ def read_ncu(ncu: str, out_dir: Path, cell, session: dict) -> dict:
     meta = {"cell_id": cell.cell_id, "label": cell.label, "ncu_version": session.get("ncu_version"),
             "range": ncu_collector.NCU_STEP, "step_bound": session.get("step_bound")}
     return {**ncu_collector.write_roofline(kernels, bw, meta, out_dir), "trace": str(reports[-1])}
-
-
-def write_side_tables(table_path: Path) -> None:
-    """Write kernel_table.md and categories.csv next to the kernel table (one place writes them)."""
-    from bench.profiling.kernels import KernelTable
-
-    table = KernelTable.load(table_path)
-    table_path.with_suffix(".md").write_text(table.to_markdown())
-    with open(table_path.with_name("categories.csv"), "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["category", "kernels", "total_us", "share"])
-        for c in table.categories:
-            w.writerow([c.category, c.kernels, f"{c.total_us:.3f}", f"{c.share:.6f}"])
 
 
 def read_reports(reports: list[str | Path], out: str | Path | None = None, *, copy_bandwidth_gbs: float | None = None,

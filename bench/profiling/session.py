@@ -1,300 +1,31 @@
-"""The profiling worker: loads one hf cell, warms up, times and profiles a short fixed window.
+"""The profiling worker: loads one hf cell and profiles a short fixed window of it (`bench profile`'s session).
 
-Runs in its own process (`python -m bench.profiling.session JOB.json RESULT.json`), like the
-measurement worker, so the `bench profile` parent never touches the GPU and nsys can wrap
-exactly this process.
-
-Shapes are the measured pass's: the cell's shapes are fixed from its whole workload first, as
-the measurement worker's warm-up does (a static cache gets the workload's length, not the short
-window's), then the warm-up windows run the very window that is timed and profiled, so nothing
-compiles inside the profile.
-
-Two windows:
-- generate cells (decode_loop = "generate"): the first `batches` batches of the workload
-  (max_batch_size requests each), each cut to `decode_steps` + 1 new tokens: one prefill and
-  `decode_steps` decode steps through the backend's own pass, with ranges around modules,
-  the prefill and each decode step (hooks on the model);
-- harness-loop cells (decode_loop = "harness"): `decode_steps` steps of the cell's DecodeLoop
-  on the first batch, after its prefill, which runs before the timer and the profiler start:
-  the window is decode steps only, each inside a "decode_step:k" range opened from outside the
-  step. Module hooks are put only on an uncompiled step: inside a compiled step they would be
-  traced into another graph than the measured one (and a CUDA graph replays no host hooks);
-  compiled generate cells get no module or phase hooks for the same reason.
-
-Order: warm-up windows, UNPROFILED_REPEATS unprofiled windows (the median wall time is the
-reference, so one hiccup of the host does not set it; a profile is still one process, and
-host-bound steps differ between processes: docs/measurements/2026-12-06-h100-planted-regressions.md),
-then the profiled window. The unprofiled decode step (`step_ms`, the reference of the attribution's
-launch-gaps row and of % SOL): a harness window's time between its first and last steps' ends over the
-steps between, as TPOT is measured (`step_times`); a generate window's time less
-that of the same batches generating one token (their prefill), over its decode steps, which also
-counts generate's own host work between the steps;
-- tool "torch": record_function ranges + torch.profiler -> KernelTable + Chrome trace here;
-- tool "nsys": NVTX ranges, cudaProfilerStart/Stop around the window; the parent reads the
-  report nsys writes;
-- tool "ncu": NVTX ranges of the decode steps only (no module or batch ranges: decode_step:1 is
-  the outermost range, the one ncu's --nvtx-include replays); the parent reads ncu's report.
+Runs in its own process (`python -m bench.profiling.session JOB.json RESULT.json`), like the measurement worker, so the
+`bench profile` parent never touches the GPU and nsys or ncu can wrap exactly this process. After the load, the window
+is bench.execution.profile_window.profile_window: the same rule a timed worker follows for `bench run
+--profile-window` (the window, its warm-up and shapes, the unprofiled step, the tools).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 
-def window_requests(requests, max_batch_size: int, decode_steps: int, batches: int = 1) -> list:
-    """Return the window's requests: the first batches*max_batch_size, each cut to decode_steps + 1 tokens."""
-    if decode_steps < 1:
-        raise ValueError("decode_steps must be >= 1")
-    chosen = list(requests)[: max_batch_size * batches]
-    return [dataclasses.replace(r, output_len=decode_steps + 1) for r in chosen]
-
-
-def wall(fn, cuda: bool) -> float:
-    """Return fn's wall time in seconds, the device synchronised before and after."""
-    import torch
-
-    if cuda:
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn()
-    if cuda:
-        torch.cuda.synchronize()
-    return time.perf_counter() - t0
-
-
-class GenerateWindow:
-    """The backend's own pass over the window's batches: prefill and decode steps, ranges from hooks."""
-
-    kind = "generate"
-
-    def __init__(self, loaded, cell, chunks, batch_ranges: bool = True):
-        self.loaded, self.cell, self.chunks = loaded, cell, chunks
-        # ncu filters on the decode step's range: no batch range around it, so it is the outermost one
-        self.batch_ranges = batch_ranges
-
-    def prepare(self) -> None:
-        """Nothing to do before a window: each pass prefills its own batches."""
-
-    def __call__(self, ranges=None) -> None:
-        for i, chunk in enumerate(self.chunks):
-            if ranges is None:
-                self.loaded.run(chunk, self.cell.max_batch_size, self.cell.options_dict)
-            else:
-                with ranges.batch(i, push=self.batch_ranges):
-                    self.loaded.run(chunk, self.cell.max_batch_size, self.cell.options_dict)
-
-
-def prefill_only(window: GenerateWindow) -> GenerateWindow:
-    """Return the same window generating one token per request: its prefill (and first token) alone."""
-    chunks = [[dataclasses.replace(r, output_len=1) for r in c] for c in window.chunks]
-    return GenerateWindow(window.loaded, window.cell, chunks, window.batch_ranges)
-
-
-UNPROFILED_REPEATS = 3
-
-
-def median_wall(window, cuda: bool, repeats: int = UNPROFILED_REPEATS,
-                marks: list | None = None) -> tuple[float, list[float]]:
-    """Return (the median wall time of `repeats` unprofiled windows, each one's), prepared before each. With `marks` (a
-    DecodeWindow's), each window's markers after its steps are appended to it as one list (`step_times` reads them)."""
-    times = []
-    for _ in range(repeats):
-        window.prepare()
-        if marks is None:
-            times.append(wall(window, cuda))
-        else:
-            marks.append([])
-            times.append(wall(lambda: window(marks=marks[-1]), cuda))
-    return statistics.median(times), times
-
-
-class DecodeWindow:
-    """`steps` decode steps of the cell's DecodeLoop after a prefill done by `prepare` (outside the window)."""
-
-    kind = "decode"
-
-    def __init__(self, loaded, chunk, steps: int):
-        from bench.backends.hf.backend import left_padded, static_cache_len
-
-        self.loop, self.steps = loaded.loop, steps
-        self.ids, self.mask = left_padded(chunk, loaded.pad_id, loaded.device)
-        # The measured pass's cache length (fixed from the workload), or this batch's own.
-        self.cache_len = getattr(loaded, "cache_len", None) or static_cache_len([chunk])
-        if self.ids.shape[1] + steps + 1 > self.cache_len:
-            raise RuntimeError(f"the window needs {self.ids.shape[1] + steps + 1} cache positions, but the cell's static "
-                               f"cache holds {self.cache_len} (fixed from its workload): lower --decode-steps")
-        self.state: dict | None = None
-
-    def prepare(self) -> None:
-        """Prefill the batch into the loop's (reset) cache: the window then starts at the first decode step."""
-        import torch
-
-        with torch.inference_mode():
-            self.state = self.loop.prefill(self.ids, self.mask, self.cache_len)
-        if self.ids.is_cuda:
-            torch.cuda.synchronize()  # the prefill's kernels must not run into the timed or profiled window
-
-    def __call__(self, ranges=None, marks: list | None = None) -> None:
-        """Run the window's steps; with `marks`, append a time marker after each (bench.backends.hf.loop.record_mark)."""
-        import torch
-
-        from bench.backends.hf.loop import record_mark
-
-        with torch.inference_mode():
-            for k in range(1, self.steps + 1):
-                if ranges is None:
-                    self.loop.decode(self.state, 1)
-                else:
-                    with ranges.stack.range(f"decode_step:{k}"):
-                        self.loop.decode(self.state, 1)
-                if marks is not None:
-                    record_mark(marks, self.ids.is_cuda)
-
-
-def step_times(marks: list[list], steps: int) -> list[float]:
-    """Return each harness window's decode step in seconds from its markers (`median_wall`'s, the device synchronised
-    since), the way TPOT is measured: the time from the end of the window's first step to the end of its last, over
-    the steps between (CUDA events on a GPU). A window starts after the prefill's synchronisation, so its first step
-    waits for the host to launch it, where a run's step follows the previous one already queued: the window's wall
-    time over its steps read 3-5 % above its runs' TPOT on the compiled 7B shape (4 steps; H100, 2026-12-06)."""
-    from bench.backends.hf.loop import mark_seconds
-
-    if steps < 2:
-        raise ValueError("a step time between markers needs at least 2 decode steps")
-    times = []
-    for window_marks in marks:
-        seconds = mark_seconds(window_marks)
-        times.append((seconds[-1] - seconds[0]) / (steps - 1))
-    return times
-
-
 def run_session(job: dict) -> dict:
-    """Return the session's result: wall times, the KernelTable (torch tool) and file paths."""
-    import torch
-
+    """Return the session's result: the window's wall times, the KernelTable (torch tool), file paths, the environment."""
     from bench.backends.registry import backend_class
-    from bench.profiling.nvtx import ModuleRanges, RangeStack
+    from bench.execution.profile_window import profile_window
+    from bench.machine.environment import fingerprint
     from bench.spec.cells import BuildKey, Cell
-    from bench.workloads.workload import Workload, batches
 
     key = BuildKey.from_dict(job["build_key"])
     cell = Cell.from_dict(job["cell"])
     backend = backend_class(key.backend)()
     loaded = backend.load(backend.build(key, Path(job["engines_dir"])))
-    model = getattr(loaded, "model", None)
-    if model is None:
-        raise RuntimeError(f"backend {key.backend!r} exposes no torch model to put ranges on")
-    workload = Workload.from_json(Path(job["workload_file"]).read_text())
-    options = cell.options_dict
-    # The measured pass's shapes: the worker's warm-up fixes them from the whole workload (no pass runs here).
-    loaded.warmup(workload.requests, cell.max_batch_size, options, 0)
-    reqs = window_requests(workload.requests, cell.max_batch_size, job["decode_steps"], job.get("batches", 1))
-    chunks = batches(reqs, cell.max_batch_size, options.get("batching", "dataset"))
-    cuda = loaded.device.type == "cuda" if hasattr(loaded, "device") else torch.cuda.is_available()
-    compiled = options.get("compile", "off") != "off"
-    if getattr(loaded, "loop", None) is not None:
-        window = DecodeWindow(loaded, chunks[0], job["decode_steps"])
-        chunks = chunks[:1]
-    else:
-        window = GenerateWindow(loaded, cell, chunks, batch_ranges=job["tool"] != "ncu")
-    hooks = not compiled  # hooks inside a compiled step would change the graph the profile shows
-    tool = job["tool"]
-    out_dir = Path(job["out_dir"])
-
-    def timed(fn) -> float:
-        return wall(fn, cuda)
-
-    for _ in range(job.get("warmup", 1)):
-        window.prepare()
-        window()
-    # a harness window of two steps or more also times its steps between markers, in the same windows (step_times)
-    marks: list | None = [] if window.kind == "decode" and window.steps >= 2 else None
-    unprofiled_s, repeats = median_wall(window, cuda, marks=marks)
-    prefill_s = None
-    if window.kind == "generate" and hooks:  # a decode step's time: the window less its prefill (one token)
-        first = prefill_only(window)
-        first()  # its own warm-up: generating one token may take another path
-        prefill_s, _ = median_wall(first, cuda)
-    stack = RangeStack(record_function=tool == "torch", nvtx=tool in ("nsys", "ncu") and cuda)
-    result = {"tool": tool, "unprofiled_window_s": unprofiled_s, "unprofiled_windows_s": repeats, "cuda": cuda,
-              "window": {"kind": window.kind, "requests": sum(len(c) for c in chunks), "batches": len(chunks),
-                         "decode_steps": job["decode_steps"], "prompt_tokens": [r.input_len for c in chunks for r in c],
-                         "static_cache_len": getattr(loaded, "cache_len", None), "module_ranges": hooks}}
-    if marks is not None:
-        steps = step_times(marks, window.steps)
-        result["unprofiled_steps_s"] = steps
-        result["step_ms"] = statistics.median(steps) * 1e3
-        result["step_ms_from"] = ("the harness windows' median time between their first and last decode steps' ends, "
-                                  "over the steps between (as TPOT is measured)")
-    elif window.kind == "decode":
-        result["step_ms"] = unprofiled_s / job["decode_steps"] * 1e3
-        result["step_ms_from"] = "the harness window's median wall time over its decode step"
-    elif prefill_s is not None and unprofiled_s > prefill_s:
-        result["prefill_window_s"] = prefill_s
-        result["step_ms"] = (unprofiled_s - prefill_s) / (job["decode_steps"] * len(chunks)) * 1e3
-        result["step_ms_from"] = ("the generate window's median wall time less that of its batches generating one "
-                                  "token, over its decode steps")
-    elif prefill_s is not None:  # said, not silent: without a step time the attribution has no launch-gaps row
-        result["prefill_window_s"] = prefill_s
-        result["step_ms_from"] = (f"none: the generate window ({unprofiled_s:.4f} s) took no longer than its batches "
-                                  f"generating one token ({prefill_s:.4f} s)")
-    if getattr(loaded, "bandwidth", None):
-        result["copy_bandwidth"] = loaded.bandwidth  # the roofline's bandwidth (speed_of_light.copy_bandwidth)
-    if getattr(loaded, "weights", None) is not None:
-        from bench.backends.speed_of_light import step_bound
-
-        # Decode step 1 of the first batch (the step ncu replays): each row attends over its prompt and one new token.
-        result["step_bound"] = step_bound(loaded.weights, loaded.kv_per_token, [r.input_len + 1 for r in chunks[0]],
-                                          (loaded.bandwidth or {}).get("bandwidth_bytes_s"))
-    # ncu replays the kernels of one decode-step range: no module ranges inside it (the per-kernel table is by name)
-    patterns = job["patterns"] if hooks and tool != "ncu" else []
-    window.prepare()
-    with ModuleRanges(model, patterns, stack=stack, phases=hooks and window.kind == "generate") as ranges:
-        result["ranges_matched"] = len(ranges.targets)
-        if tool == "torch":
-            from bench.profiling.torch_collector import profile_call
-
-            holder = {}
-
-            def profiled():
-                holder["s"] = timed(lambda: window(ranges))
-
-            table, trace = profile_call(profiled, cuda=cuda, labels=stack.labels, trace_path=out_dir / "trace.json",
-                                        meta={"cell_id": cell.cell_id, "label": cell.label})
-            result["profiled_window_s"] = holder["s"]
-            table.save(out_dir / "kernel_table.json")
-            result["kernel_table"] = str(out_dir / "kernel_table.json")
-            result["trace"] = str(trace)
-        elif tool == "nsys":
-            if not cuda:
-                raise RuntimeError("the nsys tool profiles CUDA kernels: this cell does not run on a GPU")
-            torch.cuda.synchronize()
-            torch.cuda.cudart().cudaProfilerStart()
-            try:
-                result["profiled_window_s"] = timed(lambda: window(ranges))
-            finally:
-                torch.cuda.cudart().cudaProfilerStop()
-        elif tool == "ncu":
-            if not cuda:
-                raise RuntimeError("the ncu tool profiles CUDA kernels: this cell does not run on a GPU")
-            if window.kind == "generate" and not hooks:
-                raise RuntimeError("ncu replays the kernels of the decode_step:1 range, which a compiled generate cell "
-                                   "does not have (no hooks on a compiled model): profile its eager configuration, or "
-                                   "the harness loop (decode_loop = \"harness\"), whose steps get ranges from outside")
-            # ncu (--nvtx-include) replays only decode_step:1's kernels; the window's wall time includes that replay
-            result["profiled_window_s"] = timed(lambda: window(ranges))
-        else:
-            raise ValueError(f"unknown tool {tool!r}")
-    from bench.machine.environment import fingerprint
-
+    result = profile_window(loaded, cell, job, Path(job["out_dir"]))
     result["environment"] = fingerprint(key.device)
-    if stack.depth:
-        raise RuntimeError(f"{stack.depth} range(s) left open after the window")
     loaded.close()
     return result
 

@@ -36,7 +36,7 @@ def kernel_bars(kernels: pd.DataFrame) -> dict:
         yaxis={"title": {"text": "kernels per instance"}}, yaxis2={"title": {"text": "time per instance (µs)"}, "anchor": "x2"})}
 
 
-# Kernel categories (bench.profiling.kernels.CATEGORIES) keep one colour in every timeline.
+# Kernel categories (bench.execution.kernels.CATEGORIES) keep one colour in every timeline.
 CATEGORY_COLORS = {"norm": "#ab63fa", "attention": "#ef553b", "gemm": "#636efa", "reduction": "#ffa15a",
                    "elementwise": "#00cc96", "copy/memset": "#19d3f3", "other": "#7f7f7f"}
 RANGE_COLOR = "rgba(120,120,120,0.25)"

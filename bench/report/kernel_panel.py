@@ -1,13 +1,13 @@
 """Profile records -> the dashboard's kernel frame (kernels and time per RMSNorm / attention call).
 
 `bench profile` appends Profile records (bench.results.records) whose extra["kernel_table"] names a
-KernelTable JSON file (bench.profiling.kernels). `kernel_frame` reads those files and returns
+KernelTable JSON file (bench.execution.kernels). `kernel_frame` reads those files and returns
 the frame `bench.report.kernel_figures.kernel_bars` draws, one row per (profiled cell, panel row):
 
 - range rows ("RMSNorm", "attention"): module range groups matched by class-name globs, per
   call (instance) of the module: mean kernels per call, median kernel time per call;
 - category rows ("norm kernels", "attention kernels", "gemm kernels", ...): kernels of each
-  name category (bench.profiling.kernels.categorize), per decode step where the table has
+  name category (bench.execution.kernels.categorize), per decode step where the table has
   decode-step ranges holding kernels (the kernels inside them), else the window's per forward
   pass (prefill or decode step; per window where the table has no step ranges). Compiled
   graphs and engines fuse across module boundaries, so their module ranges vanish; these rows
@@ -63,7 +63,7 @@ def _annotation_kernels(table) -> dict[str, list[float]]:
     after its label, which lands in (no range) and would count as a kernel; older tables hold
     them (docs/guide/profiling.md), newer ones give {}. (no range) rows are exclusive: subtracting is exact.
     """
-    from bench.profiling.kernels import NO_RANGE
+    from bench.execution.kernels import NO_RANGE
 
     groups = {r.range for r in table.ranges} - {NO_RANGE}
     out: dict[str, list[float]] = {}
@@ -103,7 +103,7 @@ def _per_step(table, window: dict | None) -> tuple[str, int, dict[str, tuple[flo
     decode-step ranges, or the window's batches x (decode steps + 1)) over the whole window,
     less the range markers of old tables; else per window.
     """
-    from bench.profiling.kernels import CATEGORIES
+    from bench.execution.kernels import CATEGORIES
 
     decode = next((r for r in table.ranges if r.range == DECODE_STEP), None)
     if decode is not None and decode.total_us > 0 and decode.kernels_per_instance > 0:
@@ -210,7 +210,7 @@ def kernel_frame(records: list, base_dirs: list[str | Path] = (),
     file and the fix; the other records still make the frame.
     """
     from bench.errors import BenchInputError
-    from bench.profiling.kernels import KernelTable
+    from bench.execution.kernels import KernelTable
     from bench.report.record_files import RecordFileRefused, record_file
 
     bases = [Path(b) for b in base_dirs]

@@ -12,7 +12,7 @@ dashboard.html, files people publish. So `record_file` is the one way a report o
   refused; a link that leads out of the folder is refused;
 - only a regular file of its kind (KINDS): its suffix, at most its size, and what it must hold
   (a roofline: UTF-8 text; an nsys export: an SQLite database; a kernel table is then parsed as a
-  KernelTable by its reader, bench.profiling.kernels).
+  KernelTable by its reader, bench.execution.kernels).
 A file refused or missing is left out with a warning that the report shows (report.md's "Files the
 records name" section, the dashboard, the console), naming the record, the name and the reason.
 """

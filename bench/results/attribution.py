@@ -10,22 +10,24 @@ for the cell on each side. For each such cell:
   kernel category (gemm, attention, norm/reduction, elementwise, copy, other, and launch gaps and
   idle): the change in µs and in kernels per decode step, from the profile's decode-step ranges,
   each kernel counted once, in the innermost module range that launched it (the table's
-  meta["decode_steps"], bench.profiling.kernels.decode_step_breakdown);
+  meta["decode_steps"], bench.execution.kernels.decode_step_breakdown);
 - "launch gaps and idle", a row of the category table: the profile's unprofiled step time (`step_ms`:
   harness-loop windows' and uncompiled generate windows') less the kernel time of a step, where both
   sides' profiles have a step time (the time no kernel ran belongs to no module range, so the module
   table leaves it to its unexplained rest);
 - where the torch.profiler or nsys window recorded them, each module range's own host time per step
-  (meta["decode_steps"]["host_us"], bench.profiling.kernels.host_time_by_module): when the gaps grew more than any
+  (meta["decode_steps"]["host_us"], bench.execution.kernels.host_time_by_module): when the gaps grew more than any
   module's kernels, the GPU waited for the host, and the range whose host time moved most is the first row;
 - ranked by how much of the change each row carries, with its share of the measured change, and what
   is left unexplained (measured change less the rows' sum: noise, or what the profile window did not
   reproduce); the kernels that ran on one side only, by name.
 
-A side's figures are those of its latest profile invocation of the cell: where that profiled several session
-processes (`bench profile --processes N`, `bench compare --profile`'s default 3), the mean of their windows
-(bench.results.decode_step reads each kernel table and averages them), since a host-bound step moves from process
-to process.
+A side's windows (bench.results.profile_windows): those of its own timed processes, where `bench run
+--profile-window` profiled them after the trials, else its latest profiling invocation of the cell; where there are
+several (the side's runs, or `bench profile --processes N`, `bench compare --profile`'s default 3), the mean of their
+windows (bench.results.decode_step reads each kernel table and averages them), since a host-bound step moves from
+process to process. Windows of the timed processes are checked against the step of the same processes' runs; a
+session's, against the range of the side's runs.
 
 The kernels are GPU kernels where the profile ran on a GPU (torch.profiler, nsys, ncu) and aten
 operators with their CPU time where it ran on the CPU (torch.profiler). Both sides must come from one
@@ -33,7 +35,8 @@ tool and one unit. A table without decode-step ranges (a compiled `generate` cel
 read per forward pass, prefill included, by category only, and says so.
 
 Profile records are untrusted data: a kernel table they name is opened only under its profile store's
-folder (the path as stored, or its last three parts there). Pure but for reading those files.
+folder (the path as stored, or its last three parts there: profile_windows.table_file). Pure but for reading those
+files.
 """
 
 from __future__ import annotations
@@ -45,6 +48,13 @@ from pathlib import Path
 
 from bench.errors import BenchInputError
 from bench.results.decode_step import StepFigures, mean_figures, step_figures
+from bench.results.profile_windows import (
+    TIMED_PROCESSES,
+    WindowsFrom,
+    profile_stores,
+    side_windows,
+    table_file,
+)
 
 GAPS = "launch gaps and idle"
 TOOL_ORDER = ("nsys", "torch", "ncu")  # which tool's profiles to join when both sides have several
@@ -87,6 +97,7 @@ class Attribution:
     removed: list[tuple[str, float, float]]
     notes: list[str] = field(default_factory=list)
     host: list[Row] | None = None  # host time per module range, ranked; None: a side's profile has none
+    origins: dict[str, WindowsFrom] | None = None  # side -> where its windows came from (None: not said)
 
     @property
     def measured_delta_us(self) -> float | None:
@@ -149,43 +160,6 @@ class Explanation:
     profile_stores: dict[str, list[Path]] = field(default_factory=dict)  # side -> the profile stores read
 
 
-def profile_stores(side_paths, matrices: set[str], explicit: str | Path | None) -> list[Path]:
-    """Return the profile stores of a side: the one given, else profiles/<matrix>.jsonl of each of its matrices, here
-    and beside the result store's folder (`bench profile`'s and `bench study`'s default), those that exist."""
-    if explicit is not None:
-        path = Path(explicit)
-        if not path.is_file():
-            raise BenchInputError(f"profile store {str(path)!r} does not exist: give the profile records' store "
-                                  "(`bench profile` writes profiles/<matrix>.jsonl), or leave --profiles out")
-        return [path]
-    candidates = []
-    for matrix in sorted(m for m in matrices if m):
-        candidates.append(Path("profiles") / f"{matrix}.jsonl")
-        for store in side_paths:
-            candidates.append(Path(store).resolve().parent.parent / "profiles" / f"{matrix}.jsonl")
-    out: list[Path] = []
-    for c in candidates:
-        if c.is_file() and all(c.resolve() != o.resolve() for o in out):
-            out.append(c)
-    return out
-
-
-def table_file(named: str | None, store: Path) -> Path | None:
-    """Return the kernel table a profile record names, only where it lies under its store's folder; else None."""
-    if not named:
-        return None
-    root = store.resolve().parent
-    p = Path(named)
-    for candidate in ([p] if p.is_absolute() else [root / p]) + ([root / Path(*p.parts[-3:])] if len(p.parts) >= 3 else []):
-        try:
-            resolved = candidate.resolve()
-        except OSError:
-            continue
-        if resolved.is_file() and resolved.is_relative_to(root):
-            return resolved
-    return None
-
-
 def _rows(base: dict, head: dict, measured_delta: float | None, gaps: tuple[float, float] | None) -> list[Row]:
     """Return the rows of one view, ranked: the rows that carry the measured change first."""
     none = (0.0, 0.0)
@@ -204,28 +178,37 @@ def _rows(base: dict, head: dict, measured_delta: float | None, gaps: tuple[floa
 
 def attribute(key: str, label: str, verdicts: list[str], base: StepFigures, head: StepFigures,
               measured: tuple[float | None, float | None],
-              run_ranges: tuple[tuple[float, float] | None, tuple[float, float] | None] = (None, None)) -> Attribution:
+              run_ranges: tuple[tuple[float, float] | None, tuple[float, float] | None] = (None, None),
+              origins: tuple[WindowsFrom | None, WindowsFrom | None] = (None, None)) -> Attribution:
     """Return the Attribution of one cell from its two sides' decode steps and its measured step times (µs).
 
-    run_ranges: each side's runs' step times, (lowest, highest) µs: a profile window whose unprofiled step lies
-    outside its side's range is named in a note, with the share of the runs' change the windows reproduced (the
-    category rows sum to the windows' change, so that share bounds what they can explain)."""
+    run_ranges: each side's runs' step times, (lowest, highest) µs; origins: where each side's windows came from. A
+    side's windows whose unprofiled step was not typical of the runs (_untypical: a session's outside its side's range,
+    a timed process's more than stats.MAX_CV from the same processes' runs) are named in a note, with the share of
+    the runs' change the windows reproduced (the category rows sum to the windows' change, so that share bounds what
+    they can explain)."""
     notes = []
     mb, mh = measured
     delta = mh - mb if mb is not None and mh is not None else None
     gaps = None
     if base.wall_us is not None and head.wall_us is not None:
         gaps = (base.wall_us - base.busy_us, head.wall_us - head.busy_us)
-        outside = [f"the {side} {_window_name(fig)} {_us(fig.wall_us)} µs lies "
-                   f"{'below' if fig.wall_us < rng[0] else 'above'} its runs' {_us(rng[0])}-{_us(rng[1])} µs"
-                   for side, fig, rng in (("base", base, run_ranges[0]), ("head", head, run_ranges[1]))
-                   if rng is not None and not rng[0] <= fig.wall_us <= rng[1]]
+        sides = (("base", base, run_ranges[0], origins[0]), ("head", head, run_ranges[1], origins[1]))
+        outside = [(text, origin is not None and origin.timed) for side, fig, rng, origin in sides
+                   for text in [_untypical(side, fig, rng, origin)] if text]
         if outside and delta:
-            notes.append(f"the profiled processes were not typical of the runs: {'; '.join(outside)}. The windows' "
-                         f"change is {100 * (head.wall_us - base.wall_us) / delta:.0f} % of the runs', and the category "
-                         "rows sum to the windows' change; the rest is the spread between processes (a host-bound step "
-                         "moves from process to process), not a missing row. `bench profile --processes 3` of that "
-                         "side's matrix profiles new processes, and the latest invocation's windows are the ones read")
+            rest = []
+            if any(not timed for _, timed in outside):
+                rest.append("the spread between processes (a host-bound step moves from process to process), not a "
+                            "missing row. `bench profile --processes 3` of that side's matrix profiles new processes, "
+                            "and the latest invocation's windows are the ones read; `bench run --profile-window` "
+                            "profiles the timed processes themselves")
+            if any(timed for _, timed in outside):
+                rest.append("what the windows did not reproduce of their own processes' step (a few decode steps of "
+                            "the first batch, after the trials), not a missing row")
+            notes.append(f"the profiled processes were not typical of the runs: {'; '.join(t for t, _ in outside)}. "
+                         f"The windows' change is {100 * (head.wall_us - base.wall_us) / delta:.0f} % of the runs', and "
+                         f"the category rows sum to the windows' change; the rest is {'; and '.join(rest)}")
     else:
         notes.append(f"no {GAPS} row: a side's profile has no unprofiled step time (a compiled `generate` window, or "
                      "a generate window profiled before 2026-12-06: `bench profile` again measures one)")
@@ -245,8 +228,50 @@ def attribute(key: str, label: str, verdicts: list[str], base: StepFigures, head
     def only(a: StepFigures, b: StepFigures) -> list[tuple[str, float, float]]:
         return sorted(((n, k, us) for n, (k, us, _) in a.kernels.items() if n not in b.kernels), key=lambda x: -x[2])
 
+    given = {side: o for side, o in (("base", origins[0]), ("head", origins[1])) if o is not None}
     return Attribution(key, label, verdicts, base, head, mb, mh, modules, categories, only(head, base), only(base, head),
-                       notes, host)
+                       notes, host, given or None)
+
+
+def _untypical(side: str, fig: StepFigures, run_range: tuple[float, float] | None, origin: WindowsFrom | None) -> str:
+    """Return how a side's windows were not typical of its runs ('' where they were, or nothing says): like with like,
+    the windows of timed processes against the mean step of the same processes' runs, a session's against the lowest
+    and highest of the side's runs."""
+    # How far timed windows may read from their own processes' runs: pyperf's spread limit, above the 3-5 % a harness
+    # window's step reads over its runs' TPOT (bench.execution.profile_window.step_times).
+    from bench.results.stats import MAX_CV
+
+    if origin is not None and origin.timed:
+        if not origin.runs_step_us:
+            return ""
+        off = fig.wall_us / origin.runs_step_us - 1
+        if abs(off) <= MAX_CV:
+            return ""
+        return (f"the {side} {_window_name(fig)} {_us(fig.wall_us)} µs lies {100 * abs(off):.0f} % "
+                f"{'below' if off < 0 else 'above'} the same {origin.with_window} process(es)' runs' "
+                f"{_us(origin.runs_step_us)} µs")
+    if run_range is None or run_range[0] <= fig.wall_us <= run_range[1]:
+        return ""
+    return (f"the {side} {_window_name(fig)} {_us(fig.wall_us)} µs lies "
+            f"{'below' if fig.wall_us < run_range[0] else 'above'} its runs' {_us(run_range[0])}-{_us(run_range[1])} µs")
+
+
+def _windows_text(a: Attribution) -> str:
+    """Return where the sides' windows came from, for the Profiles line: session processes, or the timed processes of
+    the runs compared (how many of the side's runs have one)."""
+    origins = a.origins or {}
+    if not any(o.timed for o in origins.values()):
+        return (f", from {a.base.windows} and {a.head.windows} session processes (their mean)"
+                if a.base.windows > 1 or a.head.windows > 1 else "")
+
+    def one(side: str, fig: StepFigures) -> str:
+        o = origins.get(side)
+        if o is not None and o.timed:
+            return f"{side}: {o.with_window} of its {o.runs} runs"
+        return f"{side}: {fig.windows} session process{'es' if fig.windows > 1 else ''}"
+
+    return (f", from {TIMED_PROCESSES} where a side has them, windows profiled after the trials of the very runs "
+            f"compared ({one('base', a.base)}; {one('head', a.head)}; their mean)")
 
 
 def _window_name(fig: StepFigures) -> str:
@@ -280,27 +305,6 @@ def _measured_us(comparison, key: str, side: str) -> float | None:
                 return value * 1e3
     runs = [sum(v) / len(v) for v in getattr(comparison, side).cells[key].values(STEP_METRIC) if v]
     return sum(runs) / len(runs) * 1e3 if runs else None
-
-
-def _profiles_of(records: list, cell_runs, commits: tuple[str, ...]) -> dict[str, list]:
-    """Return {tool: the latest ok Profile records of this exact cell}, preferring those made at the side's commit: the
-    latest record's and the other ok ones of its invocation (`bench profile --processes N`: one window per process),
-    by process."""
-    mine = [r for r in records if r.ok and r.cell_id == cell_runs.cell_id and r.kernel_table]
-    measured = {c.split("+")[0] for c in commits}
-    at_commit = [r for r in mine if r.context.commit and any(r.context.commit.startswith(c) for c in measured)]
-    chosen = at_commit if len(measured) == 1 and at_commit else mine
-    latest: dict[str, object] = {}
-    for r in sorted(chosen, key=lambda r: (r.context.started_at or 0.0, r.ended_at or 0.0)):
-        latest[r.tool] = r
-    out: dict[str, list] = {}
-    for tool, last in latest.items():
-        same = {}  # one record per process of the latest invocation (a store holding a record twice counts it once)
-        for r in chosen:
-            if r.tool == tool and r.context.run_id == last.context.run_id:
-                same[r.run] = r
-        out[tool] = [same[k] for k in sorted(same)]
-    return out
 
 
 def judged_verdict(row, withheld: str = "") -> str | None:
@@ -343,12 +347,12 @@ def explain(comparison, base_paths, head_paths, profiles: tuple | None = None, w
         records = [(rec, store) for store in stores for rec in query.profiles(query.load([store]))]
         sides[side] = records
     for key, (label, verdicts) in judged.items():
-        figures, chosen = {}, {}
+        figures, chosen, origins = {}, {}, {}
         for side in ("base", "head"):
             runs = getattr(comparison, side).cells[key]
             commits = tuple(sorted(getattr(comparison, side).commits))
             recs = [r for r, _ in sides[side]]
-            chosen[side] = _profiles_of(recs, runs, commits)
+            chosen[side], origins[side] = side_windows(recs, runs, commits, STEP_METRIC)
             if not chosen[side]:
                 where = ", ".join(map(str, out.profile_stores[side])) or "no profile store found"
                 out.missing.append(Missing(key, label, side, runs.cell, runs.context.matrix, commits,
@@ -392,7 +396,8 @@ def explain(comparison, base_paths, head_paths, profiles: tuple | None = None, w
             continue
         measured = (_measured_us(comparison, key, "base"), _measured_us(comparison, key, "head"))
         ranges = (_run_range_us(comparison, key, "base"), _run_range_us(comparison, key, "head"))
-        out.attributions.append(attribute(key, label, verdicts, figures["base"], figures["head"], measured, ranges))
+        out.attributions.append(attribute(key, label, verdicts, figures["base"], figures["head"], measured, ranges,
+                                          (origins["base"], origins["head"])))
     return out
 
 
@@ -419,7 +424,8 @@ def to_dict(e: Explanation) -> dict:
             "modules": rows(a.modules), "categories": rows(a.categories), "host": rows(a.host),
             "added": [list(k) for k in a.added], "removed": [list(k) for k in a.removed], "notes": a.notes,
             "profiles": {"base": a.base.source, "head": a.head.source},
-            "windows": {side: {"processes": f.windows, "step_us": list(f.window_walls) or [f.wall_us],
+            "windows": {side: {**((a.origins or {})[side].to_dict() if side in (a.origins or {}) else {}),
+                               "processes": f.windows, "step_us": list(f.window_walls) or [f.wall_us],
                                "files": list(f.sources) or [f.source]} for side, f in (("base", a.base), ("head", a.head))}})
     return {"attributions": cells, "missing": [{"label": m.label, "side": m.side, "reason": m.reason} for m in e.missing],
             "notes": e.notes, "profile_stores": {k: [str(p) for p in v] for k, v in e.profile_stores.items()}}
@@ -469,10 +475,8 @@ def attribution_markdown(a: Attribution) -> str:
     def files(fig: StepFigures) -> str:
         return f"`{fig.source}`" + (f" and {fig.windows - 1} more (one per process)" if fig.windows > 1 else "")
 
-    processes = (f", from {a.base.windows} and {a.head.windows} session processes (their mean)"
-                 if a.base.windows > 1 or a.head.windows > 1 else "")
     lines.append(f"Profiles ({a.base.tool}, {unit} per {a.base.per}, {a.base.steps} and {a.head.steps} of them"
-                 f"{processes}): base {files(a.base)}, head {files(a.head)}.")
+                 f"{_windows_text(a)}): base {files(a.base)}, head {files(a.head)}.")
     if a.base.wall_us is not None and a.head.wall_us is not None:
         # the rows sum to this change; where it is far from the runs' change, the window did not reproduce the runs
         lines.append(f"The profile windows' own unprofiled step: {_us(a.base.wall_us)}{_window_spread(a.base)} → "
@@ -506,7 +510,8 @@ def to_markdown(e: Explanation, profile_hint: str = "") -> str:
     if not e.attributions and not e.missing and not e.notes:
         return ""
     lines = ["### Where the time went", "",
-             "Per decode step, from the stored profiles of each regressed or improved cell (`bench profile`): the "
+             "Per decode step, from the stored profiles of each regressed or improved cell (the windows its runs' own "
+             "processes profiled, `bench run --profile-window`, else `bench profile`'s): the "
              "change per module range and per kernel category, ranked, each row's share of the measured step-time "
              "change, and what is left unexplained.", ""]
     for a in e.attributions:

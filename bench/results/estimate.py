@@ -199,8 +199,9 @@ def estimate_profiles(cells, records) -> tuple[float | None, str]:
 
     ids = {c.cell_id for c in cells}
     by_cell: dict[str, list[float]] = {}
-    for r in records:
-        if isinstance(r, Profile) and r.cell_id in ids and r.started_at is not None and r.ended_at is not None:
+    for r in records:  # a timed process's window (`bench run --profile-window`) times the window alone, not a session
+        if (isinstance(r, Profile) and r.cell_id in ids and r.started_at is not None and r.ended_at is not None
+                and not r.from_timed_process):
             by_cell.setdefault(r.cell_id, []).append(r.ended_at - r.started_at)
     known = {cid: _mean(v) for cid, v in by_cell.items()}
     missing = [c.label for c in cells if c.cell_id not in known]

@@ -268,7 +268,8 @@ def checked_step_ms(profile: dict, where: str) -> float | None:
 
 @dataclass(frozen=True)
 class Profile(Record):
-    """A kernel table (and trace) of a short window of a cell (`bench profile`)."""
+    """A kernel table (and trace) of a short window of a cell (`bench profile`'s session, or a timed worker of `bench run
+    --profile-window` after its trials)."""
 
     KIND: ClassVar[str] = "profile"
 
@@ -289,6 +290,28 @@ class Profile(Record):
     def step_ms(self) -> float | None:
         """Return the unprofiled decode-step time in ms (checked_step_ms)."""
         return checked_step_ms(self.profile, f"profile record {self.cell_id}")
+
+    @property
+    def from_timed_process(self) -> bool:
+        """Return True for a window profiled by a timed worker after its trials (`bench run --profile-window`): its
+        context and `run` are those of the measured process. False for a profiling session's (`bench profile`, and
+        every record stored before the field existed)."""
+        return self.profile.get("from") == TIMED_PROCESS
+
+    @staticmethod
+    def extra_of(window: dict, origin: str) -> dict:
+        """Return a Profile record's `extra` from what a profile window returned (bench.execution.profile_window): the
+        tool, the kernel table and trace named apart, the rest under `profile` (less the environment, the record's own),
+        with where the window ran (`from`: PROFILING_SESSION or TIMED_PROCESS)."""
+        rest = {k: v for k, v in window.items() if k not in ("kernel_table", "trace", "environment")}
+        return {"tool": window["tool"], "kernel_table": window["kernel_table"], "trace": window.get("trace"),
+                "profile": {**rest, "from": origin}}
+
+
+# Where a profile window ran (Profile.extra["profile"]["from"]): a session process of its own, or the worker that timed
+# the cell, after its trials (`bench run --profile-window`).
+PROFILING_SESSION = "profiling session"
+TIMED_PROCESS = "timed process"
 
 
 @dataclass(frozen=True)

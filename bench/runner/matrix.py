@@ -33,6 +33,8 @@ class RunSummary:
     processes: int = 0  # worker processes the matrix asks for (cells x runs x tuning builds)
     to_measure: int = 0  # of them, those this invocation measures
     why_new: str = ""  # why an earlier unfinished run was not resumed ("" when none was, or it was)
+    windows: int = 0  # profile windows stored (`--profile-window`: bench.runner.windows)
+    profile_store: str = ""  # where (`--profile-window`), else ""
 
     def context_line(self) -> str:
         """Return what the console says of the run context: resumed, new, or nothing to measure."""
@@ -226,6 +228,7 @@ def run_matrix(
     command: str = "run",
     accuracy_capture: bool = False,
     all_cells=None,
+    profile_window: bool = False,
 ) -> RunSummary:
     """Run every cell of the matrix not yet stored, `runs` fresh worker processes each; return what happened.
 
@@ -237,13 +240,19 @@ def run_matrix(
     accuracy_capture: the first run of each cell `bench accuracy` can score from its capture also feeds the accuracy
     prompts through the timed model after its trials (capture_specs; bench.execution.accuracy_capture); its baseline is
     found among all_cells (the matrix before --only; default its cells).
+
+    profile_window: every run process of each profilable cell profiles one decode-step window through its timed model
+    after its last timed pass, stored as a Profile record of that process (bench.runner.windows).
     """
+    import contextlib
+
     from bench.backends import engine_artifact
     from bench.execution.executors import make_executor, run_chains
     from bench.execution.progress import MatrixProgress
     from bench.machine.memory_cap import check_cap
     from bench.results.query import check_store_path, load_cells
     from bench.runner.engines import artifacts_for, engine_for
+    from bench.runner.windows import plan_windows
     from bench.workloads.workload import cached_workload
 
     started = time.monotonic()
@@ -251,7 +260,9 @@ def run_matrix(
     check_cap(settings.gpu_memory_gb, _capped_devices(matrix))  # before any work
     artifacts = artifacts_for(matrix)  # before any work: a missing artifact or one made elsewhere is refused
     store = ResultStore(check_store_path(store_path, must_exist=False))
-    with store.writer():
+    windows = plan_windows(matrix, console) if profile_window else None  # before any work
+    profiles = ResultStore(windows.store) if windows else None
+    with store.writer(), profiles.writer() if profiles else contextlib.nullcontext():
         context = new_context(command, matrix=matrix.name, baseline=matrix.baseline, gpu_memory_gb=settings.gpu_memory_gb,
                               runs=settings.runs, trials=settings.trials, warmup=settings.warmup,
                               tuning_builds=settings.tuning_builds)
@@ -267,6 +278,7 @@ def run_matrix(
                              to_measure=to_measure,
                              why_new=why_not_resumed(matrix, stored, context, redo, digests) if todo and not resumed else "")
         summary.skipped = summary.planned - to_measure * settings.trials
+        summary.profile_store = str(windows.store) if windows else ""
         if console is not None:
             console.print(summary.context_line(), highlight=False, markup=False)
 
@@ -313,7 +325,7 @@ def run_matrix(
                     dest, engine = engine_for(key, build, artifacts, settings, Path(engines_dir),
                                               planned[0].context.run_id)
                     return _group_round(key, planned, k, matrix, store, workloads, summary, failed, progress,
-                                        dest, store_path, engine, captures if k == 0 else {})
+                                        dest, store_path, engine, captures if k == 0 else {}, (windows, profiles))
                 return round_k
 
             if executor is not None:
@@ -334,15 +346,19 @@ def _capped_devices(matrix: Matrix) -> list[str]:
 
 def _group_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store: ResultStore, workloads: dict,
                  summary: RunSummary, failed: set, progress, engines_dir, store_path, engine: dict | None = None,
-                 captures: dict | None = None):
+                 captures: dict | None = None, windows: tuple = (None, None)):
     """Return the GroupRun of one build group's cells for their k-th run; its events store each outcome.
-    captures: {cell_id: accuracy capture spec} of the cells whose worker captures after its trials (this run only)."""
+    captures: {cell_id: accuracy capture spec} of the cells whose worker captures after its trials (this run only);
+    windows: (the run's WindowPlan, its profile store), or (None, None): no window (bench.runner.windows)."""
     from bench.execution.executors import GroupRun, gpus_needed
     from bench.machine.memory_cap import env_for
+    from bench.runner.windows import window_job, window_record, window_warning
 
     captures = captures or {}
+    window_plan, profiles = windows
     items = [GroupItem(p.cell, list(range(matrix.settings.trials)), str(workloads[p.cell.workload][1]),
-                       _with_run(captures.get(p.cell.cell_id), p.context)) for p in planned]
+                       _with_run(captures.get(p.cell.cell_id), p.context),
+                       window_job(window_plan, matrix.name, p.cell, p.context, p.runs[k])) for p in planned]
     by_id = {p.cell.cell_id: p for p in planned}
     received = dict.fromkeys(by_id, 0)
     ended: set[str] = set()  # cells of this round counted by the progress: a failed build fails every trial, once each
@@ -362,6 +378,14 @@ def _group_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store:
             progress.warn(f"{by_id[event['cell_id']].cell.label}: its accuracy capture failed ({event.get('status')}: "
                           f"{str(event.get('error') or '').split(chr(10))[0][:200]}); its timed figures stand, and bench "
                           "accuracy measures it in a session of its own", key=f"capture {event['cell_id']}")
+        elif kind == "profile_window" and event.get("phase") == "done":
+            p = by_id[event["cell_id"]]
+            if event.get("status") != "ok":
+                progress.warn(window_warning(event, p.cell.label, p.runs[k]), key=f"window {p.cell.cell_id} {p.runs[k]}")
+            else:
+                profiles.append(window_record(event, p.cell, p.context, p.runs[k], workloads[p.cell.workload][0].summary(),
+                                              state["build"], record_environment(state)))
+                summary.windows += 1
         elif kind == "result":
             p = by_id[event["cell_id"]]
             record = new_record("measurement", p.cell, event, context=p.context, run=p.runs[k],

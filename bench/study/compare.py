@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from bench.errors import BenchInputError
@@ -31,12 +32,15 @@ PROFILED_HINT = "`--profile` did not profile them (an improvement, or a side it 
 
 
 def compare(base: str, head: str, *, profile: bool = False, profiles: tuple | None = None, tool: str = "torch",
-            decode_steps: int = 4, processes: int = 3, dashboard: str | None = None, json_file: str | None = None,
+            decode_steps: int | None = None, processes: int = 3, dashboard: str | None = None, json_file: str | None = None,
             markdown_file: str | None = None,
             metrics: str | None = None, ignore_options=(), printer=None, **options):
     """Return (the Comparison, its Markdown, the stores' warnings); with `profile`, profile the regressed cells that
-    have no profile first (their records appended to each side's profile store). Every input is checked before any
-    work: the profile stores given, the dashboard's file, the profiling settings."""
+    have no profile first (their records appended to each side's profile store). A side whose compared processes
+    profiled their own windows (`bench run --profile-window`) has them: it is attributed from those, never profiled
+    again. decode_steps: of each window --profile makes (None: bench.execution.profile_window.DECODE_STEPS, the
+    window the timed processes profile). Every input is checked before any work: the profile stores given, the
+    dashboard's file, the profiling settings."""
     from bench.files import check_output_file
     from bench.results.compare import compare_report
 
@@ -113,12 +117,15 @@ def _existing(profiles: tuple | None) -> tuple | None:
     return None if all(p is None for p in pair) else pair
 
 
-def _settings(tool: str, decode_steps: int, processes: int):
-    """Return the ProfileSettings of the windows --profile makes (checked: BenchInputError before any work)."""
+def _settings(tool: str, decode_steps: int | None, processes: int):
+    """Return the ProfileSettings of the windows --profile makes (checked: BenchInputError before any work): the
+    default window (the one `bench run --profile-window` profiles) unless decode_steps says otherwise."""
     from bench.profiling.driver import ProfileSettings, check_processes
 
     check_processes(processes, "--profile-processes")
-    settings = ProfileSettings(tool=tool, decode_steps=decode_steps, warmup=1, processes=processes)
+    settings = ProfileSettings(tool=tool, processes=processes)
+    if decode_steps is not None:
+        settings = replace(settings, decode_steps=decode_steps)
     settings.check()
     return settings
 
@@ -130,6 +137,7 @@ def profile_missing(comparison, settings, profiles: tuple | None, printer) -> tu
     from bench.backends.registry import backend_config
     from bench.machine.environment import project_commit
     from bench.profiling.driver import check_profilable, profile_matrix
+    from bench.results.profile_windows import default_profile_store
     from bench.spec.cells import Cell, Matrix
 
     here = project_commit()
@@ -157,7 +165,7 @@ def profile_missing(comparison, settings, profiles: tuple | None, printer) -> tu
                          f"`bench profile --matrix <its matrix> --only {_only(cell)} --store <store>`, then "
                          "`bench compare ... --profiles BASE_STORE HEAD_STORE`")
             continue
-        store = Path(profiles[0 if m.side == "base" else 1]) if profiles else Path("profiles") / f"{m.matrix or 'compare'}.jsonl"
+        store = Path(profiles[0 if m.side == "base" else 1]) if profiles else default_profile_store(m.matrix or "compare")
         plans.setdefault((store, m.matrix or "compare"), {})[cell.cell_id] = cell
     made, costs = 0, []
     for (store, matrix), cells in plans.items():

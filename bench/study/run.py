@@ -36,13 +36,15 @@ class RunAndReport:
 
 def run_and_report(matrix, console, *, store: str | Path | None = None, report_dir: str | Path | None = None,
                    baseline: str | None = None, all_cells=None, redo: bool = False, dry_run: bool = False,
-                   history: list = (), show_progress: bool = True, accuracy_capture: bool = False) -> RunAndReport:
+                   history: list = (), show_progress: bool = True, accuracy_capture: bool = False,
+                   profile_window: bool = False) -> RunAndReport:
     """Run the matrix into its store (default results/<matrix>.jsonl) and build its report (default
     dashboards/<store name>: `--store results/head.jsonl` reports into dashboards/head/, never over another
     store's report).
 
     baseline: the --baseline text (default: the matrix's); a named one must match a cell of all_cells
-    (the matrix before --only). Progress and the run's lines go to `console`.
+    (the matrix before --only). Progress and the run's lines go to `console`. profile_window: each run process of
+    an hf cell also profiles one decode-step window through its timed model (bench.runner.windows).
     """
     from bench.files import check_output_dir
     from bench.report.dashboard import require_plotly
@@ -72,9 +74,11 @@ def run_and_report(matrix, console, *, store: str | Path | None = None, report_d
         lines = [f"{c.cell_id}  {c.label}" for c in matrix.cells]
         return RunAndReport(plan_text="\n".join([*lines, run_estimate(matrix, store, history, redo=redo).text()]))
     summary = run_matrix(matrix, store, redo=redo, show_progress=show_progress, console=console,
-                         accuracy_capture=accuracy_capture, all_cells=all_cells)
+                         accuracy_capture=accuracy_capture, all_cells=all_cells, profile_window=profile_window)
     console.print(f"done in {summary.elapsed_s:.1f} s: {statuses_text(summary.statuses)}; {summary.skipped} trial(s) "
-                  "already stored" + (f"; run id {summary.run_id}" if summary.run_id else ""), highlight=False)
+                  "already stored" + (f"; run id {summary.run_id}" if summary.run_id else "")
+                  + (f"; {summary.windows} profile window(s) in {summary.profile_store}" if profile_window else ""),
+                  highlight=False)
     return _with_report(summary, store, report_dir, chosen)
 
 

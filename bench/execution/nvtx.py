@@ -10,7 +10,7 @@ sees, and the only one on CPU, so the same logic is tested there) and NVTX (what
 NVTX ranges go to their own domain, NVTX_DOMAIN, through the `nvtx` package (the `nvtx`
 extra), so an nsys session can keep or drop the harness's ranges apart from a library's;
 without the package they fall back to torch.cuda.nvtx's markers in the default domain.
-Labels are "group:detail" (see bench.profiling.kernels).
+Labels are "group:detail" (see bench.execution.kernels).
 """
 
 from __future__ import annotations

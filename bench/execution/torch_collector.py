@@ -2,7 +2,7 @@
 
 Attribution follows the launch: torch links every GPU kernel to the CPU operator whose
 correlation id launched it (`FunctionEvent.kernels`); that operator's chain of CPU parents
-holds the record_function ranges pushed by bench.profiling.nvtx, so each kernel counts in its
+holds the record_function ranges pushed by bench.execution.nvtx, so each kernel counts in its
 innermost range and in every enclosing one. Kernels the profiler could not link to an
 operator (possible for launches from outside any aten op) are kept, with no range, so the
 per-category table still counts every kernel of the window.
@@ -20,7 +20,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.profiling.kernels import (
+from bench.execution.kernels import (
     AttributedKernel,
     KernelTable,
     RangeSpan,

@@ -227,6 +227,23 @@ PHASE_GROUPS = ("decode_step", "prefill", "batch")  # ranges around whole forwar
 DECODE_STEPS_VERSION = 1
 
 
+def write_side_tables(table_path: Path) -> None:
+    """Write kernel_table.md and categories.csv next to a saved kernel table (the one place that writes them)."""
+    import csv
+    import io
+
+    from bench.files import write_atomic
+
+    table = KernelTable.load(table_path)
+    write_atomic(table_path.with_suffix(".md"), table.to_markdown())
+    text = io.StringIO(newline="")
+    w = csv.writer(text)
+    w.writerow(["category", "kernels", "total_us", "share"])
+    for c in table.categories:
+        w.writerow([c.category, c.kernels, f"{c.total_us:.3f}", f"{c.share:.6f}"])
+    write_atomic(table_path.with_name("categories.csv"), text.getvalue())
+
+
 @dataclass(frozen=True)
 class RangeSpan:
     """One range instance on the host's timeline (one thread): the launches inside it were issued between start and
