@@ -52,6 +52,33 @@ def _matrix():
                                       for w in ("w1", "w2")}})
 
 
+class Tally:
+    """How many fake sessions run now, and that count at each start."""
+
+    def __init__(self):
+        self.running, self.at_once = 0, []
+
+
+class FakeSession:
+    """An accuracy session without a process: it ends at its `polls`-th poll with `session` (its result dict, the
+    driver's bookkeeping keys added), counted in `tally` while it runs; nothing kills it."""
+
+    def __init__(self, session: dict, tally: Tally, polls: int):
+        self.session, self.tally, self.polls, self.left = session, tally, 0, polls
+        tally.running += 1
+        tally.at_once.append(tally.running)
+
+    def poll(self):
+        self.polls += 1
+        if self.polls < self.left:
+            return None
+        self.tally.running -= 1
+        return {"log": "the.log", "_started": 1.0, "_ended": 2.0, "workload": {}, **self.session}
+
+    def kill(self):
+        raise AssertionError("nothing is killed")
+
+
 def test_an_out_of_memory_beside_another_session_runs_again_alone_and_its_record_says_so(monkeypatch, capsys):
     """Fake sessions (no process): w1's baseline fails (an error: final), w2's runs out of memory beside it, runs
     again alone once w1's has ended, and runs out of memory alone too: that is its record, which says so."""
@@ -59,23 +86,11 @@ def test_an_out_of_memory_beside_another_session_runs_again_alone_and_its_record
     from bench.spec.cells import AccuracySpec
 
     m = _matrix()
-    calls, running, at_once = [], [0], []
+    calls, tally = [], Tally()
+    at_once = tally.at_once
 
-    class Fake:
-        def __init__(self, session):
-            self.session, self.polls = session, 0
-            running[0] += 1
-            at_once.append(running[0])
-
-        def poll(self):
-            self.polls += 1
-            if self.polls < 2:
-                return None
-            running[0] -= 1
-            return {**self.session, "log": "the.log", "_started": 1.0, "_ended": 2.0, "workload": {}}
-
-        def kill(self):
-            raise AssertionError("nothing is killed")
+    def Fake(session):
+        return FakeSession(session, tally, polls=2)
 
     def start_session(mode, base, cells, *args, **kwargs):
         calls.append((mode, base.workload.name, [c.label for c in cells]))
@@ -235,26 +250,10 @@ def test_sessions_whose_stored_peaks_do_not_fit_the_gpu_together_run_one_after_a
     from bench.spec.cells import AccuracySpec
 
     m = _matrix()
-    at_once, running = [], [0]
-
-    class Fake:
-        def __init__(self):
-            self.polls = 0
-            running[0] += 1
-            at_once.append(running[0])
-
-        def poll(self):
-            self.polls += 1
-            if self.polls < 3:
-                return None
-            running[0] -= 1
-            return {"status": "error", "error": "ValueError: boom", "peak_memory_bytes": 46e9, "log": "x.log",
-                    "_started": 1.0, "_ended": 2.0, "workload": {}}
-
-        def kill(self):
-            raise AssertionError("nothing is killed")
-
-    monkeypatch.setattr(A, "_start_session", lambda *a, **k: Fake())
+    tally = Tally()
+    at_once = tally.at_once
+    failed = {"status": "error", "error": "ValueError: boom", "peak_memory_bytes": 46e9, "log": "x.log"}
+    monkeypatch.setattr(A, "_start_session", lambda *a, **k: FakeSession(failed, tally, polls=3))
     store = Path("peaks.jsonl")
     monkeypatch.setattr(A, "shared_memory", lambda cells: 80e9)
     records, _ = A.accuracy_matrix(m, m.cells, AccuracySpec(prompts=2), store, parallel=2)

@@ -235,6 +235,7 @@ def accuracy_groups(groups: list, stored: list, matrix, settings, context, redo:
     so; each record says how many other sessions ran beside its own (`concurrent_sessions`).
     """
     from bench.execution.session_pool import Pool, run_pool, session_size
+    from bench.results import query
 
     prepared = [_prepare(base, group, stored, matrix, settings, redo, printer) for base, group in groups]
     said = [0]  # groups handed to on_group, in plan order
@@ -275,7 +276,7 @@ def accuracy_groups(groups: list, stored: list, matrix, settings, context, redo:
 
     pool = []  # per group: (its baseline's session, the gate, or None), [its other sessions]; each (mode, cells, note)
     sizes: dict[int, float | None] = {}  # id(payload) -> the memory its session is expected to hold, or None
-    peaks = stored_peaks(stored)
+    peaks = query.session_peaks(stored)
     for g, planned in prepared:
         payloads = [(mode, cells, None) for mode, cells in planned]
         for p in payloads:
@@ -290,19 +291,6 @@ def accuracy_groups(groups: list, stored: list, matrix, settings, context, redo:
     if schedule.held:
         printer(f"memory: {len(schedule.held)} session(s) waited for others to end: their sessions' stored peaks and "
                 f"those running did not fit the GPU's {capacity / 1e9:.0f} GB (bench accuracy --parallel)")
-
-
-def stored_peaks(records) -> dict[str, float]:
-    """Return {cell_id: the GPU memory its latest accuracy session that says so held at its peak (bytes)}: the size
-    the schedule expects of a session measuring that cell again (bench.execution.session_pool.session_size)."""
-    out: dict[str, tuple] = {}
-    for r in records:
-        peak = (r.accuracy or {}).get("session_peak_bytes")
-        if isinstance(peak, (int, float)) and not isinstance(peak, bool) and peak > 0:
-            when = (r.context.started_at or 0.0, r.ended_at or 0.0)
-            if r.cell_id not in out or when > out[r.cell_id][0]:
-                out[r.cell_id] = (when, float(peak))
-    return {k: v for k, (_, v) in out.items()}
 
 
 def shared_memory(cells) -> float | None:

@@ -250,8 +250,10 @@ def estimate_accuracy(planned: list[tuple], records, captured=frozenset(), paral
     (bench.execution.session_pool.session_size; a session with no stored peak is not held back).
     """
     from bench.execution.session_pool import makespan, session_size
+    from bench.results.query import session_peaks
 
     latest = _latest_accuracy(records)
+    peaks = session_peaks(records)  # the run's own rule for a session's size
     total, covered, missing, scored, beside, sized = 0.0, 0, [], 0, 0, 0
     groups: dict[str, tuple[float | None, list[float]]] = {}  # per baseline: (its session's seconds, the others')
     for base, mode, cells in planned:
@@ -273,7 +275,7 @@ def estimate_accuracy(planned: list[tuple], records, captured=frozenset(), paral
             missing.append(f"{'the baseline session of ' if mode == 'baseline' else 'the session of '}"
                            f"{(base if mode == 'baseline' else cells[0]).label}")
         scored += sum(c.cell_id in captured for c in cells)
-        size = session_size([(latest[i].accuracy or {}).get("session_peak_bytes") if i in latest else None for i in ids])
+        size = session_size([peaks.get(i) for i in ids])
         sized += size is not None
         gate, others = groups.get(base.cell_id, (None, []))
         item = (seconds, size)

@@ -351,6 +351,7 @@ def _group_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store:
     captures: {cell_id: accuracy capture spec} of the cells whose worker captures after its trials (this run only);
     windows: (the run's WindowPlan, its profile store), or (None, None): no window (bench.runner.windows)."""
     from bench.execution.executors import GroupRun, gpus_needed
+    from bench.machine.failures import first_line
     from bench.machine.memory_cap import env_for
     from bench.runner.windows import window_job, window_record, window_warning
 
@@ -376,7 +377,7 @@ def _group_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store:
             progress.current(p.cell.label, event["trial"], run=(k, runs) if runs > 1 else None, slot=group.label)
         elif kind == "accuracy_capture" and event.get("phase") == "done" and event.get("status") != "ok":
             progress.warn(f"{by_id[event['cell_id']].cell.label}: its accuracy capture failed ({event.get('status')}: "
-                          f"{str(event.get('error') or '').split(chr(10))[0][:200]}); its timed figures stand, and bench "
+                          f"{first_line(event.get('error'))}); its timed figures stand, and bench "
                           "accuracy measures it in a session of its own", key=f"capture {event['cell_id']}")
         elif kind == "profile_window" and event.get("phase") == "done":
             p = by_id[event["cell_id"]]

@@ -75,7 +75,8 @@ def window_record(event: dict, cell, context, run: int, workload: dict, build: d
 
 def window_warning(event: dict, label: str, run: int) -> str:
     """Return the run's warning for a window that failed (or was lost with its worker)."""
-    first = str(event.get("error") or "").split("\n")[0][:200]
-    return (f"{label}: the profile window of run {run} failed ({event.get('status')}: {first}); its timed figures "
-            "stand, and that process has no window: `bench compare --profile` reads the windows of the cell's other "
-            "processes, or profiles sessions where none has one")
+    from bench.machine.failures import first_line
+
+    return (f"{label}: the profile window of run {run} failed ({event.get('status')}: {first_line(event.get('error'))}); "
+            "its timed figures stand, and that process has no window: `bench compare --profile` reads the windows of the "
+            "cell's other processes, or profiles sessions where none has one")
