@@ -263,3 +263,22 @@ def test_on_a_gpu_too_small_for_two_baseline_sessions_the_estimate_runs_them_one
                     "(the GPU's 80 GB shared by the sessions' stored peaks: 6 of 6 known)")
     assert estimate_accuracy(planned, records, parallel=3, capacity=200e9)[0] == 126.0
     assert estimate_accuracy(planned, records, parallel=3)[0] == 126.0  # no capacity known (a CPU machine)
+
+
+def test_a_stored_session_peak_that_is_no_size_is_not_used():
+    """session_peak_bytes comes from a store, untrusted: nan, inf, negative, zero, an integer beyond any float, a
+    string or a flag is no size (the session is then not held back for memory), never an error; a later record
+    without a usable peak leaves the earlier usable one."""
+    from dataclasses import replace
+
+    from bench.results.query import session_peaks
+
+    def acc(cid, t, peak):
+        r = make_record(cid, kind="accuracy")
+        return replace(r, started_at=t, ended_at=t + 1, context=replace(r.context, started_at=t),
+                       extra={"accuracy": {"session_peak_bytes": peak}})
+
+    hostile = [float("nan"), float("inf"), -1, 0, 10 ** 400, "46e9", True, [1]]
+    assert session_peaks([acc(f"c{i}", 1000.0, v) for i, v in enumerate(hostile)]) == {}
+    assert session_peaks([acc("a", 1000.0, 46e9), acc("a", 2000.0, float("nan"))]) == {"a": 46e9}
+    assert session_peaks([acc("a", 1000.0, 46e9), acc("a", 2000.0, 20e9)]) == {"a": 20e9}

@@ -265,13 +265,21 @@ def session_peaks(records: Iterable[Record]) -> dict[str, float]:
     """Return {cell_id: the GPU memory (bytes) its latest accuracy session that stored one held at its peak}
     (`session_peak_bytes`): what `bench accuracy --parallel` and the dry run's estimate expect a session measuring
     that cell again to hold (bench.execution.session_pool.session_size)."""
+    import math
+
     out: dict[str, tuple] = {}
     for r in accuracies(records):
         peak = (r.accuracy or {}).get("session_peak_bytes")
-        if isinstance(peak, (int, float)) and not isinstance(peak, bool) and peak > 0:
+        if not isinstance(peak, (int, float)) or isinstance(peak, bool):
+            continue  # a store is untrusted: a string, a list or a flag is no size
+        try:
+            peak = float(peak)
+        except OverflowError:  # an integer beyond any float
+            continue
+        if math.isfinite(peak) and peak > 0:
             when = (r.context.started_at or 0.0, r.ended_at or 0.0)
             if r.cell_id not in out or when > out[r.cell_id][0]:
-                out[r.cell_id] = (when, float(peak))
+                out[r.cell_id] = (when, peak)
     return {k: v for k, (_, v) in out.items()}
 
 
