@@ -416,3 +416,21 @@ def test_workload_set_values_give_a_spec_or_a_clear_error(key, text):
         assert str(exc).startswith("workload 'w'")
         return
     assert 1 <= spec.num_requests <= 100_000 and isinstance(spec.seed, int)
+
+
+def test_records_with_ids_and_figure_blocks_of_the_wrong_type_are_read_without_a_traceback():
+    """A stored record's run_id that is not text, and an extra.profile or extra.accuracy that is not a table: the
+    record still reads, its ids can be grouped and matched (bench.results.profile_windows, the accuracy schedule), and
+    its figure block reads as empty."""
+    from bench.results.query import session_peaks
+    from bench.results.records import parse
+
+    ctx = {"run_id": ["a", 1], "command": 7, "started_at": 1000.0}
+    prof = parse({"kind": "profile", "cell_id": "c", "context": ctx, "run": 0, "status": "ok",
+                  "extra": {"profile": ["timed process"], "kernel_table": "t.json"}})
+    acc = parse({"kind": "accuracy", "cell_id": "c", "context": ctx, "run": 0, "status": "ok",
+                 "extra": {"accuracy": [46e9]}})
+    assert prof.context.run_id == "['a', 1]" and prof.context.command == "7"
+    assert {prof.process_key} == {("['a', 1]", 0)}  # hashable: grouped and matched as text
+    assert prof.profile == {} and prof.from_timed_process is False and prof.tool is None
+    assert acc.accuracy == {} and session_peaks([acc]) == {}

@@ -80,7 +80,11 @@ class RunContext:
     @classmethod
     def from_json(cls, data: dict) -> RunContext:
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        out = {k: v for k, v in data.items() if k in known}
+        for k in ("run_id", "command"):  # a store is untrusted: the ids records are grouped and matched by are text
+            if k in out and not isinstance(out[k], str):
+                out[k] = str(out[k])
+        return cls(**out)
 
     @property
     def label(self) -> str:
@@ -275,12 +279,14 @@ class Profile(Record):
 
     @property
     def tool(self) -> str | None:
-        return (self.extra.get("profile") or {}).get("tool") or self.extra.get("tool")
+        return self.profile.get("tool") or self.extra.get("tool")
 
     @property
     def profile(self) -> dict:
-        """Return extra.profile: the session's figures (window, steps, nsys export, sqlite path)."""
-        return self.extra.get("profile") or {}
+        """Return extra.profile: the session's figures (window, steps, nsys export, sqlite path); {} where a store
+        holds something else there."""
+        value = self.extra.get("profile")
+        return value if isinstance(value, dict) else {}
 
     @property
     def kernel_table(self) -> str | None:
@@ -333,8 +339,10 @@ class Accuracy(Record):
 
     @property
     def accuracy(self) -> dict:
-        """Return extra.accuracy: baseline, settings, reference kind, parity, floor, generation, determinism, verdict."""
-        return self.extra.get("accuracy") or {}
+        """Return extra.accuracy: baseline, settings, reference kind, parity, floor, generation, determinism, verdict;
+        {} where a store holds something else there."""
+        value = self.extra.get("accuracy")
+        return value if isinstance(value, dict) else {}
 
     @property
     def verdict(self) -> str | None:
