@@ -273,10 +273,11 @@ def row(change: str, status: int | None, data: Path, expected: set[str], head: s
     got = json.loads(data.read_text())
     # what `bench compare --profile` spent profiling each side (a side profiled for an earlier change is reused; one
     # whose timed processes profiled their own windows costs no session)
-    timed = [s for c in got["attribution"]["attributions"][:1] for s, w in c["windows"].items()
-             if w.get("from") == "the timed processes"]
+    timed = [(s, w.get("window_cost_s")) for c in got["attribution"]["attributions"][:1]
+             for s, w in c["windows"].items() if w.get("from") == "the timed processes"]
     cost = ", ".join([f"{'head' if p['matrix'] == head else 'base'} {p['seconds']:.0f}" for p in got.get("profiled", [])]
-                     + [f"{s}: its timed processes' windows" for s in timed]) or "none (stored)"
+                     + [f"{s}: its timed processes' windows" + (f" ({c[0]:.1f}-{c[1]:.1f} s each)" if c else "")
+                        for s, c in timed]) or "none (stored)"
     status = got["exit_status"] if status is None else status
     cells = got["attribution"]["attributions"]
     if not cells:

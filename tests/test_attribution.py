@@ -443,7 +443,7 @@ def test_compare_profile_reads_the_windows_of_the_timed_processes_and_starts_no_
                 path.write_text(json.dumps(table(window(2 if side == "head" else 1, side == "head"), tool="torch")))
                 event = {"window": {"tool": "torch", "kernel_table": str(path), "trace": None, "step_ms": step_ms,
                                     "window": {"kind": "decode", "decode_steps": 2}}, "started_at": 11.0 + run,
-                         "ended_at": 12.0 + run}
+                         "ended_at": 12.0 + run + (0.5 * run if side == "head" else 0.0)}  # what each window cost
                 profiles.append(window_record(event, cell, context, run, {}, {}, {}))
     assert main(["compare", "results/planted-base.jsonl", "results/planted-head.jsonl", "--ignore-option", "plant",
                  "--profile", "--metrics", "tpot_median_ms", "--json", "why.json", "--markdown", "why.md"]) == 1
@@ -457,8 +457,9 @@ def test_compare_profile_reads_the_windows_of_the_timed_processes_and_starts_no_
     assert windows["head"]["runs_step_us"] == pytest.approx(955.0) and windows["head"]["step_us"] == [950.0, 1000.0]
     assert not any("not typical" in n for n in cell["notes"])
     text = Path("why.md").read_text()
-    assert "from the timed processes where a side has them" in text and "base: 2 of its 2 runs; head: 2 of its 2 runs" \
-        in text
+    assert windows["base"]["window_cost_s"] == [1.0, 1.0] and windows["head"]["window_cost_s"] == [1.0, 1.5]
+    assert "from the timed processes where a side has them" in text and \
+        "base: 2 of its 2 runs, 1.0 s a window; head: 2 of its 2 runs, 1.0-1.5 s a window" in text
     # 18 % from the same processes' runs: named, like with like
     head = figures(2, True, 1.125)
     a = A.attribute("k", "x", ["regressed"], figures(1, False, 0.600), head, (600.0, 955.0), ((600.0, 610.0), None),

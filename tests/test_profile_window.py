@@ -135,3 +135,19 @@ def test_the_study_estimate_of_profile_sessions_leaves_the_timed_processes_windo
 
     assert estimate_profiles([cell], [window(TIMED_PROCESS, 2.0)])[0] is None
     assert estimate_profiles([cell], [window(TIMED_PROCESS, 2.0), window(PROFILING_SESSION, 30.0)])[0] == 30.0
+
+
+def test_what_a_timed_window_cost_its_process_is_read_from_its_record_and_hostile_times_are_no_cost():
+    """The attribution's own cost to a side measured with windows: each window's end less its start, lowest and
+    highest; a record without both times, or with times that are no duration, gives no cost rather than a wrong one."""
+    from types import SimpleNamespace as NS
+
+    from bench.results.profile_windows import window_cost
+
+    def rec(a, b):
+        return NS(started_at=a, ended_at=b)
+
+    assert window_cost({"torch": [rec(10.0, 12.5), rec(20.0, 21.0)]}) == (1.0, 2.5)
+    assert window_cost({}) is None
+    for a, b in [(None, 3.0), (1.0, None), ("1", 2.0), (5.0, 4.0), (float("nan"), 1.0), (0.0, float("inf"))]:
+        assert window_cost({"torch": [rec(1.0, 2.0), rec(a, b)]}) is None, (a, b)

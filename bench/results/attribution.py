@@ -267,7 +267,11 @@ def _windows_text(a: Attribution) -> str:
     def one(side: str, fig: StepFigures) -> str:
         o = origins.get(side)
         if o is not None and o.timed:
-            return f"{side}: {o.with_window} of its {o.runs} runs"
+            cost = ""
+            if o.cost_s:
+                lo, hi = o.cost_s
+                cost = f", {lo:.1f} s a window" if round(lo, 1) == round(hi, 1) else f", {lo:.1f}-{hi:.1f} s a window"
+            return f"{side}: {o.with_window} of its {o.runs} runs{cost}"
         return f"{side}: {fig.windows} session process{'es' if fig.windows > 1 else ''}"
 
     return (f", from {TIMED_PROCESSES} where a side has them, windows profiled after the trials of the very runs "

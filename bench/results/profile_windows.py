@@ -44,6 +44,9 @@ class WindowsFrom:
     runs: int  # the side's compared runs (processes with an ok trial)
     with_window: int  # of them, those whose window is read (0 for sessions)
     runs_step_us: float | None = None  # the mean step (TPOT, µs) of the runs that have a window; None for sessions
+    # what the windows cost their processes (lowest and highest seconds, profiler, trace and kernel table included;
+    # from the records' start and end), the attribution's own cost to a side measured with windows; None: not stored
+    cost_s: tuple[float, float] | None = None
 
     @property
     def timed(self) -> bool:
@@ -52,7 +55,8 @@ class WindowsFrom:
     def to_dict(self) -> dict:
         out = {"from": self.source, "runs": self.runs}
         if self.timed:
-            out.update(runs_with_window=self.with_window, runs_step_us=self.runs_step_us)
+            out.update(runs_with_window=self.with_window, runs_step_us=self.runs_step_us,
+                       window_cost_s=list(self.cost_s) if self.cost_s else None)
         return out
 
 
@@ -115,8 +119,21 @@ def side_windows(records: list, cell_runs, commits: tuple[str, ...], step_metric
                 per_run.setdefault(r.process_key, []).append(v)
         means = [sum(v) / len(v) * 1e3 for v in per_run.values()]
         step = sum(means) / len(means) if means and all(math.isfinite(m) and m > 0 for m in means) else None
-        return chosen, WindowsFrom(TIMED_PROCESSES, len(processes), len(windowed), step)
+        return chosen, WindowsFrom(TIMED_PROCESSES, len(processes), len(windowed), step, window_cost(chosen))
     return sessions_of(records, cell_runs, commits), WindowsFrom(SESSIONS, len(processes), 0)
+
+
+def window_cost(chosen: dict[str, list]) -> tuple[float, float] | None:
+    """Return the lowest and highest seconds one timed window took in its process (each record's end less its
+    start), or None where a record does not say (a record from before windows were timed, or a hostile one)."""
+    costs = []
+    for recs in chosen.values():
+        for r in recs:
+            a, b = r.started_at, r.ended_at
+            if not (isinstance(a, (int, float)) and isinstance(b, (int, float))) or not math.isfinite(b - a) or b < a:
+                return None
+            costs.append(float(b - a))
+    return (min(costs), max(costs)) if costs else None
 
 
 def sessions_of(records: list, cell_runs, commits: tuple[str, ...]) -> dict[str, list]:
