@@ -31,6 +31,12 @@ def register(sub) -> None:
     c.add_argument("--confidence", type=float, default=0.99, help="confidence level of the interval (default 0.99)")
     c.add_argument("--test", default="t", choices=("t", "mannwhitney"),
                    help="t: Student t on log trial values (default); mannwhitney: exact rank test (needs >= 5 trials a side)")
+    c.add_argument("--base-only", metavar="K=V,...",
+                   help="compare only the base side's cells matching these key=value pairs (`bench run --only`'s syntax): "
+                        "with --head-only, two cells of one store (e.g. plant=none against plant=Qwen2MLP:2); an option "
+                        "they choose differently is ignored in matching. Measured in turns by one `bench run` (one "
+                        "matrix holding both), their runs are compared round by round (a paired test)")
+    c.add_argument("--head-only", metavar="K=V,...", help="compare only the head side's cells matching these pairs")
     c.add_argument("--ignore-option", action="append", default=[], metavar="KEY",
                    help="match cells ignoring this option (repeatable), e.g. to compare slowdown=1.1 with 1.0")
     c.add_argument("--pool", action="store_true",
@@ -69,7 +75,7 @@ def cmd_compare(args) -> int:
         test=args.test, allow_env_mismatch=args.allow_env_mismatch, pool=args.pool, profile=args.profile,
         profiles=args.profiles, tool=args.profile_tool, decode_steps=args.decode_steps,
         processes=args.profile_processes, dashboard=args.dashboard,
-        json_file=args.json)
+        json_file=args.json, base_only=args.base_only, head_only=args.head_only)
     for w in store_warnings:
         print(f"bench compare: warning: {w}", file=sys.stderr)
     print(markdown)

@@ -31,7 +31,7 @@ from pathlib import Path
 from bench.errors import BenchInputError, choices
 from bench.machine.environment import COMPARABILITY_KEYS
 from bench.metrics import DIRECTION
-from bench.results import query, stats
+from bench.results import paired, query, stats
 from bench.results.records import HOST_PROBE, distinct_labels
 from bench.spec.cells import identity_options, short_hash
 
@@ -81,6 +81,7 @@ class Row:
     head_runs: tuple[float, ...] = ()
     key: str = ""  # the matched cell's key in both sides' `cells` (bench.results.attribution joins its profiles by it)
     unstable: tuple[str, ...] = ()  # the sides ("base", "head") whose runs spread over the stability limit
+    paired: bool = False  # judged round by round (bench.results.paired): base_runs[k] and head_runs[k] took turns
 
 
 @dataclass
@@ -148,8 +149,9 @@ def match_key(cell: dict, ignore_options: Sequence[str] = (), cap: float | None 
     return short_hash({**cell, "options": options, "__gpu_memory_gb": cap})
 
 
-def load_side(path, commit: str | None = None, ignore_options: Sequence[str] = (),
-              pool: bool = False, metrics: Sequence[str] | None = None, columnar: bool | None = None) -> Side:
+def load_side(path, commit: str | None = None, ignore_options: Sequence[str] = (), pool: bool = False,
+              metrics: Sequence[str] | None = None, columnar: bool | None = None, only: dict | None = None,
+              only_flag: str = "--only") -> Side:
     """Return one side's chosen records per cell; BenchInputError if the store or the commit is not there.
 
     path: a store, a folder of stores or a glob (or a list of them). Large stores are read as columns
@@ -174,7 +176,7 @@ def load_side(path, commit: str | None = None, ignore_options: Sequence[str] = (
         name += f"@{commit[:12]}"
     side = Side(name, history=len(selection.history))
     rows = selection.cell_runs(metrics) if isinstance(selection, query.TableSelection) else selection.rows
-    for row in rows:
+    for row in paired.select_rows(list(rows), only, only_flag, name):  # --base-only / --head-only
         key = match_key(row.cell, ignore_options, row.gpu_memory_gb) if ignore_options else f"{row.cell_id}@{row.gpu_memory_gb}"
         if key in side.cells:
             raise BenchInputError(
@@ -251,9 +253,10 @@ def compare_metric(label: str, metric: str, base_values: list[float], head_value
                     "needs at least 2 runs (fresh processes) a side, because trials inside one process do not show "
                     "the spread between processes; re-run both with --runs 3")
         return row
-    if test == "t":
+    if test in ("t", paired.PAIRED):
         try:
-            rt = stats.ratio_test(base_values, head_values, confidence)
+            rt = (paired.paired_ratio_test if test == paired.PAIRED else stats.ratio_test)(base_values, head_values,
+                                                                                           confidence)
         except ValueError as exc:
             shown("median", b.median, h.median)
             row.note = str(exc)
@@ -276,8 +279,13 @@ def compare_metric(label: str, metric: str, base_values: list[float], head_value
             row.note = "base median is 0: no ratio"
             return row
     row.verdict = stats.verdict(significant, row.ratio, direction, factor)
+    if test == paired.PAIRED:
+        row.paired = True
+        notes.append(f"paired: the two cells took turns in one invocation, so each of the {len(base_values)} rounds' "
+                     "ratio is judged (a drift both sides shared cancels).")
     if not significant:
-        notes.extend(_power_note(base_values, head_values, factor, confidence))
+        notes.extend((paired.paired_power_note if test == paired.PAIRED else _power_note)(base_values, head_values,
+                                                                                         factor, confidence))
     spread = {side: [w for w in summary.warnings if "trial(s)" not in w] for side, summary in (("base", b), ("head", h))}
     row.unstable = tuple(side for side, warnings in spread.items() if warnings)
     if row.unstable:
@@ -321,6 +329,8 @@ def compare_stores(
     allow_env_mismatch: bool = False,
     pool: bool = False,
     columnar: bool | None = None,
+    base_only: dict | None = None,
+    head_only: dict | None = None,
 ) -> Comparison:
     """Return the Comparison of two stores' common cells; BenchInputError on bad input."""
     explicit = metrics is not None
@@ -335,8 +345,11 @@ def compare_stores(
     if test not in TESTS:
         raise BenchInputError(f"unknown --test {test!r}; valid tests are {choices(TESTS)}")
 
-    base = load_side(base_path, base_commit, ignore_options, pool, metrics, columnar)
-    head = load_side(head_path, head_commit, ignore_options, pool, metrics, columnar)
+    # what --base-only and --head-only choose differently is what is compared: cells match without it
+    ignore_options = list(ignore_options) + [k for k, v in (base_only or {}).items()
+                                             if k in (head_only or {}) and head_only[k] != v and k not in ignore_options]
+    base = load_side(base_path, base_commit, ignore_options, pool, metrics, columnar, base_only, "--base-only")
+    head = load_side(head_path, head_commit, ignore_options, pool, metrics, columnar, head_only, "--head-only")
     known = {k for side in (base, head) for row in side.cells.values() for k in (row.cell.get("options") or {})}
     unknown_ignored = sorted(set(ignore_options) - known)
     if unknown_ignored:
@@ -395,11 +408,15 @@ def compare_stores(
             rows.append(_status_row(label, b, h))
             continue
         kernels = kernels_note(b.tuned_digests, h.tuned_digests)
+        rounds, unpaired = paired.paired_runs(b, h) if test == "t" else ([], None)
+        if unpaired:
+            warnings.append(f"{label}: compared as two independent samples: {unpaired}")
         for m in metrics:
-            bv, hv = _values(b, m), _values(h, m)
+            bv, hv = paired.paired_values(b, h, rounds, m) if rounds else (_values(b, m), _values(h, m))
             if not bv and not hv:
                 continue  # not measured on this device (e.g. GPU memory on a CPU run)
-            row = compare_metric(label, m, bv, hv, factor=factor, confidence=confidence, test=test)
+            row = compare_metric(label, m, bv, hv, factor=factor, confidence=confidence,
+                                 test=paired.PAIRED if rounds else test)
             row.key = key
             host = host_note(b, h, row.unstable, m)
             if host:
@@ -513,6 +530,9 @@ def to_markdown(c: Comparison) -> str:
     """Return the comparison as Markdown for a pull-request comment: verdicts first, then details."""
     head = f"## bench compare: {c.headline()}"
     method = ("Student t on log trial values" if c.test == "t" else "exact Mann-Whitney U")
+    if any(r.paired for r in c.rows):  # two cells that took turns in one invocation (bench.results.paired)
+        method += "; rows noted paired: a paired t on the rounds' log ratios"
+
     lines = [
         head, "",
         f"base `{c.base.name}` ({', '.join(sorted(c.base.commits)) or 'commit unknown'}) → head `{c.head.name}` "

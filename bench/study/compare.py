@@ -43,8 +43,12 @@ def compare(base: str, head: str, *, profile: bool = False, profiles: tuple | No
     dashboard's file, the profiling settings."""
     from bench.files import check_output_file
     from bench.results.compare import compare_report
+    from bench.spec.narrow import parse_pairs
 
     printer = printer or (lambda text: print(text, file=sys.stderr))
+    for key, flag in (("base_only", "--base-only"), ("head_only", "--head-only")):  # 'k=v,...' as `--only` takes it
+        if isinstance(options.get(key), str):
+            options[key] = parse_pairs(options[key], flag)
     if profiles is not None:
         profiles = tuple(profiles)
         if len(profiles) != 2:
@@ -101,8 +105,9 @@ def comparison_dict(comparison) -> dict:
     the attribution (attribution.to_dict)."""
     from bench.results.attribution import to_dict
 
-    rows = [{"cell": r.label, "metric": r.metric, "verdict": r.verdict, "ratio": r.ratio, "note": r.note}
-            for r in comparison.rows]
+    rows = [{"cell": r.label, "metric": r.metric, "verdict": r.verdict, "ratio": r.ratio, "low": r.low, "high": r.high,
+             "p_value": r.p_value, "paired": r.paired, "base_runs": list(r.base_runs), "head_runs": list(r.head_runs),
+             "note": r.note} for r in comparison.rows]
     return {"exit_status": comparison.exit_status, "headline": comparison.headline(),
             "regressions": len(comparison.regressions), "not_judged": comparison.not_judged, "rows": rows,
             "warnings": list(comparison.warnings), "attribution": to_dict(comparison.attribution)}

@@ -1,0 +1,118 @@
+"""Two cells of one store compared round by round (bench.results.paired): `bench compare S S --base-only K=V
+--head-only K=V`, paired where the cells took turns in one `bench run`."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace as NS
+
+import numpy as np
+import pytest
+
+from bench.cli import main
+from bench.results import paired, stats
+from bench.runner.matrix import run_matrix
+from bench.spec.matrix import parse_matrix
+from tests.support.folders import isolated
+
+
+def test_the_paired_test_judges_the_rounds_ratios_where_a_shared_drift_hides_the_change_from_two_samples():
+    """By hand: a host drifting 40 % over four rounds, the head 10 % slower in each round (±1 %)."""
+    base = [10.0, 12.0, 14.0, 11.0]
+    head = [b * 1.1 * e for b, e in zip(base, [1.01, 0.99, 1.0, 1.0], strict=True)]
+    d = np.log(head) - np.log(base)
+    se = d.std(ddof=1) / math.sqrt(4)
+    t = d.mean() / se
+    rt = paired.paired_ratio_test(base, head, 0.99)
+    assert rt.ratio == pytest.approx(math.exp(d.mean()))
+    assert rt.p_value == pytest.approx(2 * stats.t_sf(abs(t), 3))
+    half = stats.t_ppf(0.995, 3) * se
+    assert (rt.low, rt.high) == (pytest.approx(math.exp(d.mean() - half)), pytest.approx(math.exp(d.mean() + half)))
+    assert rt.significant and "df=3" in rt.method
+    assert not stats.ratio_test(base, head, 0.99).significant  # as two independent samples: hidden by the drift
+    assert paired.paired_ratio_test([1.0, 2.0], [1.5, 3.0]).p_value == 0.0  # zero spread of the ratios: exact
+    assert paired.paired_ratio_test([1.0, 2.0], [1.0, 2.0]).p_value == 1.0
+    for bad in (([1.0], [1.0]), ([1.0, 2.0], [1.0]), ([1.0, -2.0], [1.0, 2.0]), ([1.0, float("nan")], [1.0, 2.0])):
+        with pytest.raises(ValueError):
+            paired.paired_ratio_test(*bad)
+    assert paired.paired_power_note(base, head, 0.05, 0.99) == []  # 4 rounds at this spread detect 5 %
+    note = paired.paired_power_note([1.0, 2.0, 3.0], [1.2, 1.9, 3.3], 0.05, 0.99)
+    assert note and "3 rounds detect only changes above" in note[0]
+
+
+def _row(run_id: str, starts: dict[int, float], values: dict[int, float] | None = None):
+    """A row as compare reads it: one context, one ok record per run (process), its start and its figure."""
+    figures = values or {}
+
+    def record(run: int, start: float | None):
+        return NS(process_key=(run_id, run), started_at=start, metric=lambda m: figures.get(run, 1.0))
+
+    recs = [record(run, start) for run, start in starts.items()]
+    return NS(contexts=(NS(run_id=run_id),), context=NS(run_id=run_id), ok_records=recs)
+
+
+def test_runs_are_paired_only_where_the_two_cells_took_turns_in_one_invocation():
+    base = _row("r1", {0: 0.0, 1: 10.0, 2: 20.0}, {0: 1.0, 1: 2.0, 2: 3.0})
+    head = _row("r1", {0: 5.0, 1: 15.0, 2: 25.0}, {0: 1.1, 1: 2.2, 2: 3.3})
+    rounds, why = paired.paired_runs(base, head)
+    assert why is None and [(b[1], h[1]) for b, h in rounds] == [(0, 0), (1, 1), (2, 2)]
+    assert paired.paired_values(base, head, rounds, "m") == ([1.0, 2.0, 3.0], [1.1, 2.2, 3.3])
+    # one process measured both cells (one build key): a round's two cells in one process, still in turns
+    same = _row("r1", {0: 1.0, 1: 11.0, 2: 21.0})
+    assert paired.paired_runs(base, same)[0]
+    # separate invocations: two samples, nothing to say
+    assert paired.paired_runs(base, _row("r2", {0: 5.0, 1: 15.0, 2: 25.0})) == ([], None)
+    # one invocation, but every base run before every head run: not in turns, and said
+    rounds, why = paired.paired_runs(base, _row("r1", {0: 30.0, 1: 40.0, 2: 50.0}))
+    assert rounds == [] and "did not take turns" in why
+    rounds, why = paired.paired_runs(base, _row("r1", {0: 5.0, 1: 15.0}))
+    assert rounds == [] and "not the same run indices" in why
+    rounds, why = paired.paired_runs(base, _row("r1", {0: 5.0, 1: None, 2: 25.0}))
+    assert rounds == [] and "start time is not stored" in why
+    pooled = NS(**{**vars(head), "contexts": (NS(run_id="r1"), NS(run_id="r0"))})
+    assert paired.paired_runs(base, pooled) == ([], None)
+
+
+def test_a_stored_cell_matches_a_selection_by_axis_workload_option_and_alternatives():
+    cell = {"backend": "hf", "precision": "bf16", "max_batch_size": 1, "workload": {"name": "syn"},
+            "options": {"plant": "Qwen2MLP:2", "slowdown": 1.1}}
+    assert paired.cell_matches(cell, {"plant": "Qwen2MLP:2", "max_batch_size": "1", "workload": "syn"})
+    assert paired.cell_matches(cell, {"slowdown": "1.0|1.1", "backend": "hf"})
+    assert not paired.cell_matches(cell, {"plant": "none"})
+    assert not paired.cell_matches(cell, {"no_such_option": "x"})
+    assert not paired.cell_matches({"options": "not a table"}, {"plant": "none"})
+
+
+MATRIX = {
+    "name": "ab", "backends": ["fake"], "model": "qwen-tiny", "device": "cpu", "precisions": ["bf16"],
+    "max_batch_sizes": [1], "workloads": ["syn"], "trials": 1, "runs": 3, "warmup": 1, "timeout_s": 60,
+    "options": {"noise": 0.01, "slowdown": [1.0, 1.25]},
+    "workload": {"syn": {"source": "synthetic", "num_requests": 8, "input_len": 16, "output_len": 8}},
+}
+
+
+def test_two_cells_measured_in_turns_by_one_run_are_compared_round_by_round(tmp_path, capsys):
+    """One `bench run` of a matrix holding both cells measures them in rounds; `bench compare S S --base-only
+    slowdown=1.0 --head-only slowdown=1.25` matches them (slowdown ignored) and judges the rounds' ratios."""
+    with isolated(tmp_path):
+        store = Path("results/ab.jsonl")
+        run_matrix(parse_matrix(MATRIX), store, engines_dir=Path("engines"), workload_cache=Path("wl"),
+                   show_progress=False)
+        args = ["compare", str(store), str(store), "--base-only", "slowdown=1.0", "--head-only", "slowdown=1.25",
+                "--metrics", "tpot_median_ms,output_throughput", "--json", "ab.json"]
+        assert main(args) == 1
+        got = json.loads(Path("ab.json").read_text())
+        rows = {r["metric"]: r for r in got["rows"]}
+        assert set(rows) == {"tpot_median_ms", "output_throughput"}
+        for r in rows.values():
+            assert r["verdict"] == "regressed" and "paired: the two cells took turns" in r["note"], r
+            assert r["paired"] is True and len(r["base_runs"]) == len(r["head_runs"]) == 3 and r["p_value"] < 0.01
+        assert rows["tpot_median_ms"]["ratio"] == pytest.approx(1.25, rel=0.05)
+        assert "rows noted paired: a paired t on the rounds' log ratios" in capsys.readouterr().out
+        # a selection that matches nothing: refused before any statistics, naming the flag and what the store holds
+        assert main(["compare", str(store), str(store), "--base-only", "slowdown=2.0", "--head-only",
+                     "slowdown=1.25"]) == 2
+        err = capsys.readouterr().err
+        assert "--base-only slowdown=2.0 matches none of the 2 cell(s)" in err and "slowdown: 1.0, 1.25" in err
