@@ -23,10 +23,10 @@ took 248, 220, 173 and 67 s, docs/measurements/2026-12-06-h100-planted-regressio
 resumes: `bench run` skips the stored cells and `bench compare` finds the stored profiles), OUT (summary.md and
 each change's compare.md / compare.json; default WORK), RUNS (processes a side; default RUNS_OF
 below on cuda, 2 on cpu), CONFIDENCE (0.99 on cuda, 0.95 on cpu: with 2 runs a side a shared CPU's spread between
-processes hides even a 9x change at 99 %), TURNS (1: a host-bound baseline's planted changes are measured in turns
-with it, one matrix and one `bench run` (round k: process k of every cell), and compared round by round, `bench
-compare S S --base-only plant=none --head-only plant=...`, a paired test; the host-stability guard below then does
-not apply, since a drift both sides share cancels in each round's ratio: `turn_groups`).
+processes hides even a 9x change at 99 %), TURNS (1: a host-bound baseline's changes are measured in turns with it,
+one matrix and one `bench run` per option changed (round k: process k of every cell), and compared round by round,
+`bench compare S S --base-only plant=none --head-only plant=...`, a paired test; the host-stability guard below then
+does not apply, since a drift both sides share cancels in each round's ratio: `turn_groups`).
 
 On a machine without git (the GPU machine's copy of the tree) BENCH_COMMIT is set to "planted-tree" unless given:
 `bench compare --profile` profiles a side only where its records name this checkout's commit.
@@ -195,20 +195,20 @@ def main() -> int:
     statuses = {}
     skipped: dict[str, str] = {}  # change -> why it was not run (its baseline's host could not judge it)
     turns = turn_groups(chosen, device) if os.environ.get("TURNS") == "1" else {}
-    for base_name, changes in turns.items():  # one matrix: the baseline and its planted changes, measured in turns
+    for (base_name, key), changes in turns.items():  # one matrix: the baseline and its changes, measured in turns
         _, base_opts, _ = options_of(changes[0], device)
-        name = f"planted-{base_name}-turns"
-        plants = ["none"] + [options_of(c, device)[2]["plant"] for c in changes]
+        name = f"planted-{base_name}-turns-{key}"
+        values = [base_opts.get(key, "none")] + [options_of(c, device)[2][key] for c in changes]
         n_runs = int(runs) if runs else RUNS_OF[base_name] if device == "cuda" else 2
-        (work / f"{name}.toml").write_text(matrix_text(name, {**base_opts, "plant": plants}, device, n_runs))
+        (work / f"{name}.toml").write_text(matrix_text(name, {**base_opts, key: values}, device, n_runs))
         if bench(["run", "--matrix", f"{name}.toml", "--no-progress", "--profile-window"], work, log) != 0:
             print(f"  bench run {name} failed: see {out / 'planted.log'}", flush=True)
-        for change, plant in zip(changes, plants[1:], strict=True):
+        for change, value in zip(changes, values[1:], strict=True):
             report, data = out / f"{change}.compare.md", out / f"{change}.compare.json"
             data.unlink(missing_ok=True)
             store = f"results/{name}.jsonl"
-            statuses[change] = bench(["compare", store, store, "--base-only", "plant=none", "--head-only",
-                                      f"plant={plant}", "--profile", "--confidence", confidence, "--markdown",
+            statuses[change] = bench(["compare", store, store, "--base-only", f"{key}={values[0]}", "--head-only",
+                                      f"{key}={value}", "--profile", "--confidence", confidence, "--markdown",
                                       str(report), "--json", str(data)], work, log)
             print(f"  {change}: {row(change, statuses[change], data, CHANGES[change][2], name)[1:]} "
                   f"({time.time() - t0:.0f} s so far)", flush=True)
@@ -258,16 +258,17 @@ def main() -> int:
     return 0
 
 
-def turn_groups(chosen: list[str], device: str) -> dict[str, list[str]]:
-    """Return {host-bound baseline: its chosen planted changes} (TURNS=1): each group is one matrix, the baseline and
-    its plants measured in turns by one `bench run` (round k: process k of every cell), compared round by round
-    (`bench compare S S --base-only plant=none --head-only plant=...`, a paired test: bench.results.paired), so a
-    host that drifts between processes moves both sides of each round alike."""
-    out: dict[str, list[str]] = {}
+def turn_groups(chosen: list[str], device: str) -> dict[tuple[str, str], list[str]]:
+    """Return {(host-bound baseline, the option its changes set): those chosen changes} (TURNS=1): each group is one
+    matrix, the baseline and its changes measured in turns by one `bench run` (round k: process k of every cell),
+    compared round by round (`bench compare S S --base-only K=base --head-only K=change`, a paired test:
+    bench.results.paired), so a host that drifts between processes moves both sides of each round alike. The five
+    plants of the eager baseline are one matrix of six cells; flex-attention and static-cache one of two each."""
+    out: dict[tuple[str, str], list[str]] = {}
     for c in chosen:
         base, changed = CHANGES[c][0], CHANGES[c][1]
-        if base in HOST_BOUND and set(changed) == {"plant"}:
-            out.setdefault(base, []).append(c)
+        if base in HOST_BOUND and len(changed) == 1:
+            out.setdefault((base, next(iter(changed))), []).append(c)
     return out
 
 
