@@ -18,6 +18,12 @@ SHARED = ROOT.parent / "shared"
 # Inductor tests, measured 2026-12-06). With this the CPU's own flags still choose the sets (the same list there:
 # avx512 avx512_vnni, avx512, avx2), and a compiler that could not build one would fail the test's compile.
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
+# The hf backend's build sets these two where it runs (setdefault; torch's own defaults, read when Inductor's config is
+# imported). A test that builds in this process (tests/test_accuracy_runtime.py's loads) changed the suite's
+# environment in a variable read at import, so the suite's zygote refused the next worker and was replaced: torch's
+# and transformers' imports again, 4-5 s (2026-12-07). Set before anything starts, a build changes nothing.
+os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
+os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "1")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -87,6 +93,35 @@ def _shipped_sharegpt_parsed_once():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(sharegpt, "read_first_turns", read_first_turns)
         yield
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _long_lived_objects_frozen():
+    """What is alive when a test module starts (torch's, transformers' and Inductor's modules, the parsed ShareGPT
+    above, session fixtures) is frozen out of Python's cyclic garbage collector: every full collection in this process
+    walked all of it again, 0.2-0.3 s each in the suite's 750,000-object heap (a model's close() collects, and so does
+    the collector itself as tests allocate): 9.4 s of the accuracy, hf-loop and runtime tests' 103 s, 3.6 s with
+    this (2-core CI VM, 2026-12-07). The collection before it frees the previous modules' cycles first; frozen objects
+    are still freed by reference counting, only a cycle among them is kept. The zygote's forked workers do the same
+    (bench.execution.zygote)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    yield
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _environment_as_the_module_found_it():
+    """A test module leaves the process's environment as it found it, whatever set a variable without monkeypatch: a
+    compile in this process sets torch's _TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR (tests/test_hf_loop.py), which the
+    zygote counts as read at import; left set, the next module's first hf worker replaced the suite's zygote (4-5 s of
+    imports, 2026-12-07). tests/test_executor_ray.py's Ray fixture does the same for ray.init's variables."""
+    before = dict(os.environ)
+    yield
+    if dict(os.environ) != before:
+        os.environ.clear()
+        os.environ.update(before)
 
 
 @pytest.fixture(autouse=True)

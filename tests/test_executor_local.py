@@ -107,7 +107,8 @@ def test_placement_is_checked_before_anything_runs(monkeypatch):
 
 def test_kill_9_mid_matrix_leaves_no_worker_and_a_rerun_resumes(tmp_path):
     """SIGKILL the parent while two workers run: they die with it (nothing holds a GPU), the store keeps what
-    finished, and the next run measures only what is missing."""
+    finished, and the next run measures only what is missing. A pass takes 0.5 s: the first record is stored at least
+    1.5 s before the last (one device has four passes), time enough to kill the parent mid-matrix."""
     path = tmp_path / "m.toml"
     path.write_text('''name = "k9"
 backends = ["fake"]
@@ -119,7 +120,7 @@ devices = ["cuda:0", "cuda:1"]
 trials = 2
 warmup = 0
 [options]
-wall_ms = 1000
+wall_ms = 500
 [workload.w]
 source = "synthetic"
 input_len = 8

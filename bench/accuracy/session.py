@@ -34,6 +34,11 @@ import time
 import traceback
 from pathlib import Path
 
+# What the zygote imports for a forked session besides the cells' runtimes (bench.execution.preload): rouge-score's
+# scorer, which generation parity uses in every cell session, imports nltk and with it scipy.stats (0.8-1.3 s a
+# session on the 2-core CPU VM, 2026-12-07), paid once per invocation instead.
+PRELOAD = ("rouge_score.rouge_scorer",)
+
 
 def _load(cell_dict: dict, engines_dir: str, torch_model: bool = True):
     from bench.backends.registry import backend_class

@@ -22,7 +22,11 @@ from tests.support import ROOT
 def isolate(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Run in `folder`: results/, engines/, dashboards/ never touch the repo; the suite's environment."""
     monkeypatch.chdir(folder)
-    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    paths = os.environ.get("PYTHONPATH", "")
+    # ROOT once: `isolated` inside a test (which the suite isolates already) put it there a second time, a PYTHONPATH
+    # unlike the suite zygote's, which was replaced for the test's workers and again after it (4-5 s of imports).
+    if paths.split(os.pathsep)[0] != str(ROOT):
+        monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + paths)
     # `bench build` builds under an absolute root (engine_artifact.BUILD_ROOT): the folder's own.
     monkeypatch.setenv("BENCH_ARTIFACT_BUILD_ROOT", str(folder / "engine-builds"))
     # `bench build` records what it made in a ledger of trusted artifacts (bench.backends.artifact_trust): the folder's own.
