@@ -282,3 +282,43 @@ def test_a_stored_session_peak_that_is_no_size_is_not_used():
     assert session_peaks([acc(f"c{i}", 1000.0, v) for i, v in enumerate(hostile)]) == {}
     assert session_peaks([acc("a", 1000.0, 46e9), acc("a", 2000.0, float("nan"))]) == {"a": 46e9}
     assert session_peaks([acc("a", 1000.0, 46e9), acc("a", 2000.0, 20e9)]) == {"a": 20e9}
+
+
+def test_cells_measured_early_beside_their_baselines_are_scheduled_so():
+    """bench.accuracy.early: at N > 1 a cells session of a group whose baseline session runs is measured early (beside
+    the baselines) and scored after both. The study's shape, 4 at a time: both baselines (66 s) and the two 1024 cells
+    (60 and 30 s) start at 0; at 30 compiled B (60 s), at 60 int4 B (30 s): 90 s, where with every cell session after
+    its baseline it is 66 + 60 = 126 s. From records scored from an early capture: its load and measuring early, the
+    scoring (the record's span) after."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from bench.results.estimate import estimate_accuracy
+
+    def cell(cid):
+        return SimpleNamespace(cell_id=cid, label=f"hf/bf16/{cid}")
+
+    def acc(cid, seconds, capture=None, measure_s=None, load_s=0.0):
+        r = make_record(cid, kind="accuracy")
+        extra = {"accuracy": {"concurrent_sessions": 0, **({"capture": capture} if capture else {}),
+                              **({"measure_s": measure_s, "load_s": {"cell": load_s}} if measure_s is not None else {})}}
+        return replace(r, started_at=1000.0, ended_at=1000.0 + seconds, extra=extra)
+
+    a, b = cell("base-1024"), cell("base-2048")
+    cells = {n: cell(n) for n in ("compiled-1024", "int4-1024", "compiled-2048", "int4-2048")}
+    planned = [(a, "baseline", []), (a, "cells", [cells["compiled-1024"]]), (a, "cells", [cells["int4-1024"]]),
+               (b, "baseline", []), (b, "cells", [cells["compiled-2048"]]), (b, "cells", [cells["int4-2048"]])]
+    records = [acc("base-1024", 66), acc("compiled-1024", 60), acc("int4-1024", 30),
+               acc("base-2048", 66), acc("compiled-2048", 60), acc("int4-2048", 30)]
+    early = set(cells)
+    assert estimate_accuracy(planned, records, parallel=4)[0] == 126.0
+    total, text = estimate_accuracy(planned, records, parallel=4, early=early)
+    assert total == 90.0 and "(4 session(s) measured early, beside their baselines' sessions, and scored after them)" in text
+    assert estimate_accuracy(planned, records, early=early)[0] == 312.0  # one at a time: nothing early
+    # records scored from early captures: 2 s of scoring each, the capture's load and measuring early
+    made = {"run_id": "r", "made_by": "accuracy session"}
+    scored = records[:1] + records[3:4] + [acc(n, 2, made, measure_s=s - 3, load_s=3) for n, s in
+                                           (("compiled-1024", 60), ("int4-1024", 30), ("compiled-2048", 60),
+                                            ("int4-2048", 30))]
+    assert estimate_accuracy(planned, scored, parallel=4, early=early)[0] == 92.0  # 90, and compiled B's 2 s after
+    assert estimate_accuracy(planned, scored)[0] == 66 + 66 + 60 + 30 + 60 + 30 + 4 * 2

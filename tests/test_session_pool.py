@@ -145,3 +145,26 @@ def test_a_session_whose_stored_peak_would_not_fit_beside_those_running_waits_an
     # the rule for a session's size: the largest stored peak of its cells, plus a process's CUDA context
     assert session_size([10.0, 30.0]) == 30.0 + CONTEXT_BYTES
     assert session_size([10.0, None]) is None and session_size([]) is None and session_size([0]) is None
+
+
+def test_an_early_session_starts_beside_its_gate_and_its_pair_waits_for_both():
+    """A group's early session (a cell's capture) starts without waiting for the gate; the session paired with it starts
+    once both the gate and it have ended; another group's gate still starts before any early session."""
+    groups = [(("b0", 10), [("s0", 1), ("c0", 3)], [(("e0", 20), 0)]),
+              (("b1", 5), [("s1", 1)], [(("e1", 2), 0)])]
+    log = {name: (start, end) for name, start, end, *_ in _run(groups, 3)}
+    assert log["b0"][0] == log["b1"][0] == 0 and log["e0"][0] == 0  # both gates, then the first early session
+    assert log["e1"][0] == 5  # the next slot, when b1 ended: early sessions come after the gates
+    assert log["c0"][0] == 10  # not paired: waits for the gate alone
+    assert log["s0"][0] == 20 and log["s1"][0] == 7  # each pair after its gate and its early session
+    # on the virtual clock the dry run uses, the same schedule
+    seconds = [((10), [1, 3], [(20, 0)]), (5, [1], [(2, 0)])]
+    assert makespan(seconds, 3) == 21
+
+
+def test_an_early_session_that_ran_out_of_memory_beside_others_is_ended_by_its_rerun():
+    groups = [(("b0", 10), [("s0", 1)], [(("e0", 4), 0)])]
+    log = _run(groups, 2, outcomes={("e0", False): "oom"}, again={"e0": ("e0", 4)})
+    runs = [(name, start, end, alone) for name, start, end, _, alone in log]
+    assert ("e0", 0, 4, False) in runs and ("e0", 10, 14, True) in runs  # run again alone once b0 ended
+    assert [r for r in runs if r[0] == "s0"][0][1] == 14  # its pair waited for the re-run

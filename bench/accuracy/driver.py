@@ -234,6 +234,7 @@ def accuracy_groups(groups: list, stored: list, matrix, settings, context, redo:
     side by side; a session that ran out of memory beside another is run again alone (`_again_alone`) and its records say
     so; each record says how many other sessions ran beside its own (`concurrent_sessions`).
     """
+    from bench.accuracy import early
     from bench.execution.session_pool import Pool, run_pool, session_size
     from bench.results import query
 
@@ -247,9 +248,14 @@ def accuracy_groups(groups: list, stored: list, matrix, settings, context, redo:
             if on_group is not None:
                 on_group(g.base, g.pairs, g.done)
 
+    made: dict[str, tuple[str, int]] = {}  # cell_id -> (its early session's capture folder, sessions beside that one)
+
     def start(task):
         g, (mode, cells, _note) = prepared[task.group][0], task.payload
         base = g.base
+        if mode == "capture":
+            return _start_session(mode, base, cells, matrix, settings, g.folder, timeout * len(cells),
+                                  specs=early.capture_specs(matrix, base, cells, settings, context))
         if mode == "cells" and base.cell_id in g.done and not g.done[base.cell_id].ok:
             now = time.time()
             session = {"status": "error", "error": f"its baseline {base.label} failed: {g.done[base.cell_id].error}",
@@ -259,17 +265,27 @@ def accuracy_groups(groups: list, stored: list, matrix, settings, context, redo:
             flush()
             return None
         captures = {} if redo else usable_captures(matrix.name, cells, settings, printer)
+        captures.update({c.cell_id: made[c.cell_id][0] for c in cells if c.cell_id in made})
         return _start_session(mode, base, cells, matrix, settings, g.folder, timeout * (1 + len(cells)), captures)
 
     def finish(task, session: dict):
         g = prepared[task.group][0]
+        if task.payload[0] == "capture":  # no record: its pair scores what it captured, or measures what it did not
+            for cell in task.payload[1]:
+                got = (session.get("cells") or {}).get(cell.cell_id) or session
+                if got.get("status") == "ok":
+                    made[cell.cell_id] = (got["folder"], len(task.beside))
+                else:
+                    printer(f"{cell.label}: its early capture failed ({got.get('status')}: "
+                            f"{str(got.get('error') or '').splitlines()[0][:200]}): measured in its session instead")
+            return None
         again = _again_alone(task.payload, session, len(task.beside)) if task.may_run_again else None
         if again is not None:  # what did not run out of memory stands: stored now (a whole session's OOM: nothing)
             g.left += 1
             failed = {c.cell_id for c in again[1]} | ({g.base.cell_id} if again[0] == "baseline" else set())
-            _store(g, task, session, settings, context, store, stored, leave_out=failed)
+            _store(g, task, session, settings, context, store, stored, leave_out=failed, made=made)
         else:
-            _store(g, task, session, settings, context, store, stored)
+            _store(g, task, session, settings, context, store, stored, made=made)
         g.left -= 1
         flush()
         return again
@@ -279,11 +295,18 @@ def accuracy_groups(groups: list, stored: list, matrix, settings, context, redo:
     peaks = query.session_peaks(stored)
     for g, planned in prepared:
         payloads = [(mode, cells, None) for mode, cells in planned]
-        for p in payloads:
+        gated = bool(payloads) and payloads[0][0] == "baseline"
+        firsts = []  # (an early session's payload, the index among the others of the session that scores its captures)
+        if gated and parallel > 1:
+            for j, (mode, cells, _) in enumerate(payloads[1:]):
+                usable = {} if redo else usable_captures(matrix.name, cells, settings, lambda _line: None)
+                todo = [c for c in early.capturable(g.base, cells, settings) if c.cell_id not in usable]
+                if mode == "cells" and todo:
+                    firsts.append((("capture", todo, None), j))
+        for p in payloads + [e for e, _ in firsts]:
             ids = ([g.base.cell_id] if p[0] == "baseline" else []) + [c.cell_id for c in p[1]]
             sizes[id(p)] = session_size([peaks.get(i) for i in ids])
-        gated = bool(payloads) and payloads[0][0] == "baseline"
-        pool.append((payloads[0], payloads[1:]) if gated else (None, payloads))
+        pool.append((payloads[0], payloads[1:], firsts) if gated else (None, payloads))
     flush()  # groups all of whose cells are stored
     capacity = shared_memory([g.base for g, _ in prepared]) if parallel > 1 else None
     schedule = Pool(pool, parallel, capacity, lambda p: sizes.get(id(p)))
@@ -333,18 +356,22 @@ def _again_alone(payload: tuple, session: dict, beside: int) -> tuple | None:
     return (*again, note)
 
 
-def _store(g: _Group, task, session: dict, settings, context, store, stored: list, leave_out=frozenset()) -> None:
+def _store(g: _Group, task, session: dict, settings, context, store, stored: list, leave_out=frozenset(),
+           made: dict | None = None) -> None:
     """Build, store and keep the records of a session's cells (and its baseline's, in a baseline session), less those
-    left out (to be run again alone): each says how many sessions ran beside its own and, for a re-run, why."""
+    left out (to be run again alone): each says how many sessions ran beside its own (or beside the early session that
+    captured it, where more: made, {cell_id: (folder, sessions beside it)}) and, for a re-run, why."""
     mode, cells, rerun = task.payload
+    made = made or {}
     session = dict(session)
     started, ended = session.pop("_started"), session.pop("_ended")
     out = [(g.base, None)] if mode == "baseline" else []
     for cell, b, figures in _figures(session, out + [(c, g.base) for c in cells]):
         if cell.cell_id in leave_out:
             continue
+        beside = made[cell.cell_id][1] if cell.cell_id in made and figures.get("capture") else 0
         record = _record(cell, b, figures, session, settings, g.folder, g.earlier[cell.cell_id], context, started, ended,
-                         concurrent=len(task.beside), rerun=rerun)
+                         concurrent=max(len(task.beside), beside), rerun=rerun)
         store.append(record)
         stored.append(record)
         g.done[cell.cell_id] = record
@@ -371,9 +398,10 @@ def sessions(base, cells: list, measure_baseline: bool = True) -> list[tuple[str
 
 
 def usable_captures(matrix_name: str, cells: list, settings, printer) -> dict[str, str]:
-    """Return {cell_id: capture folder} of the cells `bench run --accuracy-capture` captured for these settings, by
-    this checkout's commit (bench.execution.accuracy_capture): scored from the timed process's capture instead of
-    loaded again. A capture that is there but cannot be used is said, and its cell measured in the session."""
+    """Return {cell_id: capture folder} of the cells captured for these settings by this checkout's commit (`bench run
+    --accuracy-capture`, bench.execution.accuracy_capture, or an early session, bench.accuracy.early): scored from the
+    capture instead of loaded again. A capture that is there but cannot be used is said, and its cell measured in the
+    session."""
     from bench.execution.accuracy_capture import Capture, capture_dir
     from bench.machine.environment import project_commit
 
@@ -392,7 +420,7 @@ def usable_captures(matrix_name: str, cells: list, settings, printer) -> dict[st
 
 
 def _start_session(mode: str, base, cells: list, matrix, settings, folder: Path, timeout: float,
-                   captures: dict | None = None) -> _Running:
+                   captures: dict | None = None, specs: dict | None = None) -> _Running:
     """Start one accuracy session (bench.execution.launcher.start_session) and return it, running."""
     from bench.execution.launcher import start_session
     from bench.execution.supervisor import session_preload
@@ -404,12 +432,13 @@ def _start_session(mode: str, base, cells: list, matrix, settings, folder: Path,
     speed = {c.cell_id: str(Path(cached_workload(c.workload, Path("workloads/cache"))[1]).resolve())
              for c in [base, *cells]}
     folder.mkdir(parents=True, exist_ok=True)
-    name = "baseline" if mode == "baseline" else f"cells-{cells[0].build_key().key_hash if cells[0].backend == 'hf' else cells[0].cell_id}"
+    name = "baseline" if mode == "baseline" else \
+        f"{mode}-{cells[0].build_key().key_hash if cells[0].backend == 'hf' else cells[0].cell_id}"
     job = {"mode": mode, "baseline": base.to_dict(), "cells": [c.to_dict() for c in cells],
            "engines_dir": str(Path("engines").resolve()), "workload_file": str(Path(wl_file).resolve()),
            "answers_file": str(answers_path(wl_file).resolve()) if answers is not None else None,
            "speed_workload_files": speed, "reference_dir": str(folder), "settings": settings.to_dict(),
-           "captures": captures or {}}
+           "captures": captures or {}, "capture_specs": specs or {}}
     job_file, result_file, log_path = folder / f"{name}.job.json", folder / f"{name}.json", folder / f"{name}.log"
     job_file.write_text(json.dumps(job, indent=1))
     started = time.time()

@@ -70,6 +70,44 @@ def _workloads(job: dict):
     return requests, answers, speed
 
 
+def run_captures(job: dict) -> dict:
+    """Return {"cells": {cell_id: {"status", "folder", "measure_s"} or the cell's failure}, "environment", and the
+    process's GPU peak}: an early session's work (job mode "capture", bench.accuracy.driver), which runs before its
+    baseline's Reference exists. Each cell's teacher-forced logits and greedy tokens go through its own runtime as
+    the timed process's capture does (bench.execution.accuracy_capture, its static cache first fixed as its speed run
+    fixed it), into its capture folder; the cells' session scores them once the Reference is written."""
+    import torch
+
+    from bench.execution.accuracy_capture import capture
+    from bench.machine.environment import fingerprint
+    from bench.spec.cells import Cell
+
+    _requests, _answers, speed = _workloads(job)
+    cells = [Cell.from_dict(c) for c in job["cells"]]
+    result: dict = {"cells": {}, "environment": fingerprint(cells[0].device)}
+    torch.manual_seed(0)
+    got = _guarded(lambda: dict(zip(("cell", "loaded", "load_s"), _load(cells[0].to_dict(), job["engines_dir"]),
+                                    strict=True)))
+    for cell in cells:
+        if got["status"] != "ok":
+            result["cells"][cell.cell_id] = got
+            continue
+        loaded, spec = got["loaded"], job["capture_specs"][cell.cell_id]
+        spec = {**spec, "run": {**spec["run"], "load_s": got["load_s"] if cell is cells[0] else 0.0}}
+
+        def measure(c=cell, spec=spec, loaded=loaded):
+            loaded.fix_cache_len(speed[job["speed_workload_files"][c.cell_id]], c.max_batch_size, c.options_dict)
+            meta = capture(loaded, c, spec)
+            return {"folder": spec["folder"], "measure_s": meta["measure_s"]}
+
+        result["cells"][cell.cell_id] = _guarded(measure)
+    if got["status"] == "ok":
+        got["loaded"].close()
+    if str(cells[0].device).startswith("cuda") and torch.cuda.is_initialized():
+        result["peak_memory_bytes"] = int(torch.cuda.max_memory_reserved(torch.device(cells[0].device)))
+    return result
+
+
 def run_session(job: dict) -> dict:
     """Return the session's figures: {"baseline": its own figures or None, "cells": {cell_id: figures}, "environment"}.
 
@@ -197,17 +235,21 @@ def _from_capture(cell, job, reference, requests, refs, folder: str) -> dict:
     """Return a cell's figures scored from its capture (bench.execution.accuracy_capture): the timed process's logits
     and greedy tokens, no model loaded here. BenchInputError (a failure of this cell) where the capture cannot be used."""
     from bench.accuracy.runtime import captured_figures
-    from bench.execution.accuracy_capture import Capture
+    from bench.execution.accuracy_capture import EARLY, Capture
 
     settings = job["settings"]
     capture = Capture.open(folder, cell.cell_id, settings)
     figures = captured_figures(capture, reference, requests, settings, refs, _decoder(cell), tuple(settings["rouge_window"]))
     run = capture.meta.get("run") or {}
-    return {**figures, "greedy_digest": digest(figures["greedy"]), "load_s": {"cell": 0.0},
+    if run.get("made_by") == EARLY:  # an early session of this invocation (bench.accuracy.driver), not a timed process
+        through = ("the cell's own runtime (its batch function), in a session of its own that ran before its baseline's "
+                   "Reference was written, its logits and greedy tokens kept and scored here")
+    else:
+        through = ("its timed process: the loaded model, cache and decode path (compiled step and CUDA graphs where it "
+                   f"has them) the run timed, after its trials (run {run.get('run_id', '?')}; bench run --accuracy-capture)")
+    return {**figures, "greedy_digest": digest(figures["greedy"]), "load_s": {"cell": run.get("load_s", 0.0)},
             "compile": capture.meta.get("compile") or {}, "capture": {**run, "folder": str(folder)},
-            "measured_through": "its timed process: the loaded model, cache and decode path (compiled step and CUDA "
-                                f"graphs where it has them) the run timed, after its trials (run {run.get('run_id', '?')}; "
-                                "bench run --accuracy-capture)"}
+            "measured_through": through}
 
 
 def _guarded(measure) -> dict:
@@ -334,7 +376,8 @@ def main(argv: list[str]) -> int:
 
     die_with_parent()  # started by bench.execution.launcher: no session outlives its parent
     job = json.loads(Path(argv[0]).read_text())
-    result = _guarded(lambda: run_session(job))  # a failure before any cell (the baseline's load) fails them all
+    work = run_captures if job["mode"] == "capture" else run_session
+    result = _guarded(lambda: work(job))  # a failure before any cell (the baseline's load) fails them all
     Path(argv[1]).write_text(json.dumps(result, default=str))
     return 0
 

@@ -56,7 +56,11 @@ def accuracy_text(cell, record) -> str:
         from bench.execution.compile_counts import describe_compile
 
         load = sum((acc.get("load_s") or {}).values())
-        if acc.get("capture"):
+        if acc.get("capture", {}).get("made_by"):  # an early session of the accuracy step (bench.accuracy.early)
+            lines.append(f"captured by a session of its own beside its baseline's (model loaded in {load:.1f} s, "
+                         f"measured in {acc['measure_s']:.1f} s), scored here in {acc.get('score_s') or 0:.1f} s"
+                         + describe_compile(acc.get("compile") or {}))
+        elif acc.get("capture"):
             lines.append(f"captured in its timed process (run {acc['capture'].get('run_id', '?')}) in "
                          f"{acc['measure_s']:.1f} s after its trials, scored here in {acc.get('score_s') or 0:.1f} s"
                          + describe_compile(acc.get("compile") or {}))

@@ -33,6 +33,9 @@ TENSORS = "capture.safetensors"
 META = "capture.json"
 # The accuracy settings a capture depends on: a capture made for other values is not used.
 CAPTURE_KEYS = ("prompts", "answer_tokens", "generate_tokens", "reference")
+# capture.json's run.made_by where an accuracy session made it before its baseline's Reference existed
+# (bench.accuracy.early), not a timed process.
+EARLY = "accuracy session"
 
 
 class LogitsWriter:
@@ -193,10 +196,12 @@ def _compile_counts(value) -> bool:
 
 
 def _run(value) -> bool:
-    """Return whether value is the run a capture names: run_id and commit as text, dirty as a bool (each may be None)."""
-    return (isinstance(value, dict) and set(value) <= {"run_id", "commit", "dirty"}
-            and all(v is None or isinstance(v, str) for k, v in value.items() if k != "dirty")
-            and value.get("dirty") in (None, True, False))
+    """Return whether value is the run a capture names: run_id and commit as text, dirty as a bool (each may be None);
+    a capture an accuracy session made before its baseline's Reference existed (bench.accuracy.driver) also names its
+    maker (made_by, text) and the seconds its model took to load (load_s)."""
+    return (isinstance(value, dict) and set(value) <= {"run_id", "commit", "dirty", "made_by", "load_s"}
+            and all(v is None or isinstance(v, str) for k, v in value.items() if k not in ("dirty", "load_s"))
+            and value.get("dirty") in (None, True, False) and ("load_s" not in value or _seconds(value["load_s"])))
 
 
 def _ids(value) -> bool:

@@ -14,6 +14,11 @@ sessions run side by side. The rules, all here:
   what to run again (`finish`'s return), no session starts until those running have ended, then the
   re-run runs with nothing beside it, then the schedule goes on. A gate's re-run is still its group's
   gate. A session that ran alone gets no second try: its failure is final;
+- a group may also have *early* sessions, each paired with one of its other sessions: an early one starts without
+  waiting for the gate, and its pair starts only after both the gate and it have ended (`bench accuracy`: a cell
+  session's logits and greedy tokens captured beside its baseline's session, then scored against the Reference the
+  baseline wrote). Early sessions come after every group's gate and other sessions in plan order, so a gate, or a
+  session its gate has freed, starts first;
 - each task counts the other sessions that ran at some time beside it (`Task.beside`): its
   recorded seconds are not a solo time when that is not empty;
 - memory, where the caller knows it (`capacity`, and a task's `size`: the peak its session reached the last time it
@@ -63,6 +68,8 @@ class Task:
     first: Task | None = None  # for a re-run: the task it repeats
     beside: set = field(default_factory=set)  # the other tasks that ran at some time while it ran
     size: float | None = None  # the memory its session is expected to hold (bytes), or None: not known
+    early: bool = False  # starts without waiting for its group's gate
+    after: list = field(default_factory=list)  # the early tasks that must have ended before it starts
 
     @property
     def may_run_again(self) -> bool:
@@ -76,23 +83,31 @@ class Pool:
 
     def __init__(self, groups: list[tuple[Any, list]], parallel: int, capacity: float | None = None,
                  size_of: Callable[[Any], float | None] | None = None):
-        """groups: [(the gate's payload or None (no gate: the group's sessions are independent), [other payloads])],
-        in plan order. parallel: a positive integer (the caller checked the user's value). capacity: the memory the
-        sessions share (bytes), or None: not known; size_of(payload): the memory that session is expected to hold,
-        or None."""
+        """groups: [(the gate's payload or None (no gate: the group's sessions are independent), [other payloads])
+        or (gate, others, [(an early payload, the index in others of the session that waits for it)])], in plan
+        order. parallel: a positive integer (the caller checked the user's value). capacity: the memory the sessions
+        share (bytes), or None: not known; size_of(payload): the memory that session is expected to hold, or None."""
         if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
             raise ValueError(f"parallel must be a positive integer, got {parallel!r}")
         self.parallel, self.capacity = parallel, capacity
         self.held: list[Task] = []  # tasks that were next but waited for memory (the caller may say so, once each)
         self.waiting: list[Task] = []
-        for i, (gate, others) in enumerate(groups):
+        early: list[Task] = []
+        for i, (gate, others, *rest) in enumerate(groups):
             if gate is not None:
                 self.waiting.append(Task(i, True, gate))
-            self.waiting += [Task(i, False, p) for p in others]
+            tasks = [Task(i, False, p) for p in others]
+            self.waiting += tasks
+            for payload, j in (rest[0] if rest else []):
+                first = Task(i, False, payload, early=True)
+                tasks[j].after.append(first)
+                early.append(first)
+        self.waiting += early
         for n, task in enumerate(self.waiting):
             task.order = n
             task.size = size_of(task.payload) if size_of is not None else None
-        self.open = {i for i, (gate, _) in enumerate(groups) if gate is None}  # groups whose gate has ended
+        self.open = {i for i, (gate, *_) in enumerate(groups) if gate is None}  # groups whose gate has ended
+        self.ended: set[Task] = set()  # the tasks that have ended (a re-run's end ends the task it repeats)
         self.running: list[Task] = []
         self.again: list[Task] = []  # re-runs, each to run alone
 
@@ -107,12 +122,17 @@ class Pool:
             return self.again[0] if not self.running else None
         if any(t.alone for t in self.running) or len(self.running) >= self.parallel:
             return None
-        for task in (t for t in self.waiting if t.gate or t.group in self.open):
+        for task in (t for t in self.waiting if self.ready(t)):
             if self.fits(task):
                 return task
             if task not in self.held:
                 self.held.append(task)
         return None
+
+    def ready(self, task: Task) -> bool:
+        """Whether what the task waits for has ended: its group's gate (unless it is a gate or early) and its early
+        sessions."""
+        return (task.gate or task.early or task.group in self.open) and all(t in self.ended for t in task.after)
 
     def fits(self, task: Task) -> bool:
         """Whether the task's session may start beside those running: the one place of the memory rule."""
@@ -142,13 +162,17 @@ class Pool:
             return None
         if not task.may_run_again:
             raise ValueError("a session that ran alone is not run again: its failure is final")
-        rerun = Task(task.group, task.gate, again, order=task.order, alone=True, first=task, size=task.size)
+        rerun = Task(task.group, task.gate, again, order=task.order, alone=True, first=task, size=task.size,
+                     early=task.early)
         self.again.append(rerun)
         return rerun
 
     def _ended(self, task: Task) -> None:
-        if task.gate:
-            self.open.add(task.group)
+        while task is not None:
+            self.ended.add(task)
+            if task.gate:
+                self.open.add(task.group)
+            task = task.first
 
 
 def run_pool(pool: Pool, start: Callable[[Task], Any], finish: Callable[[Task, Any], Any], *,
@@ -192,8 +216,8 @@ def run_pool(pool: Pool, start: Callable[[Task], Any], finish: Callable[[Task, A
 
 def makespan(groups: list[tuple[Any, list]], parallel: int, capacity: float | None = None) -> float:
     """Return the seconds the schedule takes when each session takes the seconds given (the Pool's rule on a virtual
-    clock, no re-run): groups as Pool's, each payload a session's seconds, or (seconds, its memory or None) where
-    `capacity` is known (the memory rule then holds back what would not fit)."""
+    clock, no re-run): groups as Pool's (early sessions included), each payload a session's seconds, or (seconds, its
+    memory or None) where `capacity` is known (the memory rule then holds back what would not fit)."""
     def seconds(payload) -> float:
         return float(payload[0] if isinstance(payload, tuple) else payload)
 

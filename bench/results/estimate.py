@@ -231,7 +231,7 @@ def _measure_s(record) -> float:
 
 
 def estimate_accuracy(planned: list[tuple], records, captured=frozenset(), parallel: int = 1,
-                      capacity: float | None = None) -> tuple[float | None, str]:
+                      capacity: float | None = None, early=frozenset()) -> tuple[float | None, str]:
     """Return (stored seconds for the sessions, or None, a line of text) for `bench accuracy`'s sessions.
 
     planned: [(baseline cell, mode, cells)] as bench.accuracy.driver.sessions makes them. A session's time is its
@@ -248,14 +248,19 @@ def estimate_accuracy(planned: list[tuple], records, captured=frozenset(), paral
     session not known counts 0 s), and the text gives it beside the one-at-a-time sum. capacity: the GPU's memory
     (bytes), where known: a session whose stored peak would not fit beside those running waits, as it will in the run
     (bench.execution.session_pool.session_size; a session with no stored peak is not held back).
+
+    early: the cells an early session may capture beside their baseline's session (bench.accuracy.early.capturable, less
+    those `captured`). Above 1 at a time, a cells session of a group whose baseline session runs, with such cells,
+    is two in the schedule: its measuring, early (the stored session's time; where the stored records were scored from
+    an early capture, its load and measuring), and its scoring after both (those records' own span, else 0 s).
     """
     from bench.execution.session_pool import makespan, session_size
     from bench.results.query import session_peaks
 
     latest = _latest_accuracy(records)
     peaks = session_peaks(records)  # the run's own rule for a session's size
-    total, covered, missing, scored, beside, sized = 0.0, 0, [], 0, 0, 0
-    groups: dict[str, tuple[float | None, list[float]]] = {}  # per baseline: (its session's seconds, the others')
+    total, covered, missing, scored, beside, sized, early_n = 0.0, 0, [], 0, 0, 0, 0
+    groups: dict[str, tuple] = {}  # per baseline: (its session, the others, the early ones), as session_pool's groups
     for base, mode, cells in planned:
         ids = ([base.cell_id] if mode == "baseline" else []) + [c.cell_id for c in cells]
         spans = [latest[i].ended_at - latest[i].started_at for i in ids if i in latest]
@@ -277,12 +282,30 @@ def estimate_accuracy(planned: list[tuple], records, captured=frozenset(), paral
         scored += sum(c.cell_id in captured for c in cells)
         size = session_size([peaks.get(i) for i in ids])
         sized += size is not None
-        gate, others = groups.get(base.cell_id, (None, []))
+        gate, others, firsts = groups.get(base.cell_id, (None, [], []))
         item = (seconds, size)
-        groups[base.cell_id] = (item, others) if mode == "baseline" else (gate, others + [item])
+        if mode == "baseline":
+            groups[base.cell_id] = (item, others, firsts)
+            continue
+        got = [latest[c.cell_id] for c in cells if c.cell_id in latest]
+        made_early = bool(got) and all((r.accuracy.get("capture") or {}).get("made_by") for r in got)
+        # stored: captured by an early session, then scored: its load and measuring are the early session's time
+        early_s = (max(sum(v for v in (r.accuracy.get("load_s") or {}).values() if isinstance(v, (int, float)))
+                       for r in got) + sum(_measure_s(r) for r in got)) if made_early else 0.0
+        total += early_s
+        if gate is not None and parallel > 1 and any(c.cell_id in early for c in cells):
+            if made_early:
+                firsts.append(((early_s, size), len(others)))
+            else:  # stored: measured in the session, now its early session's work; the scoring's time not known
+                firsts.append(((seconds, size), len(others)))
+                item = (0.0, size)
+            early_n += 1
+        else:
+            item = (seconds + early_s, size)
+        groups[base.cell_id] = (gate, others + [item], firsts)
     text = f"accuracy: {len(planned)} session(s); stored session times cover {covered}: "
     if parallel > 1 and covered:
-        span = makespan(list(groups.values()), parallel, capacity)
+        span = makespan([g if g[0] is not None else (None, g[1]) for g in groups.values()], parallel, capacity)
         text += f"{parallel} at a time: {span:.0f} s; one at a time: {total:.0f} s"
         if capacity is not None:
             text += (f" (the GPU's {capacity / 1e9:.0f} GB shared by the sessions' stored peaks: {sized} of "
@@ -292,6 +315,8 @@ def estimate_accuracy(planned: list[tuple], records, captured=frozenset(), paral
         text += f"{total:.0f} s"
     if beside:
         text += f" ({beside} of them measured beside other sessions: not solo times)"
+    if early_n and parallel > 1:
+        text += f" ({early_n} session(s) measured early, beside their baselines' sessions, and scored after them)"
     if scored:
         text += f" ({scored} cell(s) scored from the run's captures, their measuring counted in the run step)"
     if missing:

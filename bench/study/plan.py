@@ -342,8 +342,11 @@ def dry_run_text(plan: StudyPlan, steps: list[str], stores: dict, history: list,
         from bench.accuracy.driver import shared_memory
 
         capacity = shared_memory([base for base, _, _ in planned]) if plan.accuracy_parallel > 1 else None
+        from bench.accuracy.early import capturable
+
+        early = {c.cell_id for base, mode, cells in planned if mode == "cells" for c in capturable(base, cells, a)} - captured
         total, text = estimate_accuracy(planned, acc_records, captured, parallel=plan.accuracy_parallel,
-                                        capacity=capacity)
+                                        capacity=capacity, early=early)
         known += total or 0.0
         lines.append("  " + text)
     if "report" in steps:
