@@ -274,3 +274,30 @@ def test_sessions_whose_stored_peaks_do_not_fit_the_gpu_together_run_one_after_a
     monkeypatch.setattr(A, "shared_memory", lambda cells: 200e9)
     A.accuracy_matrix(m, m.cells, AccuracySpec(prompts=2), store, parallel=2)
     assert at_once == [1, 2]
+
+
+def test_a_cell_scored_from_its_early_capture_keeps_that_sessions_peak_and_company(monkeypatch):
+    """The scoring session loads no model and holds no GPU memory: the record of a cell scored from an early capture
+    carries the early session's peak (the memory rule's size of that session next time) and the larger of the two
+    sessions' counts of others beside them; a cell measured in the session keeps that session's own."""
+    from types import SimpleNamespace
+
+    from bench.accuracy import driver as A
+
+    m = _matrix()
+    base, cell, other = m.cells[0], m.cells[1], m.cells[2]
+    seen = {}
+
+    def fake_record(c, b, figures, session, *args, concurrent=0, rerun=None):
+        seen[c.cell_id] = (session.get("peak_memory_bytes"), concurrent)
+        return SimpleNamespace(cell_id=c.cell_id)
+
+    monkeypatch.setattr(A, "_record", fake_record)
+    g = A._Group(base, [], Path("."), {cell.cell_id: [], other.cell_id: []})
+    task = SimpleNamespace(payload=("cells", [cell, other], None), beside=set())
+    session = {"status": "ok", "_started": 1.0, "_ended": 2.0, "peak_memory_bytes": None,
+               "cells": {cell.cell_id: {"status": "ok", "capture": {"made_by": "accuracy session"}},
+                         other.cell_id: {"status": "ok"}}}
+    made = {cell.cell_id: ("f", 2, 30e9), other.cell_id: ("g", 3, 40e9)}  # other's capture was refused: measured here
+    A._store(g, task, session, None, None, [], [], made=made)
+    assert seen == {cell.cell_id: (30e9, 2), other.cell_id: (None, 0)}

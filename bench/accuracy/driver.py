@@ -248,7 +248,7 @@ def accuracy_groups(groups: list, stored: list, matrix, settings, context, redo:
             if on_group is not None:
                 on_group(g.base, g.pairs, g.done)
 
-    made: dict[str, tuple[str, int]] = {}  # cell_id -> (its early session's capture folder, sessions beside that one)
+    made: dict[str, tuple] = {}  # cell_id -> (its early session's capture folder, sessions beside it, its GPU peak)
 
     def start(task):
         g, (mode, cells, _note) = prepared[task.group][0], task.payload
@@ -274,7 +274,7 @@ def accuracy_groups(groups: list, stored: list, matrix, settings, context, redo:
             for cell in task.payload[1]:
                 got = (session.get("cells") or {}).get(cell.cell_id) or session
                 if got.get("status") == "ok":
-                    made[cell.cell_id] = (got["folder"], len(task.beside))
+                    made[cell.cell_id] = (got["folder"], len(task.beside), session.get("peak_memory_bytes"))
                 else:
                     printer(f"{cell.label}: its early capture failed ({got.get('status')}: "
                             f"{str(got.get('error') or '').splitlines()[0][:200]}): measured in its session instead")
@@ -360,7 +360,9 @@ def _store(g: _Group, task, session: dict, settings, context, store, stored: lis
            made: dict | None = None) -> None:
     """Build, store and keep the records of a session's cells (and its baseline's, in a baseline session), less those
     left out (to be run again alone): each says how many sessions ran beside its own (or beside the early session that
-    captured it, where more: made, {cell_id: (folder, sessions beside it)}) and, for a re-run, why."""
+    captured it, where more: made, {cell_id: (folder, sessions beside it, its peak)}) and, for a re-run, why. A cell
+    scored from an early capture keeps that session's GPU peak (its scoring session holds none): the memory rule's
+    size of its early session next time."""
     mode, cells, rerun = task.payload
     made = made or {}
     session = dict(session)
@@ -369,9 +371,10 @@ def _store(g: _Group, task, session: dict, settings, context, store, stored: lis
     for cell, b, figures in _figures(session, out + [(c, g.base) for c in cells]):
         if cell.cell_id in leave_out:
             continue
-        beside = made[cell.cell_id][1] if cell.cell_id in made and figures.get("capture") else 0
-        record = _record(cell, b, figures, session, settings, g.folder, g.earlier[cell.cell_id], context, started, ended,
-                         concurrent=max(len(task.beside), beside), rerun=rerun)
+        _folder, beside, peak = made[cell.cell_id] if cell.cell_id in made and figures.get("capture") else (0, 0, 0)
+        record = _record(cell, b, figures, {**session, "peak_memory_bytes": peak} if peak else session, settings, g.folder,
+                         g.earlier[cell.cell_id], context, started, ended, concurrent=max(len(task.beside), beside),
+                         rerun=rerun)
         store.append(record)
         stored.append(record)
         g.done[cell.cell_id] = record
