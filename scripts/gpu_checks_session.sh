@@ -2,8 +2,9 @@
 # One device session's GPU checks, as a user runs them, within one call's budget (BUDGET_S, default 560 s):
 #   1. the planted decode-path faults through the compiled harness loop: `bench accuracy --matrix
 #      tests/data/gpu-faults.toml` (BENCH_ALLOW_CORRUPTION=1), its console and records (SKIP_FAULTS=1: not run);
-#   2. optionally a study: `bench study --preset h200-study $STUDY_ARGS` (e.g. STUDY_ARGS="--only
-#      workload=sharegpt-1024 --steps run,accuracy,report"), its study.json, report and stores;
+#   2. optionally a study: `bench study --preset h200-study $STUDY_ARGS` (e.g. STUDY_ARGS="--steps
+#      run,accuracy,report"; `bench study` takes no --only: a slice of the preset's cells is `bench accuracy
+#      --preset h200-study --only ...`, or a matrix file of its own), its study.json, report and stores;
 #   3. the GPU-marked tests (pytest -m gpu; TESTS_K narrows them with -k) in the time left.
 # A side script: it installs the carried wheels (.whl/, see gpu_study_session.sh) and calls pytest and bench only;
 # every figure is theirs. Usage (repo root, on the GPU machine): OUT=<folder> bash scripts/gpu_checks_session.sh

@@ -243,10 +243,11 @@ def test_two_at_a_time_gives_the_figures_and_verdicts_of_one_at_a_time(tmp_path,
     assert got[2][("bf16", "w1")].metrics["kl_mean"] > 0  # a cell that differs from its baseline: a figure to compare
     # two at a time, the bf16 cell's runtime was captured by an early session beside the baselines' (bench.accuracy.early)
     # and scored against w1's Reference once it was written; one at a time, measured in its own session after it
+    # (whether another session still ran when the early one started is the two baselines' race: not asserted here)
     early = got[2][("bf16", "w1")].accuracy
-    assert early["capture"]["made_by"] == "accuracy session" and early["concurrent_sessions"] >= 1, early.get("capture")
+    assert early["capture"]["made_by"] == "accuracy session", early.get("capture")
     assert early["measured_through"].startswith("the cell's own runtime (its batch function), in a session of its own")
-    assert "captured by a session of its own beside its baseline's" in out[2]
+    assert "captured by an early session of its own, not waiting for its baseline's" in out[2]
     assert not got[1][("bf16", "w1")].accuracy.get("capture")
 
 

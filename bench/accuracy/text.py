@@ -57,8 +57,9 @@ def accuracy_text(cell, record) -> str:
 
         load = sum((acc.get("load_s") or {}).values())
         if acc.get("capture", {}).get("made_by"):  # an early session of the accuracy step (bench.accuracy.early)
-            lines.append(f"captured by a session of its own beside its baseline's (model loaded in {load:.1f} s, "
-                         f"measured in {acc['measure_s']:.1f} s), scored here in {acc.get('score_s') or 0:.1f} s"
+            lines.append(f"captured by an early session of its own, not waiting for its baseline's (model loaded in "
+                         f"{load:.1f} s, measured in {acc['measure_s']:.1f} s), scored here against the baseline's "
+                         f"Reference in {acc.get('score_s') or 0:.1f} s"
                          + describe_compile(acc.get("compile") or {}))
         elif acc.get("capture"):
             lines.append(f"captured in its timed process (run {acc['capture'].get('run_id', '?')}) in "
