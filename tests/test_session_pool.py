@@ -168,3 +168,24 @@ def test_an_early_session_that_ran_out_of_memory_beside_others_is_ended_by_its_r
     runs = [(name, start, end, alone) for name, start, end, _, alone in log]
     assert ("e0", 0, 4, False) in runs and ("e0", 10, 14, True) in runs  # run again alone once b0 ended
     assert [r for r in runs if r[0] == "s0"][0][1] == 14  # its pair waited for the re-run
+
+
+def test_an_early_session_of_no_known_size_waits_while_two_such_sessions_run_on_a_gpu():
+    """A fresh store on a GPU: both baselines' sessions (no size known) run, so the early one waits for one of them to
+    end; beside one it starts at once; where the memory is not known (a CPU) nothing waits for memory."""
+    def schedule(groups, capacity):
+        pool, starts, now, ends = Pool(groups, 3, capacity, lambda p: None), {}, 0, {}
+        while not pool.done:
+            while (task := pool.next()) is not None:
+                pool.start(task)
+                starts[task.payload[0]], ends[task] = now, now + task.payload[1]
+            now = min(ends.values())
+            for task in [t for t in pool.running if ends[t] <= now]:
+                del ends[task]
+                pool.end(task)
+        return starts
+
+    two = [(("b0", 10), [("s0", 1)], [(("e0", 20), 0)]), (("b1", 5), [])]
+    assert schedule(two, 141e9)["e0"] == 5 and schedule(two, None)["e0"] == 0
+    one = [(("b0", 10), [("s0", 1)], [(("e0", 20), 0)])]
+    assert schedule(one, 141e9)["e0"] == 0

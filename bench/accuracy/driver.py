@@ -312,8 +312,11 @@ def accuracy_groups(groups: list, stored: list, matrix, settings, context, redo:
     schedule = Pool(pool, parallel, capacity, lambda p: sizes.get(id(p)))
     run_pool(schedule, start, finish)
     if schedule.held:
+        unknown = sum(t.early and t.size is None for t in schedule.held)
         printer(f"memory: {len(schedule.held)} session(s) waited for others to end: their sessions' stored peaks and "
-                f"those running did not fit the GPU's {capacity / 1e9:.0f} GB (bench accuracy --parallel)")
+                f"those running did not fit the GPU's {capacity / 1e9:.0f} GB (bench accuracy --parallel)"
+                + (f"; {unknown} of them early, of no known size, while two sessions of no known size ran" if unknown
+                   else ""))
 
 
 def shared_memory(cells) -> float | None:

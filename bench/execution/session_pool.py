@@ -24,7 +24,8 @@ sessions run side by side. The rules, all here:
 - memory, where the caller knows it (`capacity`, and a task's `size`: the peak its session reached the last time it
   ran, from its stored records): a session starts beside others only if its size and theirs fit the capacity; the
   first that fits, in plan order, starts (a session with no size known is not held back: the re-run alone is its
-  safety net). With nothing running, a session always starts.
+  safety net; an early one waits while two sessions of no known size run). With nothing running, a session always
+  starts.
 
 `run_pool` starts the processes without blocking (bench.execution.launcher.start_session) and polls
 them from the calling thread: no thread of its own, so Ctrl-C and SIGTERM (bench.interrupts) reach
@@ -135,8 +136,15 @@ class Pool:
         return (task.gate or task.early or task.group in self.open) and all(t in self.ended for t in task.after)
 
     def fits(self, task: Task) -> bool:
-        """Whether the task's session may start beside those running: the one place of the memory rule."""
-        if not self.running or self.capacity is None or task.size is None:
+        """Whether the task's session may start beside those running: the one place of the memory rule. An early
+        session of no known size waits while two or more sessions of no known size run (a fresh store on a GPU: the
+        two baseline sessions of the h200-study preset held 55.0 GB each on an H200, 2026-12-07, and a compiled cell's
+        session beside both may not fit its 141 GB); beside one it starts, as any session of no known size does."""
+        if not self.running or self.capacity is None:
+            return True
+        if task.early and task.size is None and sum(t.size is None for t in self.running) >= 2:
+            return False
+        if task.size is None:
             return True
         return sum(t.size or 0.0 for t in self.running) + task.size <= self.capacity
 
