@@ -21,9 +21,9 @@ def register(sub) -> None:
     p.add_argument("--redo", action="store_true", help="measure again what the store already holds (a second process)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per cell before its session is killed")
     p.add_argument("--parallel", type=int, default=1, metavar="N",
-                   help="accuracy sessions run at once (default 1: one after another); a baseline's session still "
-                        "runs before the others of its group, and one that runs out of memory beside others is run "
-                        "again alone")
+                   help="accuracy sessions run at once (default 1: one after another); above 1, an hf cell is "
+                        "measured in an early session beside its baseline's and scored once the baseline's Reference "
+                        "is written, and a session that runs out of memory beside others is run again alone")
     p.set_defaults(func=cmd_accuracy, requests=None, trials=None)
 
 
