@@ -302,3 +302,30 @@ def test_a_cell_scored_from_its_early_capture_keeps_that_sessions_peak_and_compa
     made = {cell.cell_id: ("f", 2, 30e9), other.cell_id: ("g", 3, 40e9)}  # other's capture was refused: measured here
     A._store(g, task, session, None, None, [], [], made=made)
     assert seen == {cell.cell_id: (30e9, 2), other.cell_id: (None, 0)}
+
+
+def test_an_early_capture_that_fails_leaves_its_cell_to_its_own_session_and_says_so(monkeypatch, capsys):
+    """Fake sessions: the early session ends without a capture (a timeout with no error text); the console says so
+    and the cell's own session, after its baseline's, is started with no capture to score: it measures the cell."""
+    from bench.accuracy import driver as A
+    from bench.accuracy import early
+    from bench.spec.cells import AccuracySpec
+    from bench.spec.matrix import parse_matrix
+
+    m = parse_matrix({"name": "par", "backends": ["hf"], "model": "qwen-tiny", "precisions": ["fp32", "bf16"],
+                      "max_batch_sizes": [1], "workloads": ["w"], "device": "cpu", "baseline": {"precision": "fp32"},
+                      "workload": {"w": {"source": "sharegpt", "num_requests": 2}}})
+    tally, started = Tally(), []
+    ended = {"capture": {"status": "timeout", "error": None},
+             "baseline": {"status": "error", "error": "ValueError: boom"}, "cells": {"status": "error", "error": "x"}}
+
+    def fake_start(mode, base, cells, *args, captures=None, specs=None):
+        started.append((mode, [c.max_batch_size for c in cells], dict(captures or {})))
+        return FakeSession(ended[mode], tally, polls=2 if mode == "capture" else 4)
+
+    monkeypatch.setattr(A, "_start_session", fake_start)
+    monkeypatch.setattr(early, "capture_specs", lambda *a, **k: {})
+    monkeypatch.setattr(A, "usable_captures", lambda *a, **k: {})
+    A.accuracy_matrix(m, m.cells, AccuracySpec(prompts=2), Path("early.jsonl"), parallel=2)
+    assert [s[0] for s in started] == ["baseline", "capture"]  # the failed baseline: its cells' session never starts
+    assert "its early capture failed (timeout: ): measured in its session instead" in capsys.readouterr().out

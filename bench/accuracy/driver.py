@@ -236,6 +236,7 @@ def accuracy_groups(groups: list, stored: list, matrix, settings, context, redo:
     """
     from bench.accuracy import early
     from bench.execution.session_pool import Pool, run_pool, session_size
+    from bench.machine.failures import first_line
     from bench.results import query
 
     prepared = [_prepare(base, group, stored, matrix, settings, redo, printer) for base, group in groups]
@@ -277,7 +278,7 @@ def accuracy_groups(groups: list, stored: list, matrix, settings, context, redo:
                     made[cell.cell_id] = (got["folder"], len(task.beside), session.get("peak_memory_bytes"))
                 else:
                     printer(f"{cell.label}: its early capture failed ({got.get('status')}: "
-                            f"{str(got.get('error') or '').splitlines()[0][:200]}): measured in its session instead")
+                            f"{first_line(got.get('error'))}): measured in its session instead")
             return None
         again = _again_alone(task.payload, session, len(task.beside)) if task.may_run_again else None
         if again is not None:  # what did not run out of memory stands: stored now (a whole session's OOM: nothing)
