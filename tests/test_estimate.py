@@ -322,3 +322,28 @@ def test_cells_measured_early_beside_their_baselines_are_scheduled_so():
                                             ("int4-2048", 30))]
     assert estimate_accuracy(planned, scored, parallel=4, early=early)[0] == 92.0  # 90, and compiled B's 2 s after
     assert estimate_accuracy(planned, scored)[0] == 66 + 66 + 60 + 30 + 60 + 30 + 4 * 2
+
+
+@pytest.mark.parametrize("capture, load_s", [(["made_by"], {"cell": 1.0}), ("made", {"cell": 1.0}),
+                                             ({"made_by": 3}, {"cell": 1.0}),
+                                             ({"made_by": "accuracy session"}, {"cell": float("nan")}),
+                                             ({"made_by": "accuracy session"}, {"cell": True}),
+                                             ({"made_by": "accuracy session"}, "1.0"),
+                                             ({"made_by": "accuracy session"}, {"cell": -5.0})])
+def test_a_stored_capture_or_load_time_that_is_not_one_counts_nothing_and_stops_nothing(capture, load_s):
+    """A store is untrusted input (--history): a capture that is not a dict naming its maker, or load seconds that
+    are not finite non-negative numbers, are no figure; before, a list raised AttributeError and a NaN load stopped the
+    schedule's virtual clock for good."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from bench.results.estimate import estimate_accuracy
+
+    a, x = SimpleNamespace(cell_id="a", label="a"), SimpleNamespace(cell_id="x", label="x")
+    records = [replace(make_record("a", kind="accuracy"), started_at=0.0, ended_at=10.0, extra={"accuracy": {}}),
+               replace(make_record("x", kind="accuracy"), started_at=0.0, ended_at=2.0,
+                       extra={"accuracy": {"capture": capture, "load_s": load_s, "measure_s": 3.0}})]
+    total, _ = estimate_accuracy([(a, "baseline", []), (a, "cells", [x])], records, parallel=3, early={"x"})
+    made = isinstance(capture, dict) and isinstance(capture.get("made_by"), str)
+    # an early capture: its 3 s of measuring (no valid load) early beside the baseline's 10 s, its 2 s of scoring after
+    assert total == (12.0 if made else 10.0)

@@ -225,9 +225,27 @@ def _latest_accuracy(records) -> dict:
     return latest
 
 
+def _seconds(value) -> float:
+    """Return value as seconds where a stored record's field is a finite, non-negative number (not a bool), else 0.0:
+    a store is untrusted input, and a NaN would stop the schedule's virtual clock."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    return float(value) if ok else 0.0
+
+
 def _measure_s(record) -> float:
-    value = (record.accuracy or {}).get("measure_s")
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else 0.0
+    return _seconds((record.accuracy or {}).get("measure_s"))
+
+
+def _load_s(record) -> float:
+    """Return the seconds an accuracy record's session spent loading models (its load_s values)."""
+    loads = (record.accuracy or {}).get("load_s")
+    return sum(_seconds(v) for v in loads.values()) if isinstance(loads, dict) else 0.0
+
+
+def _made_early(record) -> bool:
+    """Return whether an accuracy record was scored from an early session's capture (bench.accuracy.early)."""
+    capture = (record.accuracy or {}).get("capture")
+    return isinstance(capture, dict) and isinstance(capture.get("made_by"), str)
 
 
 def estimate_accuracy(planned: list[tuple], records, captured=frozenset(), parallel: int = 1,
@@ -270,8 +288,7 @@ def estimate_accuracy(planned: list[tuple], records, captured=frozenset(), paral
                      and not latest[c.cell_id].accuracy.get("capture")]
             off = sum(_measure_s(r) for r in moved)
             if mode == "cells" and moved and all(c.cell_id in captured for c in cells):
-                off += max((sum(v for v in (r.accuracy.get("load_s") or {}).values() if isinstance(v, (int, float)))
-                            for r in moved), default=0.0)  # nothing to load: every cell is scored from a file
+                off += max((_load_s(r) for r in moved), default=0.0)  # nothing to load: every cell is scored from a file
             seconds = max(max(spans) - off, 0.0)
             total += seconds
             covered += 1
@@ -288,10 +305,9 @@ def estimate_accuracy(planned: list[tuple], records, captured=frozenset(), paral
             groups[base.cell_id] = (item, others, firsts)
             continue
         got = [latest[c.cell_id] for c in cells if c.cell_id in latest]
-        made_early = bool(got) and all((r.accuracy.get("capture") or {}).get("made_by") for r in got)
+        made_early = bool(got) and all(_made_early(r) for r in got)
         # stored: captured by an early session, then scored: its load and measuring are the early session's time
-        early_s = (max(sum(v for v in (r.accuracy.get("load_s") or {}).values() if isinstance(v, (int, float)))
-                       for r in got) + sum(_measure_s(r) for r in got)) if made_early else 0.0
+        early_s = max(_load_s(r) for r in got) + sum(_measure_s(r) for r in got) if made_early else 0.0
         total += early_s
         if gate is not None and parallel > 1 and any(c.cell_id in early for c in cells):
             if made_early:
