@@ -71,10 +71,15 @@ def test_a_capture_is_untrusted_input_refused_with_the_reason(tmp_path):
     for bad in ({"fed": [4, 2]}, {"fed": [True, 2]}, {"greedy_ids": {"a": [1]}}, {"greedy_ids_second": {"a": [1], "b": ["x"]}},
                 {"sequences": [[[1, 2], [3, 4, 5]]]}, {"measure_s": "soon"}, {"measure_s": float("nan")}, {"format": 99},
                 {"compile": {"fx_hit": "many"}}, {"run": {"run_id": "r", "folder": "/etc"}}, {"run": {"dirty": "yes"}},
-                {"static_cache_len": -5}):
+                {"static_cache_len": -5}, {"run": {"made_by": "someone else"}}, {"run": {"made_by": 3}},
+                {"run": {"made_by": "accuracy session", "load_s": float("nan")}}, {"run": {"load_s": -1}},
+                {"run": {"load_s": True}}):
         (folder / META).write_text(json.dumps({**meta, **bad}))
         with pytest.raises(BenchInputError, match="capture"):
             Capture.open(folder, "c1", SETTINGS)
+    # an early accuracy session's capture names its maker and its load seconds (bench.accuracy.early)
+    (folder / META).write_text(json.dumps({**meta, "run": {"run_id": "r", "made_by": "accuracy session", "load_s": 1.5}}))
+    assert Capture.open(folder, "c1", SETTINGS).meta["run"]["load_s"] == 1.5
     # made by another commit than this checkout's: the code that timed it is not the code that would be judged
     (folder / META).write_text(json.dumps({**meta, "run": {"run_id": "r1", "commit": "a" * 40, "dirty": False}}))
     assert Capture.open(folder, "c1", SETTINGS, code={"commit": "a" * 40, "dirty": False}).meta["run"]["run_id"] == "r1"

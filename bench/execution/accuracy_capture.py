@@ -197,9 +197,10 @@ def _compile_counts(value) -> bool:
 
 def _run(value) -> bool:
     """Return whether value is the run a capture names: run_id and commit as text, dirty as a bool (each may be None);
-    a capture an accuracy session made before its baseline's Reference existed (bench.accuracy.driver) also names its
-    maker (made_by, text) and the seconds its model took to load (load_s)."""
+    a capture an accuracy session made before its baseline's Reference existed (bench.accuracy.early) also names its
+    maker (made_by: EARLY, nothing else) and the seconds its model took to load (load_s)."""
     return (isinstance(value, dict) and set(value) <= {"run_id", "commit", "dirty", "made_by", "load_s"}
+            and value.get("made_by") in (None, EARLY)
             and all(v is None or isinstance(v, str) for k, v in value.items() if k not in ("dirty", "load_s"))
             and value.get("dirty") in (None, True, False) and ("load_s" not in value or _seconds(value["load_s"])))
 
