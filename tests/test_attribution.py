@@ -641,3 +641,55 @@ def test_the_planted_script_spends_no_device_time_where_the_host_cannot_judge(tm
     baseline([20.23, 19.98, 19.91, 20.95, 20.73], [1.0, 1.0, 1.01, 1.0, 1.02])
     assert P.main() == 0
     assert [a[0] for a in calls] == ["run", "run", "compare"]
+
+
+@pytest.mark.filterwarnings("ignore:.*NVML sees no NVIDIA GPU:UserWarning")
+def test_the_planted_script_turns_matrix_names_its_baseline_and_is_not_judged_on_a_drifting_host(tmp_path, monkeypatch):
+    """TURNS=1 puts the eager baseline and its plants in one matrix: its cells share backend, precision and batch size,
+    so the matrix must name its baseline (on 2026-12-07 an H100 call's `bench run` refused it as ambiguous, and every
+    comparison then failed). The baseline named is the one cell without a plant. Where that cell's processes spread
+    their TPOT past the product's limit (the same call's rerun: 26-42 ms), no change is judged and the summary says
+    why; its store is kept."""
+    import tomllib
+
+    from bench.spec.baseline import check_baseline
+    from scripts import planted_regressions as P
+
+    monkeypatch.setenv("BENCH_ALLOW_CORRUPTION", "1")
+    tpots = {"none": [29.1, 23.3, 40.2, 42.0, 24.3], "Qwen2MLP:2": [30.0, 31.0, 29.0, 30.5, 29.5]}
+    calls = []
+
+    def bench(args, work, log):  # `bench run` stands in: the matrix it was given, measured as `tpots` says
+        calls.append(args)
+        if args[0] == "run":
+            matrix = parse_matrix(tomllib.loads((work / args[2]).read_text()))
+            check_baseline(matrix.baseline, matrix.cells, must_match=True)  # one cell: no ambiguity
+            path = work / "results" / f"{matrix.name}.jsonl"
+            path.parent.mkdir(exist_ok=True)
+            context = new_context("run", matrix=matrix.name, runs=5)
+            with ResultStore(path).writer() as s:
+                for cell in matrix.cells:
+                    for run, tpot in enumerate(tpots[cell.options_dict["plant"]]):
+                        s.append(new_record("measurement", cell, {"status": "ok", "metrics": {"tpot_median_ms": tpot}},
+                                            context=context, run=run))
+        return 0
+
+    monkeypatch.setattr(P, "bench", bench)
+    for k, v in (("DEVICE", "cuda"), ("CHANGES", "mlp-twice"), ("TURNS", "1"), ("WORK", str(tmp_path)),
+                 ("OUT", str(tmp_path / "out"))):
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("RUNS", raising=False)
+    monkeypatch.delenv("PART", raising=False)
+    assert P.main() == 0
+    matrix = tomllib.loads((tmp_path / "planted-eager-turns-plant.toml").read_text())
+    assert matrix["baseline"]["plant"] == "none" and matrix["options"]["plant"] == ["none", "Qwen2MLP:2"]
+    assert [a[0] for a in calls] == ["run"]  # measured; not compared
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "| mlp-twice | - | - | - | MLP | not judged (the baseline's 5 processes ran TPOT 23.30-42.00 ms" in summary
+    assert "0 of 1 planted regressions explained" in summary
+    calls.clear()
+    tpots["none"] = [20.2, 20.0, 19.9, 20.9, 20.7]  # a steady host: the pair is compared
+    (tmp_path / "results" / "planted-eager-turns-plant.jsonl").unlink()
+    assert P.main() == 0
+    assert [a[0] for a in calls] == ["run", "compare"] and calls[1][3:7] == ["--base-only", "plant=none",
+                                                                            "--head-only", "plant=Qwen2MLP:2"]
