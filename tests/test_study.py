@@ -252,3 +252,84 @@ def test_a_hostile_study_json_is_refused_before_any_step_and_left_as_it_is(tmp_p
     err = capsys.readouterr().err
     assert said in err and "move dashboards/cpu-study/study.json away or delete it" in err, err
     assert "Traceback" not in err and summary.read_text() == text
+
+
+def test_a_study_resumed_with_the_same_command_is_timed_whole_and_lists_its_invocations(tmp_path, monkeypatch):
+    """`bench study` cut by `timeout` says "re-run to continue"; re-run with the same steps, its finished steps run
+    again over what their stores hold. On the H100 (2026-12-07) that second call's 5.6 s run step replaced the first
+    call's 336.8 s in study.json. A resumed step now adds its time to the earlier one; --redo starts it afresh; each
+    invocation's own parts are listed."""
+    import signal
+    import time
+
+    from bench.cli import main
+    from bench.study import driver
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "twin.toml").write_text(TWIN)
+    calls = []
+
+    def fake_step(step, *args):
+        calls.append(step)
+        time.sleep(0.1)
+        if step == "profile" and calls.count("profile") == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        return None
+
+    monkeypatch.setattr(driver, "_step", fake_step)
+    path = tmp_path / "dashboards" / "cpu-study" / "study.json"
+    assert main(["study", "--matrix", "twin.toml", "--steps", "run,oom,profile"]) == 130
+    first = json.loads(path.read_text())
+    assert main(["study", "--matrix", "twin.toml", "--steps", "run,oom,profile"]) == 0
+    study = json.loads(path.read_text())
+    assert study["cut_s"] == {} and len(study["invocations"]) == 2
+    one, two = study["invocations"]
+    assert set(one["steps_s"]) == {"run", "oom"} and set(one["cut"]) == {"profile"}
+    assert set(two["steps_s"]) == {"run", "oom", "profile"} and "cut" not in two
+    for step in ("run", "oom"):  # the earlier call's time and this call's
+        assert study["steps_s"][step] == pytest.approx(first["steps_s"][step] + two["steps_s"][step])
+    assert study["steps_s"]["profile"] == pytest.approx(one["cut"]["profile"] + two["steps_s"]["profile"])
+    assert main(["study", "--matrix", "twin.toml", "--steps", "run", "--redo"]) == 0
+    study = json.loads(path.read_text())
+    assert study["steps_s"]["run"] == pytest.approx(study["invocations"][-1]["steps_s"]["run"])
+    assert study["invocations"][-1]["redo"] is True and len(study["invocations"]) == 3
+
+
+def test_a_resumed_study_profiles_only_the_cells_its_store_lacks(tmp_path, monkeypatch):
+    """The profile step re-profiled every cell when a cut study was run again (34 s on the H100, 2026-12-07); it now
+    reuses a stored whole profile of the same tool, decode steps and batches, as the run and OOM steps reuse theirs;
+    --redo profiles again. The dry run counts the same cells."""
+    from types import SimpleNamespace
+
+    from bench.profiling import driver as profiling
+    from bench.profiling.driver import ProfileSettings
+    from bench.results.records import new_context, new_record
+    from bench.results.store import ResultStore
+    from bench.spec.matrix import parse_matrix
+    from bench.study import driver
+
+    monkeypatch.chdir(tmp_path)
+    matrix = parse_matrix({
+        "name": "m", "backends": ["fake"], "model": "qwen-tiny", "device": "cpu", "precisions": ["bf16"],
+        "max_batch_sizes": [1, 2, 4], "workloads": ["syn"],
+        "workload": {"syn": {"source": "synthetic", "num_requests": 4, "input_len": 8, "output_len": 6}}})
+    settings = ProfileSettings()
+    store = tmp_path / "profiles" / "m.jsonl"
+    store.parent.mkdir()
+    context = new_context("profile", matrix="m")
+    windows = {1: settings.decode_steps, 2: settings.decode_steps + 1}  # bs2: another window; bs4: none
+    with ResultStore(store).writer() as s:
+        for cell in matrix.cells:
+            if cell.max_batch_size in windows:
+                window = {"decode_steps": windows[cell.max_batch_size], "batches": settings.batches}
+                s.append(new_record("profile", cell, {"status": "ok", "extra": {"tool": "torch", "profile": {
+                    "tool": "torch", "window": window, "from": "profiling session"}}}, context=context))
+    seen = []
+    monkeypatch.setattr(profiling, "profile_matrix", lambda m, *a, **k: seen.append(
+        sorted(c.max_batch_size for c in m.cells)) or ([], 0))
+    plan = SimpleNamespace(profile_matrix=matrix, profile=settings)
+    console = SimpleNamespace(print=lambda *a, **k: None)
+    assert driver._profile(plan, store, False, console, "bench profile ...") == 0
+    assert driver._profile(plan, store, True, console, "bench profile ...") == 0
+    assert seen == [[2, 4], [1, 2, 4]]

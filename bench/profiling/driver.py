@@ -106,6 +106,22 @@ def _with_tool(settings: ProfileSettings) -> ProfileSettings:
                    ncu=settings.ncu if settings.tool == "ncu" else None)
 
 
+def profiled_cells(records, settings: ProfileSettings) -> set[str]:
+    """Return the ids of the cells these records hold a whole profile of, as `settings` would make it: an ok session
+    window (`bench profile`'s, not a timed process's) of the same tool, decode steps and batches from every process
+    the settings ask for. `bench study` resumed without --redo profiles only the others."""
+    from bench.results.records import Profile
+
+    runs: dict[str, set] = {}
+    for r in records:
+        if not isinstance(r, Profile) or r.status != "ok" or r.from_timed_process or r.tool != settings.tool:
+            continue
+        window = r.profile.get("window") if isinstance(r.profile.get("window"), dict) else {}
+        if window.get("decode_steps") == settings.decode_steps and window.get("batches", 1) == settings.batches:
+            runs.setdefault(r.cell_id, set()).add(r.run)
+    return {cell_id for cell_id, done in runs.items() if set(range(settings.processes)) <= done}
+
+
 def profile_matrix(matrix, settings: ProfileSettings, out_root: Path, store_path: Path, printer=print) -> tuple[list, int]:
     """Profile every cell of the matrix in its own session process; return (the Profile records, how many failed).
 

@@ -97,7 +97,7 @@ def run_study(console, *, preset: str | None = None, matrix_file: str | None = N
     timings: dict[str, float] = {}
     failed: dict[str, int] = {}
     report = None
-    record = _Summary(report_dir, name, commands, stores)
+    record = _Summary(report_dir, name, commands, stores, redo)
     with sigterm_as_ctrl_c():  # `timeout` stops a study as Ctrl-C does: the step in progress is kept as cut
         for step in steps:
             if step == "accuracy" and plan.accuracy_matrix is None:
@@ -136,6 +136,10 @@ def _read_summary(path: Path) -> dict:
     shapes = ("steps_s", "failed", "cut_s")  # {step: seconds}, {step: count}, {step: [seconds, ...]}
     if not isinstance(summary, dict) or not all(isinstance(summary.get(k, {}), dict) for k in shapes):
         raise BenchInputError(f"{path} is not a study summary bench wrote (not an object of steps_s, failed, cut_s): {fix}")
+    calls = summary.get("invocations", [])  # [{started, redo, steps_s, cut?}]: each invocation's own parts
+    if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("steps_s", {}), dict)
+                                              for c in calls):
+        raise BenchInputError(f"{path}: invocations must be a list of objects with steps_s: {fix}")
     for key, step, value in ((k, st, v) for k in shapes for st, v in summary.get(k, {}).items()):
         if key == "cut_s" and not isinstance(value, list):
             raise BenchInputError(f"{path}: cut_s[{step!r}] must be a list of seconds, got {value!r}: {fix}")
@@ -153,11 +157,7 @@ def _step(step: str, plan, stores: dict, commands: dict, report_dir: Path, redo:
     elif step == "oom":
         failed["oom"] = _oom(plan, stores["oom"], redo, console, commands, report_dir)
     elif step == "profile" and plan.profile is not None:
-        from bench.profiling.driver import profile_matrix
-
-        console.print(f"[bold]study: profile[/] ({commands['profile']})")
-        _, failed["profile"] = profile_matrix(plan.profile_matrix, plan.profile, Path("profiles"), stores["profile"],
-                                              printer=_to_stderr)
+        failed["profile"] = _profile(plan, stores["profile"], redo, console, commands["profile"])
     elif step == "accuracy":
         from bench.accuracy.driver import accuracy_matrix
 
@@ -176,26 +176,35 @@ class _Summary:
     earlier invocations ran) and failures, the cut parts of unfinished steps, the commands and the stores. A study
     run in parts (--steps run, then --steps oom,profile,report) keeps every part's figures."""
 
-    def __init__(self, report_dir: Path, name: str, commands: dict, stores: dict):
+    def __init__(self, report_dir: Path, name: str, commands: dict, stores: dict, redo: bool = False):
         report_dir.mkdir(parents=True, exist_ok=True)
         self.path = report_dir / "study.json"
         summary = _read_summary(self.path) if self.path.is_file() else {}
         if summary.get("matrix") != name:
             summary = {}
+        self.redo = redo
         self.summary = {"matrix": name, "steps_s": summary.get("steps_s", {}), "failed": summary.get("failed", {}),
                         "cut_s": summary.get("cut_s", {}), "commands": commands,
-                        "stores": {k: str(v) for k, v in stores.items()}}
+                        "stores": {k: str(v) for k, v in stores.items()},
+                        "invocations": summary.get("invocations", [])}
+        self.this = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "redo": redo, "steps_s": {}}
+        self.summary["invocations"].append(self.this)
         self._write()
 
     def done(self, step: str, seconds: float, failed: int) -> None:
-        """A step ended: its time is this part plus the cut parts earlier invocations ran of it."""
-        self.summary["steps_s"][step] = sum(self.summary["cut_s"].pop(step, [])) + seconds
+        """A step ended: its time is this part plus the cut parts earlier invocations ran of it, plus, where an
+        earlier invocation finished it and this one resumed it (no --redo: only what the stores lacked ran), the
+        earlier time: a study re-run with the same command after a cut is timed whole, never as its last call."""
+        earlier = 0.0 if self.redo else self.summary["steps_s"].get(step, 0.0)
+        self.summary["steps_s"][step] = earlier + sum(self.summary["cut_s"].pop(step, [])) + seconds
         self.summary["failed"][step] = failed
+        self.this["steps_s"][step] = seconds
         self._write()
 
     def cut(self, step: str, seconds: float) -> None:
         """A step was stopped: the seconds it ran wait in cut_s for the invocation that finishes it."""
         self.summary["cut_s"].setdefault(step, []).append(seconds)
+        self.this["cut"] = {step: seconds}
         self._write()
 
     def _write(self) -> None:
@@ -223,6 +232,25 @@ def _oom(plan, store: Path, redo: bool, console, commands: dict, report_dir: Pat
         n, _ = search_matrix(plan.oom_matrix, replace(settings, redo=redo), store, console, report_dir)
         failed += n
     return failed
+
+
+def _profile(plan, store: Path, redo: bool, console, command: str) -> int:
+    """Profile the study's profile cells; resumed (no --redo), only those the store holds no whole profile of, as the
+    run and OOM steps reuse what their stores hold. Return how many sessions failed."""
+    from bench.profiling.driver import profile_matrix, profiled_cells
+    from bench.results import query
+
+    console.print(f"[bold]study: profile[/] ({command})")
+    cells = plan.profile_matrix.cells
+    done = profiled_cells(query.load([store]), plan.profile) if store.is_file() and not redo else set()
+    left = tuple(c for c in cells if c.cell_id not in done)
+    if len(left) < len(cells):
+        console.print(f"profile: {len(cells) - len(left)} of {len(cells)} cell(s) already profiled in {store} "
+                      "(--redo profiles them again)", highlight=False)
+    if not left:
+        return 0
+    return profile_matrix(replace(plan.profile_matrix, cells=left), plan.profile, Path("profiles"), store,
+                          printer=_to_stderr)[1]
 
 
 def _report(stores: dict, report_dir: Path, matrix, console, command: str) -> tuple[int, str | None]:

@@ -315,10 +315,17 @@ def dry_run_text(plan: StudyPlan, steps: list[str], stores: dict, history: list,
                 known += seconds
                 lines.append("  " + text)
     if "profile" in steps and plan.profile is not None:
-        prof_records = (query.load([stores["profile"]]) if stores["profile"].exists() else []) + extra
-        total, text = estimate_profiles(plan.profile_matrix.cells, prof_records)
+        from bench.profiling.driver import profiled_cells
+
+        stored = query.load([stores["profile"]]) if stores["profile"].exists() else []
+        done = set() if redo else profiled_cells(stored, plan.profile)  # a resumed study profiles only the others
+        left = [c for c in plan.profile_matrix.cells if c.cell_id not in done]
+        total, text = estimate_profiles(left, stored + extra)
         known += total or 0.0
-        lines += ["", f"profile: {commands['profile']}"] + [f"  {c.label}" for c in plan.profile_matrix.cells] + ["  " + text]
+        lines += ["", f"profile: {commands['profile']}"] + [f"  {c.label}" for c in left] + ["  " + text]
+        if done:
+            lines.append(f"  {len(plan.profile_matrix.cells) - len(left)} cell(s) already profiled in "
+                         f"{stores['profile']}: not profiled again (--redo does)")
     if "accuracy" in steps and plan.accuracy_matrix is not None:
         from bench.accuracy.driver import plan_accuracy, sessions
 
