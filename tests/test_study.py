@@ -237,6 +237,8 @@ def test_a_study_stopped_by_sigterm_keeps_the_part_it_ran_and_the_step_that_fini
     ('{"matrix": "cpu-study", "failed": {"run": "x"}}', "failed['run'] must be a non-negative integer"),
     ('{"matrix": "cpu-study", "cut_s": {"oom": 3.0}}', "cut_s['oom'] must be a list of seconds"),
     ('{"matrix": "cpu-study", "cut_s": {"oom": [1e999]}}', "cut_s['oom'] must be a finite number"),
+    ('{"matrix": "cpu-study", "invocations": {"run": 1}}', "invocations must be a list of objects with steps_s"),
+    ('{"matrix": "cpu-study", "invocations": [{"steps_s": [1]}]}', "invocations must be a list of objects with steps_s"),
 ])
 def test_a_hostile_study_json_is_refused_before_any_step_and_left_as_it_is(tmp_path, monkeypatch, capsys, text, said):
     from bench.cli import main
