@@ -94,6 +94,8 @@ def run_study(console, *, preset: str | None = None, matrix_file: str | None = N
             require_plotly()  # the study's last step: refused now, not after its GPU time
         except BenchInputError as exc:
             raise BenchInputError(f"{exc}; or leave the report out (--steps {','.join(s for s in steps if s != 'report')})") from exc
+    if "profile" in steps and plan.profile is not None and not redo:
+        _profiled(plan, stores["profile"])  # a store it cannot resume from: refused now, not after the run step
     timings: dict[str, float] = {}
     failed: dict[str, int] = {}
     report = None
@@ -237,12 +239,11 @@ def _oom(plan, store: Path, redo: bool, console, commands: dict, report_dir: Pat
 def _profile(plan, store: Path, redo: bool, console, command: str) -> int:
     """Profile the study's profile cells; resumed (no --redo), only those the store holds no whole profile of, as the
     run and OOM steps reuse what their stores hold. Return how many sessions failed."""
-    from bench.profiling.driver import profile_matrix, profiled_cells
-    from bench.results import query
+    from bench.profiling.driver import profile_matrix
 
     console.print(f"[bold]study: profile[/] ({command})")
     cells = plan.profile_matrix.cells
-    done = profiled_cells(query.load([store]), plan.profile) if store.is_file() and not redo else set()
+    done = set() if redo else _profiled(plan, store)
     left = tuple(c for c in cells if c.cell_id not in done)
     if len(left) < len(cells):
         console.print(f"profile: {len(cells) - len(left)} of {len(cells)} cell(s) already profiled in {store} "
@@ -251,6 +252,21 @@ def _profile(plan, store: Path, redo: bool, console, command: str) -> int:
         return 0
     return profile_matrix(replace(plan.profile_matrix, cells=left), plan.profile, Path("profiles"), store,
                           printer=_to_stderr)[1]
+
+
+def _profiled(plan, store: Path) -> set[str]:
+    """Return the ids of the profile cells `store` holds a whole profile of (bench.profiling.driver.profiled_cells);
+    BenchInputError naming the store and the fix where it is not a store bench can read."""
+    from bench.profiling.driver import profiled_cells
+    from bench.results import query
+
+    if not store.is_file():
+        return set()
+    try:
+        return profiled_cells(query.load([store]), plan.profile)
+    except BenchInputError as exc:
+        raise BenchInputError(f"{exc}; the study's profile step resumes from {store}: move it away to profile "
+                              "afresh") from exc
 
 
 def _report(stores: dict, report_dir: Path, matrix, console, command: str) -> tuple[int, str | None]:
