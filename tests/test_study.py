@@ -337,19 +337,23 @@ def test_a_resumed_study_profiles_only_the_cells_its_store_lacks(tmp_path, monke
     assert seen == [[2, 4], [1, 2, 4]]
 
 
-def test_a_profile_store_the_study_cannot_resume_from_is_refused_before_the_run_step(tmp_path, monkeypatch, capsys):
-    """The profile step reads its store to resume; a store that is not one is refused before any step runs (not
-    after the run step's GPU time), naming the store and the fix, and left as it is."""
+@pytest.mark.parametrize("step, store", [("oom", "results/cpu-study-oom.jsonl"), ("profile", "profiles/cpu-study.jsonl")])
+def test_a_store_a_later_step_cannot_resume_from_is_refused_before_the_run_step(tmp_path, monkeypatch, capsys, step,
+                                                                               store):
+    """The OOM, profile and accuracy steps read their stores to resume; one that is not a store was found only when
+    its step started, after the run step's GPU time (the CPU twin, 2026-12-07: `bench: error: results/cpu-study-oom.jsonl
+    is not a bench result store` after the run). It is now refused before any step, named with the fix, left as it
+    is."""
     from bench.cli import main
     from bench.study import driver
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "twin.toml").write_text(TWIN)
-    store = tmp_path / "profiles" / "cpu-study.jsonl"
-    store.parent.mkdir()
-    store.write_text('{"not": "a record"}\n')
+    path = tmp_path / store
+    path.parent.mkdir()
+    path.write_text('{"not": "a record"}\n')
     monkeypatch.setattr(driver, "_step", lambda *a: pytest.fail("a step ran"))
-    assert main(["study", "--matrix", "twin.toml", "--steps", "run,profile"]) == 2
+    assert main(["study", "--matrix", "twin.toml", "--steps", f"run,{step}"]) == 2
     err = capsys.readouterr().err
-    assert "profiles/cpu-study.jsonl is not a bench result store" in err and "move it away to profile afresh" in err
-    assert "Traceback" not in err and store.read_text() == '{"not": "a record"}\n'
+    assert f"{store} is not a bench result store" in err and f"The study's {step} step resumes from {store}" in err
+    assert "no step has run" in err and "Traceback" not in err and path.read_text() == '{"not": "a record"}\n'

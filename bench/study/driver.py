@@ -94,8 +94,7 @@ def run_study(console, *, preset: str | None = None, matrix_file: str | None = N
             require_plotly()  # the study's last step: refused now, not after its GPU time
         except BenchInputError as exc:
             raise BenchInputError(f"{exc}; or leave the report out (--steps {','.join(s for s in steps if s != 'report')})") from exc
-    if "profile" in steps and plan.profile is not None and not redo:
-        _profiled(plan, stores["profile"])  # a store it cannot resume from: refused now, not after the run step
+    _check_stores(steps, stores)  # a store a later step cannot read: refused now, not after the run step's GPU time
     timings: dict[str, float] = {}
     failed: dict[str, int] = {}
     report = None
@@ -255,18 +254,27 @@ def _profile(plan, store: Path, redo: bool, console, command: str) -> int:
 
 
 def _profiled(plan, store: Path) -> set[str]:
-    """Return the ids of the profile cells `store` holds a whole profile of (bench.profiling.driver.profiled_cells);
-    BenchInputError naming the store and the fix where it is not a store bench can read."""
+    """Return the ids of the profile cells `store` holds a whole profile of (bench.profiling.driver.profiled_cells)."""
     from bench.profiling.driver import profiled_cells
     from bench.results import query
 
-    if not store.is_file():
-        return set()
-    try:
-        return profiled_cells(query.load([store]), plan.profile)
-    except BenchInputError as exc:
-        raise BenchInputError(f"{exc}; the study's profile step resumes from {store}: move it away to profile "
-                              "afresh") from exc
+    return profiled_cells(query.load([store]), plan.profile) if store.is_file() else set()
+
+
+def _check_stores(steps: list[str], stores: dict) -> None:
+    """Read the stores of the steps after the first that resume from them (OOM, profile, accuracy): one bench cannot
+    read is refused before any step runs, named with the fix, and left as it is. The first step's own driver checks
+    its store before it does any work."""
+    from bench.results import query
+
+    for step in steps[1:]:
+        store = stores.get(step)
+        if store is not None and store.is_file():
+            try:
+                query.load([store])
+            except BenchInputError as exc:
+                raise BenchInputError(f"{exc}. The study's {step} step resumes from {store}: move it away (its step "
+                                      "then starts afresh) or give the store bench wrote; no step has run") from exc
 
 
 def _report(stores: dict, report_dir: Path, matrix, console, command: str) -> tuple[int, str | None]:
