@@ -410,6 +410,16 @@ def test_bench_accuracy_on_the_default_preset_judges_a_trained_model(tmp_path, c
     assert fp32.verdict == "aligned", out
     assert not fp32.accuracy["random_weights"] and "numerical fidelity" not in out
     assert fp32.metrics["top1"] > 0.9 and fp32.metrics["tokens"] > 100
+    # where each session's time went (the baseline's is the accuracy step's critical path on a GPU): its phases cover
+    # the measured seconds, and the console names them
+    phases = {c: set(r.accuracy["phases_s"]) for c, r in recs.items()}
+    assert phases == {"bf16": {"reference_answers", "teacher_forced", "greedy", "greedy_second_pass", "floor_cacheless",
+                               "floor_model_copies", "floor_compute_dtype", "generation_floor_compute_dtype",
+                               "floor_attention"},
+                      "fp32": {"teacher_forced", "greedy", "greedy_second_pass"}}
+    for r in recs.values():
+        assert sum(r.accuracy["phases_s"].values()) == pytest.approx(r.accuracy["measure_s"], rel=0.05, abs=0.05)
+    assert out.count("  time by phase: ") == 2 and "generation floor compute dtype" in out
 
 
 @pytest.mark.slow
@@ -1178,3 +1188,11 @@ def test_parity_layers_of_two_model_folders_and_of_the_decode_path(tmp_path, mon
                  "model=qwen-tiny"]) == 2
     assert "differ in shape" in capsys.readouterr().err
     del torch
+
+
+def test_a_records_phases_are_shown_longest_first_and_hostile_values_left_out():
+    from bench.accuracy.text import _phases
+
+    assert _phases({"greedy": 2.0, "teacher_forced": 5.25, "x": "soon", "y": float("nan"), "z": True, "w": -1.0,
+                    "floor_attention": 0.04}) == "teacher forced 5.2 s, greedy 2.0 s, floor attention 0.0 s"
+    assert _phases(["greedy", 2.0]) == "" and _phases(None) == ""

@@ -528,7 +528,7 @@ def _record(cell, b, figures: dict, session: dict, settings, folder: Path, earli
         # "generation": generation parity only. parity_reason says why, parity_method how.
         acc["mode"] = figures.get("mode", "logits")
         for k in ("parity_reason", "parity_method", "served_model", "logits_source", "generation_compared", "capture",
-                  "capture_refused", "score_s"):
+                  "capture_refused", "score_s", "phases_s"):
             if figures.get(k):
                 acc[k] = figures[k]
         prior = [r for r in earlier if r.accuracy.get("greedy") is not None]

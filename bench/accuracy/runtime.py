@@ -46,6 +46,26 @@ def _ordered(by_id: dict[str, list[int]], requests) -> list[list[int]]:
     return [by_id[r.id] for r in requests]
 
 
+class Phases:
+    """Seconds per phase of a session's measuring (a record's `phases_s`): where a session's time goes. On a GPU each
+    phase ends with a synchronize, so work a phase queued is charged to it, not to the next."""
+
+    def __init__(self, device):
+        self.cuda = str(device).startswith("cuda")
+        self.seconds: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def mark(self, name: str) -> None:
+        """The phase `name` ended now (its seconds add up where a name repeats)."""
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        self.seconds[name] = self.seconds.get(name, 0.0) + now - self._t
+        self._t = now
+
+
 def _runtime(loaded) -> None:
     if not hasattr(loaded, "teacher_forced") or not hasattr(loaded, "greedy"):
         raise RuntimeError(f"{type(loaded).__name__} has no teacher-forced decode through its own runtime "
@@ -70,16 +90,21 @@ def baseline_reference(loaded, cell, requests, answers: dict | None, settings: d
     opts, size = cell.options_dict, cell.max_batch_size
     timed_len = _fix_cache(loaded, cell, speed_requests, requests, settings)
     t0 = time.perf_counter()
+    phases = Phases(loaded.device)
     n = settings["generate_tokens"]
     seqs, kind = sequences_for(requests, answers, settings, cell.workload.max_total_len,
                                lambda reqs: loaded.greedy(reqs, size, opts, settings["answer_tokens"]))
+    phases.mark("reference_answers")
     writer = LogitsWriter([len(a) for _, a in seqs])
     loaded.teacher_forced(seqs, size, opts, writer)
     fed = writer.fed()
     seqs = [(p, a[:k]) for (p, a), k in zip(seqs, fed, strict=True)]
     digest = writer.save(folder / TENSORS)
+    phases.mark("teacher_forced")
     first = loaded.greedy(requests, size, opts, n)
+    phases.mark("greedy")
     second = loaded.greedy(requests, size, opts, n)
+    phases.mark("greedy_second_pass")
     base_out = _ordered(first, requests)
     prompts = [list(r.prompt_ids) for r in requests]
 
@@ -92,13 +117,18 @@ def baseline_reference(loaded, cell, requests, answers: dict | None, settings: d
     model = loaded.model
     floor: dict = {"cacheless": {"what": "its own cacheless eager forward (no cache, no padding, no compiled step)",
                                  **against_runtime(hf_logits(model, loaded.device))}}
+    phases.mark("floor_cacheless")
     generation_floor: dict = {"second_pass": {"what": "a second pass through its runtime, same process",
                                               **prefix_parity(_ordered(second, requests), base_out, settings["prefix_k"])}}
-    for name, (what, twin) in floor_variants(model, loaded.dtype).items():
+    variants = floor_variants(model, loaded.dtype)
+    phases.mark("floor_model_copies")
+    for name, (what, twin) in variants.items():
         floor[name] = {"what": what, **against_runtime(hf_logits(twin, loaded.device))}
+        phases.mark(f"floor_{name}")
         # In the baseline's own batches (its max_batch_size), fewer where its cache would not fit beside the two models.
         batch = greedy_batch(twin, prompts, n, size, _free_bytes(loaded.device))
         twin_out = greedy(twin, prompts, n, loaded.pad_id, loaded.device, batch=batch)
+        phases.mark(f"generation_floor_{name}")
         # batch_cut_by_memory: the free memory decided the batch (and so the padding the twin's tokens saw); with other
         # sessions beside this one (bench accuracy --parallel) that is their memory too: the session runs again alone.
         generation_floor[name] = {"what": what + f" (greedy, model.generate, batches of {batch})",
@@ -106,10 +136,12 @@ def baseline_reference(loaded, cell, requests, answers: dict | None, settings: d
                                   **prefix_parity(twin_out, base_out, settings["prefix_k"])}
         del twin
         gc.collect()
+    del variants
     current = model.config._attn_implementation
     other = "eager" if current != "eager" else "sdpa"
     with attention(model, other):
         floor["attention"] = {"what": f"attention {current} vs {other} (cacheless)", **against_runtime(hf_logits(model, loaded.device))}
+    phases.mark("floor_attention")
     import torch
 
     self_parity = token_parity([position_stats(writer.rows[i][: len(a)], writer.rows[i][: len(a)], torch.tensor(a))
@@ -117,7 +149,7 @@ def baseline_reference(loaded, cell, requests, answers: dict | None, settings: d
     figures = {"parity": self_parity, "floor": floor, "generation_floor": generation_floor,
                "determinism": differing_tokens(base_out, _ordered(second, requests)), "greedy": base_out,
                "greedy_ids": first, "reference": kind, "sequences": len(seqs), "answer_positions": sum(fed),
-               "measure_s": time.perf_counter() - t0, **_cache_figures(loaded, timed_len)}
+               "measure_s": time.perf_counter() - t0, "phases_s": phases.seconds, **_cache_figures(loaded, timed_len)}
     write_meta(folder, {"baseline": cell.to_dict(), "settings": settings, "sequences": seqs, "reference": kind,
                         "tensors_sha256": digest, "greedy_ids": first, "request_ids": [r.id for r in requests],
                         "floor": floor, "generation_floor": generation_floor})
@@ -138,14 +170,18 @@ def cell_figures(loaded, cell, reference, requests, settings: dict, speed_reques
     opts, size = cell.options_dict, cell.max_batch_size
     timed_len = _fix_cache(loaded, cell, speed_requests, requests, settings)
     t0 = time.perf_counter()
+    phases = Phases(loaded.device)
     scorer = Scorer(reference, hold=2 * size)
     fed = loaded.teacher_forced(reference.sequences, size, opts, scorer)
     parity = scorer.parity().to_dict()
+    phases.mark("teacher_forced")
     n = settings["generate_tokens"]
     first = loaded.greedy(requests, size, opts, n)
+    phases.mark("greedy")
     second = loaded.greedy(requests, size, opts, n)
+    phases.mark("greedy_second_pass")
     return {**figures_from(parity, sum(fed), first, second, reference, requests, settings, references, decode, window),
-            "measure_s": time.perf_counter() - t0, **_cache_figures(loaded, timed_len)}
+            "measure_s": time.perf_counter() - t0, "phases_s": phases.seconds, **_cache_figures(loaded, timed_len)}
 
 
 def captured_figures(capture, reference, requests, settings: dict, references: list[list[int]], decode=None,

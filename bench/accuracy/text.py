@@ -68,6 +68,9 @@ def accuracy_text(cell, record) -> str:
         else:
             lines.append(f"session: model loaded in {load:.1f} s, this cell measured in {acc['measure_s']:.1f} s"
                          + describe_compile(acc.get("compile") or {}))
+            phases = _phases(acc.get("phases_s"))
+            if phases:
+                lines.append(f"  time by phase: {phases}")
         if acc.get("capture_refused"):
             lines.append(f"its capture was not used ({acc['capture_refused']}): measured in the session")
         if acc.get("concurrent_sessions"):  # bench accuracy --parallel
@@ -80,6 +83,18 @@ def accuracy_text(cell, record) -> str:
 
         lines.append(Verdict(**acc["verdict"]).text())
     return "\n".join(lines) + "\n"
+
+
+def _phases(phases) -> str:
+    """Return a session's phases as text (bench.accuracy.runtime.Phases), longest first; '' where the record holds
+    none, or no number (a record is untrusted input)."""
+    import math
+
+    if not isinstance(phases, dict):
+        return ""
+    good = [(str(k), float(v)) for k, v in phases.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0]
+    return ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in sorted(good, key=lambda kv: -kv[1]))
 
 
 def _percent(x: float | None) -> str:
