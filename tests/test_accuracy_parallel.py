@@ -106,6 +106,9 @@ def test_an_out_of_memory_beside_another_session_runs_again_alone_and_its_record
     by = {(r.cell["precision"], r.cell["workload"]["name"]): r for r in records}
     assert [(k, r.status) for k, r in by.items()] == [(("fp32", "w1"), "error"), (("bf16", "w1"), "error"),
                                                       (("fp32", "w2"), "oom"), (("bf16", "w2"), "error")]
+    ends = [line for line in capsys.readouterr().err.splitlines() if line.startswith("accuracy +")]
+    assert len(ends) == 3 and "out of memory while 1 other session(s) ran beside it: run again alone" in ends[1], ends
+    assert "; error: ValueError: boom" in ends[0] and "; oom: accuracy session exited with status 1" in ends[2], ends
     assert by[("fp32", "w1")].accuracy["concurrent_sessions"] == 1 and "rerun_alone" not in by[("fp32", "w1")].accuracy
     alone = by[("fp32", "w2")].accuracy
     assert alone["concurrent_sessions"] == 0
@@ -221,12 +224,12 @@ def test_two_at_a_time_gives_the_figures_and_verdicts_of_one_at_a_time(tmp_path,
     from bench.results import query
 
     (tmp_path / "m.toml").write_text(TWO_WORKLOADS)
-    got, out = {}, {}
+    got, out, err = {}, {}, {}
     for n in (1, 2):
         store = tmp_path / f"p{n}.jsonl"
         assert main(["accuracy", "--matrix", str(tmp_path / "m.toml"), "--parallel", str(n), "--redo",
                      "--store", str(store)]) == 0, capsys.readouterr().err[-3000:]
-        out[n] = capsys.readouterr().out
+        out[n], err[n] = capsys.readouterr()
         got[n] = {(r.cell["precision"], r.cell["workload"]["name"]): r for r in query.accuracies(query.load([store]))}
     said = "other session(s) ran beside its session: these seconds are not a solo time"
     assert said in out[2] and said not in out[1]
@@ -249,6 +252,11 @@ def test_two_at_a_time_gives_the_figures_and_verdicts_of_one_at_a_time(tmp_path,
     assert early["measured_through"].startswith("the cell's own runtime (its batch function), in a session of its own")
     assert "captured by an early session of its own, not waiting for its baseline's" in out[2]
     assert not got[1][("bf16", "w1")].accuracy.get("capture")
+    # side by side, each session's end is said as it happens (the verdicts print in plan order); one at a time, not
+    ends = [line for line in err[2].splitlines() if line.startswith("accuracy +")]
+    assert len(ends) == 4 and sum("the baseline session of" in e for e in ends) == 2, ends
+    assert sum("an early capture session (1 cell(s) against" in e for e in ends) == 1, ends
+    assert all(" ended after " in e for e in ends) and "accuracy +" not in err[1]
 
 
 def test_sessions_whose_stored_peaks_do_not_fit_the_gpu_together_run_one_after_another(monkeypatch, capsys):

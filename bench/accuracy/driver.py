@@ -241,6 +241,7 @@ def accuracy_groups(groups: list, stored: list, matrix, settings, context, redo:
 
     prepared = [_prepare(base, group, stored, matrix, settings, redo, printer) for base, group in groups]
     said = [0]  # groups handed to on_group, in plan order
+    step_start = time.time()
 
     def flush() -> None:
         while said[0] < len(prepared) and prepared[said[0]][0].left == 0:
@@ -269,9 +270,18 @@ def accuracy_groups(groups: list, stored: list, matrix, settings, context, redo:
         captures.update({c.cell_id: made[c.cell_id][0] for c in cells if c.cell_id in made})
         return _start_session(mode, base, cells, matrix, settings, g.folder, timeout * (1 + len(cells)), captures)
 
+    def ended(task, session: dict, again) -> None:
+        """--parallel above 1: a line on stderr as each session ends (bench.accuracy.text.session_ended)."""
+        if parallel > 1:
+            from bench.accuracy.text import session_ended
+
+            print(session_ended(task.payload, prepared[task.group][0].base, session, len(task.beside), again,
+                                time.time() - step_start), file=sys.stderr, flush=True)
+
     def finish(task, session: dict):
         g = prepared[task.group][0]
         if task.payload[0] == "capture":  # no record: its pair scores what it captured, or measures what it did not
+            ended(task, session, None)
             for cell in task.payload[1]:
                 got = (session.get("cells") or {}).get(cell.cell_id) or session
                 if got.get("status") == "ok":
@@ -281,6 +291,7 @@ def accuracy_groups(groups: list, stored: list, matrix, settings, context, redo:
                             f"{first_line(got.get('error'))}): measured in its session instead")
             return None
         again = _again_alone(task.payload, session, len(task.beside)) if task.may_run_again else None
+        ended(task, session, again)  # before _store takes the session's times
         if again is not None:  # what did not run out of memory stands: stored now (a whole session's OOM: nothing)
             g.left += 1
             failed = {c.cell_id for c in again[1]} | ({g.base.cell_id} if again[0] == "baseline" else set())

@@ -85,6 +85,27 @@ def accuracy_text(cell, record) -> str:
     return "\n".join(lines) + "\n"
 
 
+def session_ended(payload: tuple, base, session: dict, beside: int, again, since: float) -> str:
+    """Return the console line of an accuracy session that ended, where sessions run side by side (`bench accuracy
+    --parallel`): the verdicts print in plan order, this says what ran when (`since`: seconds since the step began),
+    beside how many others, and what runs again alone (`again`: bench.accuracy.driver._again_alone's) or failed."""
+    from bench.machine.failures import first_line
+
+    mode, cells, _note = payload
+    what = {"baseline": f"the baseline session of {base.label}",
+            "capture": f"an early capture session ({len(cells)} cell(s) against {base.label})"}.get(
+                mode, f"a session of {len(cells)} cell(s) against {base.label}")
+    start, end = session.get("_started"), session.get("_ended")
+    line = (f"accuracy +{since:.0f} s: {what} ended"
+            + (f" after {end - start:.1f} s" if isinstance(start, float) and isinstance(end, float) else ""))
+    if again is not None:
+        return line + f"; {again[2]['reason']}"
+    line += f", {beside} other session(s) beside it" if beside else ""
+    if session.get("status", "ok") != "ok":
+        line += f"; {session['status']}: {first_line(session.get('error'))}"
+    return line
+
+
 def _phases(phases) -> str:
     """Return a session's phases as text (bench.accuracy.runtime.Phases), longest first; '' where the record holds
     none, or no number (a record is untrusted input)."""
