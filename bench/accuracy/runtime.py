@@ -51,16 +51,16 @@ class Phases:
     phase ends with a synchronize, so work a phase queued is charged to it, not to the next."""
 
     def __init__(self, device):
-        self.cuda = str(device).startswith("cuda")
+        self.device = device if str(device).startswith("cuda") else None  # the session's own GPU, cuda:N included
         self.seconds: dict[str, float] = {}
         self._t = time.perf_counter()
 
     def mark(self, name: str) -> None:
         """The phase `name` ended now (its seconds add up where a name repeats)."""
-        if self.cuda:
+        if self.device is not None:
             import torch
 
-            torch.cuda.synchronize()
+            torch.cuda.synchronize(torch.device(self.device))
         now = time.perf_counter()
         self.seconds[name] = self.seconds.get(name, 0.0) + now - self._t
         self._t = now
