@@ -25,8 +25,10 @@ each change's compare.md / compare.json; default WORK), RUNS (processes a side; 
 below on cuda, 2 on cpu), CONFIDENCE (0.99 on cuda, 0.95 on cpu: with 2 runs a side a shared CPU's spread between
 processes hides even a 9x change at 99 %), TURNS (1: a host-bound baseline's changes are measured in turns with it,
 one matrix and one `bench run` per option changed (round k: process k of every cell), and compared round by round,
-`bench compare S S --base-only plant=none --head-only plant=...`, a paired test; the host-stability guard below then
-does not apply, since a drift both sides share cancels in each round's ratio: `turn_groups`).
+`bench compare S S --base-only plant=none --head-only plant=...`, a paired test: `turn_groups`; a drift both sides
+share cancels in each round's ratio, but processes that differ at random do not, so the host-stability guard below
+applies to the baseline's rounds too), HOST_PRECHECK (0: skip `host_precheck`, which probes the host's speed in a few
+fresh processes before any host-bound change and runs none where they differ by more than half).
 
 On a machine without git (the GPU machine's copy of the tree) BENCH_COMMIT is set to "planted-tree" unless given:
 `bench compare --profile` profiles a side only where its records name this checkout's commit.
@@ -102,6 +104,10 @@ RUNS_OF = {"eager": 5, "generate-dynamic": 5, "compiled": 2, "compiled-frozen": 
 # Baselines whose step is host-bound on the GPU: a change against one is run only where the baseline's processes agree
 # (host_unstable), since a host whose speed moves between processes hides the regression itself.
 HOST_BOUND = ("eager", "generate-dynamic")
+# host_precheck: fresh processes probed before any host-bound change is run on the GPU, and the most the slowest
+# probe may exceed the fastest by (x) for them to run
+PRECHECK_PROCESSES = 8
+PRECHECK_MAX = 1.5
 # The ten changes in parts of under 10 minutes each (one device call each; WORK kept between them): PART=1..4.
 PARTS = {
     "1": ["mlp-twice", "extra-rmsnorm", "rotary-outside", "linears-twice", "activation-repeated"],
@@ -200,8 +206,13 @@ def main() -> int:
     statuses = {}
     skipped: dict[str, str] = {}  # change -> why it was not run (its baseline's host could not judge it)
     turns = turn_groups(chosen, device) if os.environ.get("TURNS") == "1" else {}
+    uneven = _precheck(device, [CHANGES[c][0] for c in chosen])
     for (base_name, key), changes in turns.items():  # one matrix: the baseline and its changes, measured in turns
         _, base_opts, _ = options_of(changes[0], device)
+        if uneven:  # no device time on what this machine start cannot judge
+            skipped.update({c: f"not run ({uneven})" for c in changes})
+            print(f"  {', '.join(changes)}: not run: {uneven}", flush=True)
+            continue
         name = f"planted-{base_name}-turns-{key}"
         values = [base_opts.get(key, "none")] + [options_of(c, device)[2][key] for c in changes]
         n_runs = int(runs) if runs else RUNS_OF[base_name] if device == "cuda" else 2
@@ -230,8 +241,8 @@ def main() -> int:
         head = head_name(change, device)
         files = {}
         for name, opts in ((f"planted-{base_name}", base_opts), (head, head_opts)):
-            why = host_unstable(work / f"results/planted-{base_name}.jsonl") \
-                if device == "cuda" and base_name in HOST_BOUND and name == head else ""
+            why = (uneven or host_unstable(work / f"results/planted-{base_name}.jsonl") if name == head else uneven) \
+                if device == "cuda" and base_name in HOST_BOUND else ""
             if why:  # measured, but this machine start cannot judge a host-bound change: spend no device time on it
                 skipped[change] = f"not run ({why})"
                 print(f"  {change}: not run: {why}", flush=True)
@@ -269,6 +280,40 @@ def main() -> int:
     (out / "summary.md").write_text(text)
     print("\n" + text)
     return 0
+
+
+def _precheck(device: str, baselines: list[str]) -> str:
+    """Return host_precheck()'s answer where a chosen change's baseline is host-bound on the GPU (printed either way);
+    '' elsewhere, or with HOST_PRECHECK=0."""
+    if device != "cuda" or not set(baselines) & set(HOST_BOUND) or os.environ.get("HOST_PRECHECK") == "0":
+        return ""
+    why, probes = host_precheck()
+    print(f"host precheck: the probe loop took {', '.join(f'{p:.2f}' for p in probes)} ms in {len(probes)} fresh "
+          f"processes" + (f": {why}" if why else ": even enough to run the host-bound changes"), flush=True)
+    return why
+
+
+def host_precheck(processes: int = PRECHECK_PROCESSES) -> tuple[str, list[float]]:
+    """Return (why this machine start should run no host-bound change, or ''; the probes): the host's pure-Python
+    speed (bench.machine.host_load's probe, the dispatch a host-bound step is made of) in `processes` fresh
+    processes, a few seconds in all. On an H100 start of 2026-12-07 the eager cells' processes ran that loop
+    1.25-2.49 ms and their TPOT 26-42 ms; measuring them in turns took 379 s and judged nothing. '' where the
+    slowest is within PRECHECK_MAX of the fastest, or a probe could not be read (nothing then is held back)."""
+    code = "import statistics; from bench.machine.host_load import host_probe_times; print(statistics.median(host_probe_times()))"
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    probes = []
+    for _ in range(processes):
+        try:
+            done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+            probes.append(float(done.stdout.strip()))
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            return "", probes
+    low, high = min(probes), max(probes)
+    if low <= 0 or high <= PRECHECK_MAX * low:
+        return "", probes
+    return (f"the host's probe loop took {low:.2f}-{high:.2f} ms across {len(probes)} fresh processes (+{high / low - 1:.0%}, "
+            f"over +{PRECHECK_MAX - 1:.0%}): a host-bound step's processes would spread as much; run it on another "
+            "machine start (HOST_PRECHECK=0 runs it anyway)"), probes
 
 
 def turn_groups(chosen: list[str], device: str) -> dict[tuple[str, str], list[str]]:

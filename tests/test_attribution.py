@@ -595,6 +595,7 @@ def test_the_planted_script_runs_each_side_with_its_own_process_count(tmp_path, 
         return 1
 
     monkeypatch.setattr(P, "bench", bench)
+    monkeypatch.setattr(P, "host_precheck", lambda: ("", [1.0] * 8))  # an even host (tested below)
     monkeypatch.setenv("DEVICE", "cuda")
     monkeypatch.setenv("CHANGES", "compile-off,mlp-twice")
     monkeypatch.setenv("WORK", str(tmp_path))
@@ -614,6 +615,7 @@ def test_the_planted_script_spends_no_device_time_where_the_host_cannot_judge(tm
 
     calls = []
     monkeypatch.setattr(P, "bench", lambda args, work, log: calls.append(args) or 1)
+    monkeypatch.setattr(P, "host_precheck", lambda: ("", [1.0] * 8))  # an even host (tested below)
     for k, v in (("DEVICE", "cuda"), ("CHANGES", "mlp-twice"), ("WORK", str(tmp_path)), ("OUT", str(tmp_path / "out"))):
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("RUNS", raising=False)
@@ -675,6 +677,7 @@ def test_the_planted_script_turns_matrix_names_its_baseline_and_is_not_judged_on
         return 0
 
     monkeypatch.setattr(P, "bench", bench)
+    monkeypatch.setattr(P, "host_precheck", lambda: ("", [1.0] * 8))  # an even host (tested below)
     for k, v in (("DEVICE", "cuda"), ("CHANGES", "mlp-twice"), ("TURNS", "1"), ("WORK", str(tmp_path)),
                  ("OUT", str(tmp_path / "out"))):
         monkeypatch.setenv(k, v)
@@ -693,3 +696,49 @@ def test_the_planted_script_turns_matrix_names_its_baseline_and_is_not_judged_on
     assert P.main() == 0
     assert [a[0] for a in calls] == ["run", "compare"] and calls[1][3:7] == ["--base-only", "plant=none",
                                                                             "--head-only", "plant=Qwen2MLP:2"]
+
+
+def test_the_planted_script_probes_the_host_in_fresh_processes_before_any_host_bound_change(tmp_path, monkeypatch):
+    """On 2026-12-07 an H100 start ran the eager cells' processes at a probe loop of 1.25-2.49 ms and their TPOT at
+    26-42 ms; measuring the five plants in turns took 379 s and judged none. A few fresh processes' probes (seconds)
+    now decide first: where the slowest exceeds 1.5x the fastest, no host-bound change runs, and the summary says
+    why; the compiled ones still run; HOST_PRECHECK=0 runs them anyway. The probe itself reads each process's own
+    median, and an unreadable one holds nothing back."""
+    import subprocess as sp
+    from types import SimpleNamespace
+
+    from scripts import planted_regressions as P
+
+    outs = iter(["1.02\n", "1.00\n", "1.55\n", "1.10\n"])
+    monkeypatch.setattr(P.subprocess, "run", lambda *a, **k: SimpleNamespace(stdout=next(outs)))
+    why, probes = P.host_precheck(processes=4)
+    assert probes == [1.02, 1.0, 1.55, 1.1] and "took 1.00-1.55 ms across 4 fresh processes (+55%, over +50%)" in why
+    outs = iter(["1.0", "1.4", "1.2"])
+    assert P.host_precheck(processes=3)[0] == ""
+    outs = iter(["1.0", "Traceback ..."])
+    assert P.host_precheck(processes=2) == ("", [1.0])
+
+    def timed_out(*a, **k):
+        raise sp.TimeoutExpired("python", 60)
+
+    monkeypatch.setattr(P.subprocess, "run", timed_out)
+    assert P.host_precheck(processes=2) == ("", [])
+
+    calls = []
+    monkeypatch.setattr(P, "bench", lambda args, work, log: calls.append(args) or 1)
+    monkeypatch.setattr(P, "host_precheck", lambda: ("the host's probe loop took 1.25-2.49 ms", [1.25, 2.49]))
+    for k, v in (("DEVICE", "cuda"), ("CHANGES", "mlp-twice,freeze-off"), ("TURNS", "1"), ("WORK", str(tmp_path)),
+                 ("OUT", str(tmp_path / "out"))):
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("RUNS", raising=False)
+    monkeypatch.delenv("PART", raising=False)
+    assert P.main() == 0
+    ran = {a[2] for a in calls if a[0] == "run"}
+    assert ran and not any("eager" in m for m in ran), ran  # freeze-off's compiled cells only
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "| mlp-twice | - | - | - | MLP | not run (the host's probe loop took 1.25-2.49 ms) |" in summary
+    calls.clear()
+    monkeypatch.setenv("HOST_PRECHECK", "0")
+    monkeypatch.setattr(P, "host_precheck", lambda: pytest.fail("probed with HOST_PRECHECK=0"))
+    assert P.main() == 0
+    assert "planted-eager-turns-plant.toml" in {a[2] for a in calls if a[0] == "run"}
