@@ -296,6 +296,12 @@ def test_a_study_resumed_with_the_same_command_is_timed_whole_and_lists_its_invo
     study = json.loads(path.read_text())
     assert study["steps_s"]["run"] == pytest.approx(study["invocations"][-1]["steps_s"]["run"])
     assert study["invocations"][-1]["redo"] is True and len(study["invocations"]) == 3
+    calls.clear()  # a cut profile step, then --redo: the redone step is its own time, the cut part not in it
+    assert main(["study", "--matrix", "twin.toml", "--steps", "profile"]) == 130
+    assert main(["study", "--matrix", "twin.toml", "--steps", "profile", "--redo"]) == 0
+    study = json.loads(path.read_text())
+    assert study["cut_s"] == {} and study["steps_s"]["profile"] == pytest.approx(
+        study["invocations"][-1]["steps_s"]["profile"])
 
 
 def test_a_resumed_study_profiles_only_the_cells_its_store_lacks(tmp_path, monkeypatch):

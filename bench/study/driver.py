@@ -196,8 +196,9 @@ class _Summary:
         """A step ended: its time is this part plus the cut parts earlier invocations ran of it, plus, where an
         earlier invocation finished it and this one resumed it (no --redo: only what the stores lacked ran), the
         earlier time: a study re-run with the same command after a cut is timed whole, never as its last call."""
-        earlier = 0.0 if self.redo else self.summary["steps_s"].get(step, 0.0)
-        self.summary["steps_s"][step] = earlier + sum(self.summary["cut_s"].pop(step, [])) + seconds
+        cut = sum(self.summary["cut_s"].pop(step, []))  # with --redo the step began afresh: its cut parts are not it
+        earlier = 0.0 if self.redo else self.summary["steps_s"].get(step, 0.0) + cut
+        self.summary["steps_s"][step] = earlier + seconds
         self.summary["failed"][step] = failed
         self.this["steps_s"][step] = seconds
         self._write()
