@@ -18,6 +18,12 @@ from bench.errors import BenchInputError
 MAX_NUM_REQUESTS = 100_000
 
 
+def is_seconds(value: Any) -> bool:
+    """Return whether value is a finite, non-negative number (not a bool): a duration read from a stored file or
+    record, which is untrusted input (the capture's, the estimate's and the console's one test of it)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
 def check_number(value: Any, what: str, *, integer: bool = False, minimum: float | None = None,
                  maximum: float | None = None, above: float | None = None, infinite_ok: bool = False,
                  hint: str = "") -> None:

@@ -109,12 +109,11 @@ def session_ended(payload: tuple, base, session: dict, beside: int, again, since
 def _phases(phases) -> str:
     """Return a session's phases as text (bench.accuracy.runtime.Phases), longest first; '' where the record holds
     none, or no number (a record is untrusted input)."""
-    import math
+    from bench.checks import is_seconds
 
     if not isinstance(phases, dict):
         return ""
-    good = [(str(k), float(v)) for k, v in phases.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0]
+    good = [(str(k), float(v)) for k, v in phases.items() if is_seconds(v)]
     return ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in sorted(good, key=lambda kv: -kv[1]))
 
 

@@ -24,6 +24,7 @@ import json
 import time
 from pathlib import Path
 
+from bench.checks import is_seconds
 from bench.errors import BenchInputError
 from bench.execution.compile_counts import COUNTERS, compile_counters, counters_since
 from bench.files import file_sha256
@@ -158,7 +159,7 @@ class Capture:
                 and all(type(n) is int and 0 <= n <= len(seqs[i][1]) for i, n in enumerate(fed)) and isinstance(ids, list)
                 and all(isinstance(meta.get(k), dict) and set(meta[k]) == set(ids)
                         and all(_ids(v) for v in meta[k].values()) for k in ("greedy_ids", "greedy_ids_second"))
-                and _seconds(meta.get("measure_s")) and _compile_counts(meta.get("compile", {}))
+                and is_seconds(meta.get("measure_s")) and _compile_counts(meta.get("compile", {}))
                 and _run(meta.get("run", {})) and all(meta.get(k) is None or (type(meta[k]) is int and meta[k] > 0)
                                                       for k in ("static_cache_len", "timed_static_cache_len"))):
             raise BenchInputError(f"capture {meta_path} has malformed sequences, positions, greedy tokens, times, "
@@ -180,19 +181,12 @@ class Capture:
         return self._handle.get_tensor(f"logits.{i}")
 
 
-def _seconds(value) -> bool:
-    """Return whether value is a finite, non-negative number of seconds (not a bool)."""
-    import math
-
-    return type(value) in (int, float) and math.isfinite(value) and value >= 0
-
-
 def _compile_counts(value) -> bool:
     """Return whether value has compile_counts' shape: {} or its int counters and {phase: seconds}."""
     if value == {}:
         return True
     return (isinstance(value, dict) and set(value) == {*COUNTERS, "phases_s"} and all(type(value[k]) is int for k in COUNTERS)
-            and isinstance(value["phases_s"], dict) and all(isinstance(k, str) and _seconds(v) for k, v in value["phases_s"].items()))
+            and isinstance(value["phases_s"], dict) and all(isinstance(k, str) and is_seconds(v) for k, v in value["phases_s"].items()))
 
 
 def _run(value) -> bool:
@@ -202,7 +196,7 @@ def _run(value) -> bool:
     return (isinstance(value, dict) and set(value) <= {"run_id", "commit", "dirty", "made_by", "load_s"}
             and value.get("made_by") in (None, EARLY)
             and all(v is None or isinstance(v, str) for k, v in value.items() if k not in ("dirty", "load_s"))
-            and value.get("dirty") in (None, True, False) and ("load_s" not in value or _seconds(value["load_s"])))
+            and value.get("dirty") in (None, True, False) and ("load_s" not in value or is_seconds(value["load_s"])))
 
 
 def _ids(value) -> bool:

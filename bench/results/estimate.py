@@ -20,7 +20,6 @@ record's `build.compile_cache` says which).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 
@@ -92,10 +91,10 @@ def _warmup_s(rec) -> float | None:
 def _failed_warmup_s(rec) -> float | None:
     """The seconds a failed warm-up ran, or None where its record has no usable figure (a store is untrusted input)."""
     startup = rec.extra.get("startup")
+    from bench.checks import is_seconds
+
     seconds = startup.get("warmup_s") if isinstance(startup, dict) else None
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < math.inf:
-        return None
-    return float(seconds)
+    return float(seconds) if is_seconds(seconds) else None
 
 
 def _latest(records):
@@ -228,8 +227,9 @@ def _latest_accuracy(records) -> dict:
 def _seconds(value) -> float:
     """Return value as seconds where a stored record's field is a finite, non-negative number (not a bool), else 0.0:
     a store is untrusted input, and a NaN would stop the schedule's virtual clock."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
-    return float(value) if ok else 0.0
+    from bench.checks import is_seconds
+
+    return float(value) if is_seconds(value) else 0.0
 
 
 def _measure_s(record) -> float:
