@@ -578,6 +578,16 @@ def test_the_planted_regressions_script_names_rows_the_attribution_makes_and_cel
             assert cells[0].cell_id != cells[1].cell_id and cells[0].precision == cells[1].precision
 
 
+def planted_env(monkeypatch, tmp_path, changes: str, **more) -> None:
+    """The planted script's environment on the GPU (DEVICE cuda), its work and output under tmp_path; RUNS and PART
+    from the caller's shell left out."""
+    for k, v in {"DEVICE": "cuda", "CHANGES": changes, "WORK": str(tmp_path), "OUT": str(tmp_path / "out"),
+                 **more}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("RUNS", raising=False)
+    monkeypatch.delenv("PART", raising=False)
+
+
 def test_the_planted_script_runs_each_side_with_its_own_process_count(tmp_path, monkeypatch):
     """compile-off compares the compiled baseline (2 processes) with the eager one (5: a host-bound step's spread
     between processes needs them); on a fresh work folder its eager side ran 2 (H100, 2026-12-06). Each side's matrix
@@ -596,12 +606,7 @@ def test_the_planted_script_runs_each_side_with_its_own_process_count(tmp_path, 
 
     monkeypatch.setattr(P, "bench", bench)
     monkeypatch.setattr(P, "host_precheck", lambda: ("", [1.0] * 8))  # an even host (tested below)
-    monkeypatch.setenv("DEVICE", "cuda")
-    monkeypatch.setenv("CHANGES", "compile-off,mlp-twice")
-    monkeypatch.setenv("WORK", str(tmp_path))
-    monkeypatch.setenv("OUT", str(tmp_path / "out"))
-    monkeypatch.delenv("RUNS", raising=False)
-    monkeypatch.delenv("PART", raising=False)
+    planted_env(monkeypatch, tmp_path, "compile-off,mlp-twice")
     assert P.main() == 0
     assert runs == [("planted-compiled", 2), ("planted-eager", 5), ("planted-eager", 5), ("planted-mlp-twice", 5)]
     assert [a[0] for a in calls].count("compare") == 2
@@ -616,10 +621,7 @@ def test_the_planted_script_spends_no_device_time_where_the_host_cannot_judge(tm
     calls = []
     monkeypatch.setattr(P, "bench", lambda args, work, log: calls.append(args) or 1)
     monkeypatch.setattr(P, "host_precheck", lambda: ("", [1.0] * 8))  # an even host (tested below)
-    for k, v in (("DEVICE", "cuda"), ("CHANGES", "mlp-twice"), ("WORK", str(tmp_path)), ("OUT", str(tmp_path / "out"))):
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("RUNS", raising=False)
-    monkeypatch.delenv("PART", raising=False)
+    planted_env(monkeypatch, tmp_path, "mlp-twice")
     cell = fake_matrix("planted-eager", 1.0).cells[0]
 
     def baseline(tpots, probes):
@@ -678,11 +680,7 @@ def test_the_planted_script_turns_matrix_names_its_baseline_and_is_not_judged_on
 
     monkeypatch.setattr(P, "bench", bench)
     monkeypatch.setattr(P, "host_precheck", lambda: ("", [1.0] * 8))  # an even host (tested below)
-    for k, v in (("DEVICE", "cuda"), ("CHANGES", "mlp-twice"), ("TURNS", "1"), ("WORK", str(tmp_path)),
-                 ("OUT", str(tmp_path / "out"))):
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("RUNS", raising=False)
-    monkeypatch.delenv("PART", raising=False)
+    planted_env(monkeypatch, tmp_path, "mlp-twice", TURNS="1")
     assert P.main() == 0
     matrix = tomllib.loads((tmp_path / "planted-eager-turns-plant.toml").read_text())
     assert matrix["baseline"]["plant"] == "none" and matrix["options"]["plant"] == ["none", "Qwen2MLP:2"]
@@ -730,11 +728,7 @@ def test_the_planted_script_probes_the_host_in_fresh_processes_before_any_host_b
     calls = []
     monkeypatch.setattr(P, "bench", lambda args, work, log: calls.append(args) or 1)
     monkeypatch.setattr(P, "host_precheck", lambda: ("the host's probe loop took 1.25-2.49 ms", [1.25, 2.49]))
-    for k, v in (("DEVICE", "cuda"), ("CHANGES", "mlp-twice,freeze-off"), ("TURNS", "1"), ("WORK", str(tmp_path)),
-                 ("OUT", str(tmp_path / "out"))):
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("RUNS", raising=False)
-    monkeypatch.delenv("PART", raising=False)
+    planted_env(monkeypatch, tmp_path, "mlp-twice,freeze-off", TURNS="1")
     assert P.main() == 0
     ran = {a[2] for a in calls if a[0] == "run"}
     assert ran and not any("eager" in m for m in ran), ran  # freeze-off's compiled cells only

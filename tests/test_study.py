@@ -189,13 +189,29 @@ def test_the_cpu_twin_of_the_study_runs_end_to_end(tmp_path, capsys):
         assert "OOM frontier (bench oom)" in status["dom"] and "decode step (x2)" in status["dom"]
 
 
+def cutting_step(calls: list, step: str, seconds: float):
+    """A stand-in for bench.study.driver._step: each step takes `seconds`; the first `step` after `calls` is cleared is
+    stopped by SIGTERM, as `timeout` stops a study."""
+    import signal
+    import time
+
+    def fake_step(name, *args):
+        calls.append(name)
+        time.sleep(seconds)
+        if name == step and calls.count(step) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # never reached: the handler raises here
+        return None
+
+    return fake_step
+
+
 def test_a_study_stopped_by_sigterm_keeps_the_part_it_ran_and_the_step_that_finishes_it_counts_it(
         tmp_path, monkeypatch, capsys):
     """study.json is written after every step; a SIGTERM (`timeout`) in a step keeps that part's seconds in cut_s, and
     the invocation that finishes the step adds them: a study resumed across calls is timed whole, not only its last
     part (on the H100, 2026-12-06, a cut call lost its OOM, profile and half its accuracy step's times)."""
     import signal
-    import time
 
     from bench.cli import main
     from bench.study import driver
@@ -203,16 +219,7 @@ def test_a_study_stopped_by_sigterm_keeps_the_part_it_ran_and_the_step_that_fini
     monkeypatch.chdir(tmp_path)
     (tmp_path / "twin.toml").write_text(TWIN)
     calls = []
-
-    def fake_step(step, *args):
-        calls.append(step)
-        time.sleep(0.2)
-        if step == "oom" and calls.count("oom") == 1:
-            os.kill(os.getpid(), signal.SIGTERM)  # as `timeout` stops the study
-            time.sleep(5)  # never reached: the handler raises here
-        return None
-
-    monkeypatch.setattr(driver, "_step", fake_step)
+    monkeypatch.setattr(driver, "_step", cutting_step(calls, "oom", 0.2))
     before = signal.getsignal(signal.SIGTERM)
     assert main(["study", "--matrix", "twin.toml", "--steps", "run,oom,profile"]) == 130
     assert signal.getsignal(signal.SIGTERM) is before  # the study's handler is gone once it returns
@@ -261,8 +268,6 @@ def test_a_study_resumed_with_the_same_command_is_timed_whole_and_lists_its_invo
     again over what their stores hold. On the H100 (2026-12-07) that second call's 5.6 s run step replaced the first
     call's 336.8 s in study.json. A resumed step now adds its time to the earlier one; --redo starts it afresh; each
     invocation's own parts are listed."""
-    import signal
-    import time
 
     from bench.cli import main
     from bench.study import driver
@@ -270,16 +275,7 @@ def test_a_study_resumed_with_the_same_command_is_timed_whole_and_lists_its_invo
     monkeypatch.chdir(tmp_path)
     (tmp_path / "twin.toml").write_text(TWIN)
     calls = []
-
-    def fake_step(step, *args):
-        calls.append(step)
-        time.sleep(0.1)
-        if step == "profile" and calls.count("profile") == 1:
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(5)
-        return None
-
-    monkeypatch.setattr(driver, "_step", fake_step)
+    monkeypatch.setattr(driver, "_step", cutting_step(calls, "profile", 0.1))
     path = tmp_path / "dashboards" / "cpu-study" / "study.json"
     assert main(["study", "--matrix", "twin.toml", "--steps", "run,oom,profile"]) == 130
     first = json.loads(path.read_text())
