@@ -52,7 +52,8 @@ def load_selected_matrix(args, only: bool = True):
                     executor=getattr(args, "executor", None), ray_address=getattr(args, "ray_address", None),
                     devices=getattr(args, "devices", None), tuning_builds=getattr(args, "tuning_builds", None),
                     engines=getattr(args, "engines", None), retune_on_mismatch=getattr(args, "retune_on_mismatch", False),
-                    trust=getattr(args, "trust", None), trust_files=getattr(args, "trust_file", None))
+                    trust=getattr(args, "trust", None), trust_files=getattr(args, "trust_file", None),
+                    cores=getattr(args, "cores", None))
     if not getattr(args, "dry_run", False):
         check_packages(selected.cells)
         if only:  # the cells that will run: GPU cells on a machine without CUDA are refused before any worker

@@ -27,8 +27,11 @@ processes hides even a 9x change at 99 %), TURNS (1: a host-bound baseline's cha
 one matrix and one `bench run` per option changed (round k: process k of every cell), and compared round by round,
 `bench compare S S --base-only plant=none --head-only plant=...`, a paired test: `turn_groups`; a drift both sides
 share cancels in each round's ratio, but processes that differ at random do not, so the host-stability guard below
-applies to the baseline's rounds too), HOST_PRECHECK (0: skip `host_precheck`, which probes the host's speed in a few
-fresh processes before any host-bound change and runs none where they differ by more than half).
+applies to the baseline's rounds too), CORES (the matrices' run setting `cores`, bench.machine.cores: "scheduled", the
+default; "fastest" on cuda pins each process's trials to the cores that probe fastest as they begin: the H100
+machines' vCPUs ran at two speeds on 2026-12-07, but which were slow changed within seconds, and it did not steady
+them), HOST_PRECHECK (with CORES=scheduled only; 0: skip `host_precheck`, which probes the host's speed in a few fresh
+processes before any host-bound change and runs none where they differ by more than half).
 
 On a machine without git (the GPU machine's copy of the tree) BENCH_COMMIT is set to "planted-tree" unless given:
 `bench compare --profile` profiles a side only where its records name this checkout's commit.
@@ -131,9 +134,11 @@ def options_of(change: str, device: str) -> tuple[str, dict, dict]:
     return base, dict(BASELINES[base]), {**BASELINES[base], **opts}
 
 
-def matrix_text(name: str, options: dict, device: str, runs: int, baseline: dict | None = None) -> str:
+def matrix_text(name: str, options: dict, device: str, runs: int, baseline: dict | None = None,
+                cores: str = "scheduled") -> str:
     """Return a one-cell (or, with list options, several-cell) matrix; `baseline` names the option values of the
-    baseline cell where several cells share backend, precision and batch size (the turns matrices)."""
+    baseline cell where several cells share backend, precision and batch size (the turns matrices); `cores` the run
+    setting (bench.machine.cores)."""
     s = SCALE[device]
     opts = "".join(f'{k} = [{", ".join(chr(34) + x + chr(34) for x in (v if isinstance(v, list) else [v]))}]\n'
                    for k, v in options.items())
@@ -142,7 +147,7 @@ def matrix_text(name: str, options: dict, device: str, runs: int, baseline: dict
         + [f'{k} = "{v}"' for k, v in baseline.items()]) + " }\n")
     return (f'name = "{name}"\nbackends = ["hf"]\nmodel = "{s["model"]}"\ndevice = "{device}"\n'
             f'precisions = ["{s["precision"]}"]\nmax_batch_sizes = [1]\nworkloads = ["syn"]\ntrials = 1\nruns = {runs}\n'
-            f'warmup = 1\n{base}[options]\n{opts}[workload.syn]\nsource = "synthetic"\nnum_requests = {s["num_requests"]}\n'
+            f'warmup = 1\ncores = "{cores}"\n{base}[options]\n{opts}[workload.syn]\nsource = "synthetic"\nnum_requests = {s["num_requests"]}\n'
             f'input_len = {s["input_len"]}\noutput_len = {s["output_len"]}\n')
 
 
@@ -187,6 +192,10 @@ def main() -> int:
               file=sys.stderr)
         return 2
     confidence = os.environ.get("CONFIDENCE", "0.99" if device == "cuda" else "0.95")
+    cores = os.environ.get("CORES", "scheduled")
+    if cores not in ("scheduled", "fastest") or (cores == "fastest" and device != "cuda"):
+        print(f"CORES must be 'scheduled' or, on cuda, 'fastest', not {cores!r}", file=sys.stderr)
+        return 2
     work.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     os.environ["BENCH_ALLOW_CORRUPTION"] = "1"  # option plant is for tests like this one only
@@ -206,7 +215,8 @@ def main() -> int:
     statuses = {}
     skipped: dict[str, str] = {}  # change -> why it was not run (its baseline's host could not judge it)
     turns = turn_groups(chosen, device) if os.environ.get("TURNS") == "1" else {}
-    uneven = _precheck(device, [CHANGES[c][0] for c in chosen])
+    # pinned processes (CORES=fastest) run on the cores the product probes for each: fresh unpinned ones say nothing
+    uneven = _precheck(device, [CHANGES[c][0] for c in chosen]) if cores == "scheduled" else ""
     for (base_name, key), changes in turns.items():  # one matrix: the baseline and its changes, measured in turns
         _, base_opts, _ = options_of(changes[0], device)
         if uneven:  # no device time on what this machine start cannot judge
@@ -217,7 +227,7 @@ def main() -> int:
         values = [base_opts.get(key, "none")] + [options_of(c, device)[2][key] for c in changes]
         n_runs = int(runs) if runs else RUNS_OF[base_name] if device == "cuda" else 2
         (work / f"{name}.toml").write_text(matrix_text(name, {**base_opts, key: values}, device, n_runs,
-                                                        baseline={key: values[0]}))
+                                                        baseline={key: values[0]}, cores=cores))
         if bench(["run", "--matrix", f"{name}.toml", "--no-progress", "--profile-window"], work, log) != 0:
             print(f"  bench run {name} failed: see {out / 'planted.log'}", flush=True)
         store = f"results/{name}.jsonl"
@@ -250,7 +260,7 @@ def main() -> int:
             # a side that is another baseline (compile-off's eager side) runs that baseline's processes
             n_runs = int(runs) if runs else RUNS_OF.get(name.removeprefix("planted-"), RUNS_OF[base_name]) \
                 if device == "cuda" else 2
-            (work / f"{name}.toml").write_text(matrix_text(name, opts, device, n_runs))
+            (work / f"{name}.toml").write_text(matrix_text(name, opts, device, n_runs, cores=cores))
             files[name] = f"results/{name}.jsonl"
             if bench(["run", "--matrix", f"{name}.toml", "--no-progress", "--profile-window"], work, log) != 0:
                 print(f"  bench run {name} failed: see {out / 'planted.log'}", flush=True)

@@ -579,13 +579,13 @@ def test_the_planted_regressions_script_names_rows_the_attribution_makes_and_cel
 
 
 def planted_env(monkeypatch, tmp_path, changes: str, **more) -> None:
-    """The planted script's environment on the GPU (DEVICE cuda), its work and output under tmp_path; RUNS and PART
-    from the caller's shell left out."""
+    """The planted script's environment on the GPU (DEVICE cuda), its work and output under tmp_path; RUNS, PART and
+    CORES from the caller's shell left out."""
+    for name in ("RUNS", "PART", "CORES"):
+        monkeypatch.delenv(name, raising=False)
     for k, v in {"DEVICE": "cuda", "CHANGES": changes, "WORK": str(tmp_path), "OUT": str(tmp_path / "out"),
                  **more}.items():
         monkeypatch.setenv(k, v)
-    monkeypatch.delenv("RUNS", raising=False)
-    monkeypatch.delenv("PART", raising=False)
 
 
 def test_the_planted_script_runs_each_side_with_its_own_process_count(tmp_path, monkeypatch):
@@ -739,3 +739,22 @@ def test_the_planted_script_probes_the_host_in_fresh_processes_before_any_host_b
     monkeypatch.setattr(P, "host_precheck", lambda: pytest.fail("probed with HOST_PRECHECK=0"))
     assert P.main() == 0
     assert "planted-eager-turns-plant.toml" in {a[2] for a in calls if a[0] == "run"}
+
+
+def test_with_cores_fastest_the_planted_matrices_pin_their_trials_and_skip_the_precheck(tmp_path, monkeypatch):
+    """Fresh unpinned processes' probes say nothing of processes the product pins (bench.machine.cores), so with
+    CORES=fastest every matrix asks for it and no precheck runs; a CPU cell cannot take it."""
+    import tomllib
+
+    from scripts import planted_regressions as P
+
+    calls = []
+    monkeypatch.setattr(P, "bench", lambda args, work, log: calls.append(args) or 1)
+    monkeypatch.setattr(P, "host_precheck", lambda: pytest.fail("prechecked processes the product pins"))
+    planted_env(monkeypatch, tmp_path, "mlp-twice,freeze-off", TURNS="1", CORES="fastest")
+    assert P.main() == 0
+    written = [tomllib.loads((tmp_path / a[2]).read_text()) for a in calls if a[0] == "run"]
+    assert len(written) >= 2 and all(m["cores"] == "fastest" for m in written)
+    planted_env(monkeypatch, tmp_path, "mlp-twice", DEVICE="cpu", CORES="fastest")  # a CPU cell cannot take it
+    assert P.main() == 2
+

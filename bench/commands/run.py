@@ -21,6 +21,10 @@ def register(sub) -> None:
     r.add_argument("--trials", type=int, help="override the matrix's trials per worker process")
     r.add_argument("--runs", type=int, help="override the matrix's runs: fresh worker processes per cell, each with "
                    "its own warm-up and trials (the table shows the spread between them)")
+    r.add_argument("--cores", metavar="scheduled|fastest",
+                   help="override the matrix's `cores`: 'fastest' pins each GPU worker's trials to the cores that probe "
+                        "fastest as they begin (a host whose cores run at different speeds spreads a host-bound cell's "
+                        "processes; docs/guide/results.md); 'scheduled' (the default) leaves them to the OS")
     r.add_argument("--redo", action="store_true",
                    help="measure cells already in the store again, as a new run (appended; the table shows the latest "
                         "run of each cell and lists earlier ones as history)")

@@ -100,6 +100,9 @@ def init_cuda(backend_cls, device: str) -> float | None:
 def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
     """Build the job's artifact once, then warm up and measure each cell's trials, emitting events."""
     from bench.backends.registry import backend_class
+    from bench.machine.cores import allowed_cores
+    from bench.machine.cores import apply as apply_cores
+    from bench.machine.cores import pin_process as release_cores
     from bench.machine.environment import fingerprint, nvml_device, rank_device
     from bench.machine.host_load import LoadSampler
     from bench.machine.telemetry import Sampler
@@ -108,6 +111,7 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
     from bench.workloads.workload import Workload
 
     startup = launch_info()
+    cores = allowed_cores()  # each cell chooses its cores among these (`cores = "fastest"`)
     key = BuildKey.from_dict(job["build_key"])
     backend_cls = backend_class(key.backend)
     startup["imports_s"] += import_runtime(backend_cls)
@@ -200,6 +204,8 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
                 emit({"event": "skipped", "cell_id": cell.cell_id, "trials": rest})
             loaded.recover()
             continue
+        # After the warm-up (a compile's worker pool sizes itself to the cores it may use), before the trials.
+        pinned = apply_cores(settings.get("cores", "scheduled"), cores) if item["trials"] else None
         for i, trial in enumerate(item["trials"]):
             if failed:
                 # An OOM or error repeats: the cell's remaining trials are not run.
@@ -215,7 +221,7 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
                         Sampler(sampled) as sampler:  # NVML sampled in a thread; None on CPU
                     out = loaded.run(requests, cell.max_batch_size, cell.options_dict)
                 extra = {**out.extra, "warmup": warmup, "telemetry": sampler.timeline, "kernels": kernels,
-                         "host_load": load.summary, "startup": cell_startup}
+                         "host_load": load.summary, "startup": cell_startup, **({"cores": pinned} if pinned else {})}
                 # The GPUs the pass ran on: this process's tensor-parallel ranks, or what the backend says (a server's)
                 gpus = extra.pop("gpus", world)
                 metrics = pass_result(out, extra.pop("metrics", {}), sampler.summary, gpus, extra).to_dict()
@@ -242,6 +248,8 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
                                 **({} if peak is None else {"peak_memory_bytes_at_failure": peak})}})
                 loaded.recover()
                 failed = True
+        if pinned:
+            release_cores(cores)  # the next cell's warm-up on every core again; its trials choose anew
         if item.get("profile_window") and not failed:
             windows.append((cell, {**item["profile_window"], "workload_file": wl_file}))
         if item.get("accuracy_capture") and not failed:

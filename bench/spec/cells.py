@@ -316,6 +316,9 @@ class RunSettings:
     # here (bench.backends.artifact_trust). Command line only: a matrix never vouches for an artifact.
     trust: tuple[str, ...] = ()
     trust_files: tuple[str, ...] = ()
+    # Which cores a GPU worker's trials run on (bench.machine.cores): "scheduled" (as the OS places them) or
+    # "fastest" (the cores that probe fastest as each cell's trials begin; docs/guide/results.md).
+    cores: str = "scheduled"
 
 
 EXECUTORS = ("local", "ray")

@@ -38,7 +38,7 @@ TOP_KEYS = set(AXES) | {
     "name", "description", "model", "devices", "options", "include", "exclude", "workload",
     "trials", "warmup", "runs", "timeout_s", "build_timeout_s", "baseline", "gpu_memory_gb",
     "study",  # read by `bench study` (bench/study/plan.py): its OOM search, profile and accuracy settings
-    "executor", "ray_address", "tuning_builds", "engines",
+    "executor", "ray_address", "tuning_builds", "engines", "cores",
     "accuracy",  # read by `bench accuracy` (bench/accuracy/driver.py): AccuracySpec
 }
 
@@ -311,6 +311,7 @@ def _settings_of(data: dict, pool: tuple, cells: list[Cell]) -> RunSettings:
         devices=pool,
         tuning_builds=data.get("tuning_builds", RunSettings.tuning_builds),
         engines=_engine_paths(data.get("engines", ())),
+        cores=data.get("cores", RunSettings.cores),
     )
     check_placement(settings, cells)
     check_settings(settings)
@@ -318,8 +319,19 @@ def _settings_of(data: dict, pool: tuple, cells: list[Cell]) -> RunSettings:
     return settings
 
 
-def check_settings(settings: RunSettings) -> None:
-    """Raise BenchInputError naming the first run setting (a matrix key or its command-line override) that is out of range."""
+def check_settings(settings: RunSettings, cells=()) -> None:
+    """Raise BenchInputError naming the first run setting (a matrix key or its command-line override) that is out of
+    range, or that the cells to run (bench.spec.narrow: those --only keeps) cannot take."""
+    from bench.machine.cores import POLICIES
+
+    if settings.cores not in POLICIES:
+        raise BenchInputError(f"cores (--cores) must be one of {', '.join(map(repr, POLICIES))}, got {settings.cores!r}")
+    on_cpu = sorted({c.label for c in cells if c.device == "cpu"})
+    if settings.cores != "scheduled" and on_cpu:
+        raise BenchInputError(f"cores = {settings.cores!r} pins a GPU worker's trials to the host's fastest cores, but "
+                              f"{', '.join(on_cpu[:3])}{' ...' if len(on_cpu) > 3 else ''} compute on the CPU, where "
+                              "fewer cores would be a different machine: leave `cores` (--cores) at 'scheduled' for them, or run them in "
+                              "a matrix of their own")
     if settings.gpu_memory_gb is not None:
         check_number(settings.gpu_memory_gb, "gpu_memory_gb (--gpu-memory-gb)", above=0,
                      hint="the memory cap in GB (1 GB = 1e9 bytes)")

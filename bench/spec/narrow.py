@@ -35,7 +35,7 @@ def narrow(matrix: Matrix, only: dict | None = None, requests: int | None = None
            runs: int | None = None, executor: str | None = None, ray_address: str | None = None,
            devices: str | None = None, tuning_builds: int | None = None, engines: list[str] | None = None,
            retune_on_mismatch: bool = False, trust: list[str] | None = None,
-           trust_files: list[str] | None = None) -> Matrix:
+           trust_files: list[str] | None = None, cores: str | None = None) -> Matrix:
     """Return the matrix restricted to cells matching `only`, with optional overrides (the command line's)."""
     cells = list(matrix.cells)
     if only:
@@ -65,7 +65,9 @@ def narrow(matrix: Matrix, only: dict | None = None, requests: int | None = None
         raise BenchInputError("--trust and --trust-file vouch for engine artifacts to load: give --engines too")
     if trust or trust_files:
         settings = replace(settings, trust=tuple(trust or ()), trust_files=tuple(trust_files or ()))
-    check_settings(settings)
+    if cores is not None:
+        settings = replace(settings, cores=cores)
+    check_settings(settings, cells)
     check_engine_settings(settings)
     if executor is not None:  # the other executor's settings of the matrix do not apply
         settings = replace(settings, executor=executor, devices=() if executor == "ray" else settings.devices,
