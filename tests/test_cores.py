@@ -71,6 +71,17 @@ def test_the_default_pins_nothing_and_a_single_core_has_nothing_to_choose(monkey
     assert cores_mod.apply("fastest", None) == {"policy": "fastest", "pinned": [], "probe_ms": {}}
 
 
+def test_cores_that_cannot_be_probed_leave_the_trials_as_scheduled_and_say_why(monkeypatch):
+    """A core taken away since the worker started (a container's cpuset changed) fails sched_setaffinity: the trials
+    run where the OS puts them, and the record says so, rather than the worker dying before its trials."""
+    mine = os.sched_getaffinity(0)
+    gone = max(mine) + 1000
+    assert gone not in mine
+    chosen = cores_mod.apply("fastest", mine | {gone})
+    assert chosen["pinned"] == [] and chosen["error"].startswith("could not probe the cores:")
+    assert os.sched_getaffinity(0) == mine  # the probing thread's own cores back
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to choose between")
 def test_a_run_with_cores_fastest_records_what_each_cell_probed_and_pinned(tiny_sharegpt, tmp_path):
     m = narrow(matrix(tiny_sharegpt, cores="fastest"))

@@ -80,7 +80,10 @@ def apply(policy: str, cores: set[int] | None) -> dict | None:
     all of them; None or a single core: nothing to choose. "scheduled": nothing is done (the default)."""
     if policy == "scheduled" or not cores or len(cores) < 2:
         return None if policy == "scheduled" else {"policy": policy, "pinned": sorted(cores or ()), "probe_ms": {}}
-    probes = probe_cores(cores)
+    try:
+        probes = probe_cores(cores)
+    except OSError as exc:  # a core taken away since the process started (a cgroup's cpuset changed): run as scheduled
+        return {"policy": policy, "pinned": [], "probe_ms": {}, "error": f"could not probe the cores: {exc}"}
     chosen = fastest(probes)
     pin_process(set(chosen))
     return {"policy": policy, "pinned": chosen, "probe_ms": {str(c): round(ms, 3) for c, ms in probes.items()}}
