@@ -112,3 +112,22 @@ def test_the_setting_is_checked_before_any_work(tiny_sharegpt):
     with pytest.raises(BenchInputError, match="compute on the CPU"):
         narrow(matrix(tiny_sharegpt, device="cpu"), cores="fastest")  # `bench run --cores fastest`
     assert narrow(matrix(tiny_sharegpt), cores="fastest").settings.cores == "fastest"
+
+
+def test_a_worker_that_cannot_read_its_cores_measures_as_scheduled(tiny_sharegpt, tmp_path, monkeypatch):
+    """Where the platform cannot say which cores a process may use (allowed_cores() is None), a cell asking for
+    "fastest" is measured where the OS puts it and its records say nothing was pinned; the worker reaches every trial."""
+    from bench.execution import worker
+    from bench.workloads.workload import cached_workload
+
+    monkeypatch.setattr(cores_mod, "allowed_cores", lambda: None)
+    cell = narrow(matrix(tiny_sharegpt, cores="fastest")).cells[0]
+    _, wl_file = cached_workload(cell.workload, tmp_path / "workloads")
+    events = []
+    worker.measure_group({"build_key": cell.build_key().to_dict(), "engines_dir": str(tmp_path / "engines"),
+                          "settings": {"warmup": 0, "cores": "fastest"},
+                          "cells": [{"cell": cell.to_dict(), "trials": [0, 1], "workload_file": str(wl_file)}]},
+                         events.append)
+    results = [e for e in events if e["event"] == "result"]
+    assert [r["status"] for r in results] == ["ok", "ok"], results
+    assert all(r["extra"]["cores"] == {"policy": "fastest", "pinned": [], "probe_ms": {}} for r in results)

@@ -248,7 +248,7 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
                                 **({} if peak is None else {"peak_memory_bytes_at_failure": peak})}})
                 loaded.recover()
                 failed = True
-        if pinned:
+        if pinned and cores:
             release_cores(cores)  # the next cell's warm-up on every core again; its trials choose anew
         if item.get("profile_window") and not failed:
             windows.append((cell, {**item["profile_window"], "workload_file": wl_file}))
