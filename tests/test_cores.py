@@ -13,20 +13,15 @@ from bench.machine import cores as cores_mod
 from bench.machine.cores import fastest, probe_cores
 from bench.results.store import ResultStore
 from bench.runner.matrix import invocation_digest, run_matrix
-from bench.spec.matrix import parse_matrix
 from bench.spec.narrow import narrow
+from tests.support.matrices import fake_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def matrix(tiny_sharegpt, **over):
-    data = {
-        "backends": ["fake"], "model": "qwen-tiny", "precisions": ["bf16"], "max_batch_sizes": [1, 4],
-        "workloads": ["w"], "device": "cuda", "trials": 2, "warmup": 1, "timeout_s": 20, "build_timeout_s": 20,
-        "workload": {"w": {"num_requests": 4, "path": str(tiny_sharegpt), "max_output_len": 8}},
-    }
-    data.update(over)
-    return parse_matrix(data)
+    """The fake backend's matrix on a GPU device (the fake backend runs anywhere; only the setting's check knows)."""
+    return fake_matrix(tiny_sharegpt, **{"device": "cuda", **over})
 
 
 def test_the_cores_kept_are_those_within_the_margin_of_the_fastest():

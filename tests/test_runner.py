@@ -4,17 +4,9 @@ import json
 
 from bench.results.store import ResultStore
 from bench.runner.matrix import run_matrix
-from bench.spec.matrix import parse_matrix
+from tests.support.matrices import fake_matrix
 
-
-def matrix(tiny_sharegpt, **over):
-    data = {
-        "backends": ["fake"], "model": "qwen-tiny", "precisions": ["bf16"], "max_batch_sizes": [1, 4],
-        "workloads": ["w"], "device": "cpu", "trials": 2, "warmup": 1, "timeout_s": 20, "build_timeout_s": 20,
-        "workload": {"w": {"num_requests": 8, "path": str(tiny_sharegpt), "max_output_len": 16}},
-    }
-    data.update(over)
-    return parse_matrix(data)
+matrix = fake_matrix
 
 
 def statuses(path):

@@ -4,6 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bench.spec.matrix import parse_matrix
+
+
+def fake_matrix(tiny_sharegpt, **over):
+    """Return the fake backend's matrix on qwen-tiny (batch 1 and 4, 2 trials, short timeouts) on the CPU, `over`
+    replacing any of its keys (e.g. device="cuda": the fake backend runs anywhere)."""
+    data = {
+        "backends": ["fake"], "model": "qwen-tiny", "precisions": ["bf16"], "max_batch_sizes": [1, 4],
+        "workloads": ["w"], "device": "cpu", "trials": 2, "warmup": 1, "timeout_s": 20, "build_timeout_s": 20,
+        "workload": {"w": {"num_requests": 8, "path": str(tiny_sharegpt), "max_output_len": 16}},
+    }
+    data.update(over)
+    return parse_matrix(data)
+
 
 def tiny_hf_matrix(path: Path, name: str, backends: str = '["hf"]') -> Path:
     """Write the small qwen-tiny CPU matrix the profiling tests run (fp32 and bf16, batch 1) to `path`."""
