@@ -192,8 +192,11 @@ def main() -> int:
               file=sys.stderr)
         return 2
     confidence = os.environ.get("CONFIDENCE", "0.99" if device == "cuda" else "0.95")
+    from bench.machine.cores import POLICIES
+
     cores = os.environ.get("CORES", "scheduled")
-    if cores not in ("scheduled", "fastest") or (cores == "fastest" and device != "cuda"):
+    # before any work; `bench run` would refuse a CPU cell's "fastest" too (bench.spec.matrix.check_settings)
+    if cores not in POLICIES or (cores == "fastest" and device != "cuda"):
         print(f"CORES must be 'scheduled' or, on cuda, 'fastest', not {cores!r}", file=sys.stderr)
         return 2
     work.mkdir(parents=True, exist_ok=True)

@@ -90,9 +90,9 @@ def _warmup_s(rec) -> float | None:
 
 def _failed_warmup_s(rec) -> float | None:
     """The seconds a failed warm-up ran, or None where its record has no usable figure (a store is untrusted input)."""
-    startup = rec.extra.get("startup")
     from bench.checks import is_seconds
 
+    startup = rec.extra.get("startup")
     seconds = startup.get("warmup_s") if isinstance(startup, dict) else None
     return float(seconds) if is_seconds(seconds) else None
 

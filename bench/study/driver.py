@@ -240,26 +240,19 @@ def _profile(plan, store: Path, redo: bool, console, command: str) -> int:
     """Profile the study's profile cells; resumed (no --redo), only those the store holds no whole profile of, as the
     run and OOM steps reuse what their stores hold. Return how many sessions failed."""
     from bench.profiling.driver import profile_matrix
+    from bench.results import query
+    from bench.study.plan import profile_cells_left
 
     console.print(f"[bold]study: profile[/] ({command})")
     cells = plan.profile_matrix.cells
-    done = set() if redo else _profiled(plan, store)
-    left = tuple(c for c in cells if c.cell_id not in done)
+    left = profile_cells_left(plan, query.load([store]) if store.is_file() and not redo else [], redo)
     if len(left) < len(cells):
         console.print(f"profile: {len(cells) - len(left)} of {len(cells)} cell(s) already profiled in {store} "
                       "(--redo profiles them again)", highlight=False)
     if not left:
         return 0
-    return profile_matrix(replace(plan.profile_matrix, cells=left), plan.profile, Path("profiles"), store,
+    return profile_matrix(replace(plan.profile_matrix, cells=tuple(left)), plan.profile, Path("profiles"), store,
                           printer=_to_stderr)[1]
-
-
-def _profiled(plan, store: Path) -> set[str]:
-    """Return the ids of the profile cells `store` holds a whole profile of (bench.profiling.driver.profiled_cells)."""
-    from bench.profiling.driver import profiled_cells
-    from bench.results import query
-
-    return profiled_cells(query.load([store]), plan.profile) if store.is_file() else set()
 
 
 def _check_stores(steps: list[str], stores: dict) -> None:

@@ -254,6 +254,16 @@ def _capturable(plan: StudyPlan, stores: dict, extra: list) -> list:
     return [c for c, _ in captured_cells(plan.matrix, plan.matrix.cells) if c.cell_id in ok or c.cell_id not in stored]
 
 
+def profile_cells_left(plan: StudyPlan, records, redo: bool) -> list:
+    """Return the profile cells a study profiles: every one with --redo, else those `records` (its profile store's)
+    hold no whole profile of (bench.profiling.driver.profiled_cells): the one rule of the profile step and its
+    dry-run estimate."""
+    from bench.profiling.driver import profiled_cells
+
+    done = set() if redo else profiled_cells(records, plan.profile)
+    return [c for c in plan.profile_matrix.cells if c.cell_id not in done]
+
+
 def dry_run_text(plan: StudyPlan, steps: list[str], stores: dict, history: list, commands: dict, redo: bool) -> str:
     """Return the study's plan: each step's command line, cells, searches and sessions, and the estimate."""
     from bench.execution.zygote import not_forkable
@@ -315,15 +325,12 @@ def dry_run_text(plan: StudyPlan, steps: list[str], stores: dict, history: list,
                 known += seconds
                 lines.append("  " + text)
     if "profile" in steps and plan.profile is not None:
-        from bench.profiling.driver import profiled_cells
-
         stored = query.load([stores["profile"]]) if stores["profile"].exists() else []
-        done = set() if redo else profiled_cells(stored, plan.profile)  # a resumed study profiles only the others
-        left = [c for c in plan.profile_matrix.cells if c.cell_id not in done]
+        left = profile_cells_left(plan, stored, redo)
         total, text = estimate_profiles(left, stored + extra)
         known += total or 0.0
         lines += ["", f"profile: {commands['profile']}"] + [f"  {c.label}" for c in left] + ["  " + text]
-        if done:
+        if len(left) < len(plan.profile_matrix.cells):
             lines.append(f"  {len(plan.profile_matrix.cells) - len(left)} cell(s) already profiled in "
                          f"{stores['profile']}: not profiled again (--redo does)")
     if "accuracy" in steps and plan.accuracy_matrix is not None:
