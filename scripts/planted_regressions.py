@@ -397,9 +397,14 @@ def row(change: str, status: int | None, data: Path, expected: set[str], head: s
     status = got["exit_status"] if status is None else status
     cells = got["attribution"]["attributions"]
     if not cells:
-        why = "no regression" if not got["regressions"] else "not attributed: " + "; ".join(
-            [m["reason"] for m in got["attribution"]["missing"]] + got["attribution"]["notes"])[:200]
-        return [change, str(status), "-", "-", ", ".join(sorted(expected)), f"no ({why})", "-", "-", cost]
+        # rows not significant whose runs could not have seen the change: not judged, not "no regression" (a planted
+        # +12 % over 5 rounds that detect only changes above 37 %, an H100 of 2026-12-07)
+        weak = [r["detects_only"] for r in got["rows"] if r["verdict"] == "not significant" and r.get("detects_only")]
+        names = (f"not judged (not significant: these runs detect only changes above {min(weak):.0%})" if weak and
+                 not got["regressions"] else "no (no regression)" if not got["regressions"] else
+                 "no (not attributed: " + "; ".join([m["reason"] for m in got["attribution"]["missing"]]
+                                                    + got["attribution"]["notes"])[:200] + ")")
+        return [change, str(status), "-", "-", ", ".join(sorted(expected)), names, "-", "-", cost]
     cell = cells[0]
     first, category = (cell["first"] or {}).get("name", "-"), cell["first_category"] or "-"
     share = cell["explained_share"]

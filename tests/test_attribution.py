@@ -758,3 +758,24 @@ def test_with_cores_fastest_the_planted_matrices_pin_their_trials_and_skip_the_p
     planted_env(monkeypatch, tmp_path, "mlp-twice", DEVICE="cpu", CORES="fastest")  # a CPU cell cannot take it
     assert P.main() == 2
 
+
+
+def test_a_planted_row_whose_runs_could_not_see_the_change_is_not_judged_rather_than_no_regression(tmp_path):
+    """An H100 of 2026-12-07: MLP twice +12 % TPOT, not significant over 5 paired rounds that detect only changes above
+    37 %; the summary said "no (no regression)". It now says the change was not judged, and why."""
+    import json
+
+    from scripts import planted_regressions as P
+
+    def summary_row(rows, regressions=0):
+        data = tmp_path / "c.json"
+        data.write_text(json.dumps({"exit_status": 0, "regressions": regressions, "rows": rows, "profiled": [],
+                                    "attribution": {"attributions": [], "missing": [], "notes": ["no profile"]}}))
+        return P.row("mlp-twice", 0, data, {"MLP"}, "planted-eager")[5]
+
+    weak = {"verdict": "not significant", "detects_only": 0.37}
+    assert summary_row([weak, {**weak, "detects_only": 0.53}, {"verdict": "unchanged", "detects_only": None}]) == \
+        "not judged (not significant: these runs detect only changes above 37%)"
+    assert summary_row([{"verdict": "unchanged", "detects_only": None}]) == "no (no regression)"
+    assert summary_row([{"verdict": "not significant", "detects_only": None}]) == "no (no regression)"  # enough runs
+    assert summary_row([weak], regressions=1) == "no (not attributed: no profile)"

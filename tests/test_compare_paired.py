@@ -37,9 +37,9 @@ def test_the_paired_test_judges_the_rounds_ratios_where_a_shared_drift_hides_the
     for bad in (([1.0], [1.0]), ([1.0, 2.0], [1.0]), ([1.0, -2.0], [1.0, 2.0]), ([1.0, float("nan")], [1.0, 2.0])):
         with pytest.raises(ValueError):
             paired.paired_ratio_test(*bad)
-    assert paired.paired_power_note(base, head, 0.05, 0.99) == []  # 4 rounds at this spread detect 5 %
-    note = paired.paired_power_note([1.0, 2.0, 3.0], [1.2, 1.9, 3.3], 0.05, 0.99)
-    assert note and "3 rounds detect only changes above" in note[0]
+    assert paired.paired_power_note(base, head, 0.05, 0.99) == ([], None)  # 4 rounds at this spread detect 5 %
+    note, detects = paired.paired_power_note([1.0, 2.0, 3.0], [1.2, 1.9, 3.3], 0.05, 0.99)
+    assert note and f"3 rounds detect only changes above {detects:.0%}" in note[0] and detects > 0.05
 
 
 def _row(run_id: str, starts: dict[int, float], values: dict[int, float] | None = None):

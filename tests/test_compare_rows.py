@@ -43,6 +43,26 @@ def test_a_comparison_too_small_for_its_factor_says_so_and_names_the_unstable_si
     assert "too few runs" not in steady.note and "unstable" not in steady.note
 
 
+def test_a_no_regression_headline_says_when_its_runs_could_not_see_the_change_looked_for():
+    """An H100 of 2026-12-07: MLP twice, +12 % TPOT over 5 paired rounds that detect only changes above 37 %, headed
+    "no regression in 7 judged rows": a gate reading it passed a real regression. The headline now says so."""
+    from bench.results.attribution import Explanation
+    from bench.study.compare import comparison_dict
+
+    weak = compare_metric("hf/bf16/bs1", "output_throughput", BASE, HEAD, factor=0.05, confidence=0.99, test="t")
+    steady = compare_metric("c", "output_throughput", [100.0, 100.2, 99.9, 100.1], [100.1, 99.8, 100.0, 100.2],
+                            factor=0.05, confidence=0.99, test="t")
+    assert weak.detects_only > 0.05 and steady.detects_only is None
+    c = Comparison([weak, steady], [], Side("base"), Side("head"), 0.05, 0.99, "t", {}, Explanation())
+    assert c.exit_status == 0  # the gate's verdict is unchanged; what it rests on is said
+    assert c.headline() == (f"no regression in 2 judged rows (0 improvement(s)), 1 of them not significant with too "
+                            f"few runs to detect a 5% change (they detect only changes above {weak.detects_only:.0%})")
+    assert f"only changes above {weak.detects_only:.0%}" in weak.note  # the same figure as the row's note
+    assert comparison_dict(c)["rows"][0]["detects_only"] == weak.detects_only
+    steady_only = Comparison([steady], [], Side("base"), Side("head"), 0.05, 0.99, "t", {})
+    assert steady_only.headline() == "no regression in 1 judged row (0 improvement(s))"
+
+
 def test_detectable_change_and_runs_needed():
     sd = 0.02  # 2 % between runs
     r3 = stats.detectable_ratio(sd, 3, 3, 0.99)

@@ -82,6 +82,9 @@ class Row:
     key: str = ""  # the matched cell's key in both sides' `cells` (bench.results.attribution joins its profiles by it)
     unstable: tuple[str, ...] = ()  # the sides ("base", "head") whose runs spread over the stability limit
     paired: bool = False  # judged round by round (bench.results.paired): base_runs[k] and head_runs[k] took turns
+    # a row not significant whose runs could not have detected the change looked for: the smallest change they detect
+    # (0.36: above 36 %, at 80 % power), so "no regression" is never read as "none of that size"
+    detects_only: float | None = None
 
 
 @dataclass
@@ -119,13 +122,19 @@ class Comparison:
 
     def headline(self) -> str:
         """Return the comparison in a line: 'no regression in 12 judged rows (0 improvement(s)); 2 rows not judged
-        (2 kernels differ)'."""
+        (2 kernels differ)', saying how many judged rows were not significant with too little power to see the change
+        looked for."""
         not_judged = self.not_judged
         judged = len(self.rows) - sum(not_judged.values())
         n_reg, n_imp = len(self.regressions), sum(r.verdict == stats.IMPROVED for r in self.rows)
         text = (f"{n_reg} regression(s), {n_imp} improvement(s) in {_rows(judged, 'judged ')}" if n_reg else
                 f"no regression in {_rows(judged, 'judged ')} ({n_imp} improvement(s))" if judged else
                 "no verdict: 0 judged rows")
+        weak = [r.detects_only for r in self.rows if r.verdict == stats.NOT_SIGNIFICANT and r.detects_only]
+        if weak and not n_reg:  # "no regression" from runs that could not have seen one of the size looked for
+            lo, hi = f"{100 * min(weak):.0f}", f"{100 * max(weak):.0f}"
+            text += (f", {len(weak)} of them not significant with too few runs to detect a {self.factor:.0%} change "
+                     f"(they detect only changes above {hi if lo == hi else f'{lo}-{hi}'}%)")
         if not_judged:
             text += (f"; {_rows(sum(not_judged.values()))} not judged ("
                      + ", ".join(f"{n} {why}" for why, n in not_judged.items()) + ")")
@@ -284,8 +293,9 @@ def compare_metric(label: str, metric: str, base_values: list[float], head_value
         notes.append(f"paired: the two cells took turns in one invocation, so each of the {len(base_values)} rounds' "
                      "ratio is judged (a drift both sides shared cancels).")
     if not significant:
-        notes.extend((paired.paired_power_note if test == paired.PAIRED else _power_note)(base_values, head_values,
-                                                                                         factor, confidence))
+        power, row.detects_only = (paired.paired_power_note if test == paired.PAIRED else stats.power_note)(
+            base_values, head_values, factor, confidence)
+        notes.extend(power)
     spread = {side: [w for w in summary.warnings if "trial(s)" not in w] for side, summary in (("base", b), ("head", h))}
     row.unstable = tuple(side for side, warnings in spread.items() if warnings)
     if row.unstable:
@@ -297,22 +307,6 @@ def compare_metric(label: str, metric: str, base_values: list[float], head_value
 
 def _geomean(values: Sequence[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
-def _power_note(base_values: Sequence[float], head_values: Sequence[float], factor: float, confidence: float) -> list[str]:
-    """Return a note when these runs, at their observed spread, cannot detect a change of `factor` (too little power)."""
-    if min(base_values) <= 0 or min(head_values) <= 0:
-        return []
-    sd = stats.log_sd(base_values, head_values)
-    if sd is None or sd == 0:
-        return []
-    detectable = stats.detectable_ratio(sd, len(base_values), len(head_values), confidence)
-    if detectable - 1.0 <= factor:
-        return []
-    need = stats.runs_needed(sd, factor, confidence)
-    return [f"too few runs to detect a {factor:.0%} change: at this spread ({sd:.1%} between runs) "
-            f"{len(base_values)} vs {len(head_values)} runs detect only changes above {detectable - 1:.0%} "
-            f"({stats.POWER:.0%} power); about {need} runs a side would detect {factor:.0%}."]
 
 
 def compare_stores(

@@ -138,23 +138,25 @@ def paired_ratio_test(base: Sequence[float], head: Sequence[float], confidence: 
     return stats.RatioTest(math.exp(mean), math.exp(mean - half), math.exp(mean + half), p, confidence, method, n, n)
 
 
-def paired_power_note(base: Sequence[float], head: Sequence[float], factor: float, confidence: float) -> list[str]:
-    """Return a note when these rounds, at their ratios' spread, cannot detect a change of `factor` (80 % power)."""
+def paired_power_note(base: Sequence[float], head: Sequence[float], factor: float, confidence: float
+                      ) -> tuple[list[str], float | None]:
+    """Return (a note, the smallest change detected) where these rounds, at their ratios' spread, cannot detect a
+    change of `factor` (80 % power); ([], None) where they can."""
     d = np.log(np.asarray(head, dtype=float)) - np.log(np.asarray(base, dtype=float))
     n = int(d.size)
     if n < 2 or not np.isfinite(d).all():
-        return []
+        return [], None
     sd = float(d.std(ddof=1))
     if sd == 0.0:
-        return []
+        return [], None
 
     def detectable(rounds: int) -> float:
         return math.exp((stats.t_ppf(0.5 + confidence / 2.0, rounds - 1) + stats.t_ppf(stats.POWER, rounds - 1))
                         * sd / math.sqrt(rounds))
 
     if detectable(n) - 1.0 <= factor:
-        return []
+        return [], None
     need = next((k for k in range(2, 1001) if math.log(detectable(k)) <= math.log1p(factor)), 1000)
     return [f"too few rounds to detect a {factor:.0%} change: at this spread of the rounds' ratios ({sd:.1%}) "
             f"{n} rounds detect only changes above {detectable(n) - 1:.0%} ({stats.POWER:.0%} power); about {need} "
-            f"rounds would detect {factor:.0%}."]
+            f"rounds would detect {factor:.0%}."], detectable(n) - 1.0

@@ -403,6 +403,23 @@ def runs_needed(log_sd: float, factor: float, confidence: float = 0.99, power: f
     return limit
 
 
+def power_note(base: Sequence[float], head: Sequence[float], factor: float, confidence: float
+               ) -> tuple[list[str], float | None]:
+    """Return (a note, the smallest change detected) where these runs, at their observed spread, cannot detect a change
+    of `factor` with POWER (the pooled t-test on logs); ([], None) where they can."""
+    if min(base) <= 0 or min(head) <= 0:
+        return [], None
+    sd = log_sd(base, head)
+    if sd is None or sd == 0:
+        return [], None
+    detectable = detectable_ratio(sd, len(base), len(head), confidence)
+    if detectable - 1.0 <= factor:
+        return [], None
+    return [f"too few runs to detect a {factor:.0%} change: at this spread ({sd:.1%} between runs) "
+            f"{len(base)} vs {len(head)} runs detect only changes above {detectable - 1:.0%} ({POWER:.0%} power); "
+            f"about {runs_needed(sd, factor, confidence)} runs a side would detect {factor:.0%}."], detectable - 1.0
+
+
 def log_sd(base: Sequence[float], head: Sequence[float]) -> float | None:
     """Return the pooled sample standard deviation of the log values of both sides (None with fewer than 3 in all)."""
     b, h = np.log(_clean(base)), np.log(_clean(head))

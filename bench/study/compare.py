@@ -107,7 +107,7 @@ def comparison_dict(comparison) -> dict:
 
     rows = [{"cell": r.label, "metric": r.metric, "verdict": r.verdict, "ratio": r.ratio, "low": r.low, "high": r.high,
              "p_value": r.p_value, "paired": r.paired, "base_runs": list(r.base_runs), "head_runs": list(r.head_runs),
-             "note": r.note} for r in comparison.rows]
+             "detects_only": r.detects_only, "note": r.note} for r in comparison.rows]
     return {"exit_status": comparison.exit_status, "headline": comparison.headline(),
             "regressions": len(comparison.regressions), "not_judged": comparison.not_judged, "rows": rows,
             "warnings": list(comparison.warnings), "attribution": to_dict(comparison.attribution)}
