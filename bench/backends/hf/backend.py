@@ -217,13 +217,21 @@ class HFLoaded(Loaded):
             torch.cuda.synchronize(self.device)
 
     def warmup(self, requests, max_batch_size: int, options: dict, passes: int) -> dict:
-        """Run one batch of every distinct batch size the measured pass will use; return their times.
+        """Run `passes` unmeasured passes over every batch the measured pass will run; return their times.
 
-        With a static cache, transformers sizes the cache per generate call and a compiled
-        decode step (CUDA graphs) is specialised to (batch, cache length): fixing the cache
-        length per cell from the whole workload and warming each distinct batch size (the full
-        batches and a smaller last one) means the measured passes compile nothing. The first
-        pass's time is the cold cost (compilation, graph capture), reported apart.
+        Every batch, since kernels are chosen and built per shape the first time a process runs it, and a warm-up that
+        left shapes out left that cost in the measured pass: PyTorch's SDPA on Hopper runs cuDNN attention, which builds
+        a graph per (batch, query length, key length), and cuBLAS picks per GEMM shape. With one batch per batch size
+        warmed, the Qwen-7B shape's eager generate at batch 1 ran the first cell of each worker at 41-61 ms a token on
+        H100 and H200 studies (2026-12-01 to 12-06), a request rising or falling with whether its lengths had run
+        before in that process, where the same prompts took 22-25 ms in the next cell; the compiled cells' prefill took
+        63-85 ms for a new prompt length and 24-27 ms for a seen one.
+
+        With a static cache, transformers sizes the cache per generate call and a compiled decode step (CUDA graphs) is
+        specialised to (batch, cache length): the cache length is fixed per cell from the whole workload, and the first
+        pass runs the worst-shaped batch of each distinct batch size first (the full batches and a smaller last one),
+        so a compiled step compiles there, at that length; `cold_batches_s` is that part of the first pass (compilation,
+        graph capture), `first_pass_s` the whole first pass.
         """
         from bench.workloads.workload import batches
 
@@ -234,17 +242,23 @@ class HFLoaded(Loaded):
         for b in plan:  # per size, the batch with the longest prompt + output (worst shape)
             if len(b) not in by_size or _batch_len(b) > _batch_len(by_size[len(b)]):
                 by_size[len(b)] = b
-        times = []
+        first = list(by_size.values())
+        order = first + [b for b in plan if not any(b is f for f in first)]
+        times, cold = [], None
         for _ in range(passes):
-            for b in by_size.values():
-                t0 = time.perf_counter()
+            t0 = time.perf_counter()
+            for i, b in enumerate(order):
                 self.run(b, max_batch_size, options)
-                times.append(time.perf_counter() - t0)
+                if cold is None and i == len(first) - 1:
+                    cold = time.perf_counter() - t0
+            times.append(time.perf_counter() - t0)
         if self.workarounds is not None:
             self.workarounds.restore_overwritten()  # the folder keeps the winners its kernels ran (see there)
         return {
             "warmup_pass_s": times,
             "first_pass_s": times[0] if times else None,  # cold: includes compilation when compile != off
+            "cold_batches_s": cold,
+            "batches_warmed": len(order) if passes else 0,
             "batch_sizes_warmed": sorted(by_size),
             "static_cache_len": self.cache_len,
         }
