@@ -214,15 +214,18 @@ def test_tuned_kernel_configs_digest_the_winners_not_their_timing(tmp_path):
 
 
 def test_the_warm_up_runs_every_batch_of_the_measured_pass_the_worst_of_each_size_first(monkeypatch):
-    """Kernels are built per shape the first time a process runs it (cuDNN attention's graph per length, cuBLAS's
-    choice per GEMM shape): a warm-up of one batch per size left the Qwen-7B shape's first cell of each worker at 41-61
-    ms a token where the same prompts then ran at 22-25 ms. Each pass now runs every batch the measured pass runs, once;
-    the worst-shaped batch of each size first (a compiled step compiles there, at the fixed cache length)."""
+    """Kernels are built per shape the first time a process runs it on a GPU: a warm-up of one batch per size left the
+    Qwen-7B shape's first cell of each worker at 41-61 ms a token where the same prompts then ran at 21-28 ms. On a GPU
+    each pass now runs every batch the measured pass runs, once; the worst-shaped batch of each size first (a compiled
+    step compiles there, at the fixed cache length). On a CPU the worst of each size only."""
+    from types import SimpleNamespace
+
     from bench.backends.hf.backend import HFLoaded
     from bench.workloads.request import Request
 
     loaded = object.__new__(HFLoaded)
     loaded.cache, loaded.cache_len, loaded.workarounds = "static", None, None
+    loaded.device = SimpleNamespace(type="cuda")
     ran = []
     monkeypatch.setattr(loaded, "run", lambda batch, size, options: ran.append(tuple(r.id for r in batch)), raising=False)
     reqs = [Request(str(i), tuple(range(1, n + 1)), 4) for i, n in enumerate((10, 50, 20, 30, 40))]
@@ -234,3 +237,6 @@ def test_the_warm_up_runs_every_batch_of_the_measured_pass_the_worst_of_each_siz
     assert info["static_cache_len"] == 128 and info["cold_batches_s"] <= info["first_pass_s"]
     ran.clear()
     assert loaded.warmup(reqs, 2, {"batching": "dataset"}, passes=0)["batches_warmed"] == 0 and ran == []
+    loaded.device = SimpleNamespace(type="cpu")  # no shape cost seen on a CPU: the worst of each size only
+    assert loaded.warmup(reqs, 2, {"batching": "dataset"}, passes=1)["batches_warmed"] == 2
+    assert ran == [("0", "1"), ("4",)]

@@ -66,8 +66,8 @@ class RunContext:
     workload_hash: str | None = _doc("content hash of the frozen workload the cell replayed", None)
     runs: int = _doc("worker processes per cell the invocation asked for (pyperf's runs)", 1)
     trials: int = _doc("measured passes per process", 1)
-    warmup: int = _doc("unmeasured warm-up passes per process (the hf backend's pass runs every batch the measured pass "
-                       "runs: docs/guide/hf-backend.md)", 0)
+    warmup: int = _doc("unmeasured warm-up passes per process (the hf backend's pass on a GPU runs every batch the "
+                       "measured pass runs: docs/guide/hf-backend.md)", 0)
     tuning_builds: int = _doc("cold builds per cell, each in its own engine folder (`--tuning-builds`): `runs` "
                               "processes each; the table's tuning spread is the spread between them", 1)
     invocation: str | None = _doc("digest of the invocation's identity: its matrix, cells and run settings "

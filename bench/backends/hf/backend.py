@@ -217,15 +217,15 @@ class HFLoaded(Loaded):
             torch.cuda.synchronize(self.device)
 
     def warmup(self, requests, max_batch_size: int, options: dict, passes: int) -> dict:
-        """Run `passes` unmeasured passes over every batch the measured pass will run; return their times.
+        """Run `passes` unmeasured passes over the batches the measured pass will run; return their times.
 
-        Every batch, since kernels are chosen and built per shape the first time a process runs it, and a warm-up that
-        left shapes out left that cost in the measured pass: PyTorch's SDPA on Hopper runs cuDNN attention, which builds
-        a graph per (batch, query length, key length), and cuBLAS picks per GEMM shape. With one batch per batch size
-        warmed, the Qwen-7B shape's eager generate at batch 1 ran the first cell of each worker at 41-61 ms a token on
-        H100 and H200 studies (2026-12-01 to 12-06), a request rising or falling with whether its lengths had run
-        before in that process, where the same prompts took 22-25 ms in the next cell; the compiled cells' prefill took
-        63-85 ms for a new prompt length and 24-27 ms for a seen one.
+        On a GPU every batch, since kernels are chosen and built per shape the first time a process runs it (cuDNN
+        attention, which PyTorch's SDPA chooses on Hopper, builds a graph per shape; cuBLAS picks per GEMM shape), and a
+        warm-up that left shapes out left that cost in the measured pass: with one batch per batch size warmed, the
+        Qwen-7B shape's eager generate at batch 1 ran the first cell of each worker at 41-61 ms a token in the H100 and
+        H200 studies (2026-12-01 to 12-06), a request slow or fast by whether its lengths had run before in that
+        process, where the same prompts took 21-28 ms in the next cell; the compiled cells' prefill took 63-85 ms for a
+        new prompt length and 24-27 ms for a seen one. On a CPU, the worst-shaped batch of each size only.
 
         With a static cache, transformers sizes the cache per generate call and a compiled decode step (CUDA graphs) is
         specialised to (batch, cache length): the cache length is fixed per cell from the whole workload, and the first
@@ -243,7 +243,8 @@ class HFLoaded(Loaded):
             if len(b) not in by_size or _batch_len(b) > _batch_len(by_size[len(b)]):
                 by_size[len(b)] = b
         first = list(by_size.values())
-        order = first + [b for b in plan if not any(b is f for f in first)]
+        # on a CPU no shape cost was seen above this VM's noise, and every batch cost the default matrix 12-17 s more
+        order = first + [b for b in plan if not any(b is f for f in first)] if self.device.type == "cuda" else first
         times, cold = [], None
         for _ in range(passes):
             t0 = time.perf_counter()
