@@ -347,3 +347,25 @@ def test_a_stored_capture_or_load_time_that_is_not_one_counts_nothing_and_stops_
     made = isinstance(capture, dict) and isinstance(capture.get("made_by"), str)
     # an early capture: its 3 s of measuring (no valid load) early beside the baseline's 10 s, its 2 s of scoring after
     assert total == (12.0 if made else 10.0)
+
+
+def test_a_gpu_warm_up_stored_before_the_every_batch_warm_up_is_estimated_a_measured_pass_longer():
+    """On a GPU the hf warm-up runs every batch of the pass since 2026-12-07 (one batch per size before): a dry run from
+    older records adds a measured pass per warm-up pass, and says so; newer records, CPU cells and other backends are
+    read as stored."""
+    from types import SimpleNamespace
+
+    from bench.results.estimate import _warmup_then
+
+    def rec(device="cuda", backend="hf", **warmup):
+        return SimpleNamespace(cell={"device": device, "backend": backend},
+                               extra={"warmup": {"warmup_pass_s": [3.0], **warmup}})
+
+    seconds, note = _warmup_then(rec(), 12.0, 1)
+    assert seconds == 15.0 and "before the every-batch warm-up" in note
+    assert _warmup_then(rec(), 12.0, 2) == (27.0, note)
+    assert _warmup_then(rec(batches_warmed=16), 12.0, 1) == (3.0, "")
+    assert _warmup_then(rec(device="cpu"), 12.0, 1) == (3.0, "")
+    assert _warmup_then(rec(backend="trtllm"), 12.0, 1) == (3.0, "")
+    assert _warmup_then(rec(), None, 1) == (3.0, "")  # no measured pass to add: as stored
+    assert _warmup_then(rec(), 12.0, 0) == (0.0, "")

@@ -13,6 +13,9 @@ best first:
    (which include compilation where the cell compiles, so they stand for the cold cost);
 3. nothing: the cell is unknown and left out of the total.
 
+A GPU hf record from before the warm-up ran every batch of the pass (2026-12-07) stands for its stored warm-up plus
+one of its measured passes per warm-up pass, and its line says so.
+
 Also not known from records: the worker process's start (interpreter and imports) before the
 build, and whether a compile cache is warm (the figures are whatever the stored run saw; each
 record's `build.compile_cache` says which).
@@ -88,6 +91,18 @@ def _warmup_s(rec) -> float | None:
     return float(sum(passes)) if isinstance(passes, list) else None
 
 
+def _warmup_then(rec, trial_s: float | None, passes: int) -> tuple[float | None, str]:
+    """Return (a record's warm-up seconds as this harness would run them, a note): a GPU record from before the hf
+    warm-up ran every batch of the pass (no `batches_warmed`, before 2026-12-07) ran one batch per batch size, so
+    each warm-up pass now costs about one measured pass more."""
+    stored = _warmup_s(rec) if passes else 0.0
+    warmup = rec.extra.get("warmup")
+    if (stored is None or not passes or trial_s is None or not isinstance(warmup, dict) or "batches_warmed" in warmup
+            or rec.cell.get("backend") != "hf" or not str(rec.cell.get("device", "")).startswith("cuda")):
+        return stored, ""
+    return stored + passes * trial_s, " (its warm-up from before the every-batch warm-up, plus a measured pass each)"
+
+
 def _failed_warmup_s(rec) -> float | None:
     """The seconds a failed warm-up ran, or None where its record has no usable figure (a store is untrusted input)."""
     from bench.checks import is_seconds
@@ -139,8 +154,8 @@ def estimate_run(matrix, planned, records, output_tokens) -> Estimate:
             ref = _latest(own)
             trials = [t for t in (_trial_s(r) for r in own if r.context.run_id == ref.context.run_id) if t is not None]
             ce.trial_s = sum(trials) / len(trials) if trials else None
-            ce.warmup_s = _warmup_s(ref) if settings.warmup else 0.0
-            ce.source, ce.cache = "this cell's records", ref.build.get("compile_cache")
+            ce.warmup_s, note = _warmup_then(ref, ce.trial_s, settings.warmup)
+            ce.source, ce.cache = "this cell's records" + note, ref.build.get("compile_cache")
         elif p.cell.cell_id in failed:  # before a sibling's figures: this cell's own run ended in its warm-up
             ref = failed[p.cell.cell_id]
             # the failure is final (bench.runner.matrix.plan): one process, its warm-up up to the failure, no trials
@@ -154,8 +169,8 @@ def estimate_run(matrix, planned, records, output_tokens) -> Estimate:
                 ref = _latest(similar)
                 rate = ref.metric("output_throughput")
                 ce.trial_s = tokens / rate if rate else None
-                ce.warmup_s = _warmup_s(ref) if settings.warmup else 0.0
-                ce.source = f"build key and batch size of {ref.label}, scaled to {tokens} output tokens"
+                ce.warmup_s, note = _warmup_then(ref, ce.trial_s, settings.warmup)
+                ce.source = f"build key and batch size of {ref.label}, scaled to {tokens} output tokens{note}"
                 ce.cache = ref.build.get("compile_cache")
         est.cells.append(ce)
     for key, runs in group_runs.items():
