@@ -400,10 +400,13 @@ def row(change: str, status: int | None, data: Path, expected: set[str], head: s
         # rows not significant whose runs could not have seen the change: not judged, not "no regression" (a planted
         # +12 % over 5 rounds that detect only changes above 37 %, an H100 of 2026-12-07)
         weak = [r["detects_only"] for r in got["rows"] if r["verdict"] == "not significant" and r.get("detects_only")]
-        names = (f"not judged (not significant: these runs detect only changes above {min(weak):.0%})" if weak and
-                 not got["regressions"] else "no (no regression)" if not got["regressions"] else
-                 "no (not attributed: " + "; ".join([m["reason"] for m in got["attribution"]["missing"]]
-                                                    + got["attribution"]["notes"])[:200] + ")")
+        if got["regressions"]:
+            why = "; ".join([m["reason"] for m in got["attribution"]["missing"]] + got["attribution"]["notes"])[:200]
+            names = f"no (not attributed: {why})"
+        elif weak:
+            names = f"not judged (not significant: these runs detect only changes above {min(weak):.0%})"
+        else:
+            names = "no (no regression)"
         return [change, str(status), "-", "-", ", ".join(sorted(expected)), names, "-", "-", cost]
     cell = cells[0]
     first, category = (cell["first"] or {}).get("name", "-"), cell["first_category"] or "-"
