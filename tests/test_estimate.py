@@ -369,3 +369,17 @@ def test_a_gpu_warm_up_stored_before_the_every_batch_warm_up_is_estimated_a_meas
     assert _warmup_then(rec(backend="trtllm"), 12.0, 1) == (3.0, "")
     assert _warmup_then(rec(), None, 1) == (3.0, "")  # no measured pass to add: as stored
     assert _warmup_then(rec(), 12.0, 0) == (0.0, "")
+
+
+@pytest.mark.parametrize("passes", [["x"], [float("nan")], [-5.0], [1e308, 1e308], {"a": 1}, [True]])
+def test_a_stored_warm_up_that_is_no_number_of_seconds_leaves_the_cell_unknown(passes):
+    """A store is untrusted input: a warm-up pass that is a string raised a TypeError out of `--dry-run`, and NaN, a
+    negative or an overflowing sum went into the total as nan, -5 s or inf."""
+    from types import SimpleNamespace
+
+    from bench.results.estimate import _trial_s, _warmup_s, _warmup_then
+
+    rec = SimpleNamespace(cell={"device": "cuda", "backend": "hf"}, extra={"warmup": {"warmup_pass_s": passes}})
+    assert _warmup_s(rec) is None and _warmup_then(rec, 12.0, 1) == (None, "")
+    bad = SimpleNamespace(started_at=None, ended_at=None, metric=lambda m: float("nan"))
+    assert _trial_s(bad) is None

@@ -81,14 +81,27 @@ class Estimate:
 
 
 def _trial_s(rec) -> float | None:
+    """A record's trial seconds (its end less its start, else its duration_s), or None where neither is a number of
+    seconds (a store is untrusted input)."""
+    from bench.checks import is_seconds
+
     if rec.started_at is not None and rec.ended_at is not None and rec.ended_at > rec.started_at:
-        return rec.ended_at - rec.started_at
-    return rec.metric("duration_s")
+        seconds = rec.ended_at - rec.started_at
+    else:
+        seconds = rec.metric("duration_s")
+    return float(seconds) if is_seconds(seconds) else None
 
 
 def _warmup_s(rec) -> float | None:
-    passes = (rec.extra.get("warmup") or {}).get("warmup_pass_s")
-    return float(sum(passes)) if isinstance(passes, list) else None
+    """A record's warm-up seconds (its passes' sum), or None where the record has no usable figure (a store is
+    untrusted input: a pass that is no number of seconds, or a sum past any float, leaves the cell unknown)."""
+    from bench.checks import is_seconds
+
+    warmup = rec.extra.get("warmup")
+    passes = warmup.get("warmup_pass_s") if isinstance(warmup, dict) else None
+    if not isinstance(passes, list) or not all(is_seconds(v) for v in passes) or not is_seconds(sum(passes)):
+        return None
+    return float(sum(passes))
 
 
 def _warmup_then(rec, trial_s: float | None, passes: int) -> tuple[float | None, str]:
