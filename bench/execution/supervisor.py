@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.execution import launcher
+from bench.machine.cores import DEFAULT_POLICY
 
 # How long a worker may take to exit after its last event before it is killed.
 EXIT_GRACE_S = 30.0
@@ -68,7 +69,7 @@ class GroupJob:
     engine: dict = field(default_factory=dict)
     logs: list[Path] = field(default_factory=list)  # the files this job's workers wrote, in order
     zygote: bool = True  # fork its workers from the invocation's zygote where the launcher can (False: fresh processes)
-    cores: str = "scheduled"  # the cores each cell's trials run on (bench.machine.cores: the run setting `cores`)
+    cores: str = DEFAULT_POLICY  # the cores each cell's trials run on (bench.machine.cores: the run setting `cores`)
 
     def new_log(self):
         """Return (path, open binary file) of a log file no other process has written: created here, exclusively."""
@@ -80,7 +81,7 @@ class GroupJob:
         return {
             "build_key": self.build_key.to_dict(),
             "engines_dir": str(self.engines_dir),
-            "settings": {"warmup": self.warmup, **({"cores": self.cores} if self.cores != "scheduled" else {})},
+            "settings": {"warmup": self.warmup, **({"cores": self.cores} if self.cores != DEFAULT_POLICY else {})},
             "engine": self.engine,
             "cells": [{"cell": it.cell.to_dict(), "trials": it.trials, "workload_file": it.workload_file,
                        **({"accuracy_capture": it.accuracy_capture} if it.accuracy_capture else {}),

@@ -100,7 +100,7 @@ def init_cuda(backend_cls, device: str) -> float | None:
 def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
     """Build the job's artifact once, then warm up and measure each cell's trials, emitting events."""
     from bench.backends.registry import backend_class
-    from bench.machine.cores import allowed_cores
+    from bench.machine.cores import DEFAULT_POLICY, allowed_cores
     from bench.machine.cores import apply as apply_cores
     from bench.machine.cores import pin_process as release_cores
     from bench.machine.environment import fingerprint, nvml_device, rank_device
@@ -205,7 +205,7 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
             loaded.recover()
             continue
         # After the warm-up (a compile's worker pool sizes itself to the cores it may use), before the trials.
-        pinned = apply_cores(settings.get("cores", "scheduled"), cores) if item["trials"] else None
+        pinned = apply_cores(settings.get("cores", DEFAULT_POLICY), cores) if item["trials"] else None
         for i, trial in enumerate(item["trials"]):
             if failed:
                 # An OOM or error repeats: the cell's remaining trials are not run.

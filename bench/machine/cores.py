@@ -26,7 +26,8 @@ import statistics
 
 from bench.machine.host_load import host_probe_times
 
-POLICIES = ("scheduled", "fastest")  # the values of the run setting `cores`; the first is the default
+POLICIES = ("scheduled", "fastest")  # the values of the run setting `cores`
+DEFAULT_POLICY = POLICIES[0]  # as the OS places the threads: nothing is done
 # The cores kept: those whose probe took at most this multiple of the fastest's (the H100's two groups of vCPUs
 # differed by 1.5-2x; cores of one group by up to 15 % between probes).
 FAST_WITHIN = 1.2
@@ -78,8 +79,8 @@ def apply(policy: str, cores: set[int] | None) -> dict | None:
 
     cores: the cores the process could use when it started (allowed_cores()), so that each cell chooses again among
     all of them; None or a single core: nothing to choose. "scheduled": nothing is done (the default)."""
-    if policy == "scheduled" or not cores or len(cores) < 2:
-        return None if policy == "scheduled" else {"policy": policy, "pinned": sorted(cores or ()), "probe_ms": {}}
+    if policy == DEFAULT_POLICY or not cores or len(cores) < 2:
+        return None if policy == DEFAULT_POLICY else {"policy": policy, "pinned": sorted(cores or ()), "probe_ms": {}}
     try:
         probes = probe_cores(cores)
     except OSError as exc:  # a core taken away since the process started (a cgroup's cpuset changed): run as scheduled

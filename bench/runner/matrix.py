@@ -17,6 +17,7 @@ from pathlib import Path
 
 from bench.errors import BenchInputError
 from bench.execution.supervisor import GroupItem, GroupJob
+from bench.machine.cores import DEFAULT_POLICY
 from bench.results.records import FINAL_FAILURES, RunContext, new_context, new_record
 from bench.results.store import ResultStore
 from bench.spec.cells import Cell, Matrix
@@ -72,7 +73,7 @@ def invocation_digest(matrix: Matrix, artifacts: dict[str, str] | None = None) -
                        "gpu_memory_gb": st.gpu_memory_gb, "executor": st.executor, "ray_address": st.ray_address,
                        "devices": list(st.devices), "artifacts": sorted((artifacts or {}).items()),
                        "retune_on_mismatch": st.retune_on_mismatch,
-                       **({"cores": st.cores} if st.cores != "scheduled" else {})})
+                       **({"cores": st.cores} if st.cores != DEFAULT_POLICY else {})})
 
 
 def plan(matrix: Matrix, records, context: RunContext, redo: bool = False,

@@ -13,6 +13,7 @@ from bench import CELL_ID_VERSION
 from bench.backends.registry import BACKENDS, backend_config
 from bench.checks import MAX_NUM_REQUESTS, check_number
 from bench.errors import BenchInputError, choices
+from bench.machine.cores import DEFAULT_POLICY
 from bench.models import NAMED_MODELS, SHIPPED_MODELS
 
 PRESETS_DIR = Path(__file__).parent.parent / "presets"
@@ -318,7 +319,7 @@ class RunSettings:
     trust_files: tuple[str, ...] = ()
     # Which cores a GPU worker's trials run on (bench.machine.cores): "scheduled" (as the OS places them) or
     # "fastest" (the cores that probe fastest as each cell's trials begin; docs/guide/results.md).
-    cores: str = "scheduled"
+    cores: str = DEFAULT_POLICY
 
 
 EXECUTORS = ("local", "ray")

@@ -322,12 +322,12 @@ def _settings_of(data: dict, pool: tuple, cells: list[Cell]) -> RunSettings:
 def check_settings(settings: RunSettings, cells=()) -> None:
     """Raise BenchInputError naming the first run setting (a matrix key or its command-line override) that is out of
     range, or that the cells to run (bench.spec.narrow: those --only keeps) cannot take."""
-    from bench.machine.cores import POLICIES
+    from bench.machine.cores import DEFAULT_POLICY, POLICIES
 
     if settings.cores not in POLICIES:
         raise BenchInputError(f"cores (--cores) must be one of {', '.join(map(repr, POLICIES))}, got {settings.cores!r}")
     on_cpu = sorted({c.label for c in cells if c.device == "cpu"})
-    if settings.cores != "scheduled" and on_cpu:
+    if settings.cores != DEFAULT_POLICY and on_cpu:
         raise BenchInputError(f"cores = {settings.cores!r} pins a GPU worker's trials to the host's fastest cores, but "
                               f"{', '.join(on_cpu[:3])}{' ...' if len(on_cpu) > 3 else ''} compute on the CPU, where "
                               "fewer cores would be a different machine: leave `cores` (--cores) at 'scheduled' for them, or run them in "
