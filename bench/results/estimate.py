@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bench.checks import is_seconds
+
 
 @dataclass
 class CellEstimate:
@@ -83,8 +85,6 @@ class Estimate:
 def _trial_s(rec) -> float | None:
     """A record's trial seconds (its end less its start, else its duration_s), or None where neither is a number of
     seconds (a store is untrusted input)."""
-    from bench.checks import is_seconds
-
     if rec.started_at is not None and rec.ended_at is not None and rec.ended_at > rec.started_at:
         seconds = rec.ended_at - rec.started_at
     else:
@@ -95,13 +95,12 @@ def _trial_s(rec) -> float | None:
 def _warmup_s(rec) -> float | None:
     """A record's warm-up seconds (its passes' sum), or None where the record has no usable figure (a store is
     untrusted input: a pass that is no number of seconds, or a sum past any float, leaves the cell unknown)."""
-    from bench.checks import is_seconds
-
     warmup = rec.extra.get("warmup")
     passes = warmup.get("warmup_pass_s") if isinstance(warmup, dict) else None
-    if not isinstance(passes, list) or not all(is_seconds(v) for v in passes) or not is_seconds(sum(passes)):
+    if not isinstance(passes, list) or not all(is_seconds(v) for v in passes):
         return None
-    return float(sum(passes))
+    total = sum(passes)
+    return float(total) if is_seconds(total) else None
 
 
 def _warmup_then(rec, trial_s: float | None, passes: int) -> tuple[float | None, str]:
@@ -118,8 +117,6 @@ def _warmup_then(rec, trial_s: float | None, passes: int) -> tuple[float | None,
 
 def _failed_warmup_s(rec) -> float | None:
     """The seconds a failed warm-up ran, or None where its record has no usable figure (a store is untrusted input)."""
-    from bench.checks import is_seconds
-
     startup = rec.extra.get("startup")
     seconds = startup.get("warmup_s") if isinstance(startup, dict) else None
     return float(seconds) if is_seconds(seconds) else None
@@ -255,8 +252,6 @@ def _latest_accuracy(records) -> dict:
 def _seconds(value) -> float:
     """Return value as seconds where a stored record's field is a finite, non-negative number (not a bool), else 0.0:
     a store is untrusted input, and a NaN would stop the schedule's virtual clock."""
-    from bench.checks import is_seconds
-
     return float(value) if is_seconds(value) else 0.0
 
 
