@@ -8,14 +8,14 @@ PyTorch's own choice of kernel and then with cuDNN attention excluded (`sdpa_ker
 It prints one table; its figures are a diagnosis, not a published benchmark (the product's own records carry the
 warm-up's cost: `extra.warmup.cold_batches_s`).
 
-Usage (on a GPU): python scripts/sdpa_new_shapes.py [N] [FIRST_LENGTH]
+Usage (on a GPU): python scripts/sdpa_new_shapes.py [N] [FIRST_LENGTH]   (each 1-4096)
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import statistics
-import sys
 import time
 
 import torch
@@ -42,9 +42,21 @@ def series(lengths, kind: str) -> list[float]:
     return out
 
 
+def count(text: str) -> int:
+    value = int(text)  # argparse says "invalid count value" for a ValueError
+    if not 1 <= value <= 4096:
+        raise argparse.ArgumentTypeError(f"{value} is outside 1-4096 (the series' lengths reach FIRST + 4 x N)")
+    return value
+
+
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 100
-    first = int(sys.argv[2]) if len(sys.argv) > 2 else 301
+    parser = argparse.ArgumentParser(description="SDPA at the Qwen-7B shape over new lengths, then the same again.")
+    parser.add_argument("n", nargs="?", type=count, default=100, help="lengths per series (default 100)")
+    parser.add_argument("first", nargs="?", type=count, default=301, help="the first length (default 301)")
+    args = parser.parse_args()
+    n, first = args.n, args.first
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU (it times cuDNN attention against the other SDPA kernels)")
     print(torch.__version__, torch.cuda.get_device_name(0), "cudnn", torch.backends.cudnn.version(),
           "cudnn_sdp_enabled", torch.backends.cuda.cudnn_sdp_enabled())
     series([64], "decode")  # the CUDA context and the first kernels, outside every figure
