@@ -293,7 +293,7 @@ print(json.dumps(hf_compile.inductor_settings(workarounds)))
 def test_nvml_readings_are_present_and_sane():
     import torch
 
-    from bench.machine.environment import fingerprint, gpu_info
+    from bench.machine.environment import cudnn_label, fingerprint, gpu_info
     from bench.machine.telemetry import Sampler
 
     info = gpu_info(0)
@@ -303,6 +303,8 @@ def test_nvml_readings_are_present_and_sane():
     assert total == pytest.approx(torch.cuda.get_device_properties(0).total_memory, rel=0.05)
     env = fingerprint("cuda")
     assert env["gpu_name"] == info["gpu_name"] and env.get("gpu_uuid", "").startswith("GPU-")
+    # the cuDNN this torch loads, as cuDNN numbers it (the SDPA check's table prints the same number raw)
+    assert env["cudnn"] == cudnn_label(torch.backends.cudnn.version()) and env["cudnn"].count(".") == 2
 
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     held = torch.empty(int(4e9), dtype=torch.uint8, device="cuda")  # 4 GB the sampler must see

@@ -102,3 +102,19 @@ def test_the_hf_gpu_check_says_nvml_failed(nvml):
     nvml(stub(count=1))
     with pytest.raises(BenchInputError, match="'cuda:3': this machine has 1 GPU"):
         hf_matrix("cuda:3")
+
+
+def test_the_cudnn_version_reads_as_cudnn_writes_it():
+    """cuDNN 9 numbers its versions major*10000 + minor*100 + patch, cuDNN 8 major*1000 + minor*100 + patch: a record
+    says which cuDNN ran (PyTorch's SDPA picks cuDNN attention on Hopper, whose per-length builds are its own)."""
+    from bench.machine.environment import cudnn_label
+
+    assert cudnn_label(91900) == "9.19.0" and cudnn_label(90100) == "9.1.0" and cudnn_label(8907) == "8.9.7"
+    assert cudnn_label(None) is None and cudnn_label(0) is None
+
+
+def test_a_cpu_process_states_no_cudnn():
+    import torch
+
+    env = fingerprint("cpu")
+    assert "cudnn" in env and (env["cudnn"] is None) == (not torch.backends.cudnn.is_available())

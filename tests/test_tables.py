@@ -255,3 +255,13 @@ def test_a_speedup_over_an_unstable_or_busy_baseline_is_marked_in_its_cell():
     # stable on both sides: nothing marked, no footnote
     table = _sweep({1: [[100.0, 100.5, 100.2]], 8: [[700.0, 702.0, 701.0]]})
     assert "*" not in to_markdown({"w": table}).split("\n\n")[1]
+
+def test_the_environment_note_names_the_cudnn_that_ran_and_not_a_missing_one():
+    """Records from before cuDNN was stated (no key) beside new ones: the note names the version, never 'None', and a
+    cuDNN difference alone is stated, not flagged as incomparable (torch's own version decides comparability)."""
+    recs = synthetic_records(backends=("hf",), precisions=("bf16",), batch_sizes=(1,), trials=1, requests=2, telemetry=False)
+    data = report_data(recs)
+    envs = [{**data.environments[0], "cudnn": "9.19.0"}, {**data.environments[0], "cudnn": "9.10.2"},
+            {k: v for k, v in data.environments[0].items() if k != "cudnn"}]
+    note = environment_note(data.frame, envs)
+    assert "- cudnn: 9.10.2, 9.19.0\n" in note + "\n" and "None" not in note and "MIXED" not in note

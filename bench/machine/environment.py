@@ -229,6 +229,24 @@ def rank_device(device: str) -> str:
     return device
 
 
+def cudnn_label(version: int | None) -> str | None:
+    """Return cuDNN's version number as 'major.minor.patch' (91900 -> '9.19.0', 8907 -> '8.9.7'); None for none."""
+    if not version:
+        return None
+    major, rest = divmod(version, 10000) if version >= 90000 else divmod(version, 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
+def _cudnn_version(torch) -> str | None:
+    """Return the cuDNN this process's torch loads, or None (a CPU build): PyTorch's SDPA picks cuDNN attention on
+    Hopper, whose speed and per-length graph builds are cuDNN's own (docs/guide/hf-backend.md, "Warm-up covers the
+    shapes"), so a record says which one ran. Loads the library, makes no CUDA context."""
+    try:
+        return cudnn_label(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else None
+    except (RuntimeError, OSError):  # a library that does not load: no version to state
+        return None
+
+
 def _nvml_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
@@ -243,6 +261,7 @@ def fingerprint(device: str = "cpu") -> dict:
         "bench": installed_version("bench"),
         "torch": None,
         "cuda": None,
+        "cudnn": None,
         "transformers": installed_version("transformers"),
         "tensorrt_llm": installed_version("tensorrt_llm", "tensorrt-llm"),
         "torchao": installed_version("torchao"),
@@ -255,6 +274,7 @@ def fingerprint(device: str = "cpu") -> dict:
 
         env["torch"] = torch.__version__
         env["cuda"] = torch.version.cuda
+        env["cudnn"] = _cudnn_version(torch)
     else:
         env["torch"] = installed_version("torch")
     if device.startswith("cuda"):

@@ -336,7 +336,7 @@ def to_csv(tables: dict[str, SpeedupTable]) -> str:
     return pd.concat(frames, ignore_index=True).to_csv(index=False, float_format="%.6g", lineterminator="\n")
 
 
-ENV_NOTE_KEYS = ("gpu_name", "gpu_count", "gpu_memory_bytes", "driver", "cuda", "torch", "transformers",
+ENV_NOTE_KEYS = ("gpu_name", "gpu_count", "gpu_memory_bytes", "driver", "cuda", "cudnn", "torch", "transformers",
                  "tensorrt_llm", "torchao", "python", "cpu", "commit")
 
 

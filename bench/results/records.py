@@ -125,7 +125,8 @@ class Record:
     error: str | None = _doc("the failure's message and traceback tail", None)
     workload: dict = _doc("name, content_hash, num_requests, tokenizer, source and SHA-256, token totals", None)
     build: dict = _doc("build key hash, build and load seconds, compile cache state", None)
-    environment: dict = _doc("the worker's environment: host, platform, python, cpu, torch, cuda, transformers, "
+    environment: dict = _doc("the worker's environment: host, platform, python, cpu, torch, cuda, cudnn (the cuDNN torch "
+                             "loads, where it has one), transformers, "
                              "tensorrt_llm, torchao, gemlite, GPU name/count/driver/memory/compute capability/UUID "
                              "(`gpu_uuid`: which board; `gpu_index`: NVML's index of it), `cuda_visible_devices`, "
                              "`tensor_parallel_gpus` (a tensor-parallel cell's GPUs), `nvml_error` (only when NVML "
