@@ -159,6 +159,7 @@ def test_static_cache_warmup_covers_every_batch_size(tmp_path):
     out = loaded.run(reqs, 2, {"batching": "dataset"})
     assert [t.output_len for t in out.timings] == [3, 4, 5]
     assert out.extra["static_cache_len"] == 128 and "sol_time_s" not in out.extra  # no bandwidth on CPU
+    assert out.extra["unwarmed_batches"] == 0  # both batches (sizes 2 and 1) are the worst of their size: warmed
     assert out.extra["weight_bytes"] == loaded.num_parameters * 4
     assert out.extra["streamed_weight_bytes"] == out.extra["weight_bytes"]  # qwen-tiny ties its embedding
     loaded.close()
@@ -235,8 +236,11 @@ def test_the_warm_up_runs_every_batch_of_the_measured_pass_the_worst_of_each_siz
     assert sorted(ran[:3]) == sorted(plan) and ran[3:] == ran[:3]  # every batch once a pass
     assert info["batches_warmed"] == 3 and info["batch_sizes_warmed"] == [1, 2] and len(info["warmup_pass_s"]) == 2
     assert info["static_cache_len"] == 128 and info["cold_batches_s"] <= info["first_pass_s"]
+    # what a timed pass then counts as `unwarmed_batches`: the shapes (rows, padded prompt, output) the warm-up ran
+    assert loaded.warmed_shapes == {(2, 50, 4), (2, 30, 4), (1, 40, 4)}
     ran.clear()
     assert loaded.warmup(reqs, 2, {"batching": "dataset"}, passes=0)["batches_warmed"] == 0 and ran == []
+    assert loaded.warmed_shapes == set()  # warmup = 0: every batch of the pass is a first time
     loaded.device = SimpleNamespace(type="cpu")  # no shape cost seen on a CPU: the worst of each size only
     assert loaded.warmup(reqs, 2, {"batching": "dataset"}, passes=1)["batches_warmed"] == 2
-    assert ran == [("0", "1"), ("4",)]
+    assert ran == [("0", "1"), ("4",)] and (2, 30, 4) not in loaded.warmed_shapes

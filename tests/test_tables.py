@@ -265,3 +265,22 @@ def test_the_environment_note_names_the_cudnn_that_ran_and_not_a_missing_one():
             {k: v for k, v in data.environments[0].items() if k != "cudnn"}]
     note = environment_note(data.frame, envs)
     assert "- cudnn: 9.10.2, 9.19.0\n" in note + "\n" and "None" not in note and "MIXED" not in note
+
+
+def test_a_gpu_row_whose_timed_pass_ran_shapes_its_warm_up_had_not_is_flagged():
+    """The hf backend records `unwarmed_batches` (the pass's batches at a shape its warm-up did not run): on a GPU
+    those carry first-time costs (cuDNN attention's graph per new length: 37-39 ms each on an H100), so the row says
+    so; on a CPU the warm-up runs the worst batch of each size only, by design, and says nothing."""
+    from dataclasses import replace
+
+    recs = synthetic_records(backends=("hf",), precisions=("bf16",), batch_sizes=(1, 2), trials=2, requests=4,
+                             telemetry=False)
+    cold = [replace(r, extra={**r.extra, "unwarmed_batches": 3 if r.cell.get("max_batch_size") == 1 else 0})
+            for r in recs]
+    warns = [w for t in speedup_table(report_data(cold).frame).values() for w in t.warnings]
+    flagged = [w for w in warns if "warm-up left shapes out" in w]
+    assert len(flagged) == 2 and all("hf/bf16/bs1 " in w and "3 of the timed pass's batches" in w for w in flagged)
+    assert {w.split(" on ")[1].split(":")[0] for w in flagged} == {"sharegpt", "fixed-128-128"}  # one a table
+    on_cpu = [replace(r, cell={**r.cell, "device": "cpu"}) for r in cold]
+    warns = [w for t in speedup_table(report_data(on_cpu).frame).values() for w in t.warnings]
+    assert not any("warm-up left shapes out" in w for w in warns)

@@ -371,6 +371,10 @@ def load_warnings(r) -> list[str]:
                    f"{num('in_flight_last') or 0:.1f}) and TTFT p50 ({num('ttft_first_ms') or 0:.0f} -> "
                    f"{num('ttft_last_ms') or 0:.0f} ms) both rose more than {SATURATION_RISE:g}x from the first to "
                    "the last third of the pass: the server did not keep up, its figures describe a growing queue")
+    if (num("unwarmed_batches") or 0) > 0 and str(r.get("device")) != "cpu":
+        out.append(f"warm-up left shapes out: {num('unwarmed_batches'):g} of the timed pass's batches (mean over its "
+                   "runs) ran at a shape the warm-up had not run, so their first-time costs (kernel choice, cuDNN "
+                   "attention's graph per new length, compilation) are in these figures: measure it with warmup >= 1")
     if num("gpu_busy_pct") is not None and num("gpu_busy_pct") < HOST_BOUND_BUSY_PCT:
         out.append(f"host-bound: the GPU was busy {num('gpu_busy_pct'):.0f} % of the measured window "
                    f"(< {HOST_BOUND_BUSY_PCT:g} %): the host (launches, Python, the client) limits it")

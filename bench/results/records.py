@@ -116,7 +116,9 @@ class Record:
     trial: int = _doc("which measured pass inside that process (0-based)", 0)
     status: str = _doc("ok, oom, error, timeout", "ok")
     metrics: dict | None = _doc("the pass's metrics (below); null for failures", None)
-    extra: dict = _doc("backend figures: parameters, weight bytes, peak memory, telemetry, warm-up costs; `kernels`: "
+    extra: dict = _doc("backend figures: parameters, weight bytes, peak memory, telemetry, warm-up costs "
+                       "(`warmup`; hf: `unwarmed_batches`, the pass's batches at a shape its warm-up did not run); "
+                       "`kernels`: "
                        "where the pass's kernels came from (`source`: built here or artifact, `artifact`: its digest, "
                        "`artifact_tuned_digest`, `tuning_build`, `refused_because`); probes: `probe`; profiles: "
                        "`kernel_table`, `trace`, `profile`; capacity probes: `capacity`; accuracy: `accuracy` "
@@ -235,8 +237,9 @@ class Record:
         return out
 
 
-# Figures some writers keep in `extra` rather than `metrics`.
-EXTRA_METRICS = ("tokens_per_joule", "sol_pct")
+# Figures some writers keep in `extra` rather than `metrics` (`unwarmed_batches`: the hf backend's batches of the pass
+# at a shape its warm-up did not run, bench/backends/hf/backend.py; the report flags a GPU row where it is above 0).
+EXTRA_METRICS = ("tokens_per_joule", "sol_pct", "unwarmed_batches")
 # The host's speed in the pass's process (extra.host_load.host_probe_ms, bench.machine.host_load), read as a metric.
 HOST_PROBE = "host_probe_ms"
 

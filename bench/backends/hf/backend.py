@@ -113,6 +113,7 @@ class HFLoaded(Loaded):
         self.cache = opts["cache"]
         self.compile = opts.get("compile", "off")
         self.cache_len: int | None = None  # static cache length fixed per cell by warmup()
+        self.warmed_shapes: set | None = None  # the batch shapes the cell's warm-up ran (None: no warm-up asked)
         self.engine_dir = Path(artifact["folder"])  # build() points Inductor's and Triton's caches here
         ref = resolve_model(key["model"])
         kwargs = {"attn_implementation": opts["attn_implementation"]}
@@ -246,6 +247,7 @@ class HFLoaded(Loaded):
         # on a CPU no shape cost was seen above this VM's noise, and every batch cost the default matrix 12-17 s more
         order = first + [b for b in plan if not any(b is f for f in first)] if self.device.type == "cuda" else first
         times, cold = [], None
+        self.warmed_shapes = {_batch_shape(b) for b in order} if passes else set()
         for _ in range(passes):
             t0 = time.perf_counter()
             for i, b in enumerate(order):
@@ -292,6 +294,8 @@ class HFLoaded(Loaded):
             "quant": self.quant,
             "tensor_parallel_size": self.tensor_parallel,
         }
+        if self.warmed_shapes is not None:  # the pass's batches at a shape its warm-up did not run (a first-time cost)
+            extra["unwarmed_batches"] = sum(_batch_shape(b) not in self.warmed_shapes for b in plan)
         if self.compile != "off":
             extra["inductor"] = {**inductor_settings(self.workarounds), "tuned": tuned_kernel_configs(self.engine_dir)}
         if self.device.type == "cuda":
@@ -576,6 +580,11 @@ def count_produced(tokens, requested: list[int], eos_ids=None) -> list[int]:
 
 def _batch_len(batch) -> int:
     return max(r.input_len for r in batch) + max(r.output_len for r in batch)
+
+
+def _batch_shape(batch) -> tuple[int, int, int]:
+    """Return what decides a batch's tensor shapes (rows, padded prompt, output): one shape builds the same kernels."""
+    return len(batch), max(r.input_len for r in batch), max(r.output_len for r in batch)
 
 
 def static_cache_len(plan) -> int:
