@@ -1,5 +1,7 @@
 """`bench run --dry-run`: the duration estimate from stored records (bench.results.estimate)."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from bench.cli import main
@@ -60,7 +62,10 @@ def test_estimate_comes_from_each_cells_own_records(tmp_path):
         mine = [r for r in records if r.cell_id == cell.cell_id]
         latest_run = max(r.context.started_at for r in mine)
         trials = [r.ended_at - r.started_at for r in mine if r.context.started_at == latest_run]
-        warm = sum(mine[-1].extra["warmup"]["warmup_pass_s"])
+        # one warm-up per process of the latest context (its trials share it): their mean
+        processes = {r.run: sum(r.extra["warmup"]["warmup_pass_s"]) for r in mine if r.context.started_at == latest_run}
+        assert len(processes) == 2
+        warm = sum(processes.values()) / 2
         assert ce.source == "this cell's records" and ce.runs == 2
         assert ce.trial_s == pytest.approx(sum(trials) / len(trials))
         assert ce.warmup_s == pytest.approx(warm)
@@ -383,3 +388,31 @@ def test_a_stored_warm_up_that_is_no_number_of_seconds_leaves_the_cell_unknown(p
     assert _warmup_s(rec) is None and _warmup_then(rec, 12.0, 1) == (None, "")
     bad = SimpleNamespace(started_at=None, ended_at=None, metric=lambda m: float("nan"))
     assert _trial_s(bad) is None
+
+
+def test_a_compiled_cell_is_estimated_from_every_process_not_the_last_one_alone():
+    """On an H100 (2026-12-07) the same compiled cell warmed up in 30.9 s in its first process (compiling, cold cache)
+    and 11.8 s in its second: the latest alone made the study's run step 257 s where it took 396.6 s. Each process of
+    the stored context stands for one of the processes to run: the mean, and the line names both cache states."""
+    from bench.results.estimate import estimate_run
+
+    cell = {"backend": "hf", "model": "m", "precision": "bf16", "max_batch_size": 1, "device": "cuda",
+            "options": {"compile": "reduce-overhead"}, "workload": {"name": "w"}}
+
+    def rec(run, warm, cache, trial=0):
+        from dataclasses import replace
+
+        r = make_record("c1", trial=trial, run=run, cell=cell,
+                        extra={"warmup": {"warmup_pass_s": [warm], "batches_warmed": 16}})
+        return replace(r, build={"compile_cache": cache})
+
+    records = [rec(0, 30.9, "cold"), rec(0, 30.9, "cold", trial=1), rec(1, 11.8, "warm"), rec(1, 11.8, "warm", trial=1)]
+    planned = [SimpleNamespace(cell=SimpleNamespace(cell_id="c1", label="hf/bf16/bs1/w", max_batch_size=1,
+                                                    build_key=lambda: SimpleNamespace(key_hash="k")), runs=[0, 1])]
+    matrix = SimpleNamespace(settings=SimpleNamespace(trials=2, warmup=1))
+    (ce,) = estimate_run(matrix, planned, records, lambda spec: 0).cells
+    assert ce.warmup_s == pytest.approx((30.9 + 11.8) / 2) and ce.trial_s == pytest.approx(1.0)
+    assert ce.total_s == pytest.approx(2 * ((30.9 + 11.8) / 2 + 2 * 1.0)) and ce.cache == "cold, then warm"
+    one = [r for r in records if r.run == 1]  # a context of one process: its own figure, its own state
+    (ce,) = estimate_run(matrix, planned, one, lambda spec: 0).cells
+    assert ce.warmup_s == pytest.approx(11.8) and ce.cache == "warm"

@@ -5,7 +5,8 @@ listed as unknown. Per cell and worker process (one run), a cell costs its warm-
 and `trials` measured passes; per build group and run, a worker loads (build + load). Sources,
 best first:
 
-1. the same cell's own records (its latest context): its trials' wall time, its warm-up passes;
+1. the same cell's own records (its latest context): its trials' wall time, its warm-up passes (the mean over
+   that context's processes: the first one on a machine may compile what the next ones reuse);
    or, where its warm-up ended in a final failure (an OOM under a memory cap), one process up to
    that failure and no measured pass (a re-run would not measure it either);
 2. a record of the same build key and max_batch_size (another workload, or options outside
@@ -115,6 +116,30 @@ def _warmup_then(rec, trial_s: float | None, passes: int) -> tuple[float | None,
     return stored + passes * trial_s, " (its warm-up from before the every-batch warm-up, plus a measured pass each)"
 
 
+def _per_process(records) -> list:
+    """Return one record per worker process (`run`) of one context's records of one cell, in run order."""
+    per_run = {}
+    for r in sorted(records, key=lambda r: (r.run, r.trial)):
+        per_run.setdefault(r.run, r)
+    return list(per_run.values())
+
+
+def _caches(records) -> str | None:
+    """Return the compile cache states its processes saw, in run order ('cold, then warm'); None where none says."""
+    states = list(dict.fromkeys(s for s in (r.build.get("compile_cache") for r in _per_process(records)) if s))
+    return ", then ".join(states) or None
+
+
+def _processes_warmup(records, trial_s: float | None, passes: int) -> tuple[float | None, str]:
+    """Return (the warm-up of one process, a note) from one run context's records of one cell: the mean over its
+    processes (each `run` once; its trials share one warm-up), since the first process on a machine pays what the next
+    reuse (a compile's cold cache: 30.9 s, then 11.8 s, for the same compiled cell on an H100, 2026-12-07), and a
+    later one alone would stand for neither. None where no process has a usable figure."""
+    found = [_warmup_then(r, trial_s, passes) for r in _per_process(records)]
+    seconds = [w for w, _ in found if w is not None]
+    return (sum(seconds) / len(seconds) if seconds else None), next((n for w, n in found if w is not None), "")
+
+
 def _failed_warmup_s(rec) -> float | None:
     """The seconds a failed warm-up ran, or None where its record has no usable figure (a store is untrusted input)."""
     startup = rec.extra.get("startup")
@@ -162,10 +187,11 @@ def estimate_run(matrix, planned, records, output_tokens) -> Estimate:
         own = by_cell.get(p.cell.cell_id)
         if own:
             ref = _latest(own)
-            trials = [t for t in (_trial_s(r) for r in own if r.context.run_id == ref.context.run_id) if t is not None]
+            same = [r for r in own if r.context.run_id == ref.context.run_id]
+            trials = [t for t in (_trial_s(r) for r in same) if t is not None]
             ce.trial_s = sum(trials) / len(trials) if trials else None
-            ce.warmup_s, note = _warmup_then(ref, ce.trial_s, settings.warmup)
-            ce.source, ce.cache = "this cell's records" + note, ref.build.get("compile_cache")
+            ce.warmup_s, note = _processes_warmup(same, ce.trial_s, settings.warmup)
+            ce.source, ce.cache = "this cell's records" + note, _caches(same)
         elif p.cell.cell_id in failed:  # before a sibling's figures: this cell's own run ended in its warm-up
             ref = failed[p.cell.cell_id]
             # the failure is final (bench.runner.matrix.plan): one process, its warm-up up to the failure, no trials
@@ -179,9 +205,10 @@ def estimate_run(matrix, planned, records, output_tokens) -> Estimate:
                 ref = _latest(similar)
                 rate = ref.metric("output_throughput")
                 ce.trial_s = tokens / rate if rate else None
-                ce.warmup_s, note = _warmup_then(ref, ce.trial_s, settings.warmup)
+                same = [r for r in similar if r.cell_id == ref.cell_id and r.context.run_id == ref.context.run_id]
+                ce.warmup_s, note = _processes_warmup(same, ce.trial_s, settings.warmup)
                 ce.source = f"build key and batch size of {ref.label}, scaled to {tokens} output tokens{note}"
-                ce.cache = ref.build.get("compile_cache")
+                ce.cache = _caches(same)
         est.cells.append(ce)
     for key, runs in group_runs.items():
         if key in loads:
