@@ -18,10 +18,21 @@ from bench.errors import BenchInputError
 MAX_NUM_REQUESTS = 100_000
 
 
+def is_finite_number(value: Any) -> bool:
+    """Return whether value is a finite int or float (not a bool), an int too large for a float not being one: a
+    stored record is JSON, where `1e999` reads as inf and 400 digits as an int that no float holds."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # math.isfinite converts an int to a float first
+        return False
+
+
 def is_seconds(value: Any) -> bool:
     """Return whether value is a finite, non-negative number (not a bool): a duration read from a stored file or
     record, which is untrusted input (the capture's, the estimate's and the console's one test of it)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    return is_finite_number(value) and value >= 0
 
 
 def check_number(value: Any, what: str, *, integer: bool = False, minimum: float | None = None,

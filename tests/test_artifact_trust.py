@@ -409,3 +409,13 @@ def _set(d, field: str, value, remove: bool = False) -> None:
             d.pop(last, None)
         else:
             d[last] = value
+
+
+@pytest.mark.parametrize("made_at", [10**400, float("inf"), float("nan"), True, "yesterday"])
+def test_a_manifest_time_no_float_holds_is_refused_clearly(made_at):
+    """An int of 400 digits made math.isfinite raise OverflowError inside the manifest check: a traceback, not the
+    reason. It is refused as the other wrong times are."""
+    manifest = json.loads(json.dumps(VALID))
+    manifest["made_at"] = made_at
+    with pytest.raises(BenchInputError, match="has made_at .*not a time"):
+        engine_artifact.check_manifest(manifest, "x.tar")

@@ -212,3 +212,32 @@ def test_the_parts_of_extra_reports_read_are_typed_properties():
     assert rec.telemetry == [{"t_s": 0.0, "power_w": 100.0}, {"t_s": 0.1, "power_w": 110.0}]  # one list per field
     old = make_record(extra={"telemetry": [{"t_s": 0.0, "power_w": 90.0}]}, output_throughput=1.0)
     assert old.telemetry == [{"t_s": 0.0, "power_w": 90.0}] and old.busy_reasons == () and old.notes == ()  # older layout
+
+
+@pytest.mark.parametrize("value", [10**400, -(10**400), float("inf"), float("nan")])
+def test_a_stored_figure_no_float_holds_is_no_figure_and_no_traceback(tmp_path, capsys, value):
+    """A store is untrusted JSON: `1e999` reads as inf and 400 digits as an int no float holds (math.isfinite raises
+    OverflowError on it, which stopped `bench report` with a traceback). Such a metric, `extra` figure or warm-up time
+    is no figure: the report is written without it, and no warning counts it."""
+    from bench.checks import is_finite_number, is_seconds
+    from bench.results.records import finite_metrics
+    from bench.results.rows import number
+    from tests.support.synthetic import synthetic_records
+
+    assert not is_finite_number(value) and not is_seconds(value) and number(value) is None
+    assert finite_metrics({"a": value, "b": 2})[1] == ["a"]
+    assert is_finite_number(3) and is_finite_number(-2.5) and not is_finite_number(True) and not is_finite_number("1")
+    store = tmp_path / "s.jsonl"
+    lines = []
+    for r in synthetic_records(backends=("hf",), precisions=("bf16",), batch_sizes=(1, 2), trials=2, requests=4,
+                               telemetry=False):
+        line = r.to_json()
+        line["metrics"]["tpot_mean_ms"] = value
+        line["extra"] = {**line["extra"], "unwarmed_batches": value, "sol_pct": value,
+                         "warmup": {"warmup_pass_s": [value], "batches_warmed": 4}}
+        lines.append(json.dumps(line))
+    store.write_text("\n".join(lines) + "\n")
+    assert main(["report", str(store), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr()
+    assert "Traceback" not in out.out + out.err and "warm-up left shapes out" not in out.out + out.err
+    assert "hf/bf16/bs1" in (tmp_path / "out" / "speedup.md").read_text()

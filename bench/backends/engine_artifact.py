@@ -36,13 +36,13 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import math
 import os
 import re
 import tarfile
 import time
 from pathlib import Path
 
+from bench.checks import is_finite_number
 from bench.errors import BenchInputError
 
 FORMAT = 1
@@ -195,8 +195,7 @@ def check_manifest(manifest, path) -> dict:
         if not isinstance(manifest.get(key), (str, type(None))):
             raise bad(f"has {key} {str(manifest[key])[:80]!r}, not text")
     made_at = manifest.get("made_at")
-    if made_at is not None and (isinstance(made_at, bool) or not isinstance(made_at, (int, float))
-                                or not math.isfinite(made_at)):
+    if made_at is not None and not is_finite_number(made_at):
         raise bad(f"has made_at {made_at!r}, not a time")
     if not manifest["files"]:
         raise bad("lists no file")

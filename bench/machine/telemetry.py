@@ -21,11 +21,11 @@ the tables' stability warning quotes it.
 
 from __future__ import annotations
 
-import math
 import statistics
 import threading
 import time
 
+from bench.checks import is_finite_number
 from bench.machine.environment import nvml_device, nvml_index  # noqa: F401  (nvml_index: its old home)
 
 # NVML's clock event (throttle) reason bits (nvml.h, nvmlClocksEventReason*); stable across drivers.
@@ -314,12 +314,12 @@ def spread_causes(runs: list[dict], rank=None) -> list[str]:
     if busy and min(busy) < HOST_BOUND_BUSY_PCT:
         causes.append(f"host-bound: the GPU was busy only {min(busy):.0f}-{max(busy):.0f} % of the time "
                       "(the host's launches, not the GPU, set the pace, so the host's load moves the result)")
-    probed = [r for r in runs if _finite(r.get("host_probe_ms")) and r["host_probe_ms"] > 0]
+    probed = [r for r in runs if is_finite_number(r.get("host_probe_ms")) and r["host_probe_ms"] > 0]
     probes = [r["host_probe_ms"] for r in probed]
     if len(probes) >= 2 and max(probes) > (1 + HOST_PROBE_SPREAD) * min(probes):
         seen = (f"host speed: the same Python loop took {min(probes):.2f}-{max(probes):.2f} ms in the runs' processes "
                 f"(+{100 * (max(probes) / min(probes) - 1):.0f} %)")
-        pairs = [(r["host_probe_ms"], r["slowness"]) for r in probed if _finite(r.get("slowness"))]
+        pairs = [(r["host_probe_ms"], r["slowness"]) for r in probed if is_finite_number(r.get("slowness"))]
         order = rank([x for x, _ in pairs], [y for _, y in pairs]) if pairs and rank is not None else None
         if order is None:
             causes.append(seen + ": the host's cores ran at different speeds, which can move a host-bound figure "
@@ -331,10 +331,6 @@ def spread_causes(runs: list[dict], rank=None) -> list[str]:
                                   f", but not in the runs' order beyond chance ({how}): the loop's speed does not "
                                   "explain this spread"))
     return causes
-
-
-def _finite(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _mean(values: list) -> float | None:

@@ -9,9 +9,9 @@ BenchInputError naming the file and `bench profile` as the fix.
 from __future__ import annotations
 
 import fnmatch
-import math
 from dataclasses import dataclass
 
+from bench.checks import is_finite_number
 from bench.errors import BenchInputError
 from bench.results.records import checked_step_ms
 
@@ -106,7 +106,7 @@ def step_figures(table: dict, profile: dict, tool: str, source: str) -> StepFigu
     if with_modules and steps_meta.get("host_us") is not None:
         raw = steps_meta["host_us"]
         if not isinstance(raw, dict) or not all(
-                isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                isinstance(k, str) and is_finite_number(v)
                 and v >= 0 for k, v in raw.items()):
             raise BenchInputError(f"kernel table {source}: meta.decode_steps.host_us must map range groups to finite "
                                   "µs of 0 or more: re-run `bench profile`")

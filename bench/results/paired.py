@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bench.checks import is_finite_number
 from bench.errors import BenchInputError
 from bench.results import stats
 from bench.spec.narrow import coerce_cli_value
@@ -71,7 +72,7 @@ def _runs(row) -> dict[tuple, tuple[float, list]]:
     """Return {process_key: (its first pass's start, its ok records)} of a row."""
     out: dict[tuple, tuple[float, list]] = {}
     for r in row.ok_records:
-        start = r.started_at if isinstance(r.started_at, (int, float)) and math.isfinite(r.started_at) else math.nan
+        start = r.started_at if is_finite_number(r.started_at) else math.nan
         first, recs = out.get(r.process_key, (math.inf, []))
         out[r.process_key] = (min(first, start) if not math.isnan(start) else math.nan, recs + [r])
     return out

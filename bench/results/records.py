@@ -17,13 +17,13 @@ field docs below (`schema_markdown`), and a test checks that they agree.
 from __future__ import annotations
 
 import json
-import math
 import secrets
 import time
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 from bench import SCHEMA_VERSION
+from bench.checks import is_finite_number
 from bench.errors import BenchInputError
 from bench.spec.cells import cell_label
 
@@ -269,7 +269,7 @@ def checked_step_ms(profile: dict, where: str) -> float | None:
     step_ms = profile.get("step_ms")
     if step_ms is None:
         return None
-    if isinstance(step_ms, bool) or not isinstance(step_ms, (int, float)) or not math.isfinite(step_ms) or step_ms <= 0:
+    if not is_finite_number(step_ms) or step_ms <= 0:
         raise BenchInputError(f"{where}: step_ms {step_ms!r} is not a positive number of milliseconds: re-run "
                               "`bench profile`")
     return float(step_ms)
@@ -384,15 +384,16 @@ def environment_digest(environment: dict) -> str | None:
 
 
 def finite_metrics(metrics: dict | None) -> tuple[dict | None, list[str]]:
-    """Return (metrics with NaN and ±inf replaced by None, the names replaced).
+    """Return (metrics with NaN, ±inf and ints too large for a float replaced by None, the names replaced).
 
     The store holds JSON, which has no NaN or infinity (a zero-length pass divides by zero): a
     writer stores such a figure as missing and says which, and a reader of an older store sees
-    them as missing rather than failing on them.
+    them as missing rather than failing on them (an int no float holds stopped the report's frame).
     """
     if not metrics:
         return metrics, []
-    bad = sorted(k for k, v in metrics.items() if isinstance(v, float) and not math.isfinite(v))
+    bad = sorted(k for k, v in metrics.items()
+                 if isinstance(v, (int, float)) and not isinstance(v, bool) and not is_finite_number(v))
     if not bad:
         return metrics, []
     return {k: (None if k in bad else v) for k, v in metrics.items()}, bad

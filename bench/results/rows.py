@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+from bench.checks import is_finite_number
 from bench.results.records import EXTRA_METRICS, HOST_PROBE, Record
 from bench.spec.cells import identity_options
 
@@ -58,8 +59,9 @@ def length_limits(workload: dict) -> tuple[int | None, int | None, bool]:
 
 
 def number(v):
-    """Return v if it is a number (not a bool), else None."""
-    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    """Return v if it is a finite number (not a bool; bench.checks.is_finite_number), else None: a stored figure is
+    untrusted input, and an inf count or an int no float holds is no figure."""
+    return v if is_finite_number(v) else None
 
 
 def record_host(rec: Record) -> str | None:

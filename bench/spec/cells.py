@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from bench import CELL_ID_VERSION
 from bench.backends.registry import BACKENDS, backend_config
-from bench.checks import MAX_NUM_REQUESTS, check_number
+from bench.checks import MAX_NUM_REQUESTS, check_number, is_finite_number
 from bench.errors import BenchInputError, choices
 from bench.machine.cores import DEFAULT_POLICY
 from bench.models import NAMED_MODELS, SHIPPED_MODELS
@@ -394,7 +393,7 @@ class AccuracySpec:
         if "rouge_window" in values:
             w = values["rouge_window"]
             if (not isinstance(w, (list, tuple)) or len(w) != 2
-                    or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in w)
+                    or not all(is_finite_number(x) for x in w)
                     or not w[0] <= 0 <= w[1]):
                 raise BenchInputError(f"[accuracy]: rouge_window must be [low, high] ROUGE points with low <= 0 <= high, "
                                       f"e.g. [-1, 2], got {w!r}")
@@ -416,7 +415,7 @@ class AccuracySpec:
                                   f"({self.generate_tokens}): lower prefix_k or raise generate_tokens")
         for key in (*self.POSITIVE, "top1_rtol"):
             v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or not math.isfinite(v):
+            if not is_finite_number(v) or not v > 0:
                 raise BenchInputError(f"[accuracy]: {key} must be a positive, finite number, got {v!r}")
         if self.prefix_ratio_broken > 1:
             raise BenchInputError(f"[accuracy]: prefix_ratio_broken is a fraction of the baseline's own rate (at most 1; "
