@@ -416,3 +416,6 @@ def test_a_compiled_cell_is_estimated_from_every_process_not_the_last_one_alone(
     one = [r for r in records if r.run == 1]  # a context of one process: its own figure, its own state
     (ce,) = estimate_run(matrix, planned, one, lambda spec: 0).cells
     assert ce.warmup_s == pytest.approx(11.8) and ce.cache == "warm"
+    for hostile in (["cold"], {"a": 1}, 3, None):  # a store is untrusted: a state that is no text is not stated
+        (ce,) = estimate_run(matrix, planned, [rec(0, 30.9, hostile), rec(1, 11.8, "warm")], lambda spec: 0).cells
+        assert ce.cache == "warm" and ce.warmup_s == pytest.approx((30.9 + 11.8) / 2)

@@ -124,18 +124,19 @@ def _per_process(records) -> list:
     return list(per_run.values())
 
 
-def _caches(records) -> str | None:
-    """Return the compile cache states its processes saw, in run order ('cold, then warm'); None where none says."""
-    states = list(dict.fromkeys(s for s in (r.build.get("compile_cache") for r in _per_process(records)) if s))
+def _caches(processes) -> str | None:
+    """Return the compile cache states the processes (_per_process) saw, in run order ('cold, then warm'); None where
+    none says."""
+    states = list(dict.fromkeys(s for s in (r.build.get("compile_cache") for r in processes) if isinstance(s, str) and s))
     return ", then ".join(states) or None
 
 
-def _processes_warmup(records, trial_s: float | None, passes: int) -> tuple[float | None, str]:
-    """Return (the warm-up of one process, a note) from one run context's records of one cell: the mean over its
-    processes (each `run` once; its trials share one warm-up), since the first process on a machine pays what the next
+def _processes_warmup(processes, trial_s: float | None, passes: int) -> tuple[float | None, str]:
+    """Return (the warm-up of one process, a note) from one run context's processes of one cell (_per_process: each
+    `run` once; its trials share one warm-up): their mean, since the first process on a machine pays what the next
     reuse (a compile's cold cache: 30.9 s, then 11.8 s, for the same compiled cell on an H100, 2026-12-07), and a
     later one alone would stand for neither. None where no process has a usable figure."""
-    found = [_warmup_then(r, trial_s, passes) for r in _per_process(records)]
+    found = [_warmup_then(r, trial_s, passes) for r in processes]
     seconds = [w for w, _ in found if w is not None]
     return (sum(seconds) / len(seconds) if seconds else None), next((n for w, n in found if w is not None), "")
 
@@ -190,8 +191,9 @@ def estimate_run(matrix, planned, records, output_tokens) -> Estimate:
             same = [r for r in own if r.context.run_id == ref.context.run_id]
             trials = [t for t in (_trial_s(r) for r in same) if t is not None]
             ce.trial_s = sum(trials) / len(trials) if trials else None
-            ce.warmup_s, note = _processes_warmup(same, ce.trial_s, settings.warmup)
-            ce.source, ce.cache = "this cell's records" + note, _caches(same)
+            processes = _per_process(same)
+            ce.warmup_s, note = _processes_warmup(processes, ce.trial_s, settings.warmup)
+            ce.source, ce.cache = "this cell's records" + note, _caches(processes)
         elif p.cell.cell_id in failed:  # before a sibling's figures: this cell's own run ended in its warm-up
             ref = failed[p.cell.cell_id]
             # the failure is final (bench.runner.matrix.plan): one process, its warm-up up to the failure, no trials
@@ -205,10 +207,11 @@ def estimate_run(matrix, planned, records, output_tokens) -> Estimate:
                 ref = _latest(similar)
                 rate = ref.metric("output_throughput")
                 ce.trial_s = tokens / rate if rate else None
-                same = [r for r in similar if r.cell_id == ref.cell_id and r.context.run_id == ref.context.run_id]
-                ce.warmup_s, note = _processes_warmup(same, ce.trial_s, settings.warmup)
+                processes = _per_process([r for r in similar
+                                          if r.cell_id == ref.cell_id and r.context.run_id == ref.context.run_id])
+                ce.warmup_s, note = _processes_warmup(processes, ce.trial_s, settings.warmup)
                 ce.source = f"build key and batch size of {ref.label}, scaled to {tokens} output tokens{note}"
-                ce.cache = _caches(same)
+                ce.cache = _caches(processes)
         est.cells.append(ce)
     for key, runs in group_runs.items():
         if key in loads:

@@ -579,7 +579,7 @@ def count_produced(tokens, requested: list[int], eos_ids=None) -> list[int]:
 
 
 def _batch_len(batch) -> int:
-    return max(r.input_len for r in batch) + max(r.output_len for r in batch)
+    return sum(_batch_shape(batch)[1:])  # padded prompt + output
 
 
 def _batch_shape(batch) -> tuple[int, int, int]:
