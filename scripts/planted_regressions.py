@@ -27,7 +27,9 @@ processes hides even a 9x change at 99 %), TURNS (1: a host-bound baseline's cha
 one matrix and one `bench run` per option changed (round k: process k of every cell), and compared round by round,
 `bench compare S S --base-only plant=none --head-only plant=...`, a paired test: `turn_groups`; a drift both sides
 share cancels in each round's ratio, but processes that differ at random do not, so the host-stability guard below
-applies to the baseline's rounds too), CORES (the matrices' run setting `cores`, bench.machine.cores: "scheduled", the
+applies to the baseline's rounds too, except for the plants: a plant is not built, so the baseline and its plants run
+in one process a round, one after the other (`shares_process`), and share its host speed; neither the guard nor the
+precheck holds them back), CORES (the matrices' run setting `cores`, bench.machine.cores: "scheduled", the
 default; "fastest" on cuda pins each process's trials to the cores that probe fastest as they begin: the H100
 machines' vCPUs ran at two speeds on 2026-12-07, but which were slow changed within seconds, and it did not steady
 them), HOST_PRECHECK (with CORES=scheduled only; 0: skip `host_precheck`, which probes the host's speed in a few fresh
@@ -218,11 +220,17 @@ def main() -> int:
     statuses = {}
     skipped: dict[str, str] = {}  # change -> why it was not run (its baseline's host could not judge it)
     turns = turn_groups(chosen, device) if os.environ.get("TURNS") == "1" else {}
-    # pinned processes (CORES=fastest) run on the cores the product probes for each: fresh unpinned ones say nothing
-    uneven = _precheck(device, [CHANGES[c][0] for c in chosen]) if cores == "scheduled" else ""
+    # pinned processes (CORES=fastest) run on the cores the product probes for each: fresh unpinned ones say nothing;
+    # changes measured in the baseline's own processes (shares_process) need no even host
+    between = [CHANGES[c][0] for c in chosen if not any(c in cs and shares_process(k) for (_, k), cs in turns.items())]
+    uneven = _precheck(device, between) if cores == "scheduled" else ""
     for (base_name, key), changes in turns.items():  # one matrix: the baseline and its changes, measured in turns
         _, base_opts, _ = options_of(changes[0], device)
-        if uneven:  # no device time on what this machine start cannot judge
+        one_process = shares_process(key)
+        if one_process:
+            print(f"  {', '.join(changes)}: measured in the baseline's own processes (option {key} is not built: "
+                  "each round's process runs the baseline, then each change)", flush=True)
+        if uneven and not one_process:  # no device time on what this machine start cannot judge
             skipped.update({c: f"not run ({uneven})" for c in changes})
             print(f"  {', '.join(changes)}: not run: {uneven}", flush=True)
             continue
@@ -236,7 +244,8 @@ def main() -> int:
         store = f"results/{name}.jsonl"
         # rounds whose processes spread the baseline beyond the product's limit hide the change in the pairs' spread
         # too (an H100 start of 2026-12-07: 26-42 ms; the paired test said 5 rounds detect only changes above 66 %)
-        why = host_unstable(work / store, {key: values[0]}) if device == "cuda" else ""
+        # (in one process a round the pairs share the host's speed: the paired test's own power note judges them)
+        why = host_unstable(work / store, {key: values[0]}) if device == "cuda" and not one_process else ""
         for change, value in zip(changes, values[1:], strict=True):
             report, data = out / f"{change}.compare.md", out / f"{change}.compare.json"
             data.unlink(missing_ok=True)
@@ -345,6 +354,17 @@ def turn_groups(chosen: list[str], device: str) -> dict[tuple[str, str], list[st
         if base in HOST_BOUND and len(changed) == 1:
             out.setdefault((base, next(iter(changed))), []).append(c)
     return out
+
+
+def shares_process(key: str) -> bool:
+    """Return whether cells that differ only in hf option `key` share a build key, and so one worker process a round
+    (`bench run` runs a build key's cells in one process, one after the other): option plant, set per pass
+    (bench.backends.hf.corrupt.replant). Such a pair's rounds share the host's speed, which on the H100 hosts of
+    2026-12-07 moved a host-bound eager step by 19-27 % between processes and left two plants unjudged."""
+    from bench.backends.hf.config import HFConfig
+
+    option = HFConfig.options.get(key)
+    return option is not None and not option.in_build_key
 
 
 def host_unstable(store: Path, options: dict | None = None) -> str:

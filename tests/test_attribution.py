@@ -649,18 +649,22 @@ def test_the_planted_script_spends_no_device_time_where_the_host_cannot_judge(tm
 
 @pytest.mark.filterwarnings("ignore:.*NVML sees no NVIDIA GPU:UserWarning")
 def test_the_planted_script_turns_matrix_names_its_baseline_and_is_not_judged_on_a_drifting_host(tmp_path, monkeypatch):
-    """TURNS=1 puts the eager baseline and its plants in one matrix: its cells share backend, precision and batch size,
-    so the matrix must name its baseline (on 2026-12-07 an H100 call's `bench run` refused it as ambiguous, and every
-    comparison then failed). The baseline named is the one cell without a plant. Where that cell's processes spread
-    their TPOT past the product's limit (the same call's rerun: 26-42 ms), no change is judged and the summary says
-    why; its store is kept."""
+    """TURNS=1 puts a host-bound baseline and its changes in one matrix: its cells share backend, precision and batch
+    size, so the matrix must name its baseline (on 2026-12-07 an H100 call's `bench run` refused it as ambiguous, and
+    every comparison then failed). The baseline named is the one cell without the change. Where a change is built
+    (static-cache: a cell of its own build key, so its own process a round) and the baseline's processes spread their
+    TPOT past the product's limit (26-42 ms, an H100 of 2026-12-07), it is not judged and the summary says why; its
+    store is kept. A plant is not built: the eager baseline and its plants share each round's process, so the same
+    drift between processes does not hold them back (the paired test judges them)."""
     import tomllib
 
     from bench.spec.baseline import check_baseline
     from scripts import planted_regressions as P
 
     monkeypatch.setenv("BENCH_ALLOW_CORRUPTION", "1")
-    tpots = {"none": [29.1, 23.3, 40.2, 42.0, 24.3], "Qwen2MLP:2": [30.0, 31.0, 29.0, 30.5, 29.5]}
+    drifting, steady = [29.1, 23.3, 40.2, 42.0, 24.3], [20.2, 20.0, 19.9, 20.9, 20.7]
+    tpots = {"none": drifting, "Qwen2MLP:2": [30.0, 31.0, 29.0, 30.5, 29.5], "dynamic": drifting,
+             "static": [31.0, 30.0, 29.0, 30.5, 29.5]}
     calls = []
 
     def bench(args, work, log):  # `bench run` stands in: the matrix it was given, measured as `tpots` says
@@ -673,27 +677,34 @@ def test_the_planted_script_turns_matrix_names_its_baseline_and_is_not_judged_on
             context = new_context("run", matrix=matrix.name, runs=5)
             with ResultStore(path).writer() as s:
                 for cell in matrix.cells:
-                    for run, tpot in enumerate(tpots[cell.options_dict["plant"]]):
+                    o = cell.options_dict
+                    for run, tpot in enumerate(tpots[o["cache"] if matrix.name.endswith("cache") else o["plant"]]):
                         s.append(new_record("measurement", cell, {"status": "ok", "metrics": {"tpot_median_ms": tpot}},
                                             context=context, run=run))
         return 0
 
     monkeypatch.setattr(P, "bench", bench)
     monkeypatch.setattr(P, "host_precheck", lambda: ("", [1.0] * 8))  # an even host (tested below)
-    planted_env(monkeypatch, tmp_path, "mlp-twice", TURNS="1")
+    planted_env(monkeypatch, tmp_path, "mlp-twice,static-cache", TURNS="1")
     assert P.main() == 0
     matrix = tomllib.loads((tmp_path / "planted-eager-turns-plant.toml").read_text())
     assert matrix["baseline"]["plant"] == "none" and matrix["options"]["plant"] == ["none", "Qwen2MLP:2"]
-    assert [a[0] for a in calls] == ["run"]  # measured; not compared
+    cache = tomllib.loads((tmp_path / "planted-generate-dynamic-turns-cache.toml").read_text())
+    assert cache["baseline"]["cache"] == "dynamic" and cache["options"]["cache"] == ["dynamic", "static"]
+    # both measured; only the plant compared: it shares its baseline's processes
+    assert [a[0] for a in calls] == ["run", "compare", "run"] and calls[1][3:7] == ["--base-only", "plant=none",
+                                                                                   "--head-only", "plant=Qwen2MLP:2"]
     summary = (tmp_path / "out" / "summary.md").read_text()
-    assert "| mlp-twice | - | - | - | MLP | not judged (the baseline's 5 processes ran TPOT 23.30-42.00 ms" in summary
-    assert "0 of 1 planted regressions explained" in summary
+    assert "| static-cache | - | - | - | attention, copy | not judged (the baseline's 5 processes ran TPOT " \
+           "23.30-42.00 ms" in summary
     calls.clear()
-    tpots["none"] = [20.2, 20.0, 19.9, 20.9, 20.7]  # a steady host: the pair is compared
-    (tmp_path / "results" / "planted-eager-turns-plant.jsonl").unlink()
+    tpots["dynamic"] = steady  # a steady host: the built change is compared too
+    (tmp_path / "results" / "planted-generate-dynamic-turns-cache.jsonl").unlink()
+    monkeypatch.setenv("CHANGES", "static-cache")
     assert P.main() == 0
-    assert [a[0] for a in calls] == ["run", "compare"] and calls[1][3:7] == ["--base-only", "plant=none",
-                                                                            "--head-only", "plant=Qwen2MLP:2"]
+    assert [a[0] for a in calls] == ["run", "compare"] and calls[1][3:7] == ["--base-only", "cache=dynamic",
+                                                                            "--head-only", "cache=static"]
+    assert P.shares_process("plant") and not P.shares_process("cache") and not P.shares_process("no-such-option")
 
 
 def test_the_planted_script_probes_the_host_in_fresh_processes_before_any_host_bound_change(tmp_path, monkeypatch):
@@ -728,17 +739,22 @@ def test_the_planted_script_probes_the_host_in_fresh_processes_before_any_host_b
     calls = []
     monkeypatch.setattr(P, "bench", lambda args, work, log: calls.append(args) or 1)
     monkeypatch.setattr(P, "host_precheck", lambda: ("the host's probe loop took 1.25-2.49 ms", [1.25, 2.49]))
-    planted_env(monkeypatch, tmp_path, "mlp-twice,freeze-off", TURNS="1")
+    planted_env(monkeypatch, tmp_path, "mlp-twice,static-cache,freeze-off", TURNS="1")
     assert P.main() == 0
     ran = {a[2] for a in calls if a[0] == "run"}
-    assert ran and not any("eager" in m for m in ran), ran  # freeze-off's compiled cells only
+    # freeze-off's compiled cells and the plant (its baseline's own processes); not the built host-bound change
+    assert "planted-eager-turns-plant.toml" in ran and not any("generate" in m for m in ran), ran
     summary = (tmp_path / "out" / "summary.md").read_text()
-    assert "| mlp-twice | - | - | - | MLP | not run (the host's probe loop took 1.25-2.49 ms) |" in summary
+    assert "| static-cache | - | - | - | attention, copy | not run (the host's probe loop took 1.25-2.49 ms) |" in summary
     calls.clear()
     monkeypatch.setenv("HOST_PRECHECK", "0")
     monkeypatch.setattr(P, "host_precheck", lambda: pytest.fail("probed with HOST_PRECHECK=0"))
     assert P.main() == 0
-    assert "planted-eager-turns-plant.toml" in {a[2] for a in calls if a[0] == "run"}
+    assert "planted-generate-dynamic-turns-cache.toml" in {a[2] for a in calls if a[0] == "run"}
+    calls.clear()
+    monkeypatch.delenv("HOST_PRECHECK")
+    monkeypatch.setenv("CHANGES", "mlp-twice,freeze-off")  # plants in turns and compiled cells: nothing to probe for
+    assert P.main() == 0 and calls
 
 
 def test_with_cores_fastest_the_planted_matrices_pin_their_trials_and_skip_the_precheck(tmp_path, monkeypatch):

@@ -226,6 +226,7 @@ def test_the_warm_up_runs_every_batch_of_the_measured_pass_the_worst_of_each_siz
 
     loaded = object.__new__(HFLoaded)
     loaded.cache, loaded.cache_len, loaded.workarounds = "static", None, None
+    loaded.model, loaded.planted = None, "none"  # no plant: no model touched
     loaded.device = SimpleNamespace(type="cuda")
     ran = []
     monkeypatch.setattr(loaded, "run", lambda batch, size, options: ran.append(tuple(r.id for r in batch)), raising=False)

@@ -23,7 +23,8 @@ def test_plant_is_refused_outside_the_tests_and_checked(monkeypatch):
     assert parse_matrix(del_doc).cells[0].cell_id == plain.cell_id  # the default keeps every stored cell's id
     monkeypatch.setenv("BENCH_ALLOW_CORRUPTION", "1")
     planted = parse_matrix(doc("Qwen2MLP:3")).cells[0]
-    assert planted.cell_id != plain.cell_id and planted.build_key() != plain.build_key()  # a model of its own
+    # a cell of its own, but the same model: a plant is set per pass, so the pair shares one process a round
+    assert planted.cell_id != plain.cell_id and planted.build_key() == plain.build_key()
     for bad, why in (("Qwen2MLP", "must be '<module class>:<N>'"), ("Qwen2MLP:1", "N from 2"),
                      ("Qwen2 MLP:2", "module class"), ("Qwen2Attention:2", "writes the KV cache"),
                      ("Qwen2DecoderLayer:2", "writes the KV cache"), ("Qwen2ForCausalLM:2", "whole model")):
@@ -65,8 +66,46 @@ def test_planted_modules_run_n_times_with_the_same_outputs_in_one_range_per_call
         plant(model, "Qwen9MLP", 2)
 
 
+def test_replant_sets_one_plant_at_a_time_and_gives_the_modules_their_own_forward_back():
+    """`replant` moves a model from one plant to the next (the cells of one process, one after the other): the
+    previous plant is undone first, a module with an instance forward of its own (a hook's wrapper) gets that one
+    back, and 'none' leaves no wrapper behind."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from bench.backends.hf.corrupt import replant
+    from bench.models import resolve_model
+
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**resolve_model("qwen-tiny").config),
+                                             dtype=torch.float32).eval()
+    calls = []
+    norm = model.model.norm
+    own = norm.forward  # an instance forward of its own, as a wrapper would set
+    norm.forward = lambda *a, _f=own, **k: (calls.append(1), _f(*a, **k))[1]
+    wrapper = norm.forward
+    mlps = [layer.mlp for layer in model.model.layers]
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.inference_mode():
+        before = model(ids).logits
+        assert replant(model, "none", "Qwen2RMSNorm:3") == "Qwen2RMSNorm:3"
+        calls.clear()
+        assert torch.equal(model(ids).logits, before) and len(calls) == 3  # the final norm's forward, 3 times
+        assert replant(model, "Qwen2RMSNorm:3", "Qwen2MLP:2") == "Qwen2MLP:2"
+        assert norm.forward is wrapper and all(m.forward.__name__ == "repeated" for m in mlps)
+        assert replant(model, "Qwen2MLP:2", "Qwen2MLP:2") == "Qwen2MLP:2"  # the same plant: nothing redone
+        assert all(m.forward.planted_over is None for m in mlps)
+        assert replant(model, "Qwen2MLP:2", "none") == "none"
+        assert all("forward" not in m.__dict__ for m in mlps) and norm.forward is wrapper
+        calls.clear()
+        assert torch.equal(model(ids).logits, before) and len(calls) == 1
+    with pytest.raises(BenchInputError, match="N from 2"):
+        replant(model, "none", "Qwen2MLP:1")
+
+
 @pytest.mark.slow
-def test_the_hf_backend_applies_the_plant(tmp_path, monkeypatch):
+def test_the_hf_backend_applies_each_passes_plant_to_one_loaded_model(tmp_path):
+    """One loaded model, the plant of each pass's options: planted for a planted cell's pass, unplanted for the next
+    cell's, the same tokens either way (a plant is not part of the build: bench.backends.hf.corrupt.replant)."""
     from bench.backends.hf.backend import HFBackend
     from bench.spec.cells import BuildKey
     from bench.workloads.request import Request
@@ -74,12 +113,14 @@ def test_the_hf_backend_applies_the_plant(tmp_path, monkeypatch):
     opts = (("attn_implementation", "sdpa"), ("cache", "dynamic"), ("compile", "off"))
     backend = HFBackend()
     reqs = [Request("0", (1, 2, 3, 4), 3)]
+    loaded = backend.load(backend.build(BuildKey("hf", "qwen-tiny", "fp32", "cpu", opts), tmp_path))
+    norm = loaded.model.model.norm
     out = {}
-    for plant in ("none", "Qwen2RMSNorm:4"):
-        key = BuildKey("hf", "qwen-tiny", "fp32", "cpu", opts + ((("plant", plant),) if plant != "none" else ()))
-        loaded = backend.load(backend.build(key, tmp_path))
-        norm = loaded.model.model.norm
+    for plant in ("none", "Qwen2RMSNorm:4", "none"):
+        out.setdefault(plant, []).append(loaded.run(reqs, 1, {"plant": plant}).timings[0].output_ids)
         assert (norm.forward.__name__ == "repeated") == (plant != "none")
-        out[plant] = loaded.run(reqs, 1, {}).timings[0].output_ids
-        loaded.close()
-    assert out["none"] is not None and out["none"] == out["Qwen2RMSNorm:4"]  # the same tokens: only time moved
+    loaded.warmup(reqs, 1, {"plant": "Qwen2MLP:2"}, 0)  # a profile window's warm-up of no pass sets it too
+    assert loaded.planted == "Qwen2MLP:2" and norm.forward.__name__ != "repeated"
+    assert loaded.greedy(reqs, 1, {}, 3) == {"0": out["none"][0]} and loaded.planted == "none"
+    loaded.close()
+    assert out["none"][0] is not None and out["none"][0] == out["none"][1] == out["Qwen2RMSNorm:4"][0]

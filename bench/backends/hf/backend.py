@@ -24,6 +24,7 @@ from bench.backends.hf.compile import (
     tuned_kernel_configs,
 )
 from bench.backends.hf.config import DTYPES, TORCHAO, HFConfig
+from bench.backends.hf.corrupt import replant
 from bench.backends.hf.quantize import quantize
 from bench.backends.hf.tensor_parallel import load_tensor_parallel
 from bench.backends.speed_of_light import model_weight_bytes
@@ -147,11 +148,7 @@ class HFLoaded(Loaded):
             from bench.backends.hf.corrupt import overflow
 
             overflow(self.model)
-        if opts.get("plant", "none") != "none":  # tests only, like corrupt_layer: a slowdown with the same outputs
-            from bench.backends.hf.config import parse_plant
-            from bench.backends.hf.corrupt import plant
-
-            plant(self.model, *parse_plant(opts["plant"]))
+        self.planted = "none"  # option plant (tests only): set per pass, not built (corrupt.replant)
         self.num_parameters = sum(p.numel() for p in self.model.parameters())  # the model's, before quantization
         if self.tensor_parallel == 1:  # a rank's shards are not the model's weights: no digest for them
             from bench.backends.hf.weights import weights_digest
@@ -237,6 +234,7 @@ class HFLoaded(Loaded):
         from bench.workloads.workload import batches
 
         requests = list(requests)
+        self.planted = replant(self.model, self.planted, options.get("plant", "none"))  # the cell's own (tests only)
         plan = batches(requests, max_batch_size, options.get("batching", "dataset"))
         self.fix_cache_len(requests, max_batch_size, options)
         by_size: dict[int, list] = {}
@@ -274,6 +272,7 @@ class HFLoaded(Loaded):
 
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
+        self.planted = replant(self.model, self.planted, options.get("plant", "none"))
         plan = batches(list(requests), max_batch_size, options.get("batching", "dataset"))
         cache_len = self.cache_len or (static_cache_len(plan) if self.cache == "static" else None)
         timings: list[RequestTiming] = []
@@ -351,6 +350,7 @@ class HFLoaded(Loaded):
 
         from bench.workloads.workload import batches
 
+        self.planted = replant(self.model, self.planted, options.get("plant", "none"))  # greedy's, teacher_forced's
         plan = batches(list(reqs), max_batch_size, options.get("batching", "dataset"))
         out = []
         for batch in plan:

@@ -108,7 +108,7 @@ class HFConfig(BackendConfig):
         ),
         # A planted slowdown for the attribution tests (bench/backends/hf/corrupt.py plant); refused outside them.
         "plant": Option(
-            "none", kind=str, keeps_ids_at_default=True,
+            "none", kind=str, keeps_ids_at_default=True, in_build_key=False,  # set per pass (corrupt.replant)
             help="tests only (BENCH_ALLOW_CORRUPTION=1): '<module class>:<N>' runs every module of that class N times "
                  "per call, same outputs (e.g. 'Qwen2MLP:3': only time moves); 'none': no plant",
         ),

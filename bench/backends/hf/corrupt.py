@@ -22,6 +22,10 @@ attention, decoder layers and whole models, which write the KV cache), so the ou
 accuracy figure, are unchanged: only time moves, inside that module's range. A compiled step folds
 the repeats back into one (Inductor eliminates common subexpressions: an MLP run 3 times compiled to
 the 2 matmuls of one, torch 2.13 on the CPU), so the declaration refuses a plant in a compiled cell.
+A plant is not part of the built model: it is set per call (`replant`, by each of the loaded model's
+passes), so a cell and its planted twin share a build key and so one worker process a round, one cell
+after the other: compared round by round (bench.results.paired), the pair then shares the process's
+host speed, which on the GPU hosts moved a host-bound step by 19-27 % between processes.
 """
 
 from __future__ import annotations
@@ -91,5 +95,33 @@ def plant(model, module_class: str, repeats: int) -> int:
                 out = _forward(*args, **kwargs)
             return out
 
+        repeated.planted_over = module.__dict__.get("forward")  # an instance forward of its own, or None
         module.forward = repeated
     return len(targets)
+
+
+def unplant(model) -> int:
+    """Give every planted module of `model` its own forward back; return how many were planted."""
+    planted = [m for m in model.modules() if hasattr(m.__dict__.get("forward"), "planted_over")]
+    for module in planted:
+        before = module.forward.planted_over
+        if before is None:
+            del module.forward  # the class's forward again
+        else:
+            module.forward = before
+    return len(planted)
+
+
+def replant(model, current: str, wanted: str) -> str:
+    """Make option plant's `wanted` ('none' or '<module class>:<N>') the model's plant, undoing `current` first;
+    return `wanted` (the loaded model keeps it as its current plant). A model is planted for the pass about to run,
+    so cells that differ only in their plant share one loaded model (and process)."""
+    if wanted == current:
+        return current
+    if current != "none":
+        unplant(model)
+    if wanted != "none":
+        from bench.backends.hf.config import parse_plant
+
+        plant(model, *parse_plant(wanted))
+    return wanted
