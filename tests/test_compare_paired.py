@@ -163,6 +163,13 @@ def test_a_cell_and_its_planted_twin_share_each_rounds_process_and_are_compared_
             pids.setdefault(r["run"], set()).add(r["environment"]["pid"])
         assert sorted(pids) == [0, 1, 2, 3] and all(len(p) == 1 for p in pids.values()), pids  # one process a round
         assert len(set.union(*pids.values())) == 4
+        # each window timed right after its cell's trials (`timed_stage_s`), both profiled after the round's last trial:
+        # a profiler slows what runs after it in its process, the other cell's trials and window timing included
+        windows = [json.loads(line) for line in Path("profiles/pair.jsonl").read_text().splitlines()]
+        assert len(windows) == 8 and all(w["extra"]["profile"]["timed_stage_s"] > 0 for w in windows)
+        for run in range(4):
+            last_trial = max(r["ended_at"] for r in measured if r["run"] == run)
+            assert all(w["started_at"] >= last_trial for w in windows if w["run"] == run)
         args = ["compare", "results/pair.jsonl", "results/pair.jsonl", "--base-only", "plant=none", "--head-only",
                 "plant=Linear:5", "--profile", "--confidence", "0.95", "--json", "pair.json"]
         assert main(args) == 1

@@ -144,10 +144,15 @@ def test_what_a_timed_window_cost_its_process_is_read_from_its_record_and_hostil
 
     from bench.results.profile_windows import window_cost
 
-    def rec(a, b):
-        return NS(started_at=a, ended_at=b)
+    def rec(a, b, **profile):
+        return NS(started_at=a, ended_at=b, profile=profile)
 
     assert window_cost({"torch": [rec(10.0, 12.5), rec(20.0, 21.0)]}) == (1.0, 2.5)
     assert window_cost({}) is None
     for a, b in [(None, 3.0), (1.0, None), ("1", 2.0), (5.0, 4.0), (float("nan"), 1.0), (0.0, float("inf"))]:
         assert window_cost({"torch": [rec(1.0, 2.0), rec(a, b)]}) is None, (a, b)
+    # a window timed right after its cell's trials and profiled last: both stages are its cost; a hostile stage none
+    assert window_cost({"torch": [rec(10.0, 12.5, timed_stage_s=1.5), rec(20.0, 21.0, timed_stage_s=10**400)]}) \
+        == (1.0, 4.0)
+    assert window_cost({"torch": [rec(0.0, 1.0, timed_stage_s=float("nan")), rec(0.0, 1.0, timed_stage_s=-3)]}) \
+        == (1.0, 1.0)

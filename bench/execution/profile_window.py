@@ -24,7 +24,10 @@ Two windows:
 
 Order: warm-up windows, UNPROFILED_REPEATS unprofiled windows (the median wall time is the reference, so one hiccup of
 the host does not set it; a profile is still one process, and host-bound steps differ between processes:
-docs/measurements/2026-12-06-h100-planted-regressions.md), then the profiled window. The unprofiled decode step
+docs/measurements/2026-12-06-h100-planted-regressions.md), then the profiled window: two stages, `time_window` and
+`profile_timed`. A timed worker that measured several cells times each cell's window right after its trials and
+profiles them all after its last cell (bench.execution.worker), since a profiler slows what runs after it in its
+process: each window's timed stage then sees the process as its trials did. The unprofiled decode step
 (`step_ms`, the reference of the attribution's launch-gaps row and of % SOL): a harness window's time between its
 first and last steps' ends over the steps between, as TPOT is measured (`step_times`); a generate window's time less
 that of the same batches generating one token (their prefill), over its decode steps, which also counts generate's own
@@ -198,21 +201,41 @@ def profile_window(loaded, cell, job: dict, out_dir: str | Path) -> dict:
     its unprofiled decode step, its shape, and with the torch tool the kernel table and trace it wrote to out_dir.
 
     job: tool (TOOLS), decode_steps, batches, warmup, patterns (module ranges), workload_file (the cell's frozen
-    workload) and optionally meta (said in the kernel table). The caller closes `loaded`.
+    workload) and optionally meta (said in the kernel table). The caller closes `loaded`. The two stages one after
+    the other: `time_window`, then `profile_timed`.
     """
+    return profile_timed(loaded, time_window(loaded, cell, job), out_dir, again=False)
+
+
+@dataclasses.dataclass
+class TimedWindow:
+    """A window timed unprofiled (`time_window`), to be profiled (`profile_timed`): what the profiled stage needs."""
+
+    cell: object
+    job: dict
+    workload: object  # the cell's frozen Workload
+    window: object  # DecodeWindow or GenerateWindow
+    hooks: bool  # module ranges (an uncompiled step)
+    cuda: bool
+    result: dict  # the unprofiled figures so far
+
+
+def time_window(loaded, cell, job: dict) -> TimedWindow:
+    """The unprofiled stage: fix the cell's shapes (its plant too), run the warm-up windows, then time
+    UNPROFILED_REPEATS windows and the decode step, with no profiler. A process that measured several cells times
+    each cell's window right after its trials and profiles them all last (bench.execution.worker): a profiler that ran
+    in a process slows what runs after it there (torch.profiler leaves CUPTI attached), and an H100 run of
+    2026-12-07 whose six cells shared a process timed the five windows after the first profile 60 % slower than their
+    own trials (rotary-outside: 34.8 ms against 26.7), the first window not (21.7 against 22.1)."""
     import torch
 
-    from bench.execution.nvtx import ModuleRanges, RangeStack
     from bench.workloads.workload import Workload, batches
 
     tool = job["tool"]
     if tool not in TOOLS:
         raise ValueError(f"unknown tool {tool!r}: one of {TOOLS}")
-    model = getattr(loaded, "model", None)
-    if model is None:
+    if getattr(loaded, "model", None) is None:
         raise RuntimeError(f"backend {cell.backend!r} exposes no torch model to put ranges on")
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     workload = Workload.from_json(Path(job["workload_file"]).read_text())
     options = cell.options_dict
     # The measured pass's shapes: the worker's warm-up fixes them from the whole workload (no pass runs here).
@@ -233,10 +256,6 @@ def profile_window(loaded, cell, job: dict, out_dir: str | Path) -> dict:
         raise RuntimeError("ncu replays the kernels of the decode_step:1 range, which a compiled generate cell "
                            "does not have (no hooks on a compiled model): profile its eager configuration, or "
                            "the harness loop (decode_loop = \"harness\"), whose steps get ranges from outside")
-
-    def timed(fn) -> float:
-        return wall(fn, cuda)
-
     for _ in range(job.get("warmup", 1)):
         window.prepare()
         window()
@@ -248,7 +267,6 @@ def profile_window(loaded, cell, job: dict, out_dir: str | Path) -> dict:
         first = prefill_only(window)
         first()  # its own warm-up: generating one token may take another path
         prefill_s, _ = median_wall(first, cuda)
-    stack = RangeStack(record_function=tool == "torch", nvtx=tool in ("nsys", "ncu") and cuda)
     result = {"tool": tool, "unprofiled_window_s": unprofiled_s, "unprofiled_windows_s": repeats, "cuda": cuda,
               "window": {"kind": window.kind, "requests": sum(len(c) for c in chunks), "batches": len(chunks),
                          "decode_steps": job["decode_steps"], "prompt_tokens": [r.input_len for c in chunks for r in c],
@@ -279,10 +297,34 @@ def profile_window(loaded, cell, job: dict, out_dir: str | Path) -> dict:
         # Decode step 1 of the first batch (the step ncu replays): each row attends over its prompt and one new token.
         result["step_bound"] = step_bound(loaded.weights, loaded.kv_per_token, [r.input_len + 1 for r in chunks[0]],
                                           (loaded.bandwidth or {}).get("bandwidth_bytes_s"))
+    return TimedWindow(cell, job, workload, window, hooks, cuda, result)
+
+
+def profile_timed(loaded, timed: TimedWindow, out_dir: str | Path, again: bool = True) -> dict:
+    """The profiled stage of a timed window; return the timed stage's result with the profile's figures and files.
+    `again`: other work ran in the process since the window was timed (other cells' trials and windows), so the
+    cell's shapes and plant are fixed again and one warm-up window runs first (nothing compiles inside the profile)."""
+    import torch
+
+    from bench.execution.nvtx import ModuleRanges, RangeStack
+
+    cell, job, window, hooks, cuda = timed.cell, timed.job, timed.window, timed.hooks, timed.cuda
+    tool, result = job["tool"], dict(timed.result)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if again:
+        loaded.warmup(timed.workload.requests, cell.max_batch_size, cell.options_dict, 0)
+        window.prepare()
+        window()
+
+    def timed_call(fn) -> float:
+        return wall(fn, cuda)
+
+    stack = RangeStack(record_function=tool == "torch", nvtx=tool in ("nsys", "ncu") and cuda)
     # ncu replays the kernels of one decode-step range: no module ranges inside it (the per-kernel table is by name)
     patterns = job["patterns"] if hooks and tool != "ncu" else []
     window.prepare()
-    with ModuleRanges(model, patterns, stack=stack, phases=hooks and window.kind == "generate") as ranges:
+    with ModuleRanges(loaded.model, patterns, stack=stack, phases=hooks and window.kind == "generate") as ranges:
         result["ranges_matched"] = len(ranges.targets)
         if tool == "torch":
             from bench.execution.kernels import write_side_tables
@@ -291,7 +333,7 @@ def profile_window(loaded, cell, job: dict, out_dir: str | Path) -> dict:
             holder = {}
 
             def profiled():
-                holder["s"] = timed(lambda: window(ranges))
+                holder["s"] = timed_call(lambda: window(ranges))
 
             table, trace = profile_call(profiled, cuda=cuda, labels=stack.labels, trace_path=out_dir / "trace.json",
                                         meta={**job.get("meta", {}), "cell_id": cell.cell_id, "label": cell.label})
@@ -303,11 +345,11 @@ def profile_window(loaded, cell, job: dict, out_dir: str | Path) -> dict:
             torch.cuda.synchronize()
             torch.cuda.cudart().cudaProfilerStart()
             try:
-                result["profiled_window_s"] = timed(lambda: window(ranges))
+                result["profiled_window_s"] = timed_call(lambda: window(ranges))
             finally:
                 torch.cuda.cudart().cudaProfilerStop()
         else:  # ncu (--nvtx-include) replays only decode_step:1's kernels; the window's wall time includes that replay
-            result["profiled_window_s"] = timed(lambda: window(ranges))
+            result["profiled_window_s"] = timed_call(lambda: window(ranges))
     if stack.depth:
         raise RuntimeError(f"{stack.depth} range(s) left open after the window")
     return result

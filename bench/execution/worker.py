@@ -168,7 +168,7 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
 
     workloads: dict[str, Workload] = {}
     export_failed = False
-    windows = []  # (cell, window job) of the cells profiled after this process's last timed pass
+    windows = []  # (cell, window job, its timed stage) of the cells profiled after this process's last timed pass
     for item in job["cells"]:
         cell = Cell.from_dict(item["cell"])
         wl_file = item["workload_file"]
@@ -250,12 +250,12 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
                 failed = True
         if pinned and cores:
             release_cores(cores)  # the next cell's warm-up on every core again; its trials choose anew
-        if item.get("profile_window") and not failed:
-            windows.append((cell, {**item["profile_window"], "workload_file": wl_file}))
+        if item.get("profile_window") and not failed:  # timed now, as its trials saw the process; profiled last
+            windows.append(time_timed_window(loaded, cell, {**item["profile_window"], "workload_file": wl_file}))
         if item.get("accuracy_capture") and not failed:
             capture_accuracy(loaded, cell, item["accuracy_capture"], emit)
-    for cell, window in windows:
-        profile_timed_window(loaded, cell, window, emit)
+    for cell, window, timed in windows:
+        profile_timed_window(loaded, cell, window, timed, emit)
     if engine.get("export_dir") and not export_failed:
         _phase("exporting the engine artifact")
         try:
@@ -290,23 +290,44 @@ def capture_accuracy(loaded, cell, spec: dict, emit: Callable[[dict], None]) -> 
           "measure_s": meta["measure_s"]})
 
 
-def profile_timed_window(loaded, cell, window: dict, emit: Callable[[dict], None]) -> None:
+def time_timed_window(loaded, cell, window: dict) -> tuple:
+    """Return (cell, window job, its timed stage or the exception it raised): the window's unprofiled stage
+    (bench.execution.profile_window.time_window), run right after the cell's trials, before any profiler in this
+    process, so that it sees the process as the trials did; profiled last (`profile_timed_window`)."""
+    from bench.execution.profile_window import time_window
+
+    _phase(f"cell {cell.cell_id}: profile window timed ({window['decode_steps']} decode steps, no profiler)")
+    started = time.perf_counter()
+    try:
+        timed = time_window(loaded, cell, window)
+    except Exception as exc:  # noqa: BLE001 - said when the window's turn comes (profile_timed_window)
+        loaded.recover()
+        return cell, window, exc
+    timed.result["timed_stage_s"] = time.perf_counter() - started  # the window's cost is both stages'
+    return cell, window, timed
+
+
+def profile_timed_window(loaded, cell, window: dict, timed, emit: Callable[[dict], None]) -> None:
     """Profile one decode-step window of the cell through the timed model (bench.execution.profile_window), in this
-    process, after its last timed pass (`bench run --profile-window`).
+    process, after its last timed pass (`bench run --profile-window`); `timed`: its unprofiled stage
+    (`time_timed_window`), or the exception that stage raised.
 
     After the last pass of every cell of the process, not after each cell's own: a profiler that ran in a process
     slows what runs after it in that process (torch.profiler leaves CUPTI attached; pytorch/pytorch#144455), so no
-    timed pass may follow one. The window fixes its cell's shapes again (the static cache from its workload) and runs
-    through the same loaded model and compiled step. Its two events ("profile_window", phase start / done) are progress:
-    the supervisor's per-cell clock times the window alone. A failure (an out-of-memory, an error) leaves no window and
-    changes no result; the done event and the log line say why."""
-    from bench.execution.profile_window import profile_window
+    timed pass, and no window's unprofiled stage, may follow one. The window fixes its cell's shapes again (the static
+    cache from its workload) and runs through the same loaded model and compiled step. Its two events
+    ("profile_window", phase start / done) are progress: the supervisor's per-cell clock times the window alone. A
+    failure (an out-of-memory, an error) leaves no window and changes no result; the done event and the log line say
+    why."""
+    from bench.execution.profile_window import profile_timed
 
     emit({"event": "profile_window", "cell_id": cell.cell_id, "phase": "start"})
     _phase(f"cell {cell.cell_id}: profile window ({window['decode_steps']} decode steps, torch.profiler, the timed model)")
     started_at = time.time()
     try:
-        result = profile_window(loaded, cell, window, Path(window["out_dir"]))
+        if isinstance(timed, BaseException):
+            raise timed
+        result = profile_timed(loaded, timed, Path(window["out_dir"]))
     except Exception as exc:  # noqa: BLE001 - the timed figures stand; the cell has no window of this process
         _phase(f"cell {cell.cell_id}: profile window failed, none stored: {_describe(exc)}")
         emit({"event": "profile_window", "cell_id": cell.cell_id, "phase": "done", "status": classify_exception(exc),

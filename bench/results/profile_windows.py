@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.checks import is_finite_number
 from bench.errors import BenchInputError
 
 PROFILE_DIR = Path("profiles")
@@ -125,14 +126,16 @@ def side_windows(records: list, cell_runs, commits: tuple[str, ...], step_metric
 
 def window_cost(chosen: dict[str, list]) -> tuple[float, float] | None:
     """Return the lowest and highest seconds one timed window took in its process (each record's end less its
-    start), or None where a record does not say (a record from before windows were timed, or a hostile one)."""
+    start, plus its unprofiled stage where that ran apart, right after the cell's trials: `timed_stage_s`), or None
+    where a record does not say (a record from before windows were timed, or a hostile one)."""
     costs = []
     for recs in chosen.values():
         for r in recs:
             a, b = r.started_at, r.ended_at
-            if not (isinstance(a, (int, float)) and isinstance(b, (int, float))) or not math.isfinite(b - a) or b < a:
+            if not (is_finite_number(a) and is_finite_number(b)) or not math.isfinite(b - a) or b < a:
                 return None
-            costs.append(float(b - a))
+            apart = r.profile.get("timed_stage_s", 0.0)
+            costs.append(float(b - a) + (float(apart) if is_finite_number(apart) and apart > 0 else 0.0))
     return (min(costs), max(costs)) if costs else None
 
 
