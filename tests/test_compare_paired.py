@@ -182,3 +182,42 @@ def test_a_cell_and_its_planted_twin_share_each_rounds_process_and_are_compared_
         # every matmul five times: qwen-tiny's 151,936-row lm_head is most of its CPU step, so it comes first
         assert cell["first"]["name"] == "lm_head" and cell["first_category"] == "gemm", cell["first"]
 
+
+def test_paired_rounds_too_spread_to_judge_say_when_the_host_changed_speed_between_a_rounds_two_cells(tmp_path, capsys):
+    """An H100 of 2026-12-07 (tests/data/h100-planted-one-process): the baseline and rotary-outside shared each round's
+    process, but the host's speed moved between the two cells (the probe loop 1.30-2.43 ms inside one process), so the
+    rounds' ratios spread and +20.8 % was not significant. The row now says why: the probe ratio of each round and
+    whether the rounds' ratios followed it. A steady host, or rounds that do not follow, say so or nothing."""
+    store = str(Path(__file__).parent / "data" / "h100-planted-one-process" / "call2-rotary.jsonl.gz")
+    out = tmp_path / "c.json"
+    assert main(["compare", store, store, "--base-only", "plant=none", "--head-only", "plant=Qwen2RotaryEmbedding:50",
+                 "--metrics", "tpot_median_ms,output_throughput", "--json", str(out)]) == 0
+    rows = {r["metric"]: r for r in json.loads(out.read_text())["rows"]}
+    for r in rows.values():
+        assert r["verdict"] == "not significant" and r["paired"], r
+        assert ("host speed inside the rounds: the same Python loop took 0.61-1.68x as long in the head's passes as in "
+                "the base's of the same round") in r["note"]
+        assert "and the rounds' ratios went with it (rank correlation 1.00 over 5 rounds, p 0.0083)" in r["note"], r
+    capsys.readouterr()
+
+    def row(values):  # {round: (probe ms, tpot ms)} of one side, one record a round
+        recs = [NS(process_key=("r", k), metric=lambda m, p=p, t=t: {"host_probe_ms": p, "tpot_median_ms": t}.get(m))
+                for k, (p, t) in values.items()]
+        return NS(ok_records=recs)
+
+    rounds = [(("r", k), ("r", k)) for k in range(4)]
+    base = row({k: (1.0, 20.0) for k in range(4)})
+    steady = row({k: (1.02, 24.0 + k) for k in range(4)})
+    assert paired.paired_host_note(base, steady, rounds, "tpot_median_ms", -1) == ""  # the host kept its speed
+    unfollowed = row({0: (0.6, 30.0), 1: (1.7, 22.0), 2: (1.0, 26.0), 3: (1.3, 28.0)})
+    note = paired.paired_host_note(base, unfollowed, rounds, "tpot_median_ms", -1)
+    assert "took 0.60-1.70x as long" in note and "did not follow it beyond chance" in note
+    followed = row({0: (0.6, 18.0), 1: (1.7, 40.0), 2: (1.0, 24.0), 3: (1.3, 30.0)})
+    assert "went with it" in paired.paired_host_note(base, followed, rounds, "tpot_median_ms", -1)
+    # a throughput: higher is better, so the slower round is the lower ratio
+    tput = row({0: (0.6, 60.0), 1: (1.7, 20.0), 2: (1.0, 40.0), 3: (1.3, 30.0)})
+    assert "went with it" in paired.paired_host_note(base, tput, rounds, "tpot_median_ms", +1)
+    unprobed = row({k: (None, 24.0) for k in range(4)})
+    assert paired.paired_host_note(base, unprobed, rounds, "tpot_median_ms", -1) == ""
+    hostile = row({0: (float("inf"), 30.0), 1: (10**400, 22.0), 2: (-1.0, 26.0), 3: (1.3, 28.0)})
+    assert paired.paired_host_note(base, hostile, rounds, "tpot_median_ms", -1) == ""  # one round left: no spread

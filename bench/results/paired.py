@@ -163,3 +163,37 @@ def paired_power_note(base: Sequence[float], head: Sequence[float], factor: floa
     return [f"too few rounds to detect a {factor:.0%} change: at this spread of the rounds' ratios ({sd:.1%}) "
             f"{n} rounds detect only changes above {detectable(n) - 1:.0%} ({stats.POWER:.0%} power); about {need} "
             f"rounds would detect {factor:.0%}."], detectable(n) - 1.0
+
+
+def paired_host_note(base, head, rounds: list[tuple], metric: str, direction: int) -> str:
+    """Return why paired rounds spread, from their host probes (the same Python loop in each pass's process,
+    bench.machine.host_load): where the loop's speed moved between a round's two cells by more than the runs' limit
+    (bench.machine.telemetry.HOST_PROBE_SPREAD), the spread of those probe ratios, and whether the rounds' ratios of
+    `metric` went with them beyond chance (HOST_PROBE_P); '' where the probes did not move or are not stored. Pairing
+    cancels a host speed both cells of a round share, not one that changes between them: on an H100 of 2026-12-07
+    the loop ran 0.61-1.68x as long in a plant's passes as in its baseline's of the same process, and each round's
+    TPOT ratio followed it. `direction`: +1 where a higher figure is better (bench.metrics.DIRECTION)."""
+    from bench.machine.telemetry import HOST_PROBE_P, HOST_PROBE_SPREAD
+    from bench.results.records import HOST_PROBE
+
+    def mean(row, key, name):
+        v = [x for x in (r.metric(name) for r in row.ok_records if r.process_key == key) if is_finite_number(x) and x > 0]
+        return sum(v) / len(v) if v else None
+
+    probes, slowness = [], []
+    for kb, kh in rounds:
+        pb, ph, fb, fh = mean(base, kb, HOST_PROBE), mean(head, kh, HOST_PROBE), mean(base, kb, metric), mean(head, kh, metric)
+        if None not in (pb, ph, fb, fh):
+            probes.append(ph / pb)
+            slowness.append((fh / fb) ** (-1 if direction > 0 else 1))  # larger: the head slower in that round
+    if len(probes) < 2 or max(probes) <= (1 + HOST_PROBE_SPREAD) * min(probes):
+        return ""
+    said = (f"host speed inside the rounds: the same Python loop took {min(probes):.2f}-{max(probes):.2f}x as long in "
+            f"the head's passes as in the base's of the same round (the host changed speed between a round's two "
+            "cells, which pairing does not cancel)")
+    order = stats.rank_correlation(probes, slowness)
+    if order is None:
+        return said + "."
+    how = f"rank correlation {order.rho:.2f} over {order.n} rounds, p {order.p:.2g}"
+    return said + (f", and the rounds' ratios went with it ({how})." if order.p <= HOST_PROBE_P else
+                   f", but the rounds' ratios did not follow it beyond chance ({how}).")
