@@ -29,8 +29,9 @@ one matrix and one `bench run` per option changed (round k: process k of every c
 share cancels in each round's ratio, but processes that differ at random do not, so the host-stability guard below
 applies to the baseline's rounds too, except for the plants: a plant is not built, so the baseline and its plants run
 in one process a round, one after the other (`shares_process`), and share its host speed; neither the guard nor the
-precheck holds them back), CORES (the matrices' run setting `cores`, bench.machine.cores: "scheduled", the
-default; "fastest" on cuda pins each process's trials to the cores that probe fastest as they begin: the H100
+precheck holds them back; `host_steadiness` does instead, a fresh process probing the host for STEADY_S seconds:
+where its speed moves by more than half inside the process, the plants are not run), CORES (the matrices' run
+setting `cores`, bench.machine.cores: "scheduled", the default; "fastest" on cuda pins each process's trials to the cores that probe fastest as they begin: the H100
 machines' vCPUs ran at two speeds on 2026-12-07, but which were slow changed within seconds, and it did not steady
 them), HOST_PRECHECK (with CORES=scheduled only; 0: skip `host_precheck`, which probes the host's speed in a few fresh
 processes before any host-bound change and runs none where they differ by more than half).
@@ -113,6 +114,9 @@ HOST_BOUND = ("eager", "generate-dynamic")
 # probe may exceed the fastest by (x) for them to run
 PRECHECK_PROCESSES = 8
 PRECHECK_MAX = 1.5
+# host_steadiness: how long one fresh process probes the host before changes measured in their baseline's own
+# processes run (a round of the eager plants' six cells took about a minute on the H100)
+STEADY_S = 20
 # The ten changes in parts of under 10 minutes each (one device call each; WORK kept between them): PART=1..4.
 PARTS = {
     "1": ["mlp-twice", "extra-rmsnorm", "rotary-outside", "linears-twice", "activation-repeated"],
@@ -224,15 +228,19 @@ def main() -> int:
     # changes measured in the baseline's own processes (shares_process) need no even host
     between = [CHANGES[c][0] for c in chosen if not any(c in cs and shares_process(k) for (_, k), cs in turns.items())]
     uneven = _precheck(device, between) if cores == "scheduled" else ""
+    # changes that share their baseline's processes need a host that keeps its speed inside one process instead
+    within = [b for (b, k) in turns if shares_process(k)]
+    drifting = _steadycheck(device, within) if cores == "scheduled" else ""
     for (base_name, key), changes in turns.items():  # one matrix: the baseline and its changes, measured in turns
         _, base_opts, _ = options_of(changes[0], device)
         one_process = shares_process(key)
         if one_process:
             print(f"  {', '.join(changes)}: measured in the baseline's own processes (option {key} is not built: "
                   "each round's process runs the baseline, then each change)", flush=True)
-        if uneven and not one_process:  # no device time on what this machine start cannot judge
-            skipped.update({c: f"not run ({uneven})" for c in changes})
-            print(f"  {', '.join(changes)}: not run: {uneven}", flush=True)
+        held = drifting if one_process else uneven
+        if held:  # no device time on what this machine start cannot judge
+            skipped.update({c: f"not run ({held})" for c in changes})
+            print(f"  {', '.join(changes)}: not run: {held}", flush=True)
             continue
         name = f"planted-{base_name}-turns-{key}"
         values = [base_opts.get(key, "none")] + [options_of(c, device)[2][key] for c in changes]
@@ -313,6 +321,49 @@ def _precheck(device: str, baselines: list[str]) -> str:
     print(f"host precheck: the probe loop took {', '.join(f'{p:.2f}' for p in probes)} ms in {len(probes)} fresh "
           f"processes" + (f": {why}" if why else ": even enough to run the host-bound changes"), flush=True)
     return why
+
+
+def _steadycheck(device: str, baselines: list[str]) -> str:
+    """Return host_steadiness()'s answer where a change measured in its host-bound baseline's processes is chosen on
+    the GPU (printed either way); '' elsewhere, or with HOST_PRECHECK=0."""
+    if device != "cuda" or not set(baselines) & set(HOST_BOUND) or os.environ.get("HOST_PRECHECK") == "0":
+        return ""
+    why, probes = host_steadiness()
+    shown = f"{min(probes):.2f}-{max(probes):.2f} ms over {len(probes)} probes" if probes else "no probe read"
+    print(f"host steadiness: the probe loop took {shown} in one process for {STEADY_S} s"
+          + (f": {why}" if why else ": steady enough to pair cells inside a process"), flush=True)
+    return why
+
+
+def host_steadiness(seconds: float = STEADY_S) -> tuple[str, list[float]]:
+    """Return (why this machine start should measure no change in its baseline's own processes, or ''; the probes):
+    the host's pure-Python speed probed again and again in one fresh process for `seconds`. Cells that share a process
+    share its host speed only while it holds: on an H100 start of 2026-12-07 the loop ran 1.30-2.43 ms inside each
+    process, each cell's TPOT went with it, and the five plants measured in 475 s were judged none. '' where the
+    slower of the probes (the slowest tenth left out) is within PRECHECK_MAX of the faster (the fastest tenth left
+    out), or the probes could not be read (nothing then is held back)."""
+    code = ("import statistics, time; from bench.machine.host_load import host_probe_times\n"
+            f"end = time.monotonic() + {float(seconds)!r}\n"
+            "while time.monotonic() < end:\n"
+            "    print(statistics.median(host_probe_times()), flush=True)\n"
+            "    time.sleep(0.2)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    try:
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                              timeout=seconds + 60)
+        probes = [float(x) for x in done.stdout.split()]
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return "", []
+    if len(probes) < 5:
+        return "", probes
+    ranked = sorted(probes)
+    cut = len(ranked) // 10
+    low, high = ranked[cut], ranked[len(ranked) - 1 - cut]
+    if low <= 0 or high <= PRECHECK_MAX * low:
+        return "", probes
+    return (f"the host's probe loop took {low:.2f}-{high:.2f} ms inside one process over {seconds:g} s, the fastest "
+            f"and slowest tenth left out (+{high / low - 1:.0%}, over +{PRECHECK_MAX - 1:.0%}): cells sharing a process "
+            "would not share its speed; run it on another machine start (HOST_PRECHECK=0 runs it anyway)"), probes
 
 
 def host_precheck(processes: int = PRECHECK_PROCESSES) -> tuple[str, list[float]]:

@@ -685,6 +685,7 @@ def test_the_planted_script_turns_matrix_names_its_baseline_and_is_not_judged_on
 
     monkeypatch.setattr(P, "bench", bench)
     monkeypatch.setattr(P, "host_precheck", lambda: ("", [1.0] * 8))  # an even host (tested below)
+    monkeypatch.setattr(P, "host_steadiness", lambda: ("", [1.0] * 80))  # a steady one (tested below)
     planted_env(monkeypatch, tmp_path, "mlp-twice,static-cache", TURNS="1")
     assert P.main() == 0
     matrix = tomllib.loads((tmp_path / "planted-eager-turns-plant.toml").read_text())
@@ -739,6 +740,7 @@ def test_the_planted_script_probes_the_host_in_fresh_processes_before_any_host_b
     calls = []
     monkeypatch.setattr(P, "bench", lambda args, work, log: calls.append(args) or 1)
     monkeypatch.setattr(P, "host_precheck", lambda: ("the host's probe loop took 1.25-2.49 ms", [1.25, 2.49]))
+    monkeypatch.setattr(P, "host_steadiness", lambda: ("", [1.0] * 80))
     planted_env(monkeypatch, tmp_path, "mlp-twice,static-cache,freeze-off", TURNS="1")
     assert P.main() == 0
     ran = {a[2] for a in calls if a[0] == "run"}
@@ -749,11 +751,13 @@ def test_the_planted_script_probes_the_host_in_fresh_processes_before_any_host_b
     calls.clear()
     monkeypatch.setenv("HOST_PRECHECK", "0")
     monkeypatch.setattr(P, "host_precheck", lambda: pytest.fail("probed with HOST_PRECHECK=0"))
+    monkeypatch.setattr(P, "host_steadiness", lambda: pytest.fail("probed with HOST_PRECHECK=0"))
     assert P.main() == 0
     assert "planted-generate-dynamic-turns-cache.toml" in {a[2] for a in calls if a[0] == "run"}
     calls.clear()
     monkeypatch.delenv("HOST_PRECHECK")
-    monkeypatch.setenv("CHANGES", "mlp-twice,freeze-off")  # plants in turns and compiled cells: nothing to probe for
+    monkeypatch.setattr(P, "host_steadiness", lambda: ("", [1.0] * 80))  # the plants' own check (tested below)
+    monkeypatch.setenv("CHANGES", "mlp-twice,freeze-off")  # plants in turns and compiled cells: no fresh processes
     assert P.main() == 0 and calls
 
 
@@ -767,6 +771,7 @@ def test_with_cores_fastest_the_planted_matrices_pin_their_trials_and_skip_the_p
     calls = []
     monkeypatch.setattr(P, "bench", lambda args, work, log: calls.append(args) or 1)
     monkeypatch.setattr(P, "host_precheck", lambda: pytest.fail("prechecked processes the product pins"))
+    monkeypatch.setattr(P, "host_steadiness", lambda: pytest.fail("probed a process the product pins"))
     planted_env(monkeypatch, tmp_path, "mlp-twice,freeze-off", TURNS="1", CORES="fastest")
     assert P.main() == 0
     written = [tomllib.loads((tmp_path / a[2]).read_text()) for a in calls if a[0] == "run"]
@@ -795,3 +800,38 @@ def test_a_planted_row_whose_runs_could_not_see_the_change_is_not_judged_rather_
     assert summary_row([{"verdict": "unchanged", "detects_only": None}]) == "no (no regression)"
     assert summary_row([{"verdict": "not significant", "detects_only": None}]) == "no (no regression)"  # enough runs
     assert summary_row([weak], regressions=1) == "no (not attributed: no profile)"
+
+
+def test_plants_sharing_their_baselines_processes_run_only_on_a_host_that_keeps_its_speed_inside_one(tmp_path,
+                                                                                                   monkeypatch):
+    """On an H100 start of 2026-12-07 the probe loop ran 1.30-2.43 ms inside each process of the eager plants' rounds,
+    each cell's TPOT went with it, and 475 s of device time judged none. One fresh process now probes the host for
+    STEADY_S seconds first: where its probes spread past PRECHECK_MAX (the fastest and slowest tenth left out), the
+    plants are not run and the summary says why; built changes (their own processes) are the fresh-process
+    precheck's; a steady host and an unreadable probe hold nothing back."""
+    from types import SimpleNamespace
+
+    from scripts import planted_regressions as P
+
+    def probes(values):
+        monkeypatch.setattr(P.subprocess, "run", lambda *a, **k: SimpleNamespace(stdout="\n".join(map(str, values))))
+        return P.host_steadiness(seconds=1)
+
+    why, got = probes([1.2] * 10 + [2.3] * 10)  # two speeds, half the time each
+    assert got == [1.2] * 10 + [2.3] * 10 and "took 1.20-2.30 ms inside one process over 1 s" in why and "+92%" in why
+    assert probes([1.2] * 18 + [9.0, 0.1])[0] == ""  # one outlier at each end is not a host that moved
+    assert probes([1.2, 1.3, 1.25, 1.22, 1.28, 1.31])[0] == ""
+    assert probes([1.0, 3.0])[0] == ""  # too few probes to say
+    assert probes(["Traceback"]) == ("", [])
+    calls = []
+    monkeypatch.setattr(P, "bench", lambda args, work, log: calls.append(args) or 1)
+    monkeypatch.setattr(P, "host_precheck", lambda: pytest.fail("no built host-bound change was chosen"))
+    monkeypatch.setattr(P, "host_steadiness", lambda: ("the host's probe loop took 1.30-2.43 ms inside one process",
+                                                       [1.3, 2.43]))
+    planted_env(monkeypatch, tmp_path, "mlp-twice,freeze-off", TURNS="1")
+    assert P.main() == 0
+    ran = {a[2] for a in calls if a[0] == "run"}
+    assert ran and not any("eager" in m for m in ran), ran  # freeze-off's compiled cells only
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "| mlp-twice | - | - | - | MLP | not run (the host's probe loop took 1.30-2.43 ms inside one process) |" \
+        in summary
