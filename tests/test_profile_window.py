@@ -8,6 +8,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from bench.execution.kernels import KernelTable
 from bench.results.store import ResultStore
 from tests.support.cli import bench_in_process
@@ -156,3 +158,36 @@ def test_what_a_timed_window_cost_its_process_is_read_from_its_record_and_hostil
         == (1.0, 4.0)
     assert window_cost({"torch": [rec(0.0, 1.0, timed_stage_s=float("nan")), rec(0.0, 1.0, timed_stage_s=-3)]}) \
         == (1.0, 1.0)
+
+
+def test_a_windows_timed_stage_is_said_to_the_supervisor_and_its_failure_when_its_turn_comes(monkeypatch):
+    """The worker times each cell's window right after its trials (no profiler yet in the process) and profiles it
+    after the last cell: the timed stage's events (start, timed) make a hang there the window's, not the next cell's
+    (the supervisor's `after`), and a timed stage that raised is reported as that window's failure at its turn,
+    with a recover() at once so the next cell runs on a clean model."""
+    from types import SimpleNamespace as NS
+
+    from bench.execution import profile_window as pw
+    from bench.execution import worker
+
+    events, recovered = [], []
+    loaded = NS(recover=lambda: recovered.append(1))
+    cell = NS(cell_id="c1")
+    job = {"decode_steps": 4, "out_dir": "w"}
+    monkeypatch.setattr(pw, "time_window", lambda loaded, cell, window: NS(result={"tool": "torch"}))
+    got = worker.time_timed_window(loaded, cell, job, events.append)
+    assert [(e["event"], e["phase"]) for e in events] == [("profile_window", "start"), ("profile_window", "timed")]
+    assert got[2].result["timed_stage_s"] >= 0 and not recovered
+
+    def broken(loaded, cell, window):
+        raise RuntimeError("CUDA out of memory in the window")
+
+    monkeypatch.setattr(pw, "time_window", broken)
+    events.clear()
+    got = worker.time_timed_window(loaded, cell, job, events.append)
+    assert isinstance(got[2], RuntimeError) and recovered == [1] and [e["phase"] for e in events] == ["start", "timed"]
+    events.clear()
+    monkeypatch.setattr(pw, "profile_timed", lambda *a, **k: pytest.fail("profiled a window whose timing failed"))
+    worker.profile_timed_window(loaded, cell, job, got[2], events.append)
+    assert [e["phase"] for e in events] == ["start", "done"] and events[1]["status"] != "ok"
+    assert "CUDA out of memory in the window" in events[1]["error"] and recovered == [1, 1]

@@ -12,7 +12,9 @@ PR_SET_PDEATHSIG), so a parent killed with SIGKILL leaves no worker behind holdi
 Events: {"event": "env"}, {"event": "built"}, {"event": "start", cell_id, trial},
 {"event": "result", cell_id, trial, status, ...}, {"event": "skipped", cell_id, trials}
 (trials not run after a failed one), {"event": "fatal", ...}; after the trials, where the job asks,
-{"event": "accuracy_capture", cell_id, phase} and {"event": "profile_window", cell_id, phase}.
+{"event": "accuracy_capture", cell_id, phase} and {"event": "profile_window", cell_id, phase}: a window's phases are
+start, timed (its unprofiled stage, right after the cell's trials), then start and done (profiled, after the last
+cell's trials), so a hang in either stage is that window's, not the next cell's.
 
 Start-up breakdown (`startup`, in the built event, hence every record's `build`, and with the
 cell's warm-up in each result's `extra`): `launch` ("fork": from the zygote; "exec", or "exec
@@ -251,7 +253,7 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
         if pinned and cores:
             release_cores(cores)  # the next cell's warm-up on every core again; its trials choose anew
         if item.get("profile_window") and not failed:  # timed now, as its trials saw the process; profiled last
-            windows.append(time_timed_window(loaded, cell, {**item["profile_window"], "workload_file": wl_file}))
+            windows.append(time_timed_window(loaded, cell, {**item["profile_window"], "workload_file": wl_file}, emit))
         if item.get("accuracy_capture") and not failed:
             capture_accuracy(loaded, cell, item["accuracy_capture"], emit)
     for cell, window, timed in windows:
@@ -290,20 +292,23 @@ def capture_accuracy(loaded, cell, spec: dict, emit: Callable[[dict], None]) -> 
           "measure_s": meta["measure_s"]})
 
 
-def time_timed_window(loaded, cell, window: dict) -> tuple:
+def time_timed_window(loaded, cell, window: dict, emit: Callable[[dict], None]) -> tuple:
     """Return (cell, window job, its timed stage or the exception it raised): the window's unprofiled stage
     (bench.execution.profile_window.time_window), run right after the cell's trials, before any profiler in this
-    process, so that it sees the process as the trials did; profiled last (`profile_timed_window`)."""
+    process, so that it sees the process as the trials did; profiled last (`profile_timed_window`). Its events
+    (phase start, then timed) tell the supervisor that a hang here is this window's."""
     from bench.execution.profile_window import time_window
 
+    emit({"event": "profile_window", "cell_id": cell.cell_id, "phase": "start"})
     _phase(f"cell {cell.cell_id}: profile window timed ({window['decode_steps']} decode steps, no profiler)")
     started = time.perf_counter()
     try:
         timed = time_window(loaded, cell, window)
+        timed.result["timed_stage_s"] = time.perf_counter() - started  # the window's cost is both stages'
     except Exception as exc:  # noqa: BLE001 - said when the window's turn comes (profile_timed_window)
         loaded.recover()
-        return cell, window, exc
-    timed.result["timed_stage_s"] = time.perf_counter() - started  # the window's cost is both stages'
+        timed = exc
+    emit({"event": "profile_window", "cell_id": cell.cell_id, "phase": "timed"})
     return cell, window, timed
 
 
