@@ -1,10 +1,24 @@
-"""Writing output files: the one helper every writer uses, so a reader never sees half a file."""
+"""Files: the one helper every writer uses, so a reader never sees half a file, and the one reading of a path the
+user names (`user_path`)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 from pathlib import Path
+
+
+def user_path(path: str | Path, what: str = "path") -> Path:
+    """Return a path the user named with a leading ~ or ~name expanded; BenchInputError naming it where that home is
+    not known (`~0`, a user this machine does not have: pathlib raises RuntimeError, which a command would otherwise
+    show as a traceback)."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError as exc:
+        from bench.errors import BenchInputError
+
+        raise BenchInputError(f"{what} {str(path)!r}: {str(exc).rstrip('.')}: a leading '~name' means that user's home "
+                              f"directory; give the path without it (e.g. './{path}')") from None
 
 
 def write_atomic(path: str | Path, text: str | bytes) -> Path:

@@ -17,7 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from bench.errors import BenchInputError, choices
-from bench.files import file_sha256
+from bench.files import file_sha256, user_path
 
 # Qwen-7B-Chat's shape (hidden 4096, 32 layers, 32 heads without GQA, MLP 11008, vocab 151936,
 # untied lm_head, qkv bias) expressed as a transformers Qwen2 config.
@@ -116,7 +116,7 @@ def resolve_model(model: str) -> ModelRef:
     if model in SHIPPED_MODELS:
         folder = shipped_folder(model)
         return ModelRef(name=model, config=_read_config(folder), path=str(folder))
-    path = Path(model).expanduser()
+    path = user_path(model, "model")
     if path.is_dir():
         return ModelRef(name=path.name, config=_read_config(path), path=str(path.resolve()))
     raise BenchInputError(
@@ -184,7 +184,7 @@ def tokenizer_folder(tokenizer: str) -> Path | None:
     directory), or None where the name is no folder ('qwen-7b-chat', an unknown name)."""
     if tokenizer in SHIPPED_MODELS:
         return shipped_folder(tokenizer)
-    path = Path(tokenizer).expanduser()
+    path = user_path(tokenizer, "tokenizer")
     return path if path.is_dir() else None
 
 

@@ -14,7 +14,7 @@ import os
 import string
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bench.cli import main
@@ -405,6 +405,8 @@ def test_command_line_values_coerce_to_a_valid_option_or_a_clear_error(key, text
 @PROPERTY
 @given(key=WORKLOAD_KEYS, text=st.one_of(st.sampled_from(["nan", "inf", "1e9", "1.5", "-1", "0", "4", "true", "none",
                                                            "synthetic", "uniform"]), st.text(max_size=8)))
+@example(key="tokenizer", text="~0")  # found by this test in CI: pathlib raised "Could not determine home directory"
+@example(key="path", text="~0")
 def test_workload_set_values_give_a_spec_or_a_clear_error(key, text):
     from bench.spec.cells import WorkloadSpec
     from bench.spec.narrow import coerce_cli_value
@@ -434,3 +436,16 @@ def test_records_with_ids_and_figure_blocks_of_the_wrong_type_are_read_without_a
     assert {prof.process_key} == {("['a', 1]", 0)}  # hashable: grouped and matched as text
     assert prof.profile == {} and prof.from_timed_process is False and prof.tool is None
     assert acc.accuracy == {} and session_peaks([acc]) == {}
+
+
+def test_a_path_under_an_unknown_users_home_is_a_clear_error_not_a_traceback(capsys):
+    """`~0/...`: pathlib raises RuntimeError ("Could not determine home directory") for a user the machine does not
+    have; every path the user names goes through bench.files.user_path, which says so and how to mean the folder."""
+    from bench.cli import main
+    from bench.files import user_path
+
+    assert main(["run", "--matrix", "~0/m.toml"]) == 2
+    err = capsys.readouterr().err
+    assert "matrix file '~0/m.toml': Could not determine home directory" in err and "'./~0/m.toml'" in err
+    assert "Traceback" not in err
+    assert str(user_path("~/x")).endswith("/x") and not str(user_path("~/x")).startswith("~")

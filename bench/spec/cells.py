@@ -12,6 +12,7 @@ from bench import CELL_ID_VERSION
 from bench.backends.registry import BACKENDS, backend_config
 from bench.checks import MAX_NUM_REQUESTS, check_number, is_finite_number
 from bench.errors import BenchInputError, choices
+from bench.files import user_path
 from bench.machine.cores import DEFAULT_POLICY
 from bench.models import NAMED_MODELS, SHIPPED_MODELS
 
@@ -125,7 +126,7 @@ class WorkloadSpec:
                 "trtllm-bench JSONL dataset"
             )
         if (self.tokenizer != "qwen-7b-chat" and self.tokenizer not in SHIPPED_MODELS
-                and not Path(self.tokenizer).expanduser().is_dir()):
+                and not user_path(self.tokenizer, f"{where}: tokenizer").is_dir()):
             own = (f"named model {self.tokenizer!r} has random weights and no tokenizer of its own (it uses "
                    "Qwen-7B-Chat's ids); " if self.tokenizer in NAMED_MODELS else "")
             raise BenchInputError(
@@ -133,7 +134,7 @@ class WorkloadSpec:
                 f"own ({choices(SHIPPED_MODELS)}) or the path of a local model directory with tokenizer files"
             )
         if self.path is not None:
-            p = Path(self.path).expanduser()
+            p = user_path(self.path, f"{where}: dataset path")
             if not p.is_file():
                 raise BenchInputError(
                     f"{where}: dataset path {self.path!r} does not exist or is not a file; give the path "

@@ -11,6 +11,7 @@ from typing import Any
 from bench.backends.registry import backend_config
 from bench.checks import check_number
 from bench.errors import BenchInputError, choices
+from bench.files import user_path
 from bench.machine.devices import DEVICE_RE, device_pool
 from bench.spec.baseline import default_baseline
 from bench.spec.cells import (
@@ -93,7 +94,7 @@ def load_matrix(source: str | Path, *, preset: bool = False, check_installed: bo
         if not path.is_file():
             raise BenchInputError(f"unknown preset {source!r}: valid presets are {choices(list_presets())}")
     else:
-        path = Path(source).expanduser()
+        path = user_path(source, "matrix file")
         if not path.is_file():
             raise BenchInputError(f"matrix file {str(source)!r} does not exist; or use --preset with one of {choices(list_presets())}")
     try:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.errors import BenchInputError, choices
+from bench.files import user_path
 
 STEPS = ("run", "oom", "profile", "accuracy", "report")
 
@@ -166,7 +167,7 @@ def study_source(preset: str | None, matrix_file: str | None) -> Path:
     if matrix_file and preset:
         raise BenchInputError("give either --matrix FILE or --preset NAME, not both")
     if matrix_file:
-        path = Path(matrix_file).expanduser()
+        path = user_path(matrix_file, "matrix file")
         if not path.is_file():
             raise BenchInputError(f"matrix file {matrix_file!r} does not exist")
         return path

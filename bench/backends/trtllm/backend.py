@@ -45,6 +45,7 @@ from bench.backends.trtllm.config import (
     engine_limits,
 )
 from bench.errors import BenchInputError
+from bench.files import user_path
 from bench.machine.environment import installed_version, major_minor
 from bench.workloads.request import RequestTiming
 
@@ -75,7 +76,7 @@ class TRTLLMBackend(TRTLLMConfig, Backend):
             artifact["build_info"] = {"runtime": "pytorch", "cached": None}
             return artifact
         if opts["engine_dir"]:
-            engine_dir = Path(opts["engine_dir"]).expanduser()
+            engine_dir = user_path(opts["engine_dir"], "engine_dir")
             if not engine_built(engine_dir):
                 raise RuntimeError(f"engine_dir {engine_dir} has no {ENGINE_FILE}: build it first or leave engine_dir empty")
             artifact.update(engine_dir=str(engine_dir), build_info=engine_info(engine_dir, cached=True, build_s=0.0))

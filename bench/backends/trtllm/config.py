@@ -15,6 +15,7 @@ from bench.backends.declaration import (
     check_tensor_parallel,
 )
 from bench.errors import BenchInputError
+from bench.files import user_path
 
 # precision -> (QuantAlgo member, kv_cache_quant_algo member, activation dtype, needs calibration)
 PRECISIONS = {
@@ -194,7 +195,7 @@ def engine_limits(engine_dir: Path) -> dict:
 
 def check_prebuilt_engine(engine_dir: Path, cell) -> None:
     """Raise BenchInputError if a prebuilt engine is missing or smaller than the cell needs."""
-    engine_dir = engine_dir.expanduser()
+    engine_dir = user_path(engine_dir, "engine_dir")
     if not engine_built(engine_dir):
         raise BenchInputError(f"engine_dir {str(engine_dir)!r} has no {ENGINE_FILE} (and config.json): build it first")
     limits = engine_limits(engine_dir)

@@ -36,6 +36,7 @@ from bench.execution.supervisor import (
     end_cell,
     supervise_group,
 )
+from bench.files import user_path
 
 POLL_S = 0.5  # the longest an actor's poll waits for an event
 STOP_WAIT_S = 15.0  # how long a stopped actor gets to kill its worker before it is killed
@@ -61,7 +62,7 @@ def node_dir(wanted: Path, name: str) -> Path:
             return wanted
     except OSError:
         pass
-    fallback = Path(os.environ.get("BENCH_RAY_DIR") or "~/.cache/bench/ray").expanduser() / name
+    fallback = user_path(os.environ.get("BENCH_RAY_DIR") or "~/.cache/bench/ray", "BENCH_RAY_DIR") / name
     fallback.mkdir(parents=True, exist_ok=True)
     return fallback
 
@@ -72,7 +73,7 @@ class GroupActor:
     def __init__(self, job, workloads: dict):
         import ray
 
-        wl_dir = node_dir(Path(os.environ.get("BENCH_RAY_DIR") or "~/.cache/bench/ray").expanduser() / "workloads",
+        wl_dir = node_dir(user_path(os.environ.get("BENCH_RAY_DIR") or "~/.cache/bench/ray", "BENCH_RAY_DIR") / "workloads",
                           "workloads")
         files = {}
         for name, ref in workloads.items():  # the driver's frozen workload files, by content-hashed name
