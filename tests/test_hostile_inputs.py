@@ -449,3 +449,20 @@ def test_a_path_under_an_unknown_users_home_is_a_clear_error_not_a_traceback(cap
     assert "matrix file '~0/m.toml': Could not determine home directory" in err and "'./~0/m.toml'" in err
     assert "Traceback" not in err
     assert str(user_path("~/x")).endswith("/x") and not str(user_path("~/x")).startswith("~")
+
+
+def test_a_records_stored_extra_figures_and_host_probe_are_no_figure_where_not_finite():
+    """Metrics are made finite when a record is read; `extra`'s figures and the host probe are as stored: an int of
+    400 digits there made Record.metric's float() raise OverflowError (bench compare's host notes read the probe), and
+    nan or inf read as figures. Record.metric now gives None for each, as for a missing one."""
+    from bench.results.records import HOST_PROBE, parse
+
+    def record(probe, unwarmed):
+        return parse({"schema_version": 2, "kind": "measurement", "cell_id": "c" * 16, "cell": {}, "status": "ok",
+                      "context": {"run_id": "r"}, "metrics": {"tpot_median_ms": 1.0},
+                      "extra": {"host_load": {HOST_PROBE: probe}, "unwarmed_batches": unwarmed}})
+
+    for bad in (10**400, -(10**400), float("nan"), float("inf"), "1.2", True):
+        r = record(bad, bad)
+        assert r.metric(HOST_PROBE) is None and r.metric("unwarmed_batches") is None, bad
+    assert record(1.25, 3).metric(HOST_PROBE) == 1.25 and record(1.25, 3).metric("unwarmed_batches") == 3.0

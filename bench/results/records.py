@@ -219,13 +219,15 @@ class Record:
         return self.kernels.get("tuning_build")
 
     def metric(self, name: str) -> float | None:
-        """Return a numeric metric of the record (None when absent or not a number)."""
+        """Return a numeric metric of the record (None when absent, not a number or not finite: the metrics are made
+        finite when read, but `extra`'s figures and host probe are as stored, where an int of 400 digits made float()
+        raise OverflowError)."""
         v = (self.metrics or {}).get(name)
         if v is None:
             v = self.extra.get(name) if name in EXTRA_METRICS else None
         if v is None and name == HOST_PROBE and isinstance(self.extra.get("host_load"), dict):
             v = self.extra["host_load"].get(HOST_PROBE)
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        return float(v) if is_finite_number(v) else None
 
     def to_json(self) -> dict:
         """Return the stored line (without `store`, which says where it was read from)."""
