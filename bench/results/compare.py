@@ -414,7 +414,7 @@ def compare_stores(
             row.key = key
             host = host_note(b, h, row.unstable, m)
             if rounds and row.detects_only is not None:  # paired rounds too spread to see the change: is it the host?
-                host = " ".join(x for x in (host, paired.paired_host_note(b, h, rounds, m, DIRECTION.get(m, -1))) if x)
+                host = " ".join(x for x in (host, paired.paired_host_note(b, h, rounds, m, DIRECTION[m])) if x)
             if host:
                 row.note += " " + host
             if row.verdict == "missing":

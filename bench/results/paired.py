@@ -103,15 +103,18 @@ def paired_runs(base, head) -> tuple[list[tuple], str | None]:
     return [(by_run[run], next(k for k in h if k[1] == run)) for run in sorted(by_run, key=lambda r: b[by_run[r]][0])], None
 
 
+def process_mean(row, key: tuple, metric: str) -> float | None:
+    """Return the mean of a metric over one process's ok records of a row (its trials), or None: none has it as a
+    finite number."""
+    v = [r.metric(metric) for r in row.ok_records if r.process_key == key]
+    v = [x for x in v if is_finite_number(x)]
+    return sum(v) / len(v) if v else None
+
+
 def paired_values(base, head, rounds: list[tuple], metric: str) -> tuple[list[float], list[float]]:
     """Return the metric's per-round values of each side (the mean of each process's trials), rounds where both
     sides have it."""
-    def mean(row, key):
-        v = [r.metric(metric) for r in row.ok_records if r.process_key == key]
-        v = [x for x in v if x is not None]
-        return sum(v) / len(v) if v else None
-
-    pairs = [(mean(base, kb), mean(head, kh)) for kb, kh in rounds]
+    pairs = [(process_mean(base, kb, metric), process_mean(head, kh, metric)) for kb, kh in rounds]
     pairs = [(x, y) for x, y in pairs if x is not None and y is not None]
     return [x for x, _ in pairs], [y for _, y in pairs]
 
@@ -176,14 +179,11 @@ def paired_host_note(base, head, rounds: list[tuple], metric: str, direction: in
     from bench.machine.telemetry import HOST_PROBE_P, HOST_PROBE_SPREAD
     from bench.results.records import HOST_PROBE
 
-    def mean(row, key, name):
-        v = [x for x in (r.metric(name) for r in row.ok_records if r.process_key == key) if is_finite_number(x) and x > 0]
-        return sum(v) / len(v) if v else None
-
     probes, slowness = [], []
     for kb, kh in rounds:
-        pb, ph, fb, fh = mean(base, kb, HOST_PROBE), mean(head, kh, HOST_PROBE), mean(base, kb, metric), mean(head, kh, metric)
-        if None not in (pb, ph, fb, fh):
+        pb, ph = process_mean(base, kb, HOST_PROBE), process_mean(head, kh, HOST_PROBE)
+        fb, fh = process_mean(base, kb, metric), process_mean(head, kh, metric)
+        if all(is_finite_number(x) and x > 0 for x in (pb, ph, fb, fh)):  # a hostile round is left out
             probes.append(ph / pb)
             slowness.append((fh / fb) ** (-1 if direction > 0 else 1))  # larger: the head slower in that round
     if len(probes) < 2 or max(probes) <= (1 + HOST_PROBE_SPREAD) * min(probes):
