@@ -225,7 +225,7 @@ def time_window(loaded, cell, job: dict) -> TimedWindow:
     UNPROFILED_REPEATS windows and the decode step, with no profiler. A process that measured several cells times
     each cell's window right after its trials and profiles them all last (bench.execution.worker): a profiler that ran
     in a process slows what runs after it there (torch.profiler leaves CUPTI attached), and an H100 run of
-    2026-12-07 whose six cells shared a process timed the five windows after the first profile 60 % slower than their
+    2026-12-07 whose six cells shared a process timed the five windows after the first profile 26-33 % slower than their
     own trials (rotary-outside: 34.8 ms against 26.7), the first window not (21.7 against 22.1)."""
     import torch
 
