@@ -29,8 +29,10 @@ one matrix and one `bench run` per option changed (round k: process k of every c
 share cancels in each round's ratio, but processes that differ at random do not, so the host-stability guard below
 applies to the baseline's rounds too, except for the plants: a plant is not built, so the baseline and its plants run
 in one process a round, one after the other (`shares_process`), and share its host speed; neither the guard nor the
-precheck holds them back; `host_steadiness` does instead, a fresh process probing the host for STEADY_S seconds:
-where its speed moves by more than half inside the process, the plants are not run), CORES (the matrices' run
+precheck holds them back; their trials are interleaved (the run setting order = "interleaved", INTERLEAVED_TRIALS
+rounds of one trial of each cell a process), and `host_steadiness`, a fresh process probing the host for STEADY_S
+seconds, says whether the host's speed moves by more than half inside a process; with ORDER=cells the cells are
+measured one after the other as before 2026-12-07 and such a host holds the plants back), CORES (the matrices' run
 setting `cores`, bench.machine.cores: "scheduled", the default; "fastest" on cuda pins each process's trials to the cores that probe fastest as they begin: the H100
 machines' vCPUs ran at two speeds on 2026-12-07, but which were slow changed within seconds, and it did not steady
 them), HOST_PRECHECK (with CORES=scheduled only; 0: skip `host_precheck`, which probes the host's speed in a few fresh
@@ -117,6 +119,11 @@ PRECHECK_MAX = 1.5
 # host_steadiness: how long one fresh process probes the host before changes measured in their baseline's own
 # processes run (a round of the eager plants' six cells took about a minute on the H100)
 STEADY_S = 20
+# Trials of each cell a process where a baseline and its changes share that process (TURNS=1, a plant), taken in
+# turns (the run setting order = "interleaved"): one trial of every cell a round, so that a host whose speed changes
+# within seconds weighs on the baseline and its changes alike (on an H100 start of 2026-12-07 the probe loop moved
+# 1.30-2.43 ms between the cells of one process, each measured in turn, and judged no plant)
+INTERLEAVED_TRIALS = 4
 # The ten changes in parts of under 10 minutes each (one device call each; WORK kept between them): PART=1..4.
 PARTS = {
     "1": ["mlp-twice", "extra-rmsnorm", "rotary-outside", "linears-twice", "activation-repeated"],
@@ -141,10 +148,10 @@ def options_of(change: str, device: str) -> tuple[str, dict, dict]:
 
 
 def matrix_text(name: str, options: dict, device: str, runs: int, baseline: dict | None = None,
-                cores: str = "scheduled") -> str:
+                cores: str = "scheduled", trials: int = 1, order: str = "cells") -> str:
     """Return a one-cell (or, with list options, several-cell) matrix; `baseline` names the option values of the
-    baseline cell where several cells share backend, precision and batch size (the turns matrices); `cores` the run
-    setting (bench.machine.cores)."""
+    baseline cell where several cells share backend, precision and batch size (the turns matrices); `cores`, `trials`
+    and `order` the run settings (bench.spec.cells.RunSettings)."""
     s = SCALE[device]
     opts = "".join(f'{k} = [{", ".join(chr(34) + x + chr(34) for x in (v if isinstance(v, list) else [v]))}]\n'
                    for k, v in options.items())
@@ -152,8 +159,8 @@ def matrix_text(name: str, options: dict, device: str, runs: int, baseline: dict
         [f'backend = "hf", precision = "{s["precision"]}", max_batch_size = 1']
         + [f'{k} = "{v}"' for k, v in baseline.items()]) + " }\n")
     return (f'name = "{name}"\nbackends = ["hf"]\nmodel = "{s["model"]}"\ndevice = "{device}"\n'
-            f'precisions = ["{s["precision"]}"]\nmax_batch_sizes = [1]\nworkloads = ["syn"]\ntrials = 1\nruns = {runs}\n'
-            f'warmup = 1\ncores = "{cores}"\n{base}[options]\n{opts}[workload.syn]\nsource = "synthetic"\nnum_requests = {s["num_requests"]}\n'
+            f'precisions = ["{s["precision"]}"]\nmax_batch_sizes = [1]\nworkloads = ["syn"]\ntrials = {trials}\nruns = {runs}\n'
+            f'warmup = 1\ncores = "{cores}"\norder = "{order}"\n{base}[options]\n{opts}[workload.syn]\nsource = "synthetic"\nnum_requests = {s["num_requests"]}\n'
             f'input_len = {s["input_len"]}\noutput_len = {s["output_len"]}\n')
 
 
@@ -224,6 +231,7 @@ def main() -> int:
     statuses = {}
     skipped: dict[str, str] = {}  # change -> why it was not run (its baseline's host could not judge it)
     turns = turn_groups(chosen, device) if os.environ.get("TURNS") == "1" else {}
+    interleave = os.environ.get("ORDER", "interleaved") == "interleaved"
     # pinned processes (CORES=fastest) run on the cores the product probes for each: fresh unpinned ones say nothing;
     # changes measured in the baseline's own processes (shares_process) need no even host
     between = [CHANGES[c][0] for c in chosen if not any(c in cs and shares_process(k) for (_, k), cs in turns.items())]
@@ -231,6 +239,10 @@ def main() -> int:
     # changes that share their baseline's processes need a host that keeps its speed inside one process instead
     within = [b for (b, k) in turns if shares_process(k)]
     drifting = _steadycheck(device, within) if cores == "scheduled" else ""
+    if drifting and interleave:  # said, not held: the turns within each process are what answers such a host
+        print("  the changes sharing their baseline's processes run anyway: their trials are interleaved "
+              f"({INTERLEAVED_TRIALS} rounds of one trial each a process)", flush=True)
+        drifting = ""
     for (base_name, key), changes in turns.items():  # one matrix: the baseline and its changes, measured in turns
         _, base_opts, _ = options_of(changes[0], device)
         one_process = shares_process(key)
@@ -245,8 +257,9 @@ def main() -> int:
         name = f"planted-{base_name}-turns-{key}"
         values = [base_opts.get(key, "none")] + [options_of(c, device)[2][key] for c in changes]
         n_runs = int(runs) if runs else RUNS_OF[base_name] if device == "cuda" else 2
+        turned = {"trials": INTERLEAVED_TRIALS, "order": "interleaved"} if one_process and interleave else {}
         (work / f"{name}.toml").write_text(matrix_text(name, {**base_opts, key: values}, device, n_runs,
-                                                        baseline={key: values[0]}, cores=cores))
+                                                        baseline={key: values[0]}, cores=cores, **turned))
         if bench(["run", "--matrix", f"{name}.toml", "--no-progress", "--profile-window"], work, log) != 0:
             print(f"  bench run {name} failed: see {out / 'planted.log'}", flush=True)
         store = f"results/{name}.jsonl"

@@ -579,9 +579,9 @@ def test_the_planted_regressions_script_names_rows_the_attribution_makes_and_cel
 
 
 def planted_env(monkeypatch, tmp_path, changes: str, **more) -> None:
-    """The planted script's environment on the GPU (DEVICE cuda), its work and output under tmp_path; RUNS, PART and
-    CORES from the caller's shell left out."""
-    for name in ("RUNS", "PART", "CORES"):
+    """The planted script's environment on the GPU (DEVICE cuda), its work and output under tmp_path; RUNS, PART,
+    CORES and ORDER from the caller's shell left out."""
+    for name in ("RUNS", "PART", "CORES", "ORDER"):
         monkeypatch.delenv(name, raising=False)
     for k, v in {"DEVICE": "cuda", "CHANGES": changes, "WORK": str(tmp_path), "OUT": str(tmp_path / "out"),
                  **more}.items():
@@ -807,8 +807,12 @@ def test_plants_sharing_their_baselines_processes_run_only_on_a_host_that_keeps_
     """On an H100 start of 2026-12-07 the probe loop ran 1.30-2.43 ms inside each process of the eager plants' rounds,
     each cell's TPOT went with it, and 475 s of device time judged none. One fresh process now probes the host for
     STEADY_S seconds first: where its probes spread past PRECHECK_MAX (the fastest and slowest tenth left out), the
-    plants are not run and the summary says why; built changes (their own processes) are the fresh-process
-    precheck's; a steady host and an unreadable probe hold nothing back."""
+    plants measured one cell after the other (ORDER=cells) are not run and the summary says why; by default their
+    trials are interleaved (order = "interleaved": one trial of each cell a round inside each process), which is what
+    answers such a host, so they run and the check is only said; built changes (their own processes) are the
+    fresh-process precheck's; a steady host and an unreadable probe hold nothing back."""
+    import tomllib
+
     from types import SimpleNamespace
 
     from scripts import planted_regressions as P
@@ -828,10 +832,18 @@ def test_plants_sharing_their_baselines_processes_run_only_on_a_host_that_keeps_
     monkeypatch.setattr(P, "host_precheck", lambda: pytest.fail("no built host-bound change was chosen"))
     monkeypatch.setattr(P, "host_steadiness", lambda: ("the host's probe loop took 1.30-2.43 ms inside one process",
                                                        [1.3, 2.43]))
-    planted_env(monkeypatch, tmp_path, "mlp-twice,freeze-off", TURNS="1")
+    planted_env(monkeypatch, tmp_path, "mlp-twice,freeze-off", TURNS="1", ORDER="cells")
     assert P.main() == 0
     ran = {a[2] for a in calls if a[0] == "run"}
     assert ran and not any("eager" in m for m in ran), ran  # freeze-off's compiled cells only
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "| mlp-twice | - | - | - | MLP | not run (the host's probe loop took 1.30-2.43 ms inside one process) |" \
         in summary
+    calls.clear()
+    monkeypatch.delenv("ORDER")
+    assert P.main() == 0
+    ran = [a[2] for a in calls if a[0] == "run"]
+    assert "planted-eager-turns-plant.toml" in ran, ran
+    turns = tomllib.loads((tmp_path / "planted-eager-turns-plant.toml").read_text())
+    assert turns["order"] == "interleaved" and turns["trials"] == P.INTERLEAVED_TRIALS
+    assert parse_matrix(turns).settings.order == "interleaved"  # a matrix the product takes

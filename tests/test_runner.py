@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from bench.results.store import ResultStore
 from bench.runner.matrix import run_matrix
 from tests.support.matrices import fake_matrix
@@ -174,3 +176,52 @@ def test_a_capture_that_hangs_or_fails_blames_no_cell_and_the_next_cell_runs(tin
     assert done[m.cells[0].cell_id]["status"] == "timeout" and "no progress within 2 s" in done[m.cells[0].cell_id]["error"]
     assert done[m.cells[1].cell_id]["status"] == "error" and "gone.json" in done[m.cells[1].cell_id]["error"]
     assert not (tmp_path / "cap").exists()
+
+
+def _order(path):
+    return [(r["cell"]["options"]["slowdown"], r["trial"], r["status"]) for r in ResultStore(path).records()]
+
+
+def test_interleaved_order_takes_the_trials_of_a_process_in_turns(tiny_sharegpt, tmp_path):
+    """`order = "interleaved"`: the cells one process measures (twins that differ only in options not built, here the
+    fake backend's slowdown) are all warmed up, then measured one trial of each a round; "cells" (the default) measures
+    each cell's trials in turn. The records say which order they were taken in."""
+    kw = dict(max_batch_sizes=[1], trials=3, options={"slowdown": [1.0, 2.0]})
+    store = tmp_path / "cells.jsonl"
+    run_matrix(matrix(tiny_sharegpt, **kw), store, show_progress=False)
+    assert _order(store) == [(1.0, 0, "ok"), (1.0, 1, "ok"), (1.0, 2, "ok"), (2.0, 0, "ok"), (2.0, 1, "ok"), (2.0, 2, "ok")]
+    assert {json.dumps(r["extra"].get("order")) for r in ResultStore(store).records()} == {"null"}
+    store = tmp_path / "interleaved.jsonl"
+    run_matrix(matrix(tiny_sharegpt, order="interleaved", **kw), store, show_progress=False)
+    recs = list(ResultStore(store).records())
+    assert _order(store) == [(1.0, 0, "ok"), (2.0, 0, "ok"), (1.0, 1, "ok"), (2.0, 1, "ok"), (1.0, 2, "ok"), (2.0, 2, "ok")]
+    assert len({r["environment"]["pid"] for r in recs}) == 1 and all(r["extra"]["order"] == {"interleaved": 2} for r in recs)
+    # the same figures either way: the virtual clock's passes do not depend on the order
+    tok_s = {(r["cell"]["options"]["slowdown"], r["trial"]): r["metrics"]["output_throughput"] for r in recs}
+    assert tok_s[(2.0, 0)] == pytest.approx(tok_s[(1.0, 0)] / 2)
+
+
+def test_interleaved_order_blames_a_warm_up_hang_on_its_own_cell(tiny_sharegpt, tmp_path):
+    """Every cell's warm-up comes first in an interleaved process, so a hang in the second cell's warm-up must end that
+    cell (the worker's warmup event names it), not the first, whose trials a fresh worker then runs."""
+    m = matrix(tiny_sharegpt, max_batch_sizes=[1], trials=2, warmup=1, timeout_s=1, order="interleaved",
+               options={"wall_ms": [0, 4000]})
+    store = tmp_path / "s.jsonl"
+    run_matrix(m, store, show_progress=False)
+    got = [(r["cell"]["options"]["wall_ms"], r["trial"], r["status"]) for r in ResultStore(store).records()]
+    assert got == [(4000, 0, "timeout"), (0, 0, "ok"), (0, 1, "ok")]
+
+
+def test_an_unknown_order_is_refused_naming_the_orders(tiny_sharegpt):
+    from bench.errors import BenchInputError
+
+    with pytest.raises(BenchInputError, match="order must be one of 'cells', 'interleaved', got 'random'"):
+        matrix(tiny_sharegpt, order="random")
+
+
+def test_the_ray_executor_blames_a_warm_up_as_the_local_one_does():
+    from bench.execution.executors.ray_cluster import _track
+
+    pending = {("a", 0), ("b", 0)}
+    assert _track({"event": "warmup", "cell_id": "b", "trial": 0}, pending, ("a", 0)) == ("b", 0)
+    assert _track({"event": "result", "cell_id": "b", "trial": 0}, pending, ("b", 0)) is None and pending == {("a", 0)}

@@ -70,6 +70,7 @@ class GroupJob:
     logs: list[Path] = field(default_factory=list)  # the files this job's workers wrote, in order
     zygote: bool = True  # fork its workers from the invocation's zygote where the launcher can (False: fresh processes)
     cores: str = DEFAULT_POLICY  # the cores each cell's trials run on (bench.machine.cores: the run setting `cores`)
+    order: str = "cells"  # the order of a process's trials (the run setting `order`: bench.spec.cells.RunSettings)
 
     def new_log(self):
         """Return (path, open binary file) of a log file no other process has written: created here, exclusively."""
@@ -81,7 +82,8 @@ class GroupJob:
         return {
             "build_key": self.build_key.to_dict(),
             "engines_dir": str(self.engines_dir),
-            "settings": {"warmup": self.warmup, **({"cores": self.cores} if self.cores != DEFAULT_POLICY else {})},
+            "settings": {"warmup": self.warmup, **({"cores": self.cores} if self.cores != DEFAULT_POLICY else {}),
+                         **({"order": self.order} if self.order != "cells" else {})},
             "engine": self.engine,
             "cells": [{"cell": it.cell.to_dict(), "trials": it.trials, "workload_file": it.workload_file,
                        **({"accuracy_capture": it.accuracy_capture} if it.accuracy_capture else {}),
@@ -237,7 +239,7 @@ def _run_worker(job: GroupJob, items: list[GroupItem], pending: set, on_event, s
             kind = event.get("event")
             if kind == "built":
                 built = True
-            elif kind == "start":
+            elif kind in ("start", "warmup"):  # a cell's warm-up (blamed for a hang there), then each trial
                 current = (event["cell_id"], event["trial"])
             elif kind == "result":
                 pending.discard((event["cell_id"], event["trial"]))

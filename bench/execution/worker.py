@@ -9,7 +9,8 @@ torchrun (tensor parallelism, one process per GPU): every rank measures, rank 0 
 A worker dies with the process that started it (bench.execution.launcher.die_with_parent: Linux's
 PR_SET_PDEATHSIG), so a parent killed with SIGKILL leaves no worker behind holding a GPU.
 
-Events: {"event": "env"}, {"event": "built"}, {"event": "start", cell_id, trial},
+Events: {"event": "env"}, {"event": "built"}, {"event": "warmup", cell_id, trial} (a cell's warm-up begins; trial: its
+first), {"event": "start", cell_id, trial},
 {"event": "result", cell_id, trial, status, ...}, {"event": "skipped", cell_id, trials}
 (trials not run after a failed one), {"event": "fatal", ...}; after the trials, where the job asks,
 {"event": "accuracy_capture", cell_id, phase} and {"event": "profile_window", cell_id, phase}: a window's phases are
@@ -169,16 +170,21 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
           "weights_digest": loaded.weights_digest})
 
     workloads: dict[str, Workload] = {}
+    settings = job["settings"]
     export_failed = False
     windows = []  # (cell, window job, its timed stage) of the cells profiled after this process's last timed pass
-    for item in job["cells"]:
+
+    def warm(item: dict) -> dict | None:
+        """Warm the item's cell up; return its state for the trials, or None where the warm-up failed (said)."""
+        nonlocal export_failed
         cell = Cell.from_dict(item["cell"])
         wl_file = item["workload_file"]
         if wl_file not in workloads:
             workloads[wl_file] = Workload.from_json(Path(wl_file).read_text())
         requests = workloads[wl_file].requests
-        settings = job["settings"]
-        failed = False
+        trials = list(item["trials"])
+        if trials:  # which cell a hang from here on is (the supervisor's blame), before its first trial starts
+            emit({"event": "warmup", "cell_id": cell.cell_id, "trial": trials[0]})
         try:
             # Warm-up (module load, allocator growth, kernel selection, compilation): the backend
             # decides which batches cover the shapes its measured passes will see.
@@ -188,74 +194,92 @@ def measure_group(job: dict, emit: Callable[[dict], None]) -> None:
             cell_startup = {**startup, "warmup_s": time.perf_counter() - t_warm}
             _phase(f"cell {cell.cell_id}: warm-up done in {cell_startup['warmup_s']:.1f} s{describe_compile(compile_counters())}")
         except Exception as exc:
-            if not item["trials"]:  # a build without measurement (bench build): no artifact of a failed warm-up
+            if not trials:  # a build without measurement (bench build): no artifact of a failed warm-up
                 emit({"event": "warmup_failed", "cell_id": cell.cell_id, "status": classify_exception(exc),
                       "error": "warm-up: " + _describe(exc)})
                 export_failed = True
                 loaded.recover()
-                continue
+                return None
             # One record for the failure, with the start-up it paid and how far the warm-up got (an OOM's peak);
             # the cell's other trials are not run.
-            first, rest = item["trials"][0], item["trials"][1:]
             peak = device_peak_bytes()
-            emit({"event": "result", "cell_id": cell.cell_id, "trial": first, "status": classify_exception(exc),
+            emit({"event": "result", "cell_id": cell.cell_id, "trial": trials[0], "status": classify_exception(exc),
                   "error": "warm-up: " + _describe(exc), "ended_at": time.time(),
                   "extra": {"startup": {**startup, "warmup_s": time.perf_counter() - t_warm},
                             **({} if peak is None else {"peak_memory_bytes_at_failure": peak})}})
-            if rest:
-                emit({"event": "skipped", "cell_id": cell.cell_id, "trials": rest})
+            if trials[1:]:
+                emit({"event": "skipped", "cell_id": cell.cell_id, "trials": trials[1:]})
             loaded.recover()
-            continue
+            return None
+        return {"item": item, "cell": cell, "requests": requests, "trials": trials, "warmup": warmup,
+                "startup": cell_startup, "failed": False}
+
+    def measure(state: dict, trial: int, pinned, order: dict) -> bool:
+        """Measure one trial of a warmed cell, emitting its events; return whether it was ok."""
+        cell = state["cell"]
+        emit({"event": "start", "cell_id": cell.cell_id, "trial": trial})
+        _phase(f"cell {cell.cell_id}: trial {trial}")
+        started_at = time.time()
+        try:
+            # How busy the machine was (load, steal, other GPU processes): recorded, warned about by the parent.
+            # A server of this machine under test (an openai cell's base_url) is the measurement, not load.
+            with LoadSampler(sampled, server=cell.options_dict.get("base_url")) as load, \
+                    Sampler(sampled) as sampler:  # NVML sampled in a thread; None on CPU
+                out = loaded.run(state["requests"], cell.max_batch_size, cell.options_dict)
+            extra = {**out.extra, "warmup": state["warmup"], "telemetry": sampler.timeline, "kernels": kernels,
+                     "host_load": load.summary, "startup": state["startup"], **({"cores": pinned} if pinned else {}),
+                     **order}
+            # The GPUs the pass ran on: this process's tensor-parallel ranks, or what the backend says (a server's)
+            gpus = extra.pop("gpus", world)
+            metrics = pass_result(out, extra.pop("metrics", {}), sampler.summary, gpus, extra).to_dict()
+            status, error = "ok", None
+            tolerated = backend.tolerate_request_errors and metrics["completed"] > 0
+            pass_error = extra.pop("pass_error", None)
+            if pass_error and tolerated:
+                # The backend judged the pass (too many failed requests, wrong lengths): an error that keeps its figures.
+                status, error = "error", pass_error
+            elif (metrics["output_len_mismatches"] or metrics["failed"]) and not tolerated:
+                # The harness checks the token count: a short or long output is not a result (a wrong count repeats,
+                # as an error does).
+                status, error = "error", _length_error(out.timings, metrics)
+            emit({"event": "result", "cell_id": cell.cell_id, "trial": trial, "status": status,
+                  "error": error, "metrics": metrics, "extra": extra,
+                  "samples": request_samples(out.timings), "started_at": started_at, "ended_at": time.time()})
+            return status == "ok"
+        except Exception as exc:
+            peak = device_peak_bytes()  # how far the failed pass got (an OOM's "peak memory seen")
+            emit({"event": "result", "cell_id": cell.cell_id, "trial": trial, "status": classify_exception(exc),
+                  "error": _describe(exc), "started_at": started_at, "ended_at": time.time(),
+                  "extra": {"startup": state["startup"],
+                            **({} if peak is None else {"peak_memory_bytes_at_failure": peak})}})
+            loaded.recover()
+            return False
+
+    # The order of the trials (settings "order", bench.spec.cells.RunSettings.order): each cell warmed up and measured
+    # in turn ("cells"), or every cell warmed up first and then their trials taken in turns, one trial of each cell
+    # per round ("interleaved"), so a host whose speed changes within seconds weighs on every cell alike.
+    interleaved = settings.get("order") == "interleaved" and len(job["cells"]) > 1
+    blocks = [job["cells"]] if interleaved else [[item] for item in job["cells"]]
+    order = {"order": {"interleaved": len(job["cells"])}} if interleaved else {}
+    for block in blocks:
+        states = [s for s in map(warm, block) if s is not None]
         # After the warm-up (a compile's worker pool sizes itself to the cores it may use), before the trials.
-        pinned = apply_cores(settings.get("cores", DEFAULT_POLICY), cores) if item["trials"] else None
-        for i, trial in enumerate(item["trials"]):
-            if failed:
-                # An OOM or error repeats: the cell's remaining trials are not run.
-                emit({"event": "skipped", "cell_id": cell.cell_id, "trials": item["trials"][i:]})
-                break
-            emit({"event": "start", "cell_id": cell.cell_id, "trial": trial})
-            _phase(f"cell {cell.cell_id}: trial {trial}")
-            started_at = time.time()
-            try:
-                # How busy the machine was (load, steal, other GPU processes): recorded, warned about by the parent.
-                # A server of this machine under test (an openai cell's base_url) is the measurement, not load.
-                with LoadSampler(sampled, server=cell.options_dict.get("base_url")) as load, \
-                        Sampler(sampled) as sampler:  # NVML sampled in a thread; None on CPU
-                    out = loaded.run(requests, cell.max_batch_size, cell.options_dict)
-                extra = {**out.extra, "warmup": warmup, "telemetry": sampler.timeline, "kernels": kernels,
-                         "host_load": load.summary, "startup": cell_startup, **({"cores": pinned} if pinned else {})}
-                # The GPUs the pass ran on: this process's tensor-parallel ranks, or what the backend says (a server's)
-                gpus = extra.pop("gpus", world)
-                metrics = pass_result(out, extra.pop("metrics", {}), sampler.summary, gpus, extra).to_dict()
-                status, error = "ok", None
-                tolerated = backend.tolerate_request_errors and metrics["completed"] > 0
-                pass_error = extra.pop("pass_error", None)
-                if pass_error and tolerated:
-                    # The backend judged the pass (too many failed requests, wrong lengths): an error that keeps its figures.
-                    status, error = "error", pass_error
-                    failed = True
-                elif (metrics["output_len_mismatches"] or metrics["failed"]) and not tolerated:
-                    # The harness checks the token count: a short or long output is not a result.
-                    status, error = "error", _length_error(out.timings, metrics)
-                    failed = True  # a wrong count repeats, as an error does
-                emit({"event": "result", "cell_id": cell.cell_id, "trial": trial, "status": status,
-                      "error": error, "metrics": metrics, "extra": extra,
-                      "samples": request_samples(out.timings), "started_at": started_at, "ended_at": time.time()})
-            except Exception as exc:
-                status = classify_exception(exc)
-                peak = device_peak_bytes()  # how far the failed pass got (an OOM's "peak memory seen")
-                emit({"event": "result", "cell_id": cell.cell_id, "trial": trial, "status": status,
-                      "error": _describe(exc), "started_at": started_at, "ended_at": time.time(),
-                      "extra": {"startup": cell_startup,
-                                **({} if peak is None else {"peak_memory_bytes_at_failure": peak})}})
-                loaded.recover()
-                failed = True
+        pinned = apply_cores(settings.get("cores", DEFAULT_POLICY), cores) if any(s["trials"] for s in states) else None
+        for i in range(max((len(s["trials"]) for s in states), default=0)):
+            for s in states:
+                if i < len(s["trials"]) and not s["failed"] and not measure(s, s["trials"][i], pinned, order):
+                    s["failed"] = True  # an OOM or error repeats: the cell's remaining trials are not run
+                    if s["trials"][i + 1:]:
+                        emit({"event": "skipped", "cell_id": s["cell"].cell_id, "trials": s["trials"][i + 1:]})
         if pinned and cores:
             release_cores(cores)  # the next cell's warm-up on every core again; its trials choose anew
-        if item.get("profile_window") and not failed:  # timed now, as its trials saw the process; profiled last
-            windows.append(time_timed_window(loaded, cell, {**item["profile_window"], "workload_file": wl_file}, emit))
-        if item.get("accuracy_capture") and not failed:
-            capture_accuracy(loaded, cell, item["accuracy_capture"], emit)
+        for s in states:
+            item, cell = s["item"], s["cell"]
+            if item.get("profile_window") and not s["failed"]:  # timed now, as its trials saw the process; profiled last
+                windows.append(time_timed_window(loaded, cell, {**item["profile_window"],
+                                                                "workload_file": item["workload_file"]}, emit))
+            if item.get("accuracy_capture") and not s["failed"]:
+                capture_accuracy(loaded, cell, item["accuracy_capture"], emit)
     for cell, window, timed in windows:
         profile_timed_window(loaded, cell, window, timed, emit)
     if engine.get("export_dir") and not export_failed:

@@ -61,7 +61,7 @@ class PlannedCell:
 def invocation_digest(matrix: Matrix, artifacts: dict[str, str] | None = None) -> str:
     """Return the identity of a `bench run` invocation: a digest of its matrix, cells and the settings that shape
     what it measures (runs, trials, warm-up, tuning builds, memory cap, executor and devices, engine artifacts, and
-    the cores its trials run on where not the default).
+    the cores its trials run on and their order where not the default).
 
     Timeouts and trust are left out: a longer timeout after a hang is the same invocation, resumed.
     artifacts: {build key hash: digest} of the engines it loads (none: built here)."""
@@ -73,7 +73,8 @@ def invocation_digest(matrix: Matrix, artifacts: dict[str, str] | None = None) -
                        "gpu_memory_gb": st.gpu_memory_gb, "executor": st.executor, "ray_address": st.ray_address,
                        "devices": list(st.devices), "artifacts": sorted((artifacts or {}).items()),
                        "retune_on_mismatch": st.retune_on_mismatch,
-                       **({"cores": st.cores} if st.cores != DEFAULT_POLICY else {})})
+                       **({"cores": st.cores} if st.cores != DEFAULT_POLICY else {}),
+                       **({"order": st.order} if st.order != "cells" else {})})
 
 
 def plan(matrix: Matrix, records, context: RunContext, redo: bool = False,
@@ -427,6 +428,7 @@ def _group_round(key, planned: list[PlannedCell], k: int, matrix: Matrix, store:
         env=env_for(matrix.settings.gpu_memory_gb),
         engine=engine or {},
         cores=matrix.settings.cores,
+        order=matrix.settings.order,
     )
     group = GroupRun(job=job, gpus=gpus_needed(key), on_event=on_event)
     return group

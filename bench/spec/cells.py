@@ -320,8 +320,13 @@ class RunSettings:
     # Which cores a GPU worker's trials run on (bench.machine.cores): "scheduled" (as the OS places them) or
     # "fastest" (the cores that probe fastest as each cell's trials begin; docs/guide/results.md).
     cores: str = DEFAULT_POLICY
+    # The order of a worker process's trials (ORDERS): "cells", each cell warmed up and measured in turn, or
+    # "interleaved", every cell of the process warmed up first, then one trial of each cell a round, `trials` rounds
+    # (cells that share a process: one build key, e.g. a cell and its planted twins; docs/guide/results.md).
+    order: str = "cells"
 
 
+ORDERS = ("cells", "interleaved")
 EXECUTORS = ("local", "ray")
 
 

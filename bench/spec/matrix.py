@@ -16,6 +16,7 @@ from bench.machine.devices import DEVICE_RE, device_pool
 from bench.spec.baseline import default_baseline
 from bench.spec.cells import (
     _MISSING,
+    ORDERS,
     PRESETS_DIR,
     RULE_KEYS,
     AccuracySpec,
@@ -39,7 +40,7 @@ TOP_KEYS = set(AXES) | {
     "name", "description", "model", "devices", "options", "include", "exclude", "workload",
     "trials", "warmup", "runs", "timeout_s", "build_timeout_s", "baseline", "gpu_memory_gb",
     "study",  # read by `bench study` (bench/study/plan.py): its OOM search, profile and accuracy settings
-    "executor", "ray_address", "tuning_builds", "engines", "cores",
+    "executor", "ray_address", "tuning_builds", "engines", "cores", "order",
     "accuracy",  # read by `bench accuracy` (bench/accuracy/driver.py): AccuracySpec
 }
 
@@ -313,6 +314,7 @@ def _settings_of(data: dict, pool: tuple, cells: list[Cell]) -> RunSettings:
         tuning_builds=data.get("tuning_builds", RunSettings.tuning_builds),
         engines=_engine_paths(data.get("engines", ())),
         cores=data.get("cores", RunSettings.cores),
+        order=data.get("order", RunSettings.order),
     )
     check_placement(settings, cells)
     check_settings(settings)
@@ -325,6 +327,10 @@ def check_settings(settings: RunSettings, cells=()) -> None:
     range, or that the cells to run (bench.spec.narrow: those --only keeps) cannot take."""
     from bench.machine.cores import DEFAULT_POLICY, POLICIES
 
+    if settings.order not in ORDERS:
+        raise BenchInputError(f"order must be one of {', '.join(map(repr, ORDERS))}, got {settings.order!r}: 'cells' "
+                              "measures each cell's trials in turn, 'interleaved' one trial of each cell of a process "
+                              "a round")
     if settings.cores not in POLICIES:
         raise BenchInputError(f"cores (--cores) must be one of {', '.join(map(repr, POLICIES))}, got {settings.cores!r}")
     on_cpu = sorted({c.label for c in cells if c.device == "cpu"})

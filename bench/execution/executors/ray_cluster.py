@@ -260,7 +260,7 @@ class RayExecutor:
 def _track(event: dict, pending: set, current):
     """Return the (cell_id, trial) being measured after this event, updating the pending set."""
     kind = event.get("event")
-    if kind == "start":
+    if kind in ("start", "warmup"):  # a cell's warm-up, then each trial
         return event["cell_id"], event["trial"]
     if kind == "result":
         pending.discard((event["cell_id"], event["trial"]))
