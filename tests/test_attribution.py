@@ -811,9 +811,9 @@ def test_plants_sharing_their_baselines_processes_run_only_on_a_host_that_keeps_
     trials are interleaved (order = "interleaved": one trial of each cell a round inside each process), which is what
     answers such a host, so they run and the check is only said; built changes (their own processes) are the
     fresh-process precheck's; a steady host and an unreadable probe hold nothing back."""
-    import tomllib
-
     from types import SimpleNamespace
+
+    import tomllib
 
     from scripts import planted_regressions as P
 

@@ -7,8 +7,8 @@ already measures a matrix in rounds: round k runs process k of every cell (bench
 a matrix holding both the baseline and the changed cell measures them in turns, each round's two processes one after
 the other. Their ratio, round by round, cancels the drift both share; the paired t-test on those log ratios (df =
 rounds - 1) judges the change from the ratios' own spread. Where the two cells share a build key (options that are
-not built, as hf's `plant`), each round's two cells run in one process, one after the other, and so share that
-process's host speed too.
+not built, as hf's `plant`), each round's two cells run in one process, one after the other (with the run setting
+order = "interleaved", one trial of each in turn), and so share that process's host speed too.
 
 The rule (`paired_runs`): the two sides are paired only where each is one invocation's runs, the same invocation
 (run_id), the same run indices, and each round's two processes next to each other in time (no other process of either
