@@ -847,3 +847,39 @@ def test_plants_sharing_their_baselines_processes_run_only_on_a_host_that_keeps_
     turns = tomllib.loads((tmp_path / "planted-eager-turns-plant.toml").read_text())
     assert turns["order"] == "interleaved" and turns["trials"] == P.INTERLEAVED_TRIALS
     assert parse_matrix(turns).settings.order == "interleaved"  # a matrix the product takes
+
+
+def test_a_run_carried_by_one_trial_is_named_with_the_change_without_it():
+    """The interleaved H100 call of 2026-12-07 (docs/measurements/2026-12-07-h100-interleaved-trials.md): rotary-outside
+    regressed +26.6 % over 3 processes of 4 trials a cell, and the windows explained 81 %. Two plant trials carried
+    their runs (38.92 ms beside 27.79-31.07, and 46.28 beside 27.46-33.12): a run's figure is the mean of its trials, and
+    a window, a few decode steps after them, meets no such excursion. The note names them and gives the runs' change
+    without them (+4468 µs, of which the windows' +5221 are 117 %): the truth of the share lies between."""
+    base_runs = [[23.18, 22.29, 21.87, 21.60], [22.77, 26.56, 23.78, 26.63], [25.63, 23.17, 29.04, 26.61]]
+    head_runs = [[27.85, 26.87, 26.53, 26.74], [27.79, 38.92, 31.07, 29.31], [27.46, 30.12, 46.28, 33.12]]
+
+    class Side:
+        def __init__(self, runs):
+            self.cells = {"k": type("Cell", (), {"values": lambda _self, metric: runs})()}
+
+    comparison = type("Comparison", (), {"base": Side(base_runs), "head": Side(head_runs)})()
+    said, base_us = A._excursions(comparison, "k", "base")
+    assert said == [] and base_us == pytest.approx(24372.4, abs=0.1)  # the comparison's geometric mean, as it is
+    said, head_us = A._excursions(comparison, "k", "head")
+    assert said == ["the head's run 2 of 3 read 38.92 ms in one of its 4 trials, its others 27.79-31.07 ms",
+                    "the head's run 3 of 3 read 46.28 ms in one of its 4 trials, its others 27.46-33.12 ms"]
+    assert head_us == pytest.approx(28840.5, abs=0.1)
+    base, head = figures(1, False, 24.0380), figures(2, True, 29.2585)
+    a = A.attribute("k", "x", ["regressed: tpot_median_ms"], base, head, (24372.4, 30854.9), excursions=(
+        said, head_us - base_us))
+    note = next(n for n in a.notes if n.startswith("a run carried by one trial"))
+    assert "run 3 of 3 read 46.28 ms" in note and a.explained_share == pytest.approx(0.805, abs=0.01)
+    assert "Without those trials the runs' change is +4468 µs, of which the windows' change is 117 %." in note
+    assert f"- {note}" in A.attribution_markdown(a)
+    # none where no trial stands out, a process has fewer than 3 trials, or a stored value is not a finite step
+    assert A._excursions(type("C", (), {"base": Side(base_runs)})(), "k", "base")[0] == []
+    assert A._excursions(type("C", (), {"base": Side([[20.0, 40.0], [21.0]])})(), "k", "base") == ([], None)
+    for hostile in (float("nan"), float("inf"), -1.0, 0.0):
+        runs = [[20.0, 20.5, 21.0], [20.0, 60.0, hostile]]
+        assert A._excursions(type("C", (), {"base": Side(runs)})(), "k", "base") == ([], None), hostile
+    assert not any(n.startswith("a run carried") for n in A.attribute("k", "x", [], base, head, (24372.4, 30854.9)).notes)

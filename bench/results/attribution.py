@@ -60,6 +60,11 @@ GAPS = "launch gaps and idle"
 TOOL_ORDER = ("nsys", "torch", "ncu")  # which tool's profiles to join when both sides have several
 STEP_METRIC = "tpot_median_ms"  # the measured decode-step time a row's share is of
 TOP_KERNELS = 10
+# A trial that carries its run: above this many times the median of the same process's other trials (3 or more trials
+# a process). A run's figure is the mean of its trials, and its window, a few decode steps after them, meets no such
+# excursion: on an H100 of 2026-12-07 one plant trial at 46.28 ms (its others 27.46-33.12) took a process's change
+# to +8.13 ms where its window measured +5.14 (docs/measurements/2026-12-07-h100-interleaved-trials.md).
+EXCURSION = 1.3
 
 
 @dataclass(frozen=True)
@@ -179,14 +184,16 @@ def _rows(base: dict, head: dict, measured_delta: float | None, gaps: tuple[floa
 def attribute(key: str, label: str, verdicts: list[str], base: StepFigures, head: StepFigures,
               measured: tuple[float | None, float | None],
               run_ranges: tuple[tuple[float, float] | None, tuple[float, float] | None] = (None, None),
-              origins: tuple[WindowsFrom | None, WindowsFrom | None] = (None, None)) -> Attribution:
+              origins: tuple[WindowsFrom | None, WindowsFrom | None] = (None, None),
+              excursions: tuple[list[str], float | None] = ([], None)) -> Attribution:
     """Return the Attribution of one cell from its two sides' decode steps and its measured step times (µs).
 
     run_ranges: each side's runs' step times, (lowest, highest) µs; origins: where each side's windows came from. A
     side's windows whose unprofiled step was not typical of the runs (_untypical: a session's outside its side's range,
     a timed process's more than stats.MAX_CV from the same processes' runs) are named in a note, with the share of
     the runs' change the windows reproduced (the category rows sum to the windows' change, so that share bounds what
-    they can explain)."""
+    they can explain). excursions: the trials that carried their runs (_excursions) and the runs' change without them,
+    µs, said in a note with the share of it the windows' change is."""
     notes = []
     mb, mh = measured
     delta = mh - mb if mb is not None and mh is not None else None
@@ -209,6 +216,12 @@ def attribute(key: str, label: str, verdicts: list[str], base: StepFigures, head
             notes.append(f"the profiled processes were not typical of the runs: {'; '.join(t for t, _ in outside)}. "
                          f"The windows' change is {100 * (head.wall_us - base.wall_us) / delta:.0f} % of the runs', and "
                          f"the category rows sum to the windows' change; the rest is {'; and '.join(rest)}")
+        carried, without = excursions
+        if carried and delta:
+            rest = (f" Without those trials the runs' change is {_signed(without)} µs, of which the windows' change is "
+                    f"{100 * (head.wall_us - base.wall_us) / without:.0f} %." if without else "")
+            notes.append(f"a run carried by one trial: {'; '.join(carried)}. A run's figure is the mean of its trials; "
+                         f"its window, a few decode steps timed after them, is another moment of its process.{rest}")
     else:
         notes.append(f"no {GAPS} row: a side's profile has no unprofiled step time (a compiled `generate` window, or "
                      "a generate window profiled before 2026-12-06: `bench profile` again measures one)")
@@ -311,6 +324,29 @@ def _measured_us(comparison, key: str, side: str) -> float | None:
     return sum(runs) / len(runs) * 1e3 if runs else None
 
 
+def _excursions(comparison, key: str, side: str) -> tuple[list[str], float | None]:
+    """Return (each trial of a side that carried its run: more than EXCURSION times the median of the same process's
+    other trials, said; the side's step in µs without those trials: the geometric mean of its runs' means, as the
+    comparison's t-test takes them), or ([], None) where no run has 3 trials or a value is not a finite positive
+    number (a store is untrusted input)."""
+    import statistics
+
+    runs = [v for v in getattr(comparison, side).cells[key].values(STEP_METRIC) if v]
+    if not runs or not all(math.isfinite(x) and x > 0 for v in runs for x in v) or max(map(len, runs)) < 3:
+        return [], None
+    said, means = [], []
+    for i, trials in enumerate(runs):
+        out = [j for j, x in enumerate(trials) if len(trials) >= 3
+               and x > EXCURSION * statistics.median(trials[:j] + trials[j + 1:])]
+        kept = [x for j, x in enumerate(trials) if j not in out]
+        for j in out:
+            others = kept or [trials[k] for k in range(len(trials)) if k != j]
+            said.append(f"the {side}'s run {i + 1} of {len(runs)} read {trials[j]:.2f} ms in one of its {len(trials)} "
+                        f"trials, its others {min(others):.2f}-{max(others):.2f} ms")
+        means.append(sum(kept) / len(kept) if kept else sum(trials) / len(trials))
+    return said, math.exp(sum(map(math.log, means)) / len(means)) * 1e3
+
+
 def judged_verdict(row, withheld: str = "") -> str | None:
     """Return the verdict a row is attributed for: regressed or improved, also where it was withheld because the two
     sides ran different tuned kernels (its verdict `withheld`, its note "(was: regressed)"); else None."""
@@ -400,8 +436,11 @@ def explain(comparison, base_paths, head_paths, profiles: tuple | None = None, w
             continue
         measured = (_measured_us(comparison, key, "base"), _measured_us(comparison, key, "head"))
         ranges = (_run_range_us(comparison, key, "base"), _run_range_us(comparison, key, "head"))
+        carried = {s: _excursions(comparison, key, s) for s in ("base", "head")}
+        without = (carried["head"][1] - carried["base"][1]) if carried["head"][1] and carried["base"][1] else None
         out.attributions.append(attribute(key, label, verdicts, figures["base"], figures["head"], measured, ranges,
-                                          (origins["base"], origins["head"])))
+                                          (origins["base"], origins["head"]),
+                                          (carried["base"][0] + carried["head"][0], without)))
     return out
 
 
