@@ -24,6 +24,7 @@ from bench.results.store import ResultStore
 from bench.runner.matrix import run_matrix
 from bench.spec.matrix import parse_matrix
 from tests.support.folders import isolated
+from tests.support.matrices import planted_matrix
 
 
 def K(name, us, *ranges):
@@ -65,6 +66,13 @@ def table(kernels, tool="nsys"):
 def figures(mlp_repeats, head, step_ms):
     t = json.loads(json.dumps(table(window(mlp_repeats, head))))  # as stored
     return D.step_figures(t, {"step_ms": step_ms, "window": {"kind": "decode", "decode_steps": 2}}, "nsys", "t.json")
+
+
+class Side:
+    """One side of a comparison as the attribution reads it: cell "k" whose step values are `runs` (a list per run)."""
+
+    def __init__(self, runs):
+        self.cells = {"k": type("Cell", (), {"values": lambda _self, metric: runs})()}
 
 
 def test_the_breakdown_counts_each_kernel_once_in_its_innermost_module_inside_its_step():
@@ -118,10 +126,6 @@ def test_rows_shares_gaps_and_unexplained_by_hand():
     assert not any("not typical" in n for n in A.attribute("k", "x", [], base, head, (600.0, 1000.0),
                                                            ((590.0, 610.0), (940.0, 1020.0))).notes)
     # the runs' range from a store's values: none from fewer than two runs or from a value that is no finite step
-    class Side:
-        def __init__(self, runs):
-            self.cells = {"k": type("Cell", (), {"values": lambda _self, metric: runs})()}
-
     def run_range(runs):
         return A._run_range_us(type("Comparison", (), {"base": Side(runs)})(), "k", "base")
 
@@ -431,7 +435,7 @@ def test_compare_profile_reads_the_windows_of_the_timed_processes_and_starts_no_
     sides = {"base": ("none", [0.600, 0.610], [0.600, 0.610]), "head": ("Qwen2MLP:2", [0.950, 0.960], [0.950, 1.000])}
     for side, (plant, tpots, steps) in sides.items():
         name = f"planted-{side}"
-        cell = parse_matrix(tomllib.loads(PLANTED.format(side=side, plant=plant))).cells[0]
+        cell = parse_matrix(tomllib.loads(planted(side, plant))).cells[0]
         context = new_context("run", matrix=name, runs=2)
         with ResultStore(f"results/{name}.jsonl").writer() as results, \
                 ResultStore(f"profiles/{name}.jsonl").writer() as profiles:
@@ -469,24 +473,9 @@ def test_compare_profile_reads_the_windows_of_the_timed_processes_and_starts_no_
     assert "what the windows did not reproduce of their own processes' step" in note and "session" not in note
 
 
-PLANTED = """name = "planted-{side}"
-backends = ["hf"]
-model = "qwen-tiny"
-device = "cpu"
-precisions = ["fp32"]
-max_batch_sizes = [1]
-workloads = ["syn"]
-trials = 1
-runs = 2
-warmup = 1
-[options]
-plant = ["{plant}"]
-[workload.syn]
-source = "synthetic"
-num_requests = 1
-input_len = 8
-output_len = 4
-"""
+def planted(side: str, plant: str) -> str:
+    """The one-cell matrix of a side of the planted comparison (2 processes)."""
+    return planted_matrix(f"planted-{side}", [plant], runs=2)
 
 
 @pytest.mark.slow
@@ -501,7 +490,7 @@ def test_a_planted_mlp_regression_is_caught_and_explained_by_one_command(tmp_pat
     under."""
     monkeypatch.setenv("BENCH_ALLOW_CORRUPTION", "1")
     for side, plant in (("base", "none"), ("head", "Qwen2MLP:300")):
-        (tmp_path / f"{side}.toml").write_text(PLANTED.format(side=side, plant=plant))
+        (tmp_path / f"{side}.toml").write_text(planted(side, plant))
         assert main(["run", "--matrix", str(tmp_path / f"{side}.toml"), "--no-progress"]) == 0
     md = tmp_path / "why.md"
     assert main(["compare", "results/planted-base.jsonl", "results/planted-head.jsonl", "--ignore-option", "plant",
@@ -857,10 +846,6 @@ def test_a_run_carried_by_one_trial_is_named_with_the_change_without_it():
     without them (+4468 µs, of which the windows' +5221 are 117 %): the truth of the share lies between."""
     base_runs = [[23.18, 22.29, 21.87, 21.60], [22.77, 26.56, 23.78, 26.63], [25.63, 23.17, 29.04, 26.61]]
     head_runs = [[27.85, 26.87, 26.53, 26.74], [27.79, 38.92, 31.07, 29.31], [27.46, 30.12, 46.28, 33.12]]
-
-    class Side:
-        def __init__(self, runs):
-            self.cells = {"k": type("Cell", (), {"values": lambda _self, metric: runs})()}
 
     comparison = type("Comparison", (), {"base": Side(base_runs), "head": Side(head_runs)})()
     said, base_us = A._excursions(comparison, "k", "base")

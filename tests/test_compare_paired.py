@@ -16,6 +16,7 @@ from bench.results import paired, stats
 from bench.runner.matrix import run_matrix
 from bench.spec.matrix import parse_matrix
 from tests.support.folders import isolated
+from tests.support.matrices import planted_matrix
 
 
 def test_the_paired_test_judges_the_rounds_ratios_where_a_shared_drift_hides_the_change_from_two_samples():
@@ -118,25 +119,7 @@ def test_two_cells_measured_in_turns_by_one_run_are_compared_round_by_round(tmp_
         assert "--base-only slowdown=2.0 matches none of the 2 cell(s)" in err and "slowdown: 1.0, 1.25" in err
 
 
-PLANTED_PAIR = """name = "pair"
-backends = ["hf"]
-model = "qwen-tiny"
-device = "cpu"
-precisions = ["fp32"]
-max_batch_sizes = [1]
-workloads = ["syn"]
-trials = 1
-runs = 4
-warmup = 1
-baseline = { backend = "hf", precision = "fp32", max_batch_size = 1, plant = "none" }
-[options]
-plant = ["none", "Linear:5"]
-[workload.syn]
-source = "synthetic"
-num_requests = 1
-input_len = 8
-output_len = 4
-"""
+PLANTED_PAIR = planted_matrix("pair", ["none", "Linear:5"], runs=4, baseline="none")
 
 
 @pytest.mark.slow

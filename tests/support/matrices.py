@@ -36,3 +36,16 @@ max_total_len = 128
 max_output_len = 8
 """)
     return path
+
+
+def planted_matrix(name: str, plants: list[str], runs: int, baseline: str | None = None) -> str:
+    """Return the text of a qwen-tiny CPU matrix whose cells differ only in `plant` (one request of 8 + 4 tokens, one
+    trial a process, one warm-up); `baseline`: the plant of the matrix's baseline cell, where it names one."""
+    import json
+
+    base = "" if baseline is None else \
+        f'baseline = {{ backend = "hf", precision = "fp32", max_batch_size = 1, plant = "{baseline}" }}\n'
+    return (f'name = "{name}"\nbackends = ["hf"]\nmodel = "qwen-tiny"\ndevice = "cpu"\nprecisions = ["fp32"]\n'
+            f'max_batch_sizes = [1]\nworkloads = ["syn"]\ntrials = 1\nruns = {runs}\nwarmup = 1\n{base}[options]\n'
+            f'plant = {json.dumps(plants)}\n[workload.syn]\nsource = "synthetic"\nnum_requests = 1\ninput_len = 8\n'
+            'output_len = 4\n')
