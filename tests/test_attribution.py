@@ -2,6 +2,7 @@
 ranked rows against hand-computed numbers, profiles matched to the compared cells, and `bench compare`'s section."""
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -857,7 +858,7 @@ def test_a_run_carried_by_one_trial_is_named_with_the_change_without_it():
     base, head = figures(1, False, 24.0380), figures(2, True, 29.2585)
     a = A.attribute("k", "x", ["regressed: tpot_median_ms"], base, head, (24372.4, 30854.9), excursions=(
         said, head_us - base_us))
-    note = next(n for n in a.notes if n.startswith("a run carried by one trial"))
+    note = next(n for n in a.notes if n.startswith("runs carried by a trial or two"))
     assert "run 3 of 3 read 46.28 ms" in note and a.explained_share == pytest.approx(0.805, abs=0.01)
     assert "Without those trials the runs' change is +4468 µs, of which the windows' change is 117 %." in note
     assert f"- {note}" in A.attribution_markdown(a)
@@ -867,4 +868,15 @@ def test_a_run_carried_by_one_trial_is_named_with_the_change_without_it():
     for hostile in (float("nan"), float("inf"), -1.0, 0.0):
         runs = [[20.0, 20.5, 21.0], [20.0, 60.0, hostile]]
         assert A._excursions(type("C", (), {"base": Side(runs)})(), "k", "base") == ([], None), hostile
-    assert not any(n.startswith("a run carried") for n in A.attribute("k", "x", [], base, head, (24372.4, 30854.9)).notes)
+    assert not any(n.startswith("runs carried") for n in A.attribute("k", "x", [], base, head, (24372.4, 30854.9)).notes)
+    # The 5-round H100 call of 2026-12-08 (its record: 2026-12-08-h100-planted-rotary-five-rounds.md; TPOT p50 of the
+    # plant's trials): a run carried by two of its trials is one phrase naming both, its others the trials that did not.
+    head_runs = [[32.67, 34.09, 31.05, 34.24], [46.26, 53.18, 41.91, 49.0], [33.2, 53.96, 38.56, 38.93],
+                 [44.82, 27.38, 27.61, 35.59], [31.41, 42.48, 46.16, 29.82]]
+    said, head_us = A._excursions(type("C", (), {"head": Side(head_runs)})(), "k", "head")
+    assert said == ["the head's run 3 of 5 read 53.96 ms in one of its 4 trials, its others 33.20-38.93 ms",
+                    "the head's run 4 of 5 read 44.82 ms in one of its 4 trials, its others 27.38-35.59 ms",
+                    "the head's run 5 of 5 read 42.48 and 46.16 ms in two of its 4 trials, its others 29.82-31.41 ms"]
+    kept = [sum(head_runs[0]) / 4, sum(head_runs[1]) / 4, (33.2 + 38.56 + 38.93) / 3, (27.38 + 27.61 + 35.59) / 3,
+            (31.41 + 29.82) / 2]
+    assert head_us == pytest.approx(1e3 * math.prod(kept) ** (1 / 5))

@@ -220,7 +220,7 @@ def attribute(key: str, label: str, verdicts: list[str], base: StepFigures, head
         if carried and delta:
             rest = (f" Without those trials the runs' change is {_signed(without)} µs, of which the windows' change is "
                     f"{100 * (head.wall_us - base.wall_us) / without:.0f} %." if without else "")
-            notes.append(f"a run carried by one trial: {'; '.join(carried)}. A run's figure is the mean of its trials; "
+            notes.append(f"runs carried by a trial or two: {'; '.join(carried)}. A run's figure is the mean of its trials; "
                          f"its window, a few decode steps timed after them, is another moment of its process.{rest}")
     else:
         notes.append(f"no {GAPS} row: a side's profile has no unprofiled step time (a compiled `generate` window, or "
@@ -339,10 +339,11 @@ def _excursions(comparison, key: str, side: str) -> tuple[list[str], float | Non
         out = [j for j, x in enumerate(trials) if len(trials) >= 3
                and x > EXCURSION * statistics.median(trials[:j] + trials[j + 1:])]
         kept = [x for j, x in enumerate(trials) if j not in out]
-        for j in out:
-            others = kept or [trials[k] for k in range(len(trials)) if k != j]
-            said.append(f"the {side}'s run {i + 1} of {len(runs)} read {trials[j]:.2f} ms in one of its {len(trials)} "
-                        f"trials, its others {min(others):.2f}-{max(others):.2f} ms")
+        if out and kept:  # one phrase a run, every trial of it that stood out named (two in one run: "two of its 4")
+            read = " and ".join(f"{trials[j]:.2f}" for j in out)
+            count = {1: "one", 2: "two"}.get(len(out), str(len(out)))
+            said.append(f"the {side}'s run {i + 1} of {len(runs)} read {read} ms in {count} of its {len(trials)} "
+                        f"trials, its others {min(kept):.2f}-{max(kept):.2f} ms")
         means.append(sum(kept) / len(kept) if kept else sum(trials) / len(trials))
     return said, math.exp(sum(map(math.log, means)) / len(means)) * 1e3
 
