@@ -472,6 +472,26 @@ def test_compare_profile_reads_the_windows_of_the_timed_processes_and_starts_no_
     (note,) = [n for n in a.notes if "not typical" in n]
     assert "the head window's 1125 µs lies 18 % above the same 2 process(es)' runs' 955.0 µs" in note
     assert "what the windows did not reproduce of their own processes' step" in note and "session" not in note
+    assert not any(n.startswith("the windows are") for n in a.notes)  # every run has its window
+
+
+def test_windows_of_fewer_processes_than_the_runs_give_the_share_of_those_runs_change():
+    """The 5-round H100 call of 2026-12-08: the fifth process's window was cut, so each side's windows are 4 of its 5
+    runs. The headline share divides the four windows' change by all five runs' change (+8835 µs, 78 %); the note gives
+    the change of the four runs whose windows were read (+7964 µs) and the windows' share of it (86 %)."""
+    base, head = figures(1, False, 30.041), figures(2, True, 36.927)
+    origins = (PW.WindowsFrom(PW.TIMED_PROCESSES, 5, 4, 30940.0), PW.WindowsFrom(PW.TIMED_PROCESSES, 5, 4, 38904.0))
+    a = A.attribute("k", "x", ["regressed: tpot_median_ms"], base, head, (29428.0, 38263.0), (None, None), origins)
+    (note,) = [n for n in a.notes if n.startswith("the windows are")]
+    assert note == ("the windows are 4 of the base's 5 runs and 4 of the head's 5: over those runs the change is "
+                    "+7964 µs, of which the windows' change is 86 % (the shares above divide by all the runs' change)")
+    assert a.explained_share == pytest.approx(6886 / 8835, abs=0.01)  # the headline is unchanged
+    # sessions' windows, or timed ones of every run, say nothing of it
+    every = (PW.WindowsFrom(PW.TIMED_PROCESSES, 5, 5, 30940.0), PW.WindowsFrom(PW.TIMED_PROCESSES, 5, 5, 38904.0))
+    sessions = (PW.WindowsFrom(PW.SESSIONS, 5, 0), PW.WindowsFrom(PW.SESSIONS, 5, 0))
+    for other in (every, sessions, (None, None)):
+        notes = A.attribute("k", "x", ["regressed"], base, head, (29428.0, 38263.0), (None, None), other).notes
+        assert not any(n.startswith("the windows are") for n in notes), other
 
 
 def planted(side: str, plant: str) -> str:

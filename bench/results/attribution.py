@@ -222,6 +222,14 @@ def attribute(key: str, label: str, verdicts: list[str], base: StepFigures, head
                     f"{100 * (head.wall_us - base.wall_us) / without:.0f} %." if without else "")
             notes.append(f"runs carried by a trial or two: {'; '.join(carried)}. A run's figure is the mean of its trials; "
                          f"its window, a few decode steps timed after them, is another moment of its process.{rest}")
+        ob, oh = origins
+        if (delta and ob is not None and oh is not None and ob.timed and oh.timed and ob.runs_step_us and oh.runs_step_us
+                and (ob.with_window < ob.runs or oh.with_window < oh.runs) and oh.runs_step_us != ob.runs_step_us):
+            like = oh.runs_step_us - ob.runs_step_us  # like with like: the runs whose processes the windows were read from
+            notes.append(f"the windows are {ob.with_window} of the base's {ob.runs} runs and {oh.with_window} of the "
+                         f"head's {oh.runs}: over those runs the change is {_signed(like)} µs, of which the windows' change "
+                         f"is {100 * (head.wall_us - base.wall_us) / like:.0f} % (the shares above divide by all the runs' "
+                         "change)")
     else:
         notes.append(f"no {GAPS} row: a side's profile has no unprofiled step time (a compiled `generate` window, or "
                      "a generate window profiled before 2026-12-06: `bench profile` again measures one)")
